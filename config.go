@@ -1,0 +1,663 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/BurntSushi/toml"
+
+	"distflash/model"
+)
+
+// Config is a run's configuration: one TOML file (configs/*.toml) with one section per part of
+// the program, every key defaulted by DefaultConfig. LoadConfig reads it; Validate checks it.
+type Config struct {
+	Run         RunConfig         `toml:"run" json:"run"`
+	Model       model.Config      `toml:"model" json:"model"`
+	Data        DataConfig        `toml:"data" json:"data"`
+	Training    TrainingConfig    `toml:"training" json:"training"`
+	Parallelism ParallelismConfig `toml:"parallelism" json:"parallelism"`
+	Checkpoint  CheckpointConfig  `toml:"checkpoint" json:"checkpoint"`
+	Eval        EvalConfig        `toml:"eval" json:"eval"`
+	Device      DeviceConfig      `toml:"device" json:"device"`
+
+	// Path is the file the config was loaded from ("" for a config built in code). Errors
+	// from Validate start with it.
+	Path string `toml:"-" json:"path,omitempty"`
+}
+
+// RunConfig is the [run] section: what the run is called and where its output goes.
+type RunConfig struct {
+	Name        string `toml:"name" json:"name"`                 // run name; output goes to <output_dir>/<name>
+	OutputDir   string `toml:"output_dir" json:"output_dir"`     // parent directory of run directories
+	Seed        uint64 `toml:"seed" json:"seed"`                 // seeds initialisation and data sampling
+	LogInterval int    `toml:"log_interval" json:"log_interval"` // steps between log lines without a progress bar; 0 = off
+}
+
+// DataConfig is the [data] section: the training text and how it becomes batches.
+//
+// One optimizer step consumes batch_size × seq_len × grad_accum_steps tokens per data-parallel
+// replica; there are world_size / sequence_parallel_degree replicas, and the seq_len tokens of
+// a sequence are split over the sequence_parallel_degree ranks of a replica.
+type DataConfig struct {
+	Train     string   `toml:"train" json:"train"`         // file, directory or glob; $VARS are expanded ($GOROOT too)
+	Eval      string   `toml:"eval" json:"eval"`           // held-out data for the eval command; "" = none
+	Format    string   `toml:"format" json:"format"`       // text | jsonl | c4 | tokens
+	Include   []string `toml:"include" json:"include"`     // file name patterns read when train is a directory
+	MaxBytes  int64    `toml:"max_bytes" json:"max_bytes"` // bytes of text read at most; 0 = no limit
+	Tokenizer string   `toml:"tokenizer" json:"tokenizer"` // tokenizer name ("byte": one token per byte)
+	SeqLen    int      `toml:"seq_len" json:"seq_len"`     // tokens per sequence (global, before sequence parallelism)
+	BatchSize int      `toml:"batch_size" json:"batch_size"`
+}
+
+// TrainingConfig is the [training] section: optimizer, learning-rate schedule and precision.
+type TrainingConfig struct {
+	Steps          int     `toml:"steps" json:"steps"`                       // optimizer steps
+	LR             float64 `toml:"lr" json:"lr"`                             // peak learning rate
+	MinLR          float64 `toml:"min_lr" json:"min_lr"`                     // final learning rate of cosine and linear decay
+	WarmupSteps    int     `toml:"warmup_steps" json:"warmup_steps"`         // linear warmup steps
+	LRSchedule     string  `toml:"lr_schedule" json:"lr_schedule"`           // cosine | linear | constant
+	WeightDecay    float64 `toml:"weight_decay" json:"weight_decay"`         // AdamW decoupled weight decay
+	Beta1          float64 `toml:"beta1" json:"beta1"`                       // AdamW first-moment decay
+	Beta2          float64 `toml:"beta2" json:"beta2"`                       // AdamW second-moment decay
+	Eps            float64 `toml:"eps" json:"eps"`                           // AdamW denominator epsilon
+	GradClip       float64 `toml:"grad_clip" json:"grad_clip"`               // global gradient norm limit; 0 = off
+	MixedPrecision string  `toml:"mixed_precision" json:"mixed_precision"`   // fp32 | bf16 | fp16
+	GradAccumSteps int     `toml:"grad_accum_steps" json:"grad_accum_steps"` // micro-batches per optimizer step
+}
+
+// ParallelismConfig is the [parallelism] section: how many ranks there are, how they talk and
+// how attention is distributed over them.
+type ParallelismConfig struct {
+	Backend                string `toml:"backend" json:"backend"`                                   // inproc | mpi | nccl
+	WorldSize              int    `toml:"world_size" json:"world_size"`                             // ranks in all
+	SequenceParallelDegree int    `toml:"sequence_parallel_degree" json:"sequence_parallel_degree"` // ranks sharing one sequence
+	Attention              string `toml:"attention" json:"attention"`                               // distflash | ring | zigzag | burst | ulysses | attn2d
+	OverlapComm            bool   `toml:"overlap_comm" json:"overlap_comm"`                         // prefetch the next block while computing
+	FSDP                   bool   `toml:"fsdp" json:"fsdp"`                                         // shard parameters, gradients and optimizer state
+}
+
+// CheckpointConfig is the [checkpoint] section: activation checkpointing (recomputation in the
+// backward pass) and the saving of model checkpoints.
+type CheckpointConfig struct {
+	Activation       string `toml:"activation" json:"activation"`               // none | layer | attn_output
+	Interval         int    `toml:"interval" json:"interval"`                   // steps between saves; 0 = only at the end
+	Keep             int    `toml:"keep" json:"keep"`                           // newest checkpoints kept
+	Dir              string `toml:"dir" json:"dir"`                             // "" = <output_dir>/<name>
+	CompressionLevel int    `toml:"compression_level" json:"compression_level"` // zstd level, 1..22
+}
+
+// EvalConfig is the [eval] section: held-out loss.
+type EvalConfig struct {
+	Samples  int `toml:"samples" json:"samples"`   // sequences evaluated
+	SeqLen   int `toml:"seq_len" json:"seq_len"`   // 0 = data.seq_len
+	Interval int `toml:"interval" json:"interval"` // steps between evaluations during training; 0 = off
+}
+
+// DeviceConfig is the [device] section: where the kernels run.
+type DeviceConfig struct {
+	Kind string `toml:"kind" json:"kind"` // cpu | cuda
+}
+
+// The allowed values of the enumerated keys, in the order error messages list them.
+var (
+	dataFormats        = []string{"text", "jsonl", "c4", "tokens"}
+	lrSchedules        = []string{"cosine", "linear", "constant"}
+	mixedPrecisions    = []string{"fp32", "bf16", "fp16"}
+	backends           = []string{"inproc", "mpi", "nccl"}
+	attentions         = []string{"distflash", "ring", "zigzag", "burst", "ulysses", "attn2d"}
+	activationPolicies = []string{"none", "layer", "attn_output"}
+	deviceKinds        = []string{"cpu", "cuda"}
+)
+
+// DefaultConfig is the configuration every key falls back to: the tiny model on a byte-level
+// tokenization of the Go source tree, trained on one CPU worker in fp32 (configs/tiny.toml
+// writes it out).
+func DefaultConfig() Config {
+	return Config{
+		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 1},
+		Model: model.DefaultConfig(),
+		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{"*.go"},
+			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
+		Training: TrainingConfig{Steps: 300, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
+			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
+			GradAccumSteps: 1},
+		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
+			Attention: "distflash", OverlapComm: true, FSDP: false},
+		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
+		Eval:       EvalConfig{Samples: 100, SeqLen: 0, Interval: 0},
+		Device:     DeviceConfig{Kind: "cpu"},
+	}
+}
+
+// LoadConfig reads the TOML file at path over DefaultConfig, applies the overrides in order
+// (each "section.key=value", see Set) and validates the result. An unknown key in the file is
+// an error that names the key and the file and suggests the closest known key.
+func LoadConfig(path string, overrides []string) (Config, error) {
+	cfg := DefaultConfig()
+	cfg.Path = path
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	md, err := decode(string(text), &cfg)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s%s", path, decodeError(err))
+	}
+	if err := unknownKeys(md.Undecoded(), path+": "); err != nil {
+		return Config{}, err
+	}
+	for _, o := range overrides {
+		if err := cfg.Set(o); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Set applies one override "section.key=value", as given to --set on the command line. The
+// value is read as a TOML value (20, 3e-4, true, "x", ["*.go", "*.md"]); a value that is not
+// valid TOML, or a TOML value of the wrong type for a string key, is taken as a bare string,
+// so run.name=foo works. Set does not validate the result; LoadConfig does after all overrides.
+func (c *Config) Set(override string) error {
+	key, value, ok := strings.Cut(override, "=")
+	if !ok {
+		return fmt.Errorf("--set %q: want section.key=value, e.g. training.steps=20", override)
+	}
+	shown := override // as the error messages show it
+	if strings.ContainsFunc(override, unicode.IsControl) {
+		shown = strconv.Quote(override)
+	}
+	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
+	section, name, ok := strings.Cut(key, ".")
+	if !ok || !isBareKey(section) || !isBareKey(name) {
+		return fmt.Errorf("--set %s: key %q must be section.key, e.g. training.steps", shown, key)
+	}
+	var doc string
+	if isTOMLValue(value) {
+		doc = "[" + section + "]\n" + name + " = " + value + "\n"
+	} else {
+		doc = stringDoc(section, name, value)
+	}
+	next, err := c.decodeOverride(key, doc)
+	if err != nil && doc != stringDoc(section, name, value) {
+		// A TOML value of the wrong type (run.name=123): retry it as a string.
+		if n, serr := c.decodeOverride(key, stringDoc(section, name, value)); serr == nil {
+			next, err = n, nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("--set %s: %w", shown, err)
+	}
+	*c = next
+	return nil
+}
+
+// decodeOverride decodes doc, a TOML document that sets only key, over a copy of c.
+func (c *Config) decodeOverride(key, doc string) (Config, error) {
+	next := *c
+	next.Data.Include = slices.Clone(c.Data.Include) // the decoder reuses a slice's backing array
+	md, err := decode(doc, &next)
+	if err != nil {
+		msg := strings.TrimPrefix(err.Error(), "toml: ")
+		if strings.HasPrefix(msg, "line ") { // the line is one of doc's, not the user's
+			if _, rest, ok := strings.Cut(msg, ": "); ok {
+				msg = rest
+			}
+		}
+		if !strings.HasPrefix(msg, key) {
+			msg = key + ": " + msg
+		}
+		return Config{}, errors.New(msg)
+	}
+	if err := unknownKeys(md.Undecoded(), ""); err != nil {
+		return Config{}, err
+	}
+	return next, nil
+}
+
+// decodeError rewrites an error of the TOML decoder, "toml: line 3 (last key "training.steps"):
+// incompatible types: ...", as ":3: training.steps: incompatible types: ...", to follow a file name.
+func decodeError(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "toml: ")
+	var line int
+	var rest string
+	if n, _ := fmt.Sscanf(msg, "line %d", &line); n != 1 {
+		return ": " + msg
+	}
+	_, rest, _ = strings.Cut(msg, ": ")
+	where := fmt.Sprintf(":%d: ", line)
+	if _, after, ok := strings.Cut(msg, "(last key "); ok {
+		quoted, _, _ := strings.Cut(after, "): ")
+		if key, err := strconv.Unquote(quoted); err == nil && !strings.HasPrefix(rest, key) {
+			where += key + ": "
+		}
+	}
+	return where + rest
+}
+
+// decode decodes the TOML document doc over c. It refuses a negative run.seed, which the
+// decoder would otherwise wrap around into the uint64.
+func decode(doc string, c *Config) (toml.MetaData, error) {
+	md, err := toml.Decode(doc, c)
+	if err != nil {
+		return md, err
+	}
+	var raw struct {
+		Run struct {
+			Seed any `toml:"seed"`
+		} `toml:"run"`
+	}
+	if _, err := toml.Decode(doc, &raw); err == nil {
+		if n, ok := raw.Run.Seed.(int64); ok && n < 0 {
+			return md, fmt.Errorf("run.seed = %d: must be >= 0", n)
+		}
+	}
+	return md, nil
+}
+
+// isTOMLValue reports whether s is one TOML value (and nothing more).
+func isTOMLValue(s string) bool {
+	var m map[string]any
+	if _, err := toml.Decode("v = "+s+"\n", &m); err != nil {
+		return false
+	}
+	_, ok := m["v"]
+	return ok && len(m) == 1
+}
+
+// stringDoc is the TOML document setting section.name to the string value.
+func stringDoc(section, name, value string) string {
+	var b bytes.Buffer
+	if err := toml.NewEncoder(&b).Encode(map[string]map[string]string{section: {name: value}}); err != nil {
+		panic(err) // a map of strings always encodes
+	}
+	return b.String()
+}
+
+// isBareKey reports whether s is a TOML bare key: ASCII letters, digits, '_' and '-'.
+func isBareKey(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// unknownKeys turns the keys the decoder did not use into one error per unknown key (a table
+// that is unknown as a whole is reported once), each prefixed by prefix.
+func unknownKeys(undecoded []toml.Key, prefix string) error {
+	var errs []error
+	var reported []toml.Key
+	for _, k := range undecoded {
+		if slices.ContainsFunc(reported, func(r toml.Key) bool {
+			return len(r) < len(k) && slices.Equal(r, k[:len(r)])
+		}) {
+			continue
+		}
+		reported = append(reported, k)
+		msg := prefix + "unknown key " + k.String()
+		if s := suggest(k.String()); s != "" {
+			msg += " (did you mean " + s + "?)"
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	return errors.Join(errs...)
+}
+
+// knownKeys lists every key of the config, dotted ("training.steps"), sections included.
+func knownKeys() []string {
+	var keys []string
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		section := tomlName(f)
+		if section == "" || f.Type.Kind() != reflect.Struct {
+			continue
+		}
+		keys = append(keys, section)
+		for j := range f.Type.NumField() {
+			if name := tomlName(f.Type.Field(j)); name != "" {
+				keys = append(keys, section+"."+name)
+			}
+		}
+	}
+	return keys
+}
+
+// tomlName is the TOML key of a struct field, or "" for a field TOML skips.
+func tomlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+	if name == "-" || !f.IsExported() {
+		return ""
+	}
+	if name == "" {
+		return f.Name
+	}
+	return name
+}
+
+// suggest returns the known key closest to an unknown one: a near spelling ("training.stepz"
+// → "training.steps"), else the same key in another section ("training.seq_len" →
+// "data.seq_len or eval.seq_len"), else "".
+func suggest(key string) string {
+	known := knownKeys()
+	best, bestD := "", math.MaxInt
+	for _, k := range known {
+		if d := editDistance(key, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if bestD <= max(2, len(key)/5) {
+		return best
+	}
+	leaf := key[strings.LastIndex(key, ".")+1:]
+	var same []string
+	for _, k := range known {
+		if strings.Contains(k, ".") && k[strings.LastIndex(k, ".")+1:] == leaf {
+			same = append(same, k)
+		}
+	}
+	return strings.Join(same, " or ")
+}
+
+// closest returns the allowed value nearest to an unknown one, or "" when none is near.
+func closest(value string, allowed []string) string {
+	best, bestD := "", math.MaxInt
+	for _, a := range allowed {
+		if d := editDistance(strings.ToLower(value), a); d < bestD {
+			best, bestD = a, d
+		}
+	}
+	if bestD <= max(1, len(value)/3) {
+		return best
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Validate resolves the model's derived fields (model.Config.Resolve) and checks every value
+// and every combination the program relies on. Each problem is reported on its own line, naming
+// the key, its value and what is allowed, and starting with the config's path when known.
+func (c *Config) Validate() error {
+	var errs []error
+	fail := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		if c.Path != "" {
+			msg = c.Path + ": " + msg
+		}
+		errs = append(errs, errors.New(msg))
+	}
+	oneOf := func(key, value string, allowed []string) {
+		if slices.Contains(allowed, value) {
+			return
+		}
+		msg := fmt.Sprintf("%s = %q: want one of %s", key, value, strings.Join(allowed, ", "))
+		if s := closest(value, allowed); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		fail("%s", msg)
+	}
+	atLeast := func(key string, value, low int) {
+		if value < low {
+			fail("%s = %d: must be >= %d", key, value, low)
+		}
+	}
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+	modelOK := true
+	if err := c.Model.Resolve(); err != nil {
+		fail("%v", err)
+		modelOK = false
+	}
+
+	// [run]
+	switch r := c.Run; {
+	case r.Name == "":
+		fail("run.name is empty: it names the run directory <output_dir>/<name>")
+	case r.Name == "." || r.Name == ".." || strings.ContainsAny(r.Name, `/\`):
+		fail("run.name = %q: must be a single directory name (no path separators, not . or ..)", r.Name)
+	}
+	if c.Run.OutputDir == "" {
+		fail(`run.output_dir is empty: use "." for the current directory`)
+	}
+	atLeast("run.log_interval", c.Run.LogInterval, 0)
+
+	// [data]
+	d := c.Data
+	if d.Train == "" {
+		fail("data.train is empty: it names the training data (file, directory or glob)")
+	}
+	oneOf("data.format", d.Format, dataFormats)
+	for _, p := range d.Include {
+		if _, err := filepath.Match(p, ""); err != nil {
+			fail("data.include pattern %q: %v", p, err)
+		}
+	}
+	if d.MaxBytes < 0 {
+		fail("data.max_bytes = %d: must be >= 0 (0 = no limit)", d.MaxBytes)
+	}
+	if d.Tokenizer == "" {
+		fail(`data.tokenizer is empty: use "byte"`)
+	}
+	if d.Tokenizer == "byte" && modelOK && c.Model.VocabSize < 256 {
+		fail(`model.vocab_size = %d: data.tokenizer = "byte" needs model.vocab_size >= 256 (one token per byte value)`, c.Model.VocabSize)
+	}
+	atLeast("data.seq_len", d.SeqLen, 1)
+	atLeast("data.batch_size", d.BatchSize, 1)
+	if modelOK && d.SeqLen > c.Model.MaxSeqLen {
+		fail("data.seq_len = %d exceeds model.max_seq_len = %d", d.SeqLen, c.Model.MaxSeqLen)
+	}
+
+	// [training]
+	t := c.Training
+	atLeast("training.steps", t.Steps, 1)
+	atLeast("training.warmup_steps", t.WarmupSteps, 0)
+	atLeast("training.grad_accum_steps", t.GradAccumSteps, 1)
+	if !(t.LR > 0) || !finite(t.LR) {
+		fail("training.lr = %g: must be a positive number", t.LR)
+	}
+	if !(t.MinLR >= 0) || !(t.MinLR <= t.LR) {
+		fail("training.min_lr = %g: must satisfy 0 <= min_lr <= training.lr = %g", t.MinLR, t.LR)
+	}
+	oneOf("training.lr_schedule", t.LRSchedule, lrSchedules)
+	if !(t.WeightDecay >= 0) || !finite(t.WeightDecay) {
+		fail("training.weight_decay = %g: must be >= 0", t.WeightDecay)
+	}
+	if !(t.Beta1 >= 0 && t.Beta1 < 1) {
+		fail("training.beta1 = %g: must satisfy 0 <= beta1 < 1", t.Beta1)
+	}
+	if !(t.Beta2 >= 0 && t.Beta2 < 1) {
+		fail("training.beta2 = %g: must satisfy 0 <= beta2 < 1", t.Beta2)
+	}
+	if !(t.Eps > 0) || !finite(t.Eps) {
+		fail("training.eps = %g: must be a positive number", t.Eps)
+	}
+	if !(t.GradClip >= 0) || !finite(t.GradClip) {
+		fail("training.grad_clip = %g: must be >= 0 (0 = no clipping)", t.GradClip)
+	}
+	oneOf("training.mixed_precision", t.MixedPrecision, mixedPrecisions)
+
+	// [parallelism]
+	p := c.Parallelism
+	oneOf("parallelism.backend", p.Backend, backends)
+	oneOf("parallelism.attention", p.Attention, attentions)
+	atLeast("parallelism.world_size", p.WorldSize, 1)
+	atLeast("parallelism.sequence_parallel_degree", p.SequenceParallelDegree, 1)
+	if p.WorldSize >= 1 && p.SequenceParallelDegree >= 1 && p.WorldSize%p.SequenceParallelDegree != 0 {
+		fail("parallelism.world_size = %d is not a multiple of parallelism.sequence_parallel_degree = %d: the ranks split into whole sequence-parallel groups",
+			p.WorldSize, p.SequenceParallelDegree)
+	}
+
+	// [checkpoint]
+	k := c.Checkpoint
+	oneOf("checkpoint.activation", k.Activation, activationPolicies)
+	atLeast("checkpoint.interval", k.Interval, 0)
+	atLeast("checkpoint.keep", k.Keep, 1)
+	if k.CompressionLevel < 1 || k.CompressionLevel > 22 {
+		fail("checkpoint.compression_level = %d: must be a zstd level, 1..22", k.CompressionLevel)
+	}
+
+	// [eval]
+	e := c.Eval
+	atLeast("eval.samples", e.Samples, 1)
+	atLeast("eval.seq_len", e.SeqLen, 0)
+	atLeast("eval.interval", e.Interval, 0)
+	if modelOK && e.SeqLen > c.Model.MaxSeqLen {
+		fail("eval.seq_len = %d exceeds model.max_seq_len = %d", e.SeqLen, c.Model.MaxSeqLen)
+	}
+
+	// [device]
+	oneOf("device.kind", c.Device.Kind, deviceKinds)
+
+	return errors.Join(errs...)
+}
+
+// resolved returns c with the model's derived fields filled in (best effort: an invalid model
+// stays as it is).
+func (c Config) resolved() Config {
+	_ = c.Model.Resolve()
+	return c
+}
+
+// TokensPerStep is the number of tokens one optimizer step trains on, over all ranks:
+// batch_size × seq_len × grad_accum_steps × (world_size / sequence_parallel_degree).
+func (c Config) TokensPerStep() int64 {
+	replicas := 1
+	if sp := c.Parallelism.SequenceParallelDegree; sp > 0 && c.Parallelism.WorldSize >= sp {
+		replicas = c.Parallelism.WorldSize / sp
+	}
+	return int64(c.Data.BatchSize) * int64(c.Data.SeqLen) * int64(c.Training.GradAccumSteps) * int64(replicas)
+}
+
+// Summary describes the run in one line: the model and its parameter count, the tokens per
+// step and the world it runs in.
+func (c Config) Summary() string {
+	c = c.resolved()
+	m, p := c.Model, c.Parallelism
+	heads := fmt.Sprintf("%d heads", m.NHeads)
+	if m.NKVHeads != m.NHeads {
+		heads += fmt.Sprintf(" (%d kv)", m.NKVHeads)
+	}
+	world := fmt.Sprintf("world %d (%s", p.WorldSize, p.Backend)
+	if p.WorldSize > 1 {
+		world += fmt.Sprintf(", sequence parallel %d, attention %s", p.SequenceParallelDegree, p.Attention)
+		if p.FSDP {
+			world += ", fsdp"
+		}
+	}
+	world += ")"
+	return fmt.Sprintf("%s: LLaMA %s params (dim %d, %d layers, %s, head_dim %d, ffn %d, vocab %d); "+
+		"%s tokens/step (batch %d × seq %d × accum %d); %s; %s %s; activation checkpoint %s",
+		c.Run.Name, count(m.NumParams()), m.Dim, m.NLayers, heads, m.HeadDim, m.FFNDim, m.VocabSize,
+		count(c.TokensPerStep()), c.Data.BatchSize, c.Data.SeqLen, c.Training.GradAccumSteps, world,
+		c.Device.Kind, c.Training.MixedPrecision, c.Checkpoint.Activation)
+}
+
+// count writes n with a K, M or B suffix.
+func count(n int64) string {
+	switch x := float64(n); {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", x/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", x/1e6)
+	case n >= 1e4:
+		return fmt.Sprintf("%.1fK", x/1e3)
+	}
+	return fmt.Sprint(n)
+}
+
+// stateBytesPerParam is what training keeps per parameter in fp32: weight, gradient and the
+// two AdamW moments, 4 bytes each.
+const stateBytesPerParam = 16
+
+// memoryNoteBytes is the model-state size above which Requirements mentions it.
+const memoryNoteBytes = 16 << 30
+
+// Requirements lists, one sentence each, what the config needs that a single-process fp32 CPU
+// run of this version does not have: more ranks, a communication backend, a GPU build, a
+// precision or data format or feature that comes in a later version, and the memory of the
+// model state when it exceeds 16 GiB. It is empty for configs/tiny.toml. It reports facts; the
+// caller decides whether to refuse.
+func (c Config) Requirements() []string {
+	c = c.resolved()
+	var reqs []string
+	p := c.Parallelism
+	switch {
+	case p.WorldSize > 1 && p.Backend == "inproc":
+		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d needs %d ranks (backend \"inproc\" runs them as goroutines; training on more than one rank comes in a later version)",
+			p.WorldSize, p.WorldSize))
+	case p.WorldSize > 1:
+		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d needs %d ranks (backend %q comes in a later version)",
+			p.WorldSize, p.WorldSize, p.Backend))
+	case p.Backend != "inproc":
+		reqs = append(reqs, fmt.Sprintf("parallelism.backend = %q comes in a later version", p.Backend))
+	}
+	if p.FSDP {
+		reqs = append(reqs, "parallelism.fsdp = true: sharding parameters, gradients and optimizer state comes in a later version")
+	}
+	if c.Device.Kind != "cpu" {
+		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))
+	}
+	if mp := c.Training.MixedPrecision; mp != "fp32" {
+		reqs = append(reqs, fmt.Sprintf("training.mixed_precision = %q comes in a later version (this version trains in fp32)", mp))
+	}
+	if f := c.Data.Format; f != "text" {
+		reqs = append(reqs, fmt.Sprintf("data.format = %q comes in a later version (this version reads \"text\")", f))
+	}
+	if c.Checkpoint.Interval > 0 {
+		reqs = append(reqs, fmt.Sprintf("checkpoint.interval = %d: saving checkpoints comes in a later version", c.Checkpoint.Interval))
+	}
+	if c.Eval.Interval > 0 {
+		reqs = append(reqs, fmt.Sprintf("eval.interval = %d: evaluation during training comes in a later version", c.Eval.Interval))
+	}
+	n := c.Model.NumParams()
+	if state := n * stateBytesPerParam; state > memoryNoteBytes {
+		msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
+			count(n), gib(state), stateBytesPerParam)
+		if p.FSDP && p.WorldSize > 1 {
+			msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", gib(state)/float64(p.WorldSize), p.WorldSize)
+		}
+		reqs = append(reqs, msg)
+	}
+	return reqs
+}
+
+// gib converts bytes to GiB.
+func gib(b int64) float64 { return float64(b) / (1 << 30) }

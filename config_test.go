@@ -1,0 +1,421 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+)
+
+// writeConfig writes text to a TOML file in a fresh directory and returns its path.
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "x.toml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// wantErr fails unless err is non-nil and its message contains every one of subs.
+func wantErr(t *testing.T, err error, subs ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want one mentioning %q", subs)
+	}
+	for _, s := range subs {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+}
+
+// resolvedDefault is DefaultConfig after Validate, with Path set.
+func resolvedDefault(t *testing.T, path string) Config {
+	t.Helper()
+	want := DefaultConfig()
+	if err := want.Validate(); err != nil {
+		t.Fatalf("DefaultConfig does not validate: %v", err)
+	}
+	want.Path = path
+	return want
+}
+
+func TestConfigFilesLoad(t *testing.T) {
+	paths, err := filepath.Glob("configs/*.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paths) < 9 {
+		t.Fatalf("configs/ holds %d TOML files, want at least 9: %q", len(paths), paths)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			cfg, err := LoadConfig(path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := strings.TrimSuffix(filepath.Base(path), ".toml"); cfg.Run.Name != want {
+				t.Errorf("run.name = %q, want the file's name %q", cfg.Run.Name, want)
+			}
+			if cfg.Path != path {
+				t.Errorf("Path = %q, want %q", cfg.Path, path)
+			}
+			if s := cfg.Summary(); !strings.Contains(s, cfg.Run.Name) {
+				t.Errorf("Summary %q does not name the run", s)
+			}
+		})
+	}
+}
+
+// TestConfigTinyIsDefaults checks that configs/tiny.toml writes out DefaultConfig exactly.
+func TestConfigTinyIsDefaults(t *testing.T) {
+	const path = "configs/tiny.toml"
+	got, err := LoadConfig(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := resolvedDefault(t, path); !reflect.DeepEqual(got, want) {
+		t.Errorf("%s differs from DefaultConfig:\n got %+v\nwant %+v", path, got, want)
+	}
+	if reqs := got.Requirements(); len(reqs) != 0 {
+		t.Errorf("Requirements of %s = %q, want none", path, reqs)
+	}
+}
+
+// TestConfigPaperModels checks the shapes of the papers' models against §4 of DistFlashAttn.
+func TestConfigPaperModels(t *testing.T) {
+	tests := []struct {
+		file                             string
+		dim, layers, heads, kvHeads, ffn int
+		params                           int64 // 0 = not checked
+	}{
+		{"llama7b-512k", 4096, 32, 32, 32, 11008, 6738415616}, // LLaMA-7B: 6.74B
+		{"llama-gqa", 4096, 32, 32, 8, 11008, 0},
+		{"llama-33h", 4224, 32, 33, 33, 11008, 0},
+		{"llama-16h", 2048, 64, 16, 16, 11008, 0},
+		{"llama-8h", 1024, 128, 8, 8, 11008, 0},
+		{"llama-4h", 512, 256, 4, 4, 11008, 0},
+		{"llama-2h", 256, 512, 2, 2, 11008, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			cfg, err := LoadConfig("configs/"+tt.file+".toml", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := cfg.Model
+			if m.Dim != tt.dim || m.NLayers != tt.layers || m.NHeads != tt.heads || m.NKVHeads != tt.kvHeads ||
+				m.FFNDim != tt.ffn || m.HeadDim != 128 || m.VocabSize != 32000 {
+				t.Errorf("model = %+v, want dim %d, %d layers, %d heads, %d kv heads, head_dim 128, ffn %d, vocab 32000",
+					m, tt.dim, tt.layers, tt.heads, tt.kvHeads, tt.ffn)
+			}
+			if tt.params != 0 && m.NumParams() != tt.params {
+				t.Errorf("NumParams = %d, want %d", m.NumParams(), tt.params)
+			}
+			p := cfg.Parallelism
+			if p.WorldSize != 16 || p.SequenceParallelDegree != 16 || p.Attention != "distflash" || !p.FSDP {
+				t.Errorf("parallelism = %+v, want 16 ranks, sequence parallel 16, distflash, fsdp", p)
+			}
+			if cfg.Data.SeqLen != 512<<10 || cfg.Checkpoint.Activation != "attn_output" {
+				t.Errorf("seq_len %d, activation %q: want 512K and attn_output", cfg.Data.SeqLen, cfg.Checkpoint.Activation)
+			}
+		})
+	}
+}
+
+func TestConfigDefaultsRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, buf.String())
+	got, err := LoadConfig(path, nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, buf.String())
+	}
+	if want := resolvedDefault(t, path); !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip changed the defaults:\n got %+v\nwant %+v\nTOML:\n%s", got, want, buf.String())
+	}
+	// An empty file is the defaults too.
+	empty := writeConfig(t, "")
+	got, err = LoadConfig(empty, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := resolvedDefault(t, empty); !reflect.DeepEqual(got, want) {
+		t.Errorf("empty file:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestConfigUnknownKey(t *testing.T) {
+	tests := []struct {
+		name, text string
+		want       []string
+		notWant    string
+	}{
+		{"misspelt key", "[training]\nstepz = 3\n", []string{"unknown key training.stepz", "did you mean training.steps?"}, ""},
+		{"misspelt model key", "[model]\nn_head = 8\n", []string{"model.n_head", "did you mean model.n_heads?"}, ""},
+		{"misspelt section", "[trainig]\nsteps = 3\n", []string{"unknown key trainig ", "did you mean training?"}, "trainig.steps"},
+		{"key of another section", "[training]\nseq_len = 64\n", []string{"training.seq_len", "data.seq_len"}, ""},
+		{"key outside its section", "steps = 3\n", []string{"unknown key steps", "did you mean training.steps?"}, ""},
+		{"no close match", "[data]\nxyzzy_plugh = 1\n", []string{"unknown key data.xyzzy_plugh"}, "did you mean"},
+		{"two unknown keys", "[run]\nnmae = \"a\"\n[eval]\nsample = 3\n", []string{"run.nmae", "run.name", "eval.sample", "eval.samples"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.text)
+			_, err := LoadConfig(path, nil)
+			wantErr(t, err, append([]string{path + ": "}, tt.want...)...)
+			if err != nil && tt.notWant != "" && strings.Contains(err.Error(), tt.notWant) {
+				t.Errorf("error %q mentions %q", err, tt.notWant)
+			}
+		})
+	}
+}
+
+func TestConfigTypeMismatch(t *testing.T) {
+	tests := []struct {
+		name, text, key string
+	}{
+		{"string for int", "[training]\nsteps = \"many\"\n", "training.steps"},
+		{"float for int", "[data]\nseq_len = 1.5\n", "data.seq_len"},
+		{"string for array", "[data]\ninclude = \"*.go\"\n", "data.include"},
+		{"int for bool", "[parallelism]\nfsdp = 1\n", "parallelism.fsdp"},
+		{"int for string", "[run]\nname = 7\n", "run.name"},
+		{"negative seed", "[run]\nseed = -1\n", "run.seed = -1"},
+		{"malformed TOML", "[training\nsteps = 3\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeConfig(t, tt.text)
+			_, err := LoadConfig(path, nil)
+			wantErr(t, err, path+":", tt.key) // path:line: key: ...
+		})
+	}
+}
+
+func TestConfigMissingFile(t *testing.T) {
+	_, err := LoadConfig(filepath.Join(t.TempDir(), "absent.toml"), nil)
+	wantErr(t, err, "absent.toml")
+}
+
+func TestValidateInvalid(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(c *Config)
+		want   []string
+	}{
+		{"model heads", func(c *Config) { c.Model.NHeads = 3 }, []string{"model.n_heads"}},
+		{"model kv heads", func(c *Config) { c.Model.NKVHeads = 3 }, []string{"model.n_heads = 4 is not a multiple of model.n_kv_heads = 3"}},
+		{"data format", func(c *Config) { c.Data.Format = "parquet" }, []string{"data.format", `"parquet"`, "text, jsonl, c4, tokens"}},
+		{"lr schedule", func(c *Config) { c.Training.LRSchedule = "cosin" }, []string{"training.lr_schedule", `did you mean "cosine"?`}},
+		{"mixed precision", func(c *Config) { c.Training.MixedPrecision = "fp8" }, []string{"training.mixed_precision", "fp32, bf16, fp16"}},
+		{"backend", func(c *Config) { c.Parallelism.Backend = "gloo" }, []string{"parallelism.backend", "inproc, mpi, nccl"}},
+		{"attention", func(c *Config) { c.Parallelism.Attention = "flash" }, []string{"parallelism.attention", "distflash, ring, zigzag, burst, ulysses, attn2d"}},
+		{"activation", func(c *Config) { c.Checkpoint.Activation = "full" }, []string{"checkpoint.activation", "none, layer, attn_output"}},
+		{"device", func(c *Config) { c.Device.Kind = "tpu" }, []string{"device.kind", "cpu, cuda"}},
+		{"seq_len", func(c *Config) { c.Data.SeqLen = 0 }, []string{"data.seq_len = 0"}},
+		{"batch_size", func(c *Config) { c.Data.BatchSize = -1 }, []string{"data.batch_size = -1"}},
+		{"steps", func(c *Config) { c.Training.Steps = 0 }, []string{"training.steps = 0"}},
+		{"grad_accum_steps", func(c *Config) { c.Training.GradAccumSteps = 0 }, []string{"training.grad_accum_steps = 0"}},
+		{"world_size", func(c *Config) { c.Parallelism.WorldSize = 0 }, []string{"parallelism.world_size = 0"}},
+		{"sequence_parallel_degree", func(c *Config) { c.Parallelism.SequenceParallelDegree = 0 }, []string{"parallelism.sequence_parallel_degree = 0"}},
+		{"world not multiple of sp", func(c *Config) { c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 6, 4 },
+			[]string{"parallelism.world_size = 6", "parallelism.sequence_parallel_degree = 4"}},
+		{"lr zero", func(c *Config) { c.Training.LR = 0 }, []string{"training.lr = 0"}},
+		{"min_lr above lr", func(c *Config) { c.Training.MinLR = 1 }, []string{"training.min_lr = 1"}},
+		{"min_lr negative", func(c *Config) { c.Training.MinLR = -1e-4 }, []string{"training.min_lr"}},
+		{"beta1 one", func(c *Config) { c.Training.Beta1 = 1 }, []string{"training.beta1 = 1"}},
+		{"beta2 negative", func(c *Config) { c.Training.Beta2 = -0.1 }, []string{"training.beta2"}},
+		{"eps zero", func(c *Config) { c.Training.Eps = 0 }, []string{"training.eps = 0"}},
+		{"weight_decay negative", func(c *Config) { c.Training.WeightDecay = -0.1 }, []string{"training.weight_decay"}},
+		{"grad_clip negative", func(c *Config) { c.Training.GradClip = -1 }, []string{"training.grad_clip"}},
+		{"warmup negative", func(c *Config) { c.Training.WarmupSteps = -1 }, []string{"training.warmup_steps = -1"}},
+		{"seq_len above max", func(c *Config) { c.Data.SeqLen = 4096 }, []string{"data.seq_len = 4096", "model.max_seq_len = 2048"}},
+		{"byte tokenizer vocab", func(c *Config) { c.Model.VocabSize = 100 }, []string{"model.vocab_size = 100", `data.tokenizer = "byte"`, ">= 256"}},
+		{"keep", func(c *Config) { c.Checkpoint.Keep = 0 }, []string{"checkpoint.keep = 0"}},
+		{"compression low", func(c *Config) { c.Checkpoint.CompressionLevel = 0 }, []string{"checkpoint.compression_level = 0", "zstd", "1..22"}},
+		{"compression high", func(c *Config) { c.Checkpoint.CompressionLevel = 23 }, []string{"checkpoint.compression_level = 23"}},
+		{"run name path", func(c *Config) { c.Run.Name = "../x" }, []string{"run.name"}},
+		{"include pattern", func(c *Config) { c.Data.Include = []string{"[*.go"} }, []string{"data.include"}},
+		{"eval seq_len", func(c *Config) { c.Eval.SeqLen = 1 << 20 }, []string{"eval.seq_len"}},
+		{"two problems", func(c *Config) { c.Training.Steps, c.Device.Kind = 0, "gpu" }, []string{"training.steps", "device.kind"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Path = "configs/x.toml"
+			tt.modify(&c)
+			err := c.Validate()
+			wantErr(t, err, tt.want...)
+			if err != nil && !strings.HasPrefix(err.Error(), "configs/x.toml: ") {
+				t.Errorf("error %q does not start with the config's path", err)
+			}
+		})
+	}
+}
+
+func TestValidateWithoutPath(t *testing.T) {
+	c := DefaultConfig()
+	c.Training.Steps = 0
+	err := c.Validate()
+	wantErr(t, err, "training.steps")
+	if err != nil && !strings.HasPrefix(err.Error(), "training.steps") {
+		t.Errorf("error %q: want it to start with the key when there is no path", err)
+	}
+}
+
+func TestOverride(t *testing.T) {
+	tests := []struct {
+		name  string
+		sets  []string
+		check func(c Config) bool
+	}{
+		{"int", []string{"training.steps=20"}, func(c Config) bool { return c.Training.Steps == 20 }},
+		{"float", []string{"training.lr=3e-4"}, func(c Config) bool { return c.Training.LR == 3e-4 }},
+		{"int for float", []string{"training.grad_clip=2"}, func(c Config) bool { return c.Training.GradClip == 2 }},
+		{"bool", []string{"parallelism.fsdp=true"}, func(c Config) bool { return c.Parallelism.FSDP }},
+		{"bare string", []string{"run.name=foo"}, func(c Config) bool { return c.Run.Name == "foo" }},
+		{"quoted string", []string{`run.name="foo bar"`}, func(c Config) bool { return c.Run.Name == "foo bar" }},
+		{"number as string", []string{"run.name=123"}, func(c Config) bool { return c.Run.Name == "123" }},
+		{"bare path", []string{"data.train=/tmp/some dir/x.txt"}, func(c Config) bool { return c.Data.Train == "/tmp/some dir/x.txt" }},
+		{"bare enum", []string{"checkpoint.activation=attn_output"}, func(c Config) bool { return c.Checkpoint.Activation == "attn_output" }},
+		{"empty string", []string{"data.eval="}, func(c Config) bool { return c.Data.Eval == "" }},
+		{"array", []string{`data.include=["*.go","*.md"]`}, func(c Config) bool {
+			return reflect.DeepEqual(c.Data.Include, []string{"*.go", "*.md"})
+		}},
+		{"model key", []string{"model.n_kv_heads=4"}, func(c Config) bool { return c.Model.NKVHeads == 4 }},
+		{"spaces", []string{" training.steps = 7 "}, func(c Config) bool { return c.Training.Steps == 7 }},
+		{"in order", []string{"training.steps=5", "training.steps=6"}, func(c Config) bool { return c.Training.Steps == 6 }},
+		{"others untouched", []string{"training.steps=5"}, func(c Config) bool { return c.Training.LR == 3e-3 && c.Run.Name == "tiny" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := LoadConfig("configs/tiny.toml", tt.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(cfg) {
+				t.Errorf("--set %q gave %+v", tt.sets, cfg)
+			}
+		})
+	}
+}
+
+func TestOverrideErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		set  string
+		want []string
+	}{
+		{"unknown key", "training.stepz=20", []string{"--set training.stepz=20", "unknown key training.stepz", "did you mean training.steps?"}},
+		{"unknown section", "trainig.steps=20", []string{"trainig", "did you mean training?"}},
+		{"no equals", "noequals", []string{`"noequals"`, "section.key=value"}},
+		{"no section", "steps=20", []string{"steps=20", "section.key"}},
+		{"bad key", "training.st eps=20", []string{"section.key"}},
+		{"wrong type", "training.steps=abc", []string{"--set training.steps=abc", "training.steps"}},
+		{"float for int", "data.seq_len=1.5", []string{"data.seq_len"}},
+		{"bare string for array", "data.include=*.go", []string{"data.include"}},
+		{"second key smuggled", "training.steps=20\nlr = 5", []string{"training.steps"}},
+		{"invalid value", "training.steps=0", []string{"training.steps = 0"}},
+		{"invalid enum", "device.kind=gpu", []string{"device.kind", `"gpu"`}},
+		{"negative seed", "run.seed=-1", []string{"run.seed = -1"}},
+		{"newline shown quoted", "training.stepz=1\n", []string{`--set "training.stepz=1\n"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LoadConfig("configs/tiny.toml", []string{tt.set})
+			wantErr(t, err, tt.want...)
+		})
+	}
+}
+
+// TestOverrideDoesNotAlias checks that Set leaves copies of the config alone.
+func TestOverrideDoesNotAlias(t *testing.T) {
+	a := DefaultConfig()
+	b := a
+	if err := b.Set(`data.include=["x"]`); err != nil {
+		t.Fatal(err)
+	}
+	if a.Data.Include[0] != "*.go" || b.Data.Include[0] != "x" {
+		t.Errorf("include: a %q, b %q; want a untouched", a.Data.Include, b.Data.Include)
+	}
+	if err := b.Set("training.steps=oops"); err == nil || b.Training.Steps != a.Training.Steps {
+		t.Errorf("a failed Set changed the config (err %v, steps %d)", err, b.Training.Steps)
+	}
+}
+
+func TestConfigRequirements(t *testing.T) {
+	tests := []struct {
+		path string
+		sets []string
+		want []string // substrings, each in some requirement; nil = no requirements
+	}{
+		{"configs/tiny.toml", nil, nil},
+		{"configs/tiny.toml", []string{"checkpoint.activation=attn_output", "training.lr_schedule=linear"}, nil},
+		{"configs/llama7b-512k.toml", nil, []string{"parallelism.world_size = 16 needs 16 ranks", `"nccl"`,
+			`device.kind = "cuda" needs a build with -tags cuda`, `training.mixed_precision = "bf16"`,
+			`data.format = "c4"`, "parallelism.fsdp", "6.74B parameters", "100.4 GiB", "6.3 GiB per rank"}},
+		{"configs/tiny-sp4.toml", nil, []string{"parallelism.world_size = 4 needs 4 ranks"}},
+		{"configs/tiny.toml", []string{"training.mixed_precision=fp16"}, []string{`training.mixed_precision = "fp16"`}},
+		{"configs/tiny.toml", []string{"parallelism.backend=mpi"}, []string{`parallelism.backend = "mpi"`}},
+		{"configs/tiny.toml", []string{"eval.interval=50", "checkpoint.interval=100"}, []string{"eval.interval = 50", "checkpoint.interval = 100"}},
+	}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.path)+strings.Join(tt.sets, ","), func(t *testing.T) {
+			cfg, err := LoadConfig(tt.path, tt.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reqs := cfg.Requirements()
+			if tt.want == nil && len(reqs) != 0 {
+				t.Errorf("Requirements = %q, want none", reqs)
+			}
+			all := strings.Join(reqs, "\n")
+			for _, w := range tt.want {
+				if !strings.Contains(all, w) {
+					t.Errorf("Requirements do not mention %q:\n%s", w, all)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigSummary(t *testing.T) {
+	tests := []struct {
+		path string
+		want []string
+	}{
+		{"configs/tiny.toml", []string{"tiny:", "804.0K params", "1024 tokens/step", "world 1 (inproc)", "head_dim 32"}},
+		{"configs/tiny-sp4.toml", []string{"1024 tokens/step", "world 4", "sequence parallel 4", "distflash"}},
+		{"configs/llama7b-512k.toml", []string{"6.74B params", "524.3K tokens/step", "world 16 (nccl", "fsdp"}},
+	}
+	for _, tt := range tests {
+		t.Run(filepath.Base(tt.path), func(t *testing.T) {
+			cfg, err := LoadConfig(tt.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := cfg.Summary()
+			for _, w := range tt.want {
+				if !strings.Contains(s, w) {
+					t.Errorf("Summary %q does not contain %q", s, w)
+				}
+			}
+		})
+	}
+}
+
+func TestConfigTokensPerStep(t *testing.T) {
+	c := DefaultConfig()
+	c.Data.BatchSize, c.Data.SeqLen, c.Training.GradAccumSteps = 2, 64, 3
+	c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 8, 2 // 4 data-parallel replicas
+	if got, want := c.TokensPerStep(), int64(2*64*3*4); got != want {
+		t.Errorf("TokensPerStep = %d, want %d", got, want)
+	}
+}

@@ -1,0 +1,22 @@
+// Package data turns text on disk into batches of token ids for training.
+//
+// The path from disk to batch has four steps:
+//
+//   - [ExpandPath] resolves a configured path: $GOROOT (so the default corpus, the Go
+//     toolchain's own sources, exists on any machine that can build distflash), other
+//     environment variables and a leading ~/.
+//   - [LoadTokens] reads a [Source] (a file, a directory walked recursively, or a glob),
+//     chooses and orders its files from a seed, and tokenizes them into one stream with a
+//     newline between documents.
+//   - A [Tokenizer] maps bytes to token ids and back; [ByteTokenizer] (one token per byte,
+//     vocabulary 256) is the one this version has, chosen by name with [NewTokenizer].
+//   - A [Loader] packs the stream into windows of seqLen+1 tokens, visits them in a seeded
+//     permutation per epoch and yields [Batch] values of inputs and next-token targets. Its
+//     position is a small [LoaderState] that restores exactly, without replaying history.
+//
+// [Split] holds the tail of a stream out for evaluation.
+//
+// Everything random here (which files are read, the order of windows) comes from a small
+// generator this package owns (SplitMix64), so a seed gives the same data on every platform
+// and with every Go release.
+package data

@@ -1,0 +1,155 @@
+// Package kernels holds the compute primitives of distflash behind one interface, Backend.
+//
+// The model, the optimizer and the distributed attention schedules call only Backend methods on
+// Buf values, so a CUDA implementation (build tag cuda) can stand beside the pure-Go CPU one
+// without any change above this package. Shapes are passed explicitly, as in the C trainers of
+// GPT-2: every buffer is a flat row-major float32 array and each method documents its layout.
+//
+// Conventions:
+//   - Activations are [tokens, width] row-major. Attention tensors are [tokens, heads, head_dim].
+//   - Backward methods accumulate (+=) into their gradient outputs unless documented otherwise,
+//     so a caller zeroes a gradient buffer once and lets several paths add into it.
+//   - Reductions accumulate in float64 over a fixed partition of the rows, so results are
+//     bit-reproducible run to run and independent of the number of threads.
+//
+// The attention primitive (DESIGN.md "one attention primitive"; papers/distflashattn.txt §3.1,
+// papers/ring-attention-explained.txt) is a block forward that folds one block of keys/values
+// into a running (o, m, l) with an online softmax, a merge of two partial results by their
+// log-sum-exp, a finish that normalises, and a block backward that uses the saved log-sum-exp
+// and D = rowsum(dO ∘ O). Masks come from global token positions (key j is visible to query i
+// iff qPos[i] >= kPos[j]), so contiguous, zig-zag, striped and cyclic layouts all use it.
+package kernels
+
+import "fmt"
+
+// Buf is a contiguous array of float32 elements owned by a Backend (host memory for the CPU
+// backend, device memory for an accelerator). Only the Backend that made a Buf may use it.
+type Buf interface {
+	// Len is the number of float32 elements.
+	Len() int
+}
+
+// AttnShape describes one attention block call: nq queries against nk keys.
+//
+// Layouts: q, o, dq, do are [NQ, Heads, HeadDim]; k, v, dk, dv are [NK, KVHeads, HeadDim];
+// m, l, lse and D are [Heads, NQ]. Query head h reads key/value head h / (Heads/KVHeads)
+// (grouped-query attention; KVHeads = Heads is multi-head, KVHeads = 1 multi-query).
+type AttnShape struct {
+	NQ, NK  int
+	Heads   int
+	KVHeads int
+	HeadDim int
+	Causal  bool    // mask keys whose position is greater than the query's
+	Scale   float32 // multiplies q·k; usually 1/sqrt(HeadDim)
+	QPos    []int32 // global position of each query, len NQ (used when Causal)
+	KPos    []int32 // global position of each key, len NK (used when Causal)
+}
+
+// Validate reports a shape that cannot be computed.
+func (s AttnShape) Validate() error {
+	switch {
+	case s.NQ < 0 || s.NK < 0:
+		return fmt.Errorf("kernels: attention with %d queries and %d keys", s.NQ, s.NK)
+	case s.Heads <= 0 || s.KVHeads <= 0 || s.Heads%s.KVHeads != 0:
+		return fmt.Errorf("kernels: attention heads %d / kv heads %d: heads must be a positive multiple of kv heads", s.Heads, s.KVHeads)
+	case s.HeadDim <= 0:
+		return fmt.Errorf("kernels: attention head_dim %d", s.HeadDim)
+	case s.Causal && (len(s.QPos) != s.NQ || len(s.KPos) != s.NK):
+		return fmt.Errorf("kernels: causal attention needs %d query and %d key positions, got %d and %d", s.NQ, s.NK, len(s.QPos), len(s.KPos))
+	}
+	return nil
+}
+
+// AttnState is a partial attention result over some of the keys: O is the output so far,
+// not yet divided by the softmax denominator ([NQ, Heads, HeadDim]); M is the running maximum
+// of the scaled scores and L the running sum of exp(score - M) (both [Heads, NQ]).
+// A fresh state has O = 0, M = -Inf, L = 0 (see Backend.AttnInit).
+type AttnState struct {
+	O, M, L Buf
+}
+
+// AdamWStep holds the hyper-parameters of one AdamW update (Loshchilov & Hutter, decoupled
+// weight decay) at step Step (1-based, for bias correction).
+type AdamWStep struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Step                               int64
+	GradScale                          float32 // gradients are multiplied by this before use (clipping, loss scale)
+}
+
+// Backend is the compute interface. A method panics on a programming error (mismatched
+// lengths): those are bugs in the caller, not conditions a user can fix.
+type Backend interface {
+	// Name identifies the backend ("cpu", "cuda").
+	Name() string
+	// Counters are the work counters of this backend.
+	Counters() *Counters
+
+	// Alloc returns a zeroed buffer of n elements.
+	Alloc(n int) Buf
+	// Slice returns the view [off, off+n) of b, sharing its memory.
+	Slice(b Buf, off, n int) Buf
+	// Upload copies host values into dst (len(src) == dst.Len()).
+	Upload(dst Buf, src []float32)
+	// Download copies src into host memory (len(dst) == src.Len()).
+	Download(dst []float32, src Buf)
+	// Zero sets every element of b to 0.
+	Zero(b Buf)
+	// Copy copies src into dst (equal lengths).
+	Copy(dst, src Buf)
+	// Add sets dst = a + b elementwise; dst may alias a or b.
+	Add(dst, a, b Buf)
+	// Scale multiplies every element of b by s.
+	Scale(b Buf, s float32)
+	// SumSquares returns Σ b², accumulated in float64.
+	SumSquares(b Buf) float64
+	// AllFinite reports whether no element of b is Inf or NaN.
+	AllFinite(b Buf) bool
+
+	// MatMul computes C = op(A)·op(B) + beta·C with C [m, n], op(A) [m, k], op(B) [k, n], all
+	// row-major and densely packed; op transposes when transA / transB is set (A is then
+	// stored [k, m], B [n, k]).
+	MatMul(c, a, b Buf, m, n, k int, transA, transB bool, beta float32)
+
+	// Embedding sets out[t] = table[ids[t]] (table [vocab, dim], out [len(ids), dim]).
+	Embedding(out, table Buf, ids []int32, dim int)
+	// EmbeddingBackward adds dout[t] into dtable[ids[t]].
+	EmbeddingBackward(dtable, dout Buf, ids []int32, dim int)
+	// RMSNorm sets out = x / sqrt(mean(x²) + eps) * w per row and stores the reciprocal
+	// root-mean-square of each row in rstd ([rows]). x, out [rows, dim], w [dim].
+	RMSNorm(out, rstd, x, w Buf, rows, dim int, eps float32)
+	// RMSNormBackward adds the gradients with respect to x and w into dx and dw.
+	RMSNormBackward(dx, dw, dout, x, w, rstd Buf, rows, dim int)
+	// RoPE rotates x ([len(pos), heads, headDim]) in place by the rotary embedding of each
+	// token's position, in the rotate-half convention of Hugging Face LLaMA: for i < headDim/2,
+	// (x_i, x_{i+headDim/2}) turns by the angle pos·theta^(-2i/headDim). With inverse set it
+	// turns by the opposite angle, which is the backward of the forward rotation.
+	RoPE(x Buf, pos []int32, heads, headDim int, theta float64, inverse bool)
+	// SwiGLU sets out = silu(gate) * up elementwise.
+	SwiGLU(out, gate, up Buf)
+	// SwiGLUBackward sets (overwrites) dgate and dup from dout.
+	SwiGLUBackward(dgate, dup, dout, gate, up Buf)
+	// CrossEntropy computes, per row of logits ([rows, vocab]), the loss -log softmax(row)[t]
+	// into losses ([rows]) for targets t = targets[row]; a negative target marks a row that is
+	// ignored (loss 0, gradient 0). When dlogits is not nil it is set (overwritten) to
+	// (softmax(row) - onehot(t)) * dscale; dlogits may be the same buffer as logits.
+	CrossEntropy(losses, dlogits, logits Buf, targets []int32, vocab int, dscale float32)
+
+	// AttnInit resets s to the empty partial result (O = 0, M = -Inf, L = 0).
+	AttnInit(s AttnState)
+	// AttnForward folds the keys/values k, v into the partial result s of queries q.
+	AttnForward(s AttnState, q, k, v Buf, shape AttnShape)
+	// AttnMerge folds the partial result src into dst (both over the same queries, disjoint keys).
+	AttnMerge(dst, src AttnState, nq, heads, headDim int)
+	// AttnFinish writes the normalised output o = s.O / s.L and lse = s.M + log(s.L); o may be
+	// s.O. A query that saw no key gets o = 0 and lse = -Inf.
+	AttnFinish(o, lse Buf, s AttnState, nq, heads, headDim int)
+	// AttnBackwardPrep sets D = rowsum(dO ∘ O) per head and query ([heads, nq]).
+	AttnBackwardPrep(d, o, do Buf, nq, heads, headDim int)
+	// AttnBackward adds the gradients of one block of keys into dq, dk, dv, given the queries'
+	// final lse and D (FlashAttention-2 backward: P is recomputed, nothing N×N is stored).
+	AttnBackward(dq, dk, dv, q, k, v, do, lse, d Buf, shape AttnShape)
+
+	// AdamW updates parameters p in place from gradients g and moments m, v. When decay is
+	// false the weight decay is not applied (norm weights).
+	AdamW(p, g, m, v Buf, hp AdamWStep, decay bool)
+}

@@ -1,0 +1,66 @@
+// Command distflash trains LLaMA-family models on long sequences: sequence-parallel
+// distributed FlashAttention, rematerialization-aware activation checkpointing, FSDP-style
+// sharding and mixed-precision AdamW, on a laptop CPU or a GPU cluster.
+//
+// Usage:
+//
+//	distflash train --config configs/tiny.toml [--set section.key=value ...]
+//
+// See README.md and ../shared/DESIGN.md for the configuration and the design.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+const usage = `distflash trains LLaMA-family models on long sequences.
+
+Usage:
+  distflash train --config FILE [--set section.key=value ...] [--progress=false]
+
+Commands:
+  train   train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)
+
+Run 'distflash COMMAND -h' for the flags of a command.
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "distflash:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// run dispatches a command line to its subcommand.
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "train":
+		return runTrain(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// setFlags collects repeated --set section.key=value overrides.
+type setFlags []string
+
+func (s *setFlags) String() string { return strings.Join(*s, ",") }
+
+func (s *setFlags) Set(v string) error {
+	*s = append(*s, v)
+	return nil
+}

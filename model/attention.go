@@ -1,0 +1,68 @@
+package model
+
+import (
+	"math"
+
+	"distflash/kernels"
+)
+
+// Heads is the head geometry of one attention call.
+type Heads struct {
+	N, KV, Dim int // query heads, key/value heads, head dimension
+}
+
+// Attention computes causal self-attention for the tokens one rank holds of one sequence.
+// The local implementation sees the whole sequence; the sequence-parallel schedules of
+// package parallel (DistFlashAttn, ring, zig-zag, Burst, Ulysses, Attention2D) implement the
+// same two calls by exchanging blocks with the other ranks.
+type Attention interface {
+	// Forward writes the normalised output o ([n, heads, dim]) and its log-sum-exp lse
+	// ([heads, n]) for the queries q against the keys and values of the whole sequence.
+	// q, k, v are this rank's n tokens at global positions pos.
+	Forward(o, lse, q, k, v kernels.Buf, pos []int32, h Heads)
+	// Backward adds the gradients of this rank's q, k and v into dq, dk, dv (zeroed by the
+	// caller), given the forward's o and lse and the output gradient do.
+	Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h Heads)
+}
+
+// LocalAttention is single-worker causal attention: one block of the attention primitive
+// over the whole sequence (internally tiled, so nothing N×N is materialised).
+type LocalAttention struct {
+	Backend kernels.Backend
+	st      kernels.AttnState
+	d       kernels.Buf
+}
+
+// NewLocalAttention returns single-worker attention on be.
+func NewLocalAttention(be kernels.Backend) *LocalAttention { return &LocalAttention{Backend: be} }
+
+func attnShape(n int, pos []int32, h Heads) kernels.AttnShape {
+	return kernels.AttnShape{NQ: n, NK: n, Heads: h.N, KVHeads: h.KV, HeadDim: h.Dim, Causal: true,
+		Scale: float32(1 / math.Sqrt(float64(h.Dim))), QPos: pos, KPos: pos}
+}
+
+func (a *LocalAttention) scratch(n int, h Heads) {
+	if a.st.O == nil || a.st.O.Len() != n*h.N*h.Dim || a.st.M.Len() != n*h.N {
+		be := a.Backend
+		a.st = kernels.AttnState{O: be.Alloc(n * h.N * h.Dim), M: be.Alloc(n * h.N), L: be.Alloc(n * h.N)}
+		a.d = be.Alloc(n * h.N)
+	}
+}
+
+// Forward implements Attention.
+func (a *LocalAttention) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h Heads) {
+	n := len(pos)
+	a.scratch(n, h)
+	be := a.Backend
+	be.AttnInit(a.st)
+	be.AttnForward(a.st, q, k, v, attnShape(n, pos, h))
+	be.AttnFinish(o, lse, a.st, n, h.N, h.Dim)
+}
+
+// Backward implements Attention.
+func (a *LocalAttention) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h Heads) {
+	n := len(pos)
+	a.scratch(n, h)
+	a.Backend.AttnBackwardPrep(a.d, o, do, n, h.N, h.Dim)
+	a.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, a.d, attnShape(n, pos, h))
+}

@@ -1,0 +1,79 @@
+package model
+
+import (
+	"fmt"
+	"math"
+)
+
+// Config is the shape of a LLaMA-family model: the [model] section of a run's TOML file.
+type Config struct {
+	Dim       int     `toml:"dim" json:"dim"`               // residual stream width
+	NLayers   int     `toml:"n_layers" json:"n_layers"`     // transformer blocks
+	NHeads    int     `toml:"n_heads" json:"n_heads"`       // query heads
+	NKVHeads  int     `toml:"n_kv_heads" json:"n_kv_heads"` // key/value heads; 0 means n_heads
+	HeadDim   int     `toml:"head_dim" json:"head_dim"`     // 0 means dim / n_heads
+	FFNDim    int     `toml:"ffn_dim" json:"ffn_dim"`       // SwiGLU hidden width
+	VocabSize int     `toml:"vocab_size" json:"vocab_size"` // embedding rows and logits
+	NormEps   float64 `toml:"norm_eps" json:"norm_eps"`     // RMSNorm epsilon
+	RopeTheta float64 `toml:"rope_theta" json:"rope_theta"` // RoPE base
+	MaxSeqLen int     `toml:"max_seq_len" json:"max_seq_len"`
+}
+
+// DefaultConfig is the tiny model that trains on a laptop CPU in a minute or two.
+func DefaultConfig() Config {
+	return Config{Dim: 128, NLayers: 4, NHeads: 4, NKVHeads: 2, FFNDim: 352, VocabSize: 256,
+		NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 2048}
+}
+
+// Resolve fills the derived fields (n_kv_heads, head_dim) and checks that the shape is a valid
+// LLaMA: every problem is reported with the key it concerns.
+func (c *Config) Resolve() error {
+	if c.NKVHeads == 0 {
+		c.NKVHeads = c.NHeads
+	}
+	if c.HeadDim == 0 && c.NHeads > 0 && c.Dim%c.NHeads == 0 {
+		c.HeadDim = c.Dim / c.NHeads
+	}
+	switch {
+	case c.Dim <= 0:
+		return fmt.Errorf("model.dim = %d: must be > 0", c.Dim)
+	case c.NLayers <= 0:
+		return fmt.Errorf("model.n_layers = %d: must be > 0", c.NLayers)
+	case c.NHeads <= 0:
+		return fmt.Errorf("model.n_heads = %d: must be > 0", c.NHeads)
+	case c.NKVHeads <= 0:
+		return fmt.Errorf("model.n_kv_heads = %d: must be > 0", c.NKVHeads)
+	case c.NHeads%c.NKVHeads != 0:
+		return fmt.Errorf("model.n_heads = %d is not a multiple of model.n_kv_heads = %d: each key/value head must serve a whole group of query heads", c.NHeads, c.NKVHeads)
+	case c.HeadDim <= 0:
+		return fmt.Errorf("model.head_dim is absent and model.dim = %d is not divisible by model.n_heads = %d", c.Dim, c.NHeads)
+	case c.HeadDim%2 != 0:
+		return fmt.Errorf("model.head_dim = %d: RoPE needs an even head dimension", c.HeadDim)
+	case c.NHeads*c.HeadDim != c.Dim:
+		return fmt.Errorf("model.dim = %d does not equal model.n_heads × model.head_dim = %d × %d = %d", c.Dim, c.NHeads, c.HeadDim, c.NHeads*c.HeadDim)
+	case c.FFNDim <= 0:
+		return fmt.Errorf("model.ffn_dim = %d: must be > 0", c.FFNDim)
+	case c.VocabSize <= 0:
+		return fmt.Errorf("model.vocab_size = %d: must be > 0", c.VocabSize)
+	case !(c.NormEps > 0) || math.IsInf(c.NormEps, 0):
+		return fmt.Errorf("model.norm_eps = %g: must be a positive number", c.NormEps)
+	case !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0):
+		return fmt.Errorf("model.rope_theta = %g: must be a number > 1", c.RopeTheta)
+	case c.MaxSeqLen <= 0:
+		return fmt.Errorf("model.max_seq_len = %d: must be > 0", c.MaxSeqLen)
+	}
+	return nil
+}
+
+// QDim is the width of the concatenated query heads, n_heads × head_dim.
+func (c Config) QDim() int { return c.NHeads * c.HeadDim }
+
+// KVDim is the width of the concatenated key (or value) heads, n_kv_heads × head_dim.
+func (c Config) KVDim() int { return c.NKVHeads * c.HeadDim }
+
+// NumParams is the number of scalar parameters, embeddings and head included.
+func (c Config) NumParams() int64 {
+	d, q, kv, f, v := int64(c.Dim), int64(c.QDim()), int64(c.KVDim()), int64(c.FFNDim), int64(c.VocabSize)
+	perLayer := 2*d + d*q + 2*d*kv + q*d + 3*d*f
+	return int64(c.NLayers)*perLayer + 2*v*d + d
+}

@@ -1,0 +1,364 @@
+// Package model is the LLaMA family of distflash: parameters in one flat buffer, and each
+// transformer block's forward and backward written out by hand, as in the C trainers of GPT-2,
+// with no autograd tape. What a block saves for its backward is one visible struct, LayerActs,
+// so where activations are checkpointed is a policy (Checkpoint), not a rewrite.
+//
+// The block (Touvron et al., LLaMA; Hugging Face LlamaDecoderLayer):
+//
+//	h   = x + Wo · attn(rope(Wq·n1), rope(Wk·n1), Wv·n1),   n1 = rmsnorm(x) ∘ w1
+//	out = h + Wdown · (silu(Wgate·n2) ∘ (Wup·n2)),           n2 = rmsnorm(h) ∘ w2
+//
+// followed, after the last block, by a final RMSNorm and the untied output head.
+package model
+
+import (
+	"fmt"
+
+	"distflash/kernels"
+)
+
+// Checkpoint is the activation checkpointing policy (papers/distflashattn.txt §3.3).
+type Checkpoint int
+
+const (
+	// CheckpointNone keeps every activation of every block: most memory, no recomputation.
+	CheckpointNone Checkpoint = iota
+	// CheckpointLayer keeps only each block's input (the HuggingFace / Megatron default);
+	// backward re-runs the whole block forward, attention included: 2L attention forwards a step.
+	CheckpointLayer
+	// CheckpointAttnOutput keeps each block's input and its attention output and log-sum-exp
+	// (the rematerialization-aware placement of DistFlashAttn §3.3, Fig. 3): backward recomputes
+	// the cheap projections, norms and MLP but never the attention forward: L attention forwards.
+	CheckpointAttnOutput
+)
+
+var checkpointNames = []string{"none", "layer", "attn_output"}
+
+// String returns the config name of the policy.
+func (c Checkpoint) String() string { return checkpointNames[c] }
+
+// ParseCheckpoint reads checkpoint.activation.
+func ParseCheckpoint(s string) (Checkpoint, error) {
+	for i, n := range checkpointNames {
+		if s == n {
+			return Checkpoint(i), nil
+		}
+	}
+	return 0, fmt.Errorf("checkpoint.activation = %q: want one of none, layer, attn_output", s)
+}
+
+// LayerActs is everything one block's backward reads, for the n tokens of a micro-batch.
+// Under CheckpointNone each block keeps a full LayerActs; under the other policies a block
+// keeps only the fields its policy names and the rest is recomputed into shared scratch.
+type LayerActs struct {
+	X       kernels.Buf // [n, dim] block input — kept by every policy
+	Norm1   kernels.Buf // [n, dim] rmsnorm(x) ∘ w1
+	Rstd1   kernels.Buf // [n] 1/rms of x
+	Q       kernels.Buf // [n, heads·hd] queries after RoPE
+	K       kernels.Buf // [n, kvheads·hd] keys after RoPE
+	V       kernels.Buf // [n, kvheads·hd]
+	AttnOut kernels.Buf // [n, heads·hd] normalised attention output — kept by attn_output
+	Lse     kernels.Buf // [batch, heads, T] log-sum-exp of each query's scores — kept by attn_output
+	H       kernels.Buf // [n, dim] x + Wo·attn
+	Norm2   kernels.Buf // [n, dim] rmsnorm(h) ∘ w2
+	Rstd2   kernels.Buf // [n]
+	Gate    kernels.Buf // [n, ffn] Wgate·n2
+	Up      kernels.Buf // [n, ffn] Wup·n2
+	Act     kernels.Buf // [n, ffn] silu(gate) ∘ up
+}
+
+// Stats are the model's own counts.
+type Stats struct {
+	AttnForwards int64 // attention forwards (one per block per forward or recompute pass)
+	Steps        int64 // ForwardBackward calls
+}
+
+// Model is a LLaMA with its parameters and gradients on one backend.
+type Model struct {
+	Cfg    Config
+	Policy Checkpoint
+	Layout Layout
+	Params Weights
+	Grads  Weights
+	Attn   Attention
+	Stats  Stats
+
+	be    kernels.Backend
+	batch int // sequences in the current micro-batch
+	seq   int // tokens per sequence on this rank
+	pos   []int32
+	acts  []LayerActs // per block, fields per policy
+	work  LayerActs   // recompute scratch (policies layer and attn_output)
+	view  LayerActs   // work with the kept fields of one block swapped in
+	xOut  kernels.Buf // [n, dim] last block's output
+	normF kernels.Buf // [n, dim] final norm output
+	rstdF kernels.Buf // [n]
+	logit kernels.Buf // [n, vocab]; holds dlogits after backward
+	loss  kernels.Buf // [n] per-token loss
+	grad  gradScratch
+}
+
+// gradScratch holds the backward's temporaries for one micro-batch.
+type gradScratch struct {
+	dx, dnorm, dh    kernels.Buf // [n, dim]
+	dq, dattn        kernels.Buf // [n, heads·hd]
+	dk, dv           kernels.Buf // [n, kvheads·hd]
+	dgate, dup, dact kernels.Buf // [n, ffn]
+	hostLoss         []float32
+}
+
+// New returns a model with zero parameters and gradients on be (fill Params with Load or
+// InitParams). cfg must be resolved (Config.Resolve).
+func New(cfg Config, policy Checkpoint, be kernels.Backend) *Model {
+	layout := NewLayout(cfg)
+	m := &Model{Cfg: cfg, Policy: policy, Layout: layout, be: be, Attn: NewLocalAttention(be)}
+	m.Params = NewWeights(be, layout, cfg.NLayers, be.Alloc(layout.Size))
+	m.Grads = NewWeights(be, layout, cfg.NLayers, be.Alloc(layout.Size))
+	return m
+}
+
+// Backend returns the backend the model computes on.
+func (m *Model) Backend() kernels.Backend { return m.be }
+
+// LoadParams copies host values (in Layout order) into the parameters.
+func (m *Model) LoadParams(host []float32) { m.be.Upload(m.Params.Flat, host) }
+
+// ZeroGrads clears the gradient buffer.
+func (m *Model) ZeroGrads() { m.be.Zero(m.Grads.Flat) }
+
+// Logits returns the logits of the last Forward ([batch·T, vocab]); after ForwardBackward the
+// buffer holds the gradient of the loss with respect to them instead.
+func (m *Model) Logits() kernels.Buf { return m.logit }
+
+// heads is the attention geometry of the model.
+func (m *Model) heads() Heads {
+	return Heads{N: m.Cfg.NHeads, KV: m.Cfg.NKVHeads, Dim: m.Cfg.HeadDim}
+}
+
+// full allocates a complete LayerActs for n tokens in B sequences.
+func (m *Model) full(n, B int) LayerActs {
+	be, c := m.be, m.Cfg
+	return LayerActs{
+		X: be.Alloc(n * c.Dim), Norm1: be.Alloc(n * c.Dim), Rstd1: be.Alloc(n),
+		Q: be.Alloc(n * c.QDim()), K: be.Alloc(n * c.KVDim()), V: be.Alloc(n * c.KVDim()),
+		AttnOut: be.Alloc(n * c.QDim()), Lse: be.Alloc(n * c.NHeads),
+		H: be.Alloc(n * c.Dim), Norm2: be.Alloc(n * c.Dim), Rstd2: be.Alloc(n),
+		Gate: be.Alloc(n * c.FFNDim), Up: be.Alloc(n * c.FFNDim), Act: be.Alloc(n * c.FFNDim),
+	}
+}
+
+// ensure sizes the activation and scratch buffers for B sequences of T tokens at positions pos.
+func (m *Model) ensure(B, T int, pos []int32) {
+	if len(pos) != T {
+		panic(fmt.Sprintf("model: %d positions for sequences of %d tokens", len(pos), T))
+	}
+	m.pos = pos
+	if m.batch == B && m.seq == T {
+		return
+	}
+	m.batch, m.seq = B, T
+	n, be, c := B*T, m.be, m.Cfg
+	m.acts = make([]LayerActs, c.NLayers)
+	for l := range m.acts {
+		switch m.Policy {
+		case CheckpointNone:
+			m.acts[l] = m.full(n, B)
+		case CheckpointLayer:
+			m.acts[l] = LayerActs{X: be.Alloc(n * c.Dim)}
+		case CheckpointAttnOutput:
+			m.acts[l] = LayerActs{X: be.Alloc(n * c.Dim), AttnOut: be.Alloc(n * c.QDim()), Lse: be.Alloc(n * c.NHeads)}
+		}
+	}
+	if m.Policy != CheckpointNone {
+		m.work = m.full(n, B)
+	}
+	m.xOut, m.normF, m.rstdF = be.Alloc(n*c.Dim), be.Alloc(n*c.Dim), be.Alloc(n)
+	m.logit, m.loss = be.Alloc(n*c.VocabSize), be.Alloc(n)
+	m.grad = gradScratch{
+		dx: be.Alloc(n * c.Dim), dnorm: be.Alloc(n * c.Dim), dh: be.Alloc(n * c.Dim),
+		dq: be.Alloc(n * c.QDim()), dattn: be.Alloc(n * c.QDim()),
+		dk: be.Alloc(n * c.KVDim()), dv: be.Alloc(n * c.KVDim()),
+		dgate: be.Alloc(n * c.FFNDim), dup: be.Alloc(n * c.FFNDim), dact: be.Alloc(n * c.FFNDim),
+		hostLoss: make([]float32, n),
+	}
+}
+
+// linear computes y = x·Wᵀ for x [n, in], W [out, in].
+func (m *Model) linear(y, x, w kernels.Buf, n, out, in int) {
+	m.be.MatMul(y, x, w, n, out, in, false, true, 0)
+}
+
+// linearBackward adds dW += dyᵀ·x and sets (beta 0) or adds (beta 1) dx = dy·W.
+func (m *Model) linearBackward(dx, dw, dy, x, w kernels.Buf, n, out, in int, beta float32) {
+	m.be.MatMul(dw, dy, x, out, in, n, true, false, 1)
+	m.be.MatMul(dx, dy, w, n, in, out, false, false, beta)
+}
+
+// seqSlice returns sequence b's rows of a [B·T, width] buffer.
+func (m *Model) seqSlice(buf kernels.Buf, b, width int) kernels.Buf {
+	return m.be.Slice(buf, b*m.seq*width, m.seq*width)
+}
+
+// blockForward runs block l on a.X. It fills every field of a; when attn is false it takes
+// a.AttnOut and a.Lse as already computed (the attn_output checkpoint) and skips the
+// attention. When out is not nil the block's output x + h-path is written there.
+func (m *Model) blockForward(l int, a *LayerActs, out kernels.Buf, attn bool) {
+	be, c, w := m.be, m.Cfg, m.Params.Layers[l]
+	n, D, Q, KV, F := m.batch*m.seq, c.Dim, c.QDim(), c.KVDim(), c.FFNDim
+	eps := float32(c.NormEps)
+	be.RMSNorm(a.Norm1, a.Rstd1, a.X, w.AttnNorm, n, D, eps)
+	m.linear(a.Q, a.Norm1, w.Wq, n, Q, D)
+	m.linear(a.K, a.Norm1, w.Wk, n, KV, D)
+	m.linear(a.V, a.Norm1, w.Wv, n, KV, D)
+	for b := 0; b < m.batch; b++ {
+		be.RoPE(m.seqSlice(a.Q, b, Q), m.pos, c.NHeads, c.HeadDim, c.RopeTheta, false)
+		be.RoPE(m.seqSlice(a.K, b, KV), m.pos, c.NKVHeads, c.HeadDim, c.RopeTheta, false)
+	}
+	if attn {
+		m.Stats.AttnForwards++
+		for b := 0; b < m.batch; b++ {
+			m.Attn.Forward(m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads),
+				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.pos, m.heads())
+		}
+	}
+	m.linear(a.H, a.AttnOut, w.Wo, n, D, Q)
+	be.Add(a.H, a.H, a.X)
+	be.RMSNorm(a.Norm2, a.Rstd2, a.H, w.FFNNorm, n, D, eps)
+	m.linear(a.Gate, a.Norm2, w.Gate, n, F, D)
+	m.linear(a.Up, a.Norm2, w.Up, n, F, D)
+	be.SwiGLU(a.Act, a.Gate, a.Up)
+	if out != nil {
+		m.linear(out, a.Act, w.Down, n, D, F)
+		be.Add(out, out, a.H)
+	}
+}
+
+// layerActs returns a complete LayerActs for block l: the block's own under CheckpointNone,
+// otherwise the shared scratch with the fields the policy keeps pointing at block l's buffers.
+func (m *Model) layerActs(l int) *LayerActs {
+	if m.Policy == CheckpointNone {
+		return &m.acts[l]
+	}
+	kept := &m.acts[l]
+	m.view = m.work
+	m.view.X = kept.X
+	if kept.AttnOut != nil {
+		m.view.AttnOut, m.view.Lse = kept.AttnOut, kept.Lse
+	}
+	return &m.view
+}
+
+// restore returns the complete activations of block l for its backward, recomputing what the
+// policy did not keep: everything under CheckpointLayer (attention forward included), all but
+// the attention under CheckpointAttnOutput. Recomputation runs the same kernels on the same
+// inputs, so it is bit-identical to what the forward computed.
+func (m *Model) restore(l int) *LayerActs {
+	a := m.layerActs(l)
+	if m.Policy != CheckpointNone {
+		m.blockForward(l, a, nil, m.Policy == CheckpointLayer)
+	}
+	return a
+}
+
+// blockBackward turns dx, the gradient with respect to block l's output, into the gradient
+// with respect to its input, adding the parameter gradients into m.Grads on the way.
+func (m *Model) blockBackward(l int, a *LayerActs, dx kernels.Buf) {
+	be, c, w, g, s := m.be, m.Cfg, m.Params.Layers[l], m.Grads.Layers[l], &m.grad
+	n, D, Q, KV, F := m.batch*m.seq, c.Dim, c.QDim(), c.KVDim(), c.FFNDim
+	// out = h + Wdown·act: dh = dout (dx already holds it), dact = dout·Wdown
+	m.linearBackward(s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0)
+	be.SwiGLUBackward(s.dgate, s.dup, s.dact, a.Gate, a.Up)
+	m.linearBackward(s.dnorm, g.Gate, s.dgate, a.Norm2, w.Gate, n, F, D, 0)
+	m.linearBackward(s.dnorm, g.Up, s.dup, a.Norm2, w.Up, n, F, D, 1)
+	be.RMSNormBackward(dx, g.FFNNorm, s.dnorm, a.H, w.FFNNorm, a.Rstd2, n, D) // dx = dh
+	// h = x + Wo·attn: dx = dh, dattn = dh·Wo
+	m.linearBackward(s.dattn, g.Wo, dx, a.AttnOut, w.Wo, n, D, Q, 0)
+	be.Zero(s.dq)
+	be.Zero(s.dk)
+	be.Zero(s.dv)
+	for b := 0; b < m.batch; b++ {
+		m.Attn.Backward(m.seqSlice(s.dq, b, Q), m.seqSlice(s.dk, b, KV), m.seqSlice(s.dv, b, KV),
+			m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV),
+			m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads), m.seqSlice(s.dattn, b, Q),
+			m.pos, m.heads())
+		be.RoPE(m.seqSlice(s.dq, b, Q), m.pos, c.NHeads, c.HeadDim, c.RopeTheta, true)
+		be.RoPE(m.seqSlice(s.dk, b, KV), m.pos, c.NKVHeads, c.HeadDim, c.RopeTheta, true)
+	}
+	m.linearBackward(s.dnorm, g.Wq, s.dq, a.Norm1, w.Wq, n, Q, D, 0)
+	m.linearBackward(s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1)
+	m.linearBackward(s.dnorm, g.Wv, s.dv, a.Norm1, w.Wv, n, KV, D, 1)
+	be.RMSNormBackward(dx, g.AttnNorm, s.dnorm, a.X, w.AttnNorm, a.Rstd1, n, D)
+}
+
+// Positions returns 0..T-1, the positions of an unsharded sequence.
+func Positions(T int) []int32 {
+	p := make([]int32, T)
+	for i := range p {
+		p[i] = int32(i)
+	}
+	return p
+}
+
+// forward runs embedding, blocks, final norm, head and the per-token loss for B sequences of
+// len(pos) tokens. When dscale is not zero the logits buffer is overwritten by dscale·dloss/dlogits.
+func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32) (lossSum float64, count int) {
+	T := len(pos)
+	if len(ids) != B*T || len(targets) != B*T {
+		panic(fmt.Sprintf("model: %d ids and %d targets for %d×%d tokens", len(ids), len(targets), B, T))
+	}
+	m.ensure(B, T, pos)
+	be, c := m.be, m.Cfg
+	n := B * T
+	be.Embedding(m.acts[0].X, m.Params.Embed, ids, c.Dim)
+	for l := 0; l < c.NLayers; l++ {
+		out := m.xOut
+		if l+1 < c.NLayers {
+			out = m.acts[l+1].X
+		}
+		m.blockForward(l, m.layerActs(l), out, true)
+	}
+	be.RMSNorm(m.normF, m.rstdF, m.xOut, m.Params.Norm, n, c.Dim, float32(c.NormEps))
+	m.linear(m.logit, m.normF, m.Params.Head, n, c.VocabSize, c.Dim)
+	var dl kernels.Buf
+	if dscale != 0 {
+		dl = m.logit
+	}
+	be.CrossEntropy(m.loss, dl, m.logit, targets, c.VocabSize, dscale)
+	be.Download(m.grad.hostLoss, m.loss)
+	for i, t := range targets {
+		if t >= 0 {
+			lossSum += float64(m.grad.hostLoss[i])
+			count++
+		}
+	}
+	return lossSum, count
+}
+
+// Forward computes the logits (see Logits) and returns the summed loss over the targets that
+// are not negative, and how many there are. pos are the global positions of the T tokens of
+// each sequence (Positions(T) for a whole sequence).
+func (m *Model) Forward(ids, targets []int32, B int, pos []int32) (lossSum float64, count int) {
+	return m.forward(ids, targets, B, pos, 0)
+}
+
+// ForwardBackward runs forward and backward for B sequences and adds dscale·∂(Σ loss)/∂θ into
+// Grads. The caller picks dscale: 1/(tokens in the global batch) gives the mean loss's
+// gradient however the batch is split over micro-batches and ranks.
+func (m *Model) ForwardBackward(ids, targets []int32, B int, pos []int32, dscale float32) (lossSum float64, count int) {
+	if dscale == 0 {
+		panic("model: ForwardBackward with dscale 0")
+	}
+	lossSum, count = m.forward(ids, targets, B, pos, dscale)
+	be, c, s := m.be, m.Cfg, &m.grad
+	n := B * len(pos)
+	// logits = normF·Headᵀ
+	m.linearBackward(s.dnorm, m.Grads.Head, m.logit, m.normF, m.Params.Head, n, c.VocabSize, c.Dim, 0)
+	be.Zero(s.dx)
+	be.RMSNormBackward(s.dx, m.Grads.Norm, s.dnorm, m.xOut, m.Params.Norm, m.rstdF, n, c.Dim)
+	for l := c.NLayers - 1; l >= 0; l-- {
+		m.blockBackward(l, m.restore(l), s.dx)
+	}
+	be.EmbeddingBackward(m.Grads.Embed, s.dx, ids, c.Dim)
+	m.Stats.Steps++
+	return lossSum, count
+}

@@ -1,0 +1,173 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"distflash/kernels"
+)
+
+func testConfigs() map[string]Config {
+	return map[string]Config{
+		"mha": {Dim: 32, NLayers: 2, NHeads: 4, NKVHeads: 4, FFNDim: 48, VocabSize: 37, NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 64},
+		"gqa": {Dim: 48, NLayers: 3, NHeads: 6, NKVHeads: 2, FFNDim: 40, VocabSize: 29, NormEps: 1e-6, RopeTheta: 500000, MaxSeqLen: 64},
+		"h33": {Dim: 132, NLayers: 2, NHeads: 33, NKVHeads: 11, FFNDim: 24, VocabSize: 19, NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 64},
+		"h1":  {Dim: 16, NLayers: 2, NHeads: 1, NKVHeads: 1, FFNDim: 24, VocabSize: 23, NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 64},
+	}
+}
+
+func randomTokens(r *rand.Rand, n, vocab int) []int32 {
+	t := make([]int32, n)
+	for i := range t {
+		t[i] = int32(r.IntN(vocab))
+	}
+	return t
+}
+
+// runPolicy trains one step's worth of gradients under policy and returns loss, gradients and
+// the number of attention forwards.
+func runPolicy(t *testing.T, cfg Config, policy Checkpoint, B, T int) (float64, []float32, int64) {
+	t.Helper()
+	if err := cfg.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	m := New(cfg, policy, kernels.NewCPU())
+	m.LoadParams(perturbedInit(cfg, m.Layout))
+	r := rand.New(rand.NewPCG(5, 6))
+	ids, tg := randomTokens(r, B*T, cfg.VocabSize), randomTokens(r, B*T, cfg.VocabSize)
+	m.ZeroGrads()
+	loss, n := m.ForwardBackward(ids, tg, B, Positions(T), float32(1/float64(B*T)))
+	if n != B*T {
+		t.Fatalf("counted %d targets, want %d", n, B*T)
+	}
+	return loss, slices.Clone(kernels.Host(m.Grads.Flat)), m.Stats.AttnForwards
+}
+
+// perturbedInit is InitParams with norm weights moved off 1, so that every gradient path is
+// exercised.
+func perturbedInit(cfg Config, l Layout) []float32 {
+	p := InitParams(cfg, l, 42)
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, t := range l.Tensors {
+		if len(t.Shape) == 1 {
+			for i := t.Off; i < t.Off+t.Size(); i++ {
+				p[i] = 1 + float32(0.1*r.NormFloat64())
+			}
+		}
+	}
+	return p
+}
+
+// TestCheckpointPoliciesBitIdentical: none, layer and attn_output give the same loss and the
+// same gradients bit for bit, with L, 2L and L attention forwards per step
+// (papers/distflashattn.txt §3.3, Table 5).
+func TestCheckpointPoliciesBitIdentical(t *testing.T) {
+	for name, cfg := range testConfigs() {
+		t.Run(name, func(t *testing.T) {
+			B, T := 2, 19
+			wantFwd := map[Checkpoint]int64{CheckpointNone: int64(cfg.NLayers), CheckpointLayer: 2 * int64(cfg.NLayers), CheckpointAttnOutput: int64(cfg.NLayers)}
+			loss0, grad0, _ := runPolicy(t, cfg, CheckpointNone, B, T)
+			for _, p := range []Checkpoint{CheckpointNone, CheckpointLayer, CheckpointAttnOutput} {
+				loss, grad, fwd := runPolicy(t, cfg, p, B, T)
+				if math.Float64bits(loss) != math.Float64bits(loss0) {
+					t.Errorf("%v: loss %v, none gives %v", p, loss, loss0)
+				}
+				for i := range grad {
+					if math.Float32bits(grad[i]) != math.Float32bits(grad0[i]) {
+						t.Fatalf("%v: gradient %d = %v, none gives %v", p, i, grad[i], grad0[i])
+					}
+				}
+				if fwd != wantFwd[p] {
+					t.Errorf("%v: %d attention forwards per step, want %d", p, fwd, wantFwd[p])
+				}
+			}
+		})
+	}
+}
+
+// TestGradientsMatchFiniteDifferences checks a sample of parameter gradients of the whole model
+// against central differences of the loss, independently of the PyTorch vectors.
+func TestGradientsMatchFiniteDifferences(t *testing.T) {
+	cfg := testConfigs()["gqa"]
+	if err := cfg.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	B, T := 1, 9
+	m := New(cfg, CheckpointAttnOutput, kernels.NewCPU())
+	p := perturbedInit(cfg, m.Layout)
+	m.LoadParams(p)
+	r := rand.New(rand.NewPCG(8, 9))
+	ids, tg := randomTokens(r, B*T, cfg.VocabSize), randomTokens(r, B*T, cfg.VocabSize)
+	m.ZeroGrads()
+	m.ForwardBackward(ids, tg, B, Positions(T), 1)
+	grad := slices.Clone(kernels.Host(m.Grads.Flat))
+	lossAt := func(q []float32) float64 {
+		m.LoadParams(q)
+		l, _ := m.Forward(ids, tg, B, Positions(T))
+		return l
+	}
+	checked := 0
+	for _, tn := range m.Layout.Tensors {
+		for k := 0; k < 3; k++ {
+			i := tn.Off + r.IntN(tn.Size())
+			h := float32(1e-2) * max(1, float32(math.Abs(float64(p[i]))))
+			q := slices.Clone(p)
+			q[i] = p[i] + h
+			up := lossAt(q)
+			q[i] = p[i] - h
+			down := lossAt(q)
+			fd := (up - down) / float64(2*h)
+			// fp32 forward: the difference quotient carries ~1e-6·|loss|/h of rounding noise and
+			// O(h²) truncation, so allow an absolute 2e-3 plus 2% relative.
+			if math.Abs(fd-float64(grad[i])) > 2e-3+0.02*math.Abs(fd) {
+				t.Errorf("%s[%d]: analytic %.6g, finite difference %.6g", tn.Name, i-tn.Off, grad[i], fd)
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no gradients checked")
+	}
+}
+
+func TestParseCheckpoint(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Checkpoint
+		err  bool
+	}{{"none", CheckpointNone, false}, {"layer", CheckpointLayer, false}, {"attn_output", CheckpointAttnOutput, false}, {"full", 0, true}} {
+		got, err := ParseCheckpoint(c.in)
+		if (err != nil) != c.err || got != c.want {
+			t.Errorf("ParseCheckpoint(%q) = %v, %v", c.in, got, err)
+		}
+	}
+}
+
+func TestConfigResolveErrors(t *testing.T) {
+	base := DefaultConfig()
+	for _, c := range []struct {
+		mod  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.NKVHeads = 3 }, "not a multiple of model.n_kv_heads"},
+		{func(c *Config) { c.HeadDim = 16 }, "does not equal model.n_heads × model.head_dim"},
+		{func(c *Config) { c.NHeads, c.NKVHeads = 3, 3 }, "not divisible by model.n_heads"},
+		{func(c *Config) { c.Dim = 0 }, "model.dim = 0"},
+		{func(c *Config) { c.HeadDim = 3; c.NHeads = 1; c.NKVHeads = 1; c.Dim = 3 }, "even head dimension"},
+		{func(c *Config) { c.RopeTheta = 0 }, "model.rope_theta"},
+	} {
+		cfg := base
+		c.mod(&cfg)
+		err := cfg.Resolve()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Resolve of %+v: error %v, want it to mention %q", cfg, err, c.want)
+		}
+	}
+	cfg := base
+	if err := cfg.Resolve(); err != nil || cfg.HeadDim != 32 {
+		t.Fatalf("default config: %v, head_dim %d", err, cfg.HeadDim)
+	}
+}

@@ -1,0 +1,608 @@
+#!/usr/bin/env python3
+"""Independent PyTorch reference for the distflash LLaMA trainer.
+
+This file is the specification the Go implementation is checked against.  It is
+written from the LLaMA paper / Hugging Face ``LlamaForCausalLM`` definition and
+does not depend on (or look at) any Go code.  Run it with Debian's Python
+(``/usr/bin/python3``), which has torch and numpy; no ``safetensors`` or
+``transformers`` package is used.
+
+Usage
+-----
+    /usr/bin/python3 scripts/reference.py golden
+        Regenerate model/testdata/golden/*.safetensors and
+        kernels/testdata/attn/*.safetensors (paths relative to the repo root,
+        i.e. this script's parent's parent).  Deterministic: two runs produce
+        byte-identical files.
+
+    /usr/bin/python3 scripts/reference.py bench --threads 2 --dim 128 \\
+        --n-layers 4 --n-heads 4 --n-kv-heads 2 --ffn-dim 352 --vocab 256 \\
+        --seq-len 128 --batch 8 --steps 10
+        fp32 training-step throughput (forward, backward, AdamW step,
+        zero_grad) of the same model; prints one JSON line.
+
+    /usr/bin/python3 scripts/reference.py bench-attn --threads 2 \\
+        --seq-len 1024 --n-heads 8 --head-dim 64
+        fp32 causal attention forward+backward throughput; prints one JSON line.
+
+safetensors format (as written here)
+------------------------------------
+8-byte little-endian u64 header length N, then N bytes of UTF-8 JSON header
+padded with spaces to a multiple of 8, then the raw little-endian data section.
+The header maps tensor name -> {"dtype": "F32"|"I32", "shape": [...],
+"data_offsets": [begin, end]} (byte offsets relative to the start of the data
+section; tensors are laid out contiguously, C order, in header order with no
+gaps) plus "__metadata__": {string: string}.  Header keys are written in a
+fixed order so output is byte-reproducible.
+
+Model (all reference computation in float64)
+--------------------------------------------
+Sizes: D=dim, H=n_heads, K=n_kv_heads, hd=head_dim, F=ffn_dim, V=vocab_size,
+L=n_layers, B=batch, T=seq_len.  Weights are generated in fp32 (so they are
+exactly fp32-representable), cast to float64, and every forward/backward
+computation is done in float64 with torch autograd.  Results are stored as F32
+(rounded once from float64).
+
+Parameters (Hugging Face names, shapes [out, in]; a linear computes x @ W.T):
+    model.embed_tokens.weight                        [V, D]
+    model.layers.{i}.input_layernorm.weight          [D]
+    model.layers.{i}.self_attn.q_proj.weight         [H*hd, D]
+    model.layers.{i}.self_attn.k_proj.weight         [K*hd, D]
+    model.layers.{i}.self_attn.v_proj.weight         [K*hd, D]
+    model.layers.{i}.self_attn.o_proj.weight         [D, H*hd]
+    model.layers.{i}.post_attention_layernorm.weight [D]
+    model.layers.{i}.mlp.gate_proj.weight            [F, D]
+    model.layers.{i}.mlp.up_proj.weight              [F, D]
+    model.layers.{i}.mlp.down_proj.weight            [D, F]
+    model.norm.weight                                [D]
+    lm_head.weight                                   [V, D]   (untied)
+No biases anywhere.
+
+RMSNorm(x, w) = x * rsqrt(mean(x^2, last dim) + eps) * w.
+
+RoPE (Hugging Face rotate-half convention, NOT interleaved pairs):
+    inv_freq[i] = 1 / theta^(2i/hd), i in [0, hd/2)      (computed in float64)
+    angle[p, i] = p * inv_freq[i], positions p = 0..T-1 (per sequence)
+    cos = cos(cat(angle, angle)), sin = sin(cat(angle, angle))   -> [T, hd]
+    rotate_half(x) = cat(-x[..., hd/2:], x[..., :hd/2])
+    q' = q*cos + rotate_half(q)*sin,  k' = k*cos + rotate_half(k)*sin
+Applied per head to q and k (not v), after the projections.  q_proj output is
+viewed as [T, H, hd] (head-major: feature index = h*hd + d), k/v as [T, K, hd].
+
+Attention: causal softmax(q k^T / sqrt(hd)) v.  GQA/MQA: query head h uses
+kv head h // (H/K) (repeat_interleave of the kv heads).  Head outputs are
+concatenated back to [T, H*hd] (feature index h*hd + d) and fed to o_proj.
+
+Block:  h   = x + o_proj(attn(input_layernorm(x)))
+        n   = post_attention_layernorm(h)
+        out = h + down_proj(silu(gate_proj(n)) * up_proj(n))
+        silu(z) = z * sigmoid(z)
+Model:  x = embed_tokens[tokens]; L blocks; logits = lm_head(norm(x)).
+Loss:   mean cross-entropy over all B*T positions, targets given (no ignore
+        index, no shifting: logits[b, t] is scored against targets[b, t]).
+
+Golden model files: model/testdata/golden/<variant>.safetensors
+    every parameter under its HF name                F32, shape as above
+    tokens                                           I32 [B, T]
+    targets                                          I32 [B, T]
+    logits                                           F32 [B, T, V]
+    loss                                             F32 [1]
+    grad.<hf name> (d loss / d weight)               F32, same shape as weight
+    __metadata__: "config" = JSON string with keys dim, n_layers, n_heads,
+        n_kv_heads, head_dim, ffn_dim, vocab_size, norm_eps, rope_theta,
+        batch, seq_len; "generator" = "scripts/reference.py";
+        "torch" = torch.__version__; "variant" = variant name.
+Init (torch.Generator seeded per variant, all drawn in fp32):
+    matrices ~ N(0, 1/fan_in) (fan_in = in features = shape[1]),
+    embed_tokens ~ N(0, 1), norm weights = 1 + 0.1*N(0, 1),
+    tokens, targets ~ uniform integers in [0, V) (independent).
+Variants (L=2, V=61, B=2, T=12):
+    mha: D=32,  H=4,  K=4,  hd=8,  F=64, eps=1e-5, theta=1e4
+    gqa: D=48,  H=6,  K=2,  hd=8,  F=64, eps=1e-6, theta=5e5
+    mqa: D=32,  H=4,  K=1,  hd=8,  F=64, eps=1e-5, theta=1e4
+    h33: D=132, H=33, K=11, hd=4,  F=48, eps=1e-5, theta=1e4
+    h1:  D=16,  H=1,  K=1,  hd=16, F=40, eps=1e-5, theta=1e4
+
+Golden attention files: kernels/testdata/attn/<case>.safetensors
+The bare attention primitive (no projections, no RoPE), float64 reference:
+    q      F32 [Nq, H, hd]
+    k      F32 [Nk, K, hd]
+    v      F32 [Nk, K, hd]
+    q_pos  I32 [Nq]          global token positions of the queries
+    k_pos  I32 [Nk]          global token positions of the keys
+    do     F32 [Nq, H, hd]   upstream gradient dL/do
+    o      F32 [Nq, H, hd]   output
+    lse    F32 [H, Nq]       natural-log logsumexp over keys of the scaled,
+                             masked scores s[h,i,j] = scale * q[i,h].k[j,kv(h)]
+    dq     F32 [Nq, H, hd]   gradients of L = sum(o * do)
+    dk     F32 [Nk, K, hd]
+    dv     F32 [Nk, K, hd]
+    scale = 1/sqrt(hd); kv(h) = h // (H/K); causal mask: query i may attend
+    key j iff q_pos[i] >= k_pos[j]; non-causal: every key visible.  Every
+    query has at least one visible key in every case.
+    __metadata__: "config" = JSON {"n_heads", "n_kv_heads", "head_dim",
+        "causal"}; "generator"; "torch"; "case".
+Cases (q,k,v,do ~ N(0,1), q additionally multiplied by 2):
+    contig_mha:      Nq=Nk=16, H=K=2, hd=8, positions 0..15, causal
+    zigzag_gqa:      Nq=Nk=16, H=4, K=2, hd=8, causal, q_pos = k_pos =
+                     [0..3, 12..15, 4..7, 8..11]
+    cyclic_h33:      H=33, K=3, hd=4, causal, Nq=8 with q_pos 8,10,...,22,
+                     Nk=24 with k_pos a seeded shuffle of 0..23
+    cross_noncausal: Nq=5, Nk=7, H=3, K=1, hd=6, non-causal,
+                     q_pos 0..4, k_pos 0..6 (unused by the mask)
+"""
+
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOLDEN_DIR = os.path.join(REPO_ROOT, "model", "testdata", "golden")
+ATTN_DIR = os.path.join(REPO_ROOT, "kernels", "testdata", "attn")
+
+
+# --------------------------------------------------------------------------
+# safetensors writer
+
+_DTYPES = {np.dtype("float32"): "F32", np.dtype("int32"): "I32"}
+
+
+def save_safetensors(path, tensors, metadata):
+    """tensors: list of (name, array) in the order they are laid out."""
+    header = {}
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    blobs = []
+    off = 0
+    for name, arr in tensors:
+        if isinstance(arr, torch.Tensor):
+            arr = arr.detach().cpu().numpy()
+        arr = np.asarray(arr)
+        if arr.dtype not in _DTYPES:
+            raise ValueError("%s: unsupported dtype %s" % (name, arr.dtype))
+        if name in header:
+            raise ValueError("duplicate tensor " + name)
+        data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {
+            "dtype": _DTYPES[arr.dtype],
+            "shape": [int(s) for s in arr.shape],
+            "data_offsets": [off, off + len(data)],
+        }
+        blobs.append(data)
+        off += len(data)
+    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hjson += b" " * ((-len(hjson)) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def load_safetensors(path):
+    """Minimal reader used for self-checks: returns (dict name->ndarray, metadata)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__", {})
+    data = raw[8 + n:]
+    out = {}
+    for name, info in header.items():
+        dt = {"F32": "<f4", "I32": "<i4"}[info["dtype"]]
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[b:e], dtype=dt).reshape(info["shape"])
+    return out, meta
+
+
+# --------------------------------------------------------------------------
+# model (dtype-generic: float64 for golden, float32 for bench)
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_cos_sin(T, hd, theta, dtype):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    pos = torch.arange(T, dtype=torch.float64)
+    freqs = torch.outer(pos, inv_freq)            # [T, hd/2]
+    emb = torch.cat([freqs, freqs], dim=-1)       # [T, hd]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    # x: [B, nh, T, hd]; cos/sin: [T, hd]
+    return x * cos + rotate_half(x) * sin
+
+
+def causal_attention(q, k, v):
+    """q: [B, H, T, hd], k/v: [B, K, T, hd]. Plain-op causal attention with GQA."""
+    H, K = q.shape[1], k.shape[1]
+    if K != H:
+        k = k.repeat_interleave(H // K, dim=1)
+        v = v.repeat_interleave(H // K, dim=1)
+    T, hd = q.shape[2], q.shape[3]
+    s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+    s = s.masked_fill(mask, float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    return torch.matmul(p, v)
+
+
+def param_shapes(c):
+    D, H, K, hd, Fd, V = c["dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"], c["ffn_dim"], c["vocab_size"]
+    shapes = [("model.embed_tokens.weight", (V, D))]
+    for i in range(c["n_layers"]):
+        p = "model.layers.%d." % i
+        shapes += [
+            (p + "input_layernorm.weight", (D,)),
+            (p + "self_attn.q_proj.weight", (H * hd, D)),
+            (p + "self_attn.k_proj.weight", (K * hd, D)),
+            (p + "self_attn.v_proj.weight", (K * hd, D)),
+            (p + "self_attn.o_proj.weight", (D, H * hd)),
+            (p + "post_attention_layernorm.weight", (D,)),
+            (p + "mlp.gate_proj.weight", (Fd, D)),
+            (p + "mlp.up_proj.weight", (Fd, D)),
+            (p + "mlp.down_proj.weight", (D, Fd)),
+        ]
+    shapes += [("model.norm.weight", (D,)), ("lm_head.weight", (V, D))]
+    return shapes
+
+
+def init_params(c, gen):
+    """fp32 parameters, drawn in param_shapes order from gen."""
+    params = {}
+    for name, shape in param_shapes(c):
+        if name.endswith("norm.weight"):
+            w = 1.0 + 0.1 * torch.randn(shape, generator=gen, dtype=torch.float32)
+        elif name == "model.embed_tokens.weight":
+            w = torch.randn(shape, generator=gen, dtype=torch.float32)
+        else:
+            w = torch.randn(shape, generator=gen, dtype=torch.float32) / math.sqrt(shape[1])
+        params[name] = w.to(torch.float32).contiguous()
+    return params
+
+
+def forward(c, P, tokens, attn_fn=causal_attention):
+    """P: dict name -> tensor (any float dtype). tokens: int64 [B, T]. Returns logits [B, T, V]."""
+    B, T = tokens.shape
+    H, K, hd, eps = c["n_heads"], c["n_kv_heads"], c["head_dim"], c["norm_eps"]
+    dtype = P["model.embed_tokens.weight"].dtype
+    cos, sin = rope_cos_sin(T, hd, c["rope_theta"], dtype)
+    x = P["model.embed_tokens.weight"][tokens]                     # [B, T, D]
+    for i in range(c["n_layers"]):
+        p = "model.layers.%d." % i
+        n = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = (n @ P[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
+        k = (n @ P[p + "self_attn.k_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
+        v = (n @ P[p + "self_attn.v_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
+        q = apply_rope(q, cos, sin)
+        k = apply_rope(k, cos, sin)
+        a = attn_fn(q, k, v)                                        # [B, H, T, hd]
+        a = a.transpose(1, 2).reshape(B, T, H * hd)
+        h = x + a @ P[p + "self_attn.o_proj.weight"].T
+        n = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
+        g = n @ P[p + "mlp.gate_proj.weight"].T
+        u = n @ P[p + "mlp.up_proj.weight"].T
+        x = h + (F.silu(g) * u) @ P[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    return x @ P["lm_head.weight"].T
+
+
+def loss_fn(logits, targets):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="mean")
+
+
+# --------------------------------------------------------------------------
+# golden model files
+
+BASE = dict(n_layers=2, vocab_size=61, norm_eps=1e-5, rope_theta=10000.0, batch=2, seq_len=12)
+
+VARIANTS = [
+    ("mha", dict(dim=32, n_heads=4, n_kv_heads=4, head_dim=8, ffn_dim=64), 1001),
+    ("gqa", dict(dim=48, n_heads=6, n_kv_heads=2, head_dim=8, ffn_dim=64,
+                 rope_theta=500000.0, norm_eps=1e-6), 1002),
+    ("mqa", dict(dim=32, n_heads=4, n_kv_heads=1, head_dim=8, ffn_dim=64), 1003),
+    ("h33", dict(dim=132, n_heads=33, n_kv_heads=11, head_dim=4, ffn_dim=48), 1004),
+    ("h1", dict(dim=16, n_heads=1, n_kv_heads=1, head_dim=16, ffn_dim=40), 1005),
+]
+
+CONFIG_KEYS = ["dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
+               "vocab_size", "norm_eps", "rope_theta", "batch", "seq_len"]
+
+
+def make_config(over):
+    c = dict(BASE)
+    c.update(over)
+    return {k: c[k] for k in CONFIG_KEYS}
+
+
+def gen_variant(name, over, seed):
+    c = make_config(over)
+    assert c["n_heads"] % c["n_kv_heads"] == 0
+    gen = torch.Generator().manual_seed(seed)
+    P32 = init_params(c, gen)
+    B, T, V = c["batch"], c["seq_len"], c["vocab_size"]
+    tokens = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+
+    P64 = {k: v.to(torch.float64).requires_grad_(True) for k, v in P32.items()}
+    logits = forward(c, P64, tokens)
+    loss = loss_fn(logits, targets)
+    loss.backward()
+
+    tensors = [(k, P32[k].numpy()) for k, _ in param_shapes(c)]
+    tensors.append(("tokens", tokens.to(torch.int32).numpy()))
+    tensors.append(("targets", targets.to(torch.int32).numpy()))
+    tensors.append(("logits", logits.detach().to(torch.float32).numpy()))
+    tensors.append(("loss", loss.detach().to(torch.float32).reshape(1).numpy()))
+    for k, _ in param_shapes(c):
+        tensors.append(("grad." + k, P64[k].grad.to(torch.float32).numpy()))
+    meta = {
+        "config": json.dumps(c, separators=(",", ":")),
+        "generator": "scripts/reference.py",
+        "torch": torch.__version__,
+        "variant": name,
+    }
+    path = os.path.join(GOLDEN_DIR, name + ".safetensors")
+    save_safetensors(path, tensors, meta)
+    return path, c, float(loss), P64, tokens, targets
+
+
+# --------------------------------------------------------------------------
+# golden attention files
+
+def attention_ref(q, k, v, q_pos, k_pos, causal):
+    """q: [Nq, H, hd], k/v: [Nk, K, hd] float64. Returns o [Nq,H,hd], lse [H,Nq]."""
+    Nq, H, hd = q.shape
+    K = k.shape[1]
+    kk = k.repeat_interleave(H // K, dim=1)        # [Nk, H, hd]
+    vv = v.repeat_interleave(H // K, dim=1)
+    s = torch.einsum("ihd,jhd->hij", q, kk) / math.sqrt(hd)   # [H, Nq, Nk]
+    if causal:
+        allowed = q_pos[:, None] >= k_pos[None, :]            # [Nq, Nk]
+        assert bool(allowed.any(dim=1).all()), "a query has no visible key"
+        s = s.masked_fill(~allowed[None], float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)                           # [H, Nq]
+    p = torch.exp(s - lse[..., None])
+    o = torch.einsum("hij,jhd->ihd", p, vv)
+    return o, lse
+
+
+ATTN_CASES = [
+    # name, Nq, Nk, H, K, hd, causal, seed
+    ("contig_mha", 16, 16, 2, 2, 8, True, 2001),
+    ("zigzag_gqa", 16, 16, 4, 2, 8, True, 2002),
+    ("cyclic_h33", 8, 24, 33, 3, 4, True, 2003),
+    ("cross_noncausal", 5, 7, 3, 1, 6, False, 2004),
+]
+
+
+def gen_attn_case(name, Nq, Nk, H, K, hd, causal, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q = 2.0 * torch.randn(Nq, H, hd, generator=gen, dtype=torch.float32)
+    k = torch.randn(Nk, K, hd, generator=gen, dtype=torch.float32)
+    v = torch.randn(Nk, K, hd, generator=gen, dtype=torch.float32)
+    do = torch.randn(Nq, H, hd, generator=gen, dtype=torch.float32)
+    if name == "zigzag_gqa":
+        pos = torch.cat([torch.arange(0, 4), torch.arange(12, 16), torch.arange(4, 8), torch.arange(8, 12)])
+        q_pos, k_pos = pos.clone(), pos.clone()
+    elif name == "cyclic_h33":
+        q_pos = torch.arange(8, 24, 2)
+        k_pos = torch.randperm(Nk, generator=gen)
+    else:
+        q_pos = torch.arange(Nq)
+        k_pos = torch.arange(Nk)
+    assert q_pos.numel() == Nq and k_pos.numel() == Nk
+
+    q64, k64, v64 = (t.to(torch.float64).requires_grad_(True) for t in (q, k, v))
+    o, lse = attention_ref(q64, k64, v64, q_pos, k_pos, causal)
+    (o * do.to(torch.float64)).sum().backward()
+
+    f32 = lambda t: t.detach().to(torch.float32).numpy()
+    tensors = [
+        ("q", q.numpy()), ("k", k.numpy()), ("v", v.numpy()),
+        ("q_pos", q_pos.to(torch.int32).numpy()), ("k_pos", k_pos.to(torch.int32).numpy()),
+        ("do", do.numpy()),
+        ("o", f32(o)), ("lse", f32(lse)),
+        ("dq", f32(q64.grad)), ("dk", f32(k64.grad)), ("dv", f32(v64.grad)),
+    ]
+    cfg = {"n_heads": H, "n_kv_heads": K, "head_dim": hd, "causal": causal}
+    meta = {
+        "config": json.dumps(cfg, separators=(",", ":")),
+        "generator": "scripts/reference.py",
+        "torch": torch.__version__,
+        "case": name,
+    }
+    path = os.path.join(ATTN_DIR, name + ".safetensors")
+    save_safetensors(path, tensors, meta)
+    return path
+
+
+# --------------------------------------------------------------------------
+# self-checks (run as part of `golden`)
+
+def _check_model_variant(path, c, loss, P64, tokens, targets):
+    t, meta = load_safetensors(path)
+    assert json.loads(meta["config"]) == c
+    # Gradient check of a few entries by central finite differences in fp64.
+    eps = 1e-6
+    with torch.no_grad():
+        for name in ["model.norm.weight", "model.layers.0.self_attn.k_proj.weight",
+                     "model.layers.1.input_layernorm.weight", "model.embed_tokens.weight"]:
+            w = P64[name]
+            flat = w.view(-1)
+            g = t["grad." + name].reshape(-1)
+            idx = int(tokens[0, 0]) * c["dim"] if name == "model.embed_tokens.weight" else 0
+            for j in (idx, idx + 1):
+                old = float(flat[j])
+                flat[j] = old + eps
+                lp = float(loss_fn(forward(c, P64, tokens), targets))
+                flat[j] = old - eps
+                lm = float(loss_fn(forward(c, P64, tokens), targets))
+                flat[j] = old
+                fd = (lp - lm) / (2 * eps)
+                assert abs(fd - float(g[j])) <= 1e-5 * max(1.0, abs(fd)), (name, j, fd, float(g[j]))
+    # Cross-check the GQA path against an explicit per-head loop.
+    with torch.no_grad():
+        def loop_attn(q, k, v):
+            H, K, T, hd = q.shape[1], k.shape[1], q.shape[2], q.shape[3]
+            outs = []
+            for h in range(H):
+                kv = h // (H // K)
+                s = q[:, h] @ k[:, kv].transpose(-1, -2) / math.sqrt(hd)
+                s = s + torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)
+                outs.append(torch.softmax(s, -1) @ v[:, kv])
+            return torch.stack(outs, 1)
+        l2 = forward(c, P64, tokens, attn_fn=loop_attn)
+        assert torch.allclose(l2.float(), torch.from_numpy(t["logits"].copy()), atol=1e-5)
+    assert abs(float(t["loss"][0]) - loss) < 1e-5
+
+
+def cmd_golden(_args):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(GOLDEN_DIR, exist_ok=True)
+    os.makedirs(ATTN_DIR, exist_ok=True)
+    for name, over, seed in VARIANTS:
+        path, c, loss, P64, tokens, targets = gen_variant(name, over, seed)
+        _check_model_variant(path, c, loss, P64, tokens, targets)
+        print("%-60s %8d bytes  loss=%.6f  (ln V = %.4f)" % (
+            os.path.relpath(path, REPO_ROOT), os.path.getsize(path), loss, math.log(c["vocab_size"])))
+    for case in ATTN_CASES:
+        path = gen_attn_case(*case)
+        print("%-60s %8d bytes" % (os.path.relpath(path, REPO_ROOT), os.path.getsize(path)))
+
+
+# --------------------------------------------------------------------------
+# benchmarks (fp32)
+
+def _blas_info():
+    import re
+    m = re.search(r"BLAS_INFO=([^,\s]+)", torch.__config__.show())
+    return m.group(1) if m else "unknown"
+
+
+def cmd_bench(a):
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    c = dict(dim=a.dim, n_layers=a.n_layers, n_heads=a.n_heads, n_kv_heads=a.n_kv_heads,
+             head_dim=a.head_dim or a.dim // a.n_heads, ffn_dim=a.ffn_dim, vocab_size=a.vocab,
+             norm_eps=1e-5, rope_theta=10000.0, batch=a.batch, seq_len=a.seq_len)
+    gen = torch.Generator().manual_seed(0)
+    P = {k: v.requires_grad_(True) for k, v in init_params(c, gen).items()}
+    opt = torch.optim.AdamW(list(P.values()), lr=1e-3, weight_decay=0.1)
+    tokens = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=gen)
+    targets = torch.randint(0, a.vocab, (a.batch, a.seq_len), generator=gen)
+
+    def step():
+        loss = loss_fn(forward(c, P, tokens), targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(a.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    dt = time.perf_counter() - t0
+    step_s = dt / a.steps
+    print(json.dumps({
+        "tokens_per_s": round(a.batch * a.seq_len / step_s, 1),
+        "step_ms": round(step_s * 1e3, 3),
+        "threads": a.threads,
+        "torch": torch.__version__,
+        "attention": "plain ops (matmul + masked_fill(-inf) + softmax + matmul; "
+                     "F.scaled_dot_product_attention not available in this torch)"
+                     if not hasattr(F, "scaled_dot_product_attention") else "plain ops (matmul + masked_fill + softmax)",
+        "dtype": "float32",
+        "blas": _blas_info(),
+        "params": sum(p.numel() for p in P.values()),
+        "config": c,
+        "steps": a.steps,
+        "warmup": a.warmup,
+    }))
+
+
+def cmd_bench_attn(a):
+    torch.set_num_threads(a.threads)
+    gen = torch.Generator().manual_seed(0)
+    N, H, hd = a.seq_len, a.n_heads, a.head_dim
+    q = torch.randn(1, H, N, hd, generator=gen).requires_grad_(True)
+    k = torch.randn(1, H, N, hd, generator=gen).requires_grad_(True)
+    v = torch.randn(1, H, N, hd, generator=gen).requires_grad_(True)
+    do = torch.randn(1, H, N, hd, generator=gen)
+
+    def once():
+        o = causal_attention(q, k, v)
+        o.backward(do)
+        q.grad = k.grad = v.grad = None
+
+    for _ in range(a.warmup):
+        once()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        once()
+    dt = (time.perf_counter() - t0) / a.steps
+    fwd_flops = 4.0 * N * N * H * hd / 2
+    total = fwd_flops * 3.5
+    print(json.dumps({
+        "gflops": round(total / dt / 1e9, 3),
+        "ms": round(dt * 1e3, 3),
+        "seq_len": N, "n_heads": H, "head_dim": hd,
+        "threads": a.threads,
+        "torch": torch.__version__,
+        "attention": "plain ops, causal, fp32, fwd+bwd",
+        "flops_counted": "fwd 4*N*N*H*hd/2, bwd 2.5x fwd",
+        "blas": _blas_info(),
+    }))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("golden", help="regenerate golden safetensors files")
+    b = sub.add_parser("bench", help="fp32 training-step throughput")
+    b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--dim", type=int, default=128)
+    b.add_argument("--n-layers", type=int, default=4)
+    b.add_argument("--n-heads", type=int, default=4)
+    b.add_argument("--n-kv-heads", type=int, default=2)
+    b.add_argument("--head-dim", type=int, default=0, help="default dim/n_heads")
+    b.add_argument("--ffn-dim", type=int, default=352)
+    b.add_argument("--vocab", type=int, default=256)
+    b.add_argument("--seq-len", type=int, default=128)
+    b.add_argument("--batch", type=int, default=8)
+    b.add_argument("--steps", type=int, default=10)
+    b.add_argument("--warmup", type=int, default=2)
+    ba = sub.add_parser("bench-attn", help="fp32 causal attention fwd+bwd throughput")
+    ba.add_argument("--threads", type=int, default=1)
+    ba.add_argument("--seq-len", type=int, default=1024)
+    ba.add_argument("--n-heads", type=int, default=8)
+    ba.add_argument("--head-dim", type=int, default=64)
+    ba.add_argument("--steps", type=int, default=5)
+    ba.add_argument("--warmup", type=int, default=1)
+    a = ap.parse_args(argv)
+    {"golden": cmd_golden, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"distflash/data"
+	"distflash/kernels"
+	"distflash/model"
+	"distflash/optim"
+)
+
+// Metrics is one line of runs/<name>/metrics.jsonl.
+type Metrics struct {
+	Step         int     `json:"step"`
+	Loss         float64 `json:"loss"`
+	LR           float64 `json:"lr"`
+	GradNorm     float64 `json:"grad_norm"`
+	TokensPerSec float64 `json:"tokens_per_s"`
+	Tokens       int64   `json:"tokens"`
+	ElapsedSec   float64 `json:"elapsed_s"`
+	AttnForwards int64   `json:"attn_forwards"`
+}
+
+// runTrain is `distflash train`.
+func runTrain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "configs/tiny.toml", "TOML config file")
+	progress := fs.Bool("progress", true, "show a progress bar on stderr")
+	var sets setFlags
+	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("train: unexpected arguments %q", fs.Args())
+	}
+	cfg, err := LoadConfig(*configPath, sets)
+	if err != nil {
+		return err
+	}
+	if reqs := cfg.Requirements(); len(reqs) > 0 {
+		return fmt.Errorf("%s is a valid config, but this build trains on one CPU worker in fp32 and this config needs:\n  - %s",
+			cfg.Path, strings.Join(reqs, "\n  - "))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return train(ctx, cfg, stdout, stderr, *progress)
+}
+
+// trainer holds the pieces of a single-worker run.
+type trainer struct {
+	cfg    Config
+	be     kernels.Backend
+	model  *model.Model
+	opt    *optim.AdamW
+	sched  optim.Schedule
+	loader *data.Loader
+	pos    []int32
+}
+
+func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
+	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
+	}
+	path, err := data.ExpandPath(cfg.Data.Train)
+	if err != nil {
+		return nil, fmt.Errorf("%s: data.train = %q: %w", cfg.Path, cfg.Data.Train, err)
+	}
+	start := time.Now()
+	tokens, err := data.LoadTokens(data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include,
+		MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed}, tok)
+	if err != nil {
+		return nil, fmt.Errorf("%s: data.train: %w", cfg.Path, err)
+	}
+	fmt.Fprintf(stderr, "data: %d tokens from %s (%s tokenizer) in %.1fs\n", len(tokens), path, tok.Name(), time.Since(start).Seconds())
+	loader, err := data.NewLoader(tokens, cfg.Data.SeqLen, cfg.Data.BatchSize, cfg.Run.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	policy, err := model.ParseCheckpoint(cfg.Checkpoint.Activation)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	be := kernels.NewCPU()
+	m := model.New(cfg.Model, policy, be)
+	m.LoadParams(model.InitParams(cfg.Model, m.Layout, cfg.Run.Seed))
+	t := cfg.Training
+	opt := optim.NewAdamW(be, m.Layout.Size, segments(m.Layout),
+		optim.Hyper{Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay})
+	sched := optim.Schedule{Kind: t.LRSchedule, LR: t.LR, MinLR: t.MinLR, Warmup: t.WarmupSteps, Steps: t.Steps}
+	if err := sched.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	return &trainer{cfg: cfg, be: be, model: m, opt: opt, sched: sched, loader: loader,
+		pos: model.Positions(cfg.Data.SeqLen)}, nil
+}
+
+// segments groups consecutive tensors of the layout that share a weight-decay setting.
+func segments(l model.Layout) []optim.Segment {
+	var segs []optim.Segment
+	for _, t := range l.Tensors {
+		if n := len(segs); n > 0 && segs[n-1].Decay == t.Decay && segs[n-1].Off+segs[n-1].N == t.Off {
+			segs[n-1].N += t.Size()
+			continue
+		}
+		segs = append(segs, optim.Segment{Off: t.Off, N: t.Size(), Decay: t.Decay})
+	}
+	return segs
+}
+
+// step runs one optimizer step (grad_accum_steps micro-batches) and returns its metrics.
+func (t *trainer) step(step int) Metrics {
+	cfg := t.cfg
+	accum := cfg.Training.GradAccumSteps
+	B, T := cfg.Data.BatchSize, cfg.Data.SeqLen
+	dscale := float32(1 / float64(B*T*accum))
+	t.model.ZeroGrads()
+	var lossSum float64
+	var count int
+	for a := 0; a < accum; a++ {
+		b := t.loader.Next()
+		l, n := t.model.ForwardBackward(b.Inputs, b.Targets, B, t.pos, dscale)
+		lossSum += l
+		count += n
+	}
+	norm := optim.GradNorm(t.be, t.model.Grads.Flat)
+	lr := t.sched.At(step)
+	t.opt.Update(t.model.Params.Flat, t.model.Grads.Flat, lr, optim.ClipScale(norm, cfg.Training.GradClip))
+	return Metrics{Step: step + 1, Loss: lossSum / float64(count), LR: lr, GradNorm: norm, Tokens: int64(count)}
+}
+
+// train runs the configured number of steps, writing metrics.jsonl and a progress bar; a
+// cancelled ctx (Ctrl-C, SIGTERM) stops after the current step.
+func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgress bool) error {
+	runDir := filepath.Join(cfg.Run.OutputDir, cfg.Run.Name)
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return fmt.Errorf("train: create run directory: %w", err)
+	}
+	resolved, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("train: encode config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "config.json"), append(resolved, '\n'), 0o644); err != nil {
+		return fmt.Errorf("train: write config: %w", err)
+	}
+	fmt.Fprintf(stderr, "%s\n", cfg.Summary())
+	t, err := newTrainer(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	metricsPath := filepath.Join(runDir, "metrics.jsonl")
+	mf, err := os.Create(metricsPath)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	defer mf.Close()
+	mw := bufio.NewWriter(mf)
+	enc := json.NewEncoder(mw)
+
+	steps := cfg.Training.Steps
+	bar := progressbar.NewOptions(steps,
+		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetVisibility(showProgress),
+		progressbar.OptionSetWidth(24),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish())
+	start := time.Now()
+	var tokens int64
+	var first, last Metrics
+	done := 0
+	for s := 0; s < steps; s++ {
+		if ctx.Err() != nil {
+			break
+		}
+		stepStart := time.Now()
+		m := t.step(s)
+		tokens += m.Tokens
+		m.ElapsedSec = time.Since(start).Seconds()
+		m.TokensPerSec = float64(m.Tokens) / time.Since(stepStart).Seconds()
+		m.Tokens = tokens
+		m.AttnForwards = t.model.Stats.AttnForwards
+		if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
+			mw.Flush()
+			return fmt.Errorf("train: loss is %v at step %d (lr %g, grad norm %g): lower training.lr or check the data", m.Loss, m.Step, m.LR, m.GradNorm)
+		}
+		if err := enc.Encode(m); err != nil {
+			return fmt.Errorf("train: write %s: %w", metricsPath, err)
+		}
+		if s == 0 {
+			first = m
+		}
+		last, done = m, s+1
+		bar.Describe(fmt.Sprintf("loss %.4f  lr %.2e  %.0f tok/s", m.Loss, m.LR, float64(tokens)/m.ElapsedSec))
+		_ = bar.Add(1)
+		if !showProgress && cfg.Run.LogInterval > 0 && (m.Step%cfg.Run.LogInterval == 0 || m.Step == steps) {
+			fmt.Fprintf(stderr, "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s\n", m.Step, steps, m.Loss, m.LR, m.GradNorm, m.TokensPerSec)
+		}
+	}
+	_ = bar.Finish()
+	if err := mw.Flush(); err != nil {
+		return fmt.Errorf("train: write %s: %w", metricsPath, err)
+	}
+	elapsed := time.Since(start).Seconds()
+	if done < steps {
+		fmt.Fprintf(stdout, "interrupted after step %d of %d; metrics in %s\n", done, steps, metricsPath)
+		return nil
+	}
+	if done == 0 {
+		return errors.New("train: no step ran")
+	}
+	fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); metrics in %s\n",
+		done, elapsed, float64(tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
+	return nil
+}
