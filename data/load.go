@@ -28,7 +28,8 @@ type Source struct {
 	Include []string
 	// MaxBytes bounds the text read, separators included; 0 means no limit. The last file
 	// read is cut to fit, so with the byte tokenizer the stream is MaxBytes tokens long
-	// (or one less) whenever there is that much text.
+	// (or one less) whenever there is that much text. A truncated read is a prefix of the
+	// full read with the same Seed.
 	MaxBytes int64
 	// Seed orders the files: they are sorted by path, shuffled with Seed and read in that
 	// order until MaxBytes, so the seed picks which files a truncated read sees.
@@ -82,58 +83,71 @@ func LoadTokens(src Source, tok Tokenizer) ([]int32, error) {
 	}
 	newRNG(src.Seed, domainFiles, 0).shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
 
-	enc := appender(tok)
-	sep := []byte{DocSeparator}
+	// Read first, then encode: the text is a quarter of the size of its tokens, and knowing
+	// its length lets a one-token-per-byte tokenizer fill an exactly sized slice.
 	var (
-		tokens []int32
-		buf    []byte
-		used   int64
-		docs   int
+		text []byte
+		docs [][2]int // [start, end) of each document in text
 	)
 	for _, f := range files {
 		limit := int64(-1)
 		if src.MaxBytes > 0 {
-			limit = src.MaxBytes - used
-			if docs > 0 {
-				limit -= int64(len(sep))
+			limit = src.MaxBytes - int64(len(text))
+			if len(docs) > 0 {
+				limit-- // the separator
 			}
 			if limit <= 0 {
 				break
 			}
 		}
-		buf, err = readFile(f, limit, buf)
+		start := len(text)
+		if len(docs) > 0 {
+			text = append(text, DocSeparator)
+		}
+		n := len(text)
+		text, err = readFile(f, limit, text)
 		if err != nil {
 			return nil, err
 		}
-		if len(buf) == 0 {
+		if len(text) == n { // empty file: take back its separator
+			text = text[:start]
 			continue
 		}
-		if docs > 0 {
-			tokens = enc(tokens, sep)
-			used += int64(len(sep))
-		}
-		tokens = enc(tokens, buf)
-		used += int64(len(buf))
-		docs++
+		docs = append(docs, [2]int{n, len(text)})
 	}
-	if docs == 0 {
+	if len(docs) == 0 {
 		if len(files) == 0 {
 			return nil, fmt.Errorf("data: no text in %s: no file matches include patterns %q (directories named testdata or starting with . or _ are skipped)", src.Path, include)
 		}
 		return nil, fmt.Errorf("data: no text in %s: all %d files matching include patterns %q are empty", src.Path, len(files), include)
 	}
-	return slices.Clip(tokens), nil
+	return encodeDocs(tok, text, docs), nil
 }
 
-// appender returns a function that appends the encoding of text to dst, using the
-// tokenizer's AppendEncode method when it has one.
-func appender(tok Tokenizer) func(dst []int32, text []byte) []int32 {
+// encodeDocs encodes each document of text on its own, with the encoding of DocSeparator
+// between consecutive ones.
+func encodeDocs(tok Tokenizer, text []byte, docs [][2]int) []int32 {
+	sep := []byte{DocSeparator}
 	if a, ok := tok.(interface {
 		AppendEncode(dst []int32, text []byte) []int32
 	}); ok {
-		return a.AppendEncode
+		tokens := make([]int32, 0, len(text)) // exact for one token per byte
+		for i, d := range docs {
+			if i > 0 {
+				tokens = a.AppendEncode(tokens, sep)
+			}
+			tokens = a.AppendEncode(tokens, text[d[0]:d[1]])
+		}
+		return slices.Clip(tokens)
 	}
-	return func(dst []int32, text []byte) []int32 { return append(dst, tok.Encode(text)...) }
+	var tokens []int32
+	for i, d := range docs {
+		if i > 0 {
+			tokens = append(tokens, tok.Encode(sep)...)
+		}
+		tokens = append(tokens, tok.Encode(text[d[0]:d[1]])...)
+	}
+	return slices.Clip(tokens)
 }
 
 // listFiles returns the files src names, sorted by path and without duplicates.
@@ -218,21 +232,27 @@ func hasMeta(path string) bool {
 	return strings.ContainsAny(path, `*?[`)
 }
 
-// readFile reads up to limit bytes of the file (all of it if limit < 0) into buf, reusing
-// its storage, and returns the bytes read.
-func readFile(path string, limit int64, buf []byte) ([]byte, error) {
+// readFile appends up to limit bytes of the file (all of it if limit < 0) to dst.
+func readFile(path string, limit int64, dst []byte) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return buf[:0], fmt.Errorf("data: %w", err)
+		return dst, fmt.Errorf("data: %w", err)
 	}
 	defer f.Close()
 	var r io.Reader = f
 	if limit >= 0 {
 		r = io.LimitReader(f, limit)
 	}
-	b := bytes.NewBuffer(buf[:0])
+	if fi, err := f.Stat(); err == nil {
+		n := fi.Size()
+		if limit >= 0 {
+			n = min(n, limit)
+		}
+		dst = slices.Grow(dst, int(n)+bytes.MinRead)
+	}
+	b := bytes.NewBuffer(dst)
 	if _, err := b.ReadFrom(r); err != nil {
-		return buf[:0], fmt.Errorf("data: %w", err)
+		return dst, fmt.Errorf("data: %w", err)
 	}
 	return b.Bytes(), nil
 }

@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -46,8 +47,10 @@ func (ByteTokenizer) Encode(text []byte) []int32 {
 // AppendEncode appends the ids of text to dst and returns the extended slice; it is Encode
 // without the allocation, for callers that build one long stream.
 func (ByteTokenizer) AppendEncode(dst []int32, text []byte) []int32 {
-	for _, b := range text {
-		dst = append(dst, int32(b))
+	n := len(dst)
+	dst = slices.Grow(dst, len(text))[:n+len(text)]
+	for i, b := range text {
+		dst[n+i] = int32(b)
 	}
 	return dst
 }

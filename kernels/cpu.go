@@ -133,8 +133,12 @@ func (c *CPU) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta floa
 	if m == 0 || n == 0 {
 		return
 	}
-	if k == 0 {
-		c.Scale(cb, beta)
+	if k == 0 { // C = beta·C, and C is not read when beta is 0 (BLAS rule: NaNs are overwritten)
+		if beta == 0 {
+			c.Zero(cb)
+		} else {
+			c.Scale(cb, beta)
+		}
 		return
 	}
 	ta, lda := blas.NoTrans, k
@@ -305,13 +309,15 @@ func (c *CPU) CrossEntropy(losses, dlogits, logits Buf, targets []int32, vocab i
 		dl = f(dlogits)
 		mustLen("cross-entropy dlogits", dl, rows*vocab)
 	}
+	for _, t := range targets { // checked here, not in the workers, so the panic is recoverable
+		if int(t) >= vocab {
+			panic(fmt.Sprintf("kernels: target %d outside vocabulary of %d", t, vocab))
+		}
+	}
 	chunks(rows, 4, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			row := lg[i*vocab : (i+1)*vocab]
 			t := int(targets[i])
-			if t >= vocab {
-				panic(fmt.Sprintf("kernels: target %d outside vocabulary of %d", t, vocab))
-			}
 			mx := float32(math.Inf(-1))
 			for _, v := range row {
 				mx = max(mx, v)

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func readMetrics(t *testing.T, path string) []Metrics {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []Metrics
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m Metrics
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("%s: %v in %q", path, err, sc.Text())
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestTrainTinyLossFalls trains the default config for 80 steps and checks that the loss falls
+// well below ln(vocab) (the loss of a uniform guess) and that metrics.jsonl has every field.
+func TestTrainTinyLossFalls(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"train", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "training.steps=80", "--set", "training.warmup_steps=10", "--set", "run.output_dir=" + dir},
+		&stdout, &stderr)
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr.String())
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if len(ms) != 80 {
+		t.Fatalf("%d metric lines, want 80", len(ms))
+	}
+	lnV := math.Log(256)
+	if math.Abs(ms[0].Loss-lnV) > 0.1 {
+		t.Errorf("first loss %.3f, want ≈ ln 256 = %.3f at initialisation", ms[0].Loss, lnV)
+	}
+	var tail float64
+	for _, m := range ms[70:] {
+		tail += m.Loss / 10
+	}
+	if tail > 0.65*lnV {
+		t.Errorf("mean loss of the last 10 steps %.3f, want < %.3f (0.65·ln 256)", tail, 0.65*lnV)
+	}
+	last := ms[len(ms)-1]
+	if last.Step != 80 || last.LR <= 0 || last.GradNorm <= 0 || last.TokensPerSec <= 0 || last.Tokens != 80*1024 || last.AttnForwards != 80*4 {
+		t.Errorf("last metrics line incomplete: %+v", last)
+	}
+	if !strings.Contains(stdout.String(), "trained 80 steps") {
+		t.Errorf("stdout: %q", stdout.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tiny", "config.json")); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTrainRefusesClusterConfigs: the papers' configs validate, and train says what they need
+// instead of starting.
+func TestTrainRefusesClusterConfigs(t *testing.T) {
+	files, _ := filepath.Glob("configs/llama*.toml")
+	if len(files) < 7 {
+		t.Fatalf("want the 7 paper configs, found %v", files)
+	}
+	for _, f := range files {
+		var stdout, stderr bytes.Buffer
+		err := run([]string{"train", "--config", f, "--progress=false"}, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "is a valid config") || !strings.Contains(err.Error(), "world_size") {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestTrainBadConfig: an invalid value stops train with the key in the message.
+func TestTrainBadConfig(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"train", "--config", "configs/tiny.toml", "--set", "model.n_kv_heads=3"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "n_kv_heads") || !strings.Contains(err.Error(), "configs/tiny.toml") {
+		t.Fatalf("error %v", err)
+	}
+	if err := run([]string{"bogus"}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("unknown command: %v", err)
+	}
+}
+
+// TestTrainInterrupt builds the real binary, sends it SIGINT during training and expects a
+// clean exit (status 0) after the current step with the metrics written so far.
+func TestTrainInterrupt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "distflash")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "train", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "run.output_dir="+dir, "--set", "training.steps=100000")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	metrics := filepath.Join(dir, "tiny", "metrics.jsonl")
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var stderr strings.Builder
+	timeout := time.After(60 * time.Second)
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			stderr.WriteString(l + "\n")
+			if !ok {
+				t.Fatalf("train ended before SIGINT: %s", stderr.String())
+			}
+			if strings.HasPrefix(l, "step 2/") {
+				break wait
+			}
+		case <-timeout:
+			_ = cmd.Process.Kill()
+			t.Fatalf("no progress within 60s: %s", stderr.String())
+		}
+	}
+	go func() { // drain the rest so the child never blocks on stderr
+		for l := range lines {
+			stderr.WriteString(l + "\n")
+		}
+	}()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGINT: %v\nstderr: %s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "interrupted after step") {
+		t.Errorf("stdout: %q", stdout.String())
+	}
+	if n := len(readMetrics(t, metrics)); n < 2 {
+		t.Errorf("%d metric lines after interrupt", n)
+	}
+}
