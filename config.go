@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"distflash/model"
+	"distflash/parallel"
 )
 
 // Config is a run's configuration: one TOML file (configs/*.toml) with one section per part of
@@ -524,6 +525,16 @@ func (c *Config) Validate() error {
 		fail("parallelism.world_size = %d is not a multiple of parallelism.sequence_parallel_degree = %d: the ranks split into whole sequence-parallel groups",
 			p.WorldSize, p.SequenceParallelDegree)
 	}
+	if sp := p.SequenceParallelDegree; sp > 1 && modelOK {
+		h := model.Heads{N: c.Model.NHeads, KV: c.Model.NKVHeads, Dim: c.Model.HeadDim}
+		if err := parallel.Check(p.Attention, h, sp); err != nil {
+			fail("parallelism.attention = %q on %d sequence-parallel ranks: %v", p.Attention, sp, err)
+		}
+		if l, err := parallel.LayoutOf(p.Attention); err == nil && c.Data.SeqLen > 0 && c.Data.SeqLen%l.Divisor(sp) != 0 {
+			fail("data.seq_len = %d: the %s schedule splits each sequence %s over %d ranks, so it must be a multiple of %d",
+				c.Data.SeqLen, p.Attention, l, sp, l.Divisor(sp))
+		}
+	}
 
 	// [checkpoint]
 	k := c.Checkpoint
@@ -620,9 +631,9 @@ func (c Config) Requirements() []string {
 	var reqs []string
 	p := c.Parallelism
 	switch {
-	case p.WorldSize > 1 && p.Backend == "inproc":
-		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d needs %d ranks (backend \"inproc\" runs them as goroutines; training on more than one rank comes in a later version)",
-			p.WorldSize, p.WorldSize))
+	case p.WorldSize > p.SequenceParallelDegree && p.Backend == "inproc":
+		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d with sequence_parallel_degree = %d means %d data-parallel replicas, which come with FSDP in a later version (this version runs world_size = sequence_parallel_degree)",
+			p.WorldSize, p.SequenceParallelDegree, p.WorldSize/p.SequenceParallelDegree))
 	case p.WorldSize > 1:
 		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d needs %d ranks (backend %q comes in a later version)",
 			p.WorldSize, p.WorldSize, p.Backend))

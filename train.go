@@ -22,6 +22,7 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/optim"
+	"distflash/parallel"
 )
 
 // Metrics is one line of runs/<name>/metrics.jsonl.
@@ -63,15 +64,24 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	return train(ctx, cfg, stdout, stderr, *progress)
 }
 
-// trainer holds the pieces of a single-worker run.
+// trainer holds the pieces of a run: the data, the schedule, and one rank per
+// sequence-parallel worker, each with its own backend, model replica and optimizer. Ranks hold
+// identical parameters: they start from the same initialisation and apply the same update to
+// the same all-reduced gradients.
 type trainer struct {
 	cfg    Config
-	be     kernels.Backend
-	model  *model.Model
-	opt    *optim.AdamW
 	sched  optim.Schedule
 	loader *data.Loader
-	pos    []int32
+	world  *parallel.World
+	ranks  []*rank
+}
+
+// rank is one worker's state.
+type rank struct {
+	be    kernels.Backend
+	model *model.Model
+	opt   *optim.AdamW
+	pos   []int32 // global positions of this rank's tokens in every sequence
 }
 
 func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
@@ -98,18 +108,39 @@ func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
-	be := kernels.NewCPU()
-	m := model.New(cfg.Model, policy, be)
-	m.LoadParams(model.InitParams(cfg.Model, m.Layout, cfg.Run.Seed))
 	t := cfg.Training
-	opt := optim.NewAdamW(be, m.Layout.Size, segments(m.Layout),
-		optim.Hyper{Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay})
 	sched := optim.Schedule{Kind: t.LRSchedule, LR: t.LR, MinLR: t.MinLR, Warmup: t.WarmupSteps, Steps: t.Steps}
 	if err := sched.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
-	return &trainer{cfg: cfg, be: be, model: m, opt: opt, sched: sched, loader: loader,
-		pos: model.Positions(cfg.Data.SeqLen)}, nil
+	P := cfg.Parallelism.SequenceParallelDegree
+	layout, err := parallel.LayoutOf(cfg.Parallelism.Attention)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	tr := &trainer{cfg: cfg, sched: sched, loader: loader, world: parallel.NewWorld(P)}
+	params0 := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
+	for r := 0; r < P; r++ {
+		be := kernels.NewCPU()
+		m := model.New(cfg.Model, policy, be)
+		m.LoadParams(params0)
+		if P > 1 {
+			a, err := parallel.NewAttention(cfg.Parallelism.Attention, tr.world.Comm(r), be,
+				parallel.Options{Overlap: cfg.Parallelism.OverlapComm})
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+			}
+			m.Attn = a
+		}
+		pos, err := layout.Positions(cfg.Data.SeqLen, P, r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		}
+		opt := optim.NewAdamW(be, m.Layout.Size, segments(m.Layout),
+			optim.Hyper{Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay})
+		tr.ranks = append(tr.ranks, &rank{be: be, model: m, opt: opt, pos: pos})
+	}
+	return tr, nil
 }
 
 // segments groups consecutive tensors of the layout that share a weight-decay setting.
@@ -125,25 +156,55 @@ func segments(l model.Layout) []optim.Segment {
 	return segs
 }
 
-// step runs one optimizer step (grad_accum_steps micro-batches) and returns its metrics.
-func (t *trainer) step(step int) Metrics {
+// step runs one optimizer step (grad_accum_steps micro-batches) on every rank and returns its
+// metrics. Each rank computes the loss and gradients of its tokens of every sequence; the
+// gradients are summed across ranks (dscale makes the sum the global mean's gradient), and
+// every rank applies the same update.
+func (t *trainer) step(step int) (Metrics, error) {
 	cfg := t.cfg
 	accum := cfg.Training.GradAccumSteps
 	B, T := cfg.Data.BatchSize, cfg.Data.SeqLen
 	dscale := float32(1 / float64(B*T*accum))
-	t.model.ZeroGrads()
+	batches := make([]data.Batch, accum)
+	for a := range batches {
+		batches[a] = t.loader.Next()
+	}
+	lr := t.sched.At(step)
+	losses := make([]float64, len(t.ranks))
+	counts := make([]int, len(t.ranks))
+	var norm float64
+	err := t.world.Run(func(c parallel.Comm) error {
+		r := t.ranks[c.Rank()]
+		m := r.model
+		m.ZeroGrads()
+		for _, b := range batches {
+			ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
+			tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
+			l, n := m.ForwardBackward(ids, tg, B, r.pos, dscale)
+			losses[c.Rank()] += l
+			counts[c.Rank()] += n
+		}
+		if c.Size() > 1 {
+			c.AllReduce(m.Grads.Flat, "grad.allreduce")
+		}
+		g := optim.GradNorm(r.be, m.Grads.Flat)
+		if c.Rank() == 0 {
+			norm = g
+		}
+		r.opt.Update(m.Params.Flat, m.Grads.Flat, lr, optim.ClipScale(g, cfg.Training.GradClip))
+		return nil
+	})
+	if err != nil {
+		return Metrics{}, fmt.Errorf("train: step %d: %w", step+1, err)
+	}
 	var lossSum float64
 	var count int
-	for a := 0; a < accum; a++ {
-		b := t.loader.Next()
-		l, n := t.model.ForwardBackward(b.Inputs, b.Targets, B, t.pos, dscale)
-		lossSum += l
-		count += n
+	for i := range losses {
+		lossSum += losses[i]
+		count += counts[i]
 	}
-	norm := optim.GradNorm(t.be, t.model.Grads.Flat)
-	lr := t.sched.At(step)
-	t.opt.Update(t.model.Params.Flat, t.model.Grads.Flat, lr, optim.ClipScale(norm, cfg.Training.GradClip))
-	return Metrics{Step: step + 1, Loss: lossSum / float64(count), LR: lr, GradNorm: norm, Tokens: int64(count)}
+	return Metrics{Step: step + 1, Loss: lossSum / float64(count), LR: lr, GradNorm: norm, Tokens: int64(count),
+		AttnForwards: t.ranks[0].model.Stats.AttnForwards}, nil
 }
 
 // train runs the configured number of steps, writing metrics.jsonl and a progress bar; a
@@ -193,12 +254,14 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 			break
 		}
 		stepStart := time.Now()
-		m := t.step(s)
+		m, err := t.step(s)
+		if err != nil {
+			return err
+		}
 		tokens += m.Tokens
 		m.ElapsedSec = time.Since(start).Seconds()
 		m.TokensPerSec = float64(m.Tokens) / time.Since(stepStart).Seconds()
 		m.Tokens = tokens
-		m.AttnForwards = t.model.Stats.AttnForwards
 		if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
 			mw.Flush()
 			return fmt.Errorf("train: loss is %v at step %d (lr %g, grad norm %g): lower training.lr or check the data", m.Loss, m.Step, m.LR, m.GradNorm)

@@ -7,11 +7,11 @@ import (
 	"distflash/kernels"
 )
 
-// BenchmarkTrainStep times forward + backward of the default (tiny) config on one batch of
+// BenchmarkForwardBackward times forward + backward of the default (tiny) config on one batch of
 // 8 × 128 tokens, the work of one step of configs/tiny.toml less the optimizer update
-// (BenchmarkAdamW in package optim is the rest). Compare with
+// (BenchmarkTrainStep in package main is the whole step). Compare with
 // `/usr/bin/python3 scripts/reference.py bench --threads 2` in the same session.
-func BenchmarkTrainStep(b *testing.B) {
+func BenchmarkForwardBackward(b *testing.B) {
 	for _, policy := range []Checkpoint{CheckpointNone, CheckpointLayer, CheckpointAttnOutput} {
 		b.Run(policy.String(), func(b *testing.B) {
 			cfg := DefaultConfig()

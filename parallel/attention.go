@@ -1,0 +1,108 @@
+package parallel
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"distflash/kernels"
+	"distflash/model"
+)
+
+// Schedule is a sequence-parallel attention: one rank's part of causal attention over a
+// sequence split across the ranks of a communicator. It is a model.Attention, so the model
+// runs unchanged on any schedule.
+type Schedule interface {
+	model.Attention
+	// Name is the parallelism.attention value.
+	Name() string
+	// Layout is how the schedule needs the tokens split across ranks.
+	Layout() Layout
+}
+
+// Options tune a schedule.
+type Options struct {
+	// Overlap prefetches the next block (K/V, or Q for Burst's backward) while the current one
+	// computes (parallelism.overlap_comm).
+	Overlap bool
+}
+
+// constructor builds a schedule for one rank.
+type constructor func(c Comm, be kernels.Backend, opt Options) Schedule
+
+// checker reports why a schedule cannot run heads h on P ranks, or nil.
+type checker func(h model.Heads, P int) error
+
+var schedules = map[string]struct {
+	make  constructor
+	check checker
+}{}
+
+// register adds a schedule; each schedule's file registers itself in init.
+func register(name string, make constructor, check checker) {
+	schedules[name] = struct {
+		make  constructor
+		check checker
+	}{make, check}
+}
+
+// layouts is the token layout each schedule needs: the one place that decides how a batch's
+// tokens and positions are split across ranks (Layout.Positions, Shard).
+var layouts = map[string]Layout{
+	"ring": Contiguous, "distflash": Contiguous, "burst": Contiguous, "ulysses": Contiguous,
+	"zigzag": ZigZag, "attn2d": Cyclic,
+}
+
+// LayoutOf returns the token layout of schedule name.
+func LayoutOf(name string) (Layout, error) {
+	l, ok := layouts[name]
+	if !ok {
+		return 0, fmt.Errorf("parallel: parallelism.attention = %q: want one of %v", name, Names())
+	}
+	return l, nil
+}
+
+// Names lists the registered schedules.
+func Names() []string {
+	var n []string
+	for k := range schedules {
+		n = append(n, k)
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Check reports whether schedule name can run attention with heads h on P ranks, with an
+// error that says why not (for example Ulysses with a head count P does not divide).
+func Check(name string, h model.Heads, P int) error {
+	s, ok := schedules[name]
+	if !ok {
+		return fmt.Errorf("parallel: parallelism.attention = %q: want one of %v", name, Names())
+	}
+	if s.check == nil {
+		return nil
+	}
+	return s.check(h, P)
+}
+
+// NewAttention returns this rank's instance of schedule name on communicator c.
+func NewAttention(name string, c Comm, be kernels.Backend, opt Options) (Schedule, error) {
+	s, ok := schedules[name]
+	if !ok {
+		return nil, fmt.Errorf("parallel: parallelism.attention = %q: want one of %v", name, Names())
+	}
+	return s.make(c, be, opt), nil
+}
+
+// blockShape is the attention-primitive shape of queries at qPos against keys at kPos.
+func blockShape(qPos, kPos []int32, h model.Heads) kernels.AttnShape {
+	return kernels.AttnShape{NQ: len(qPos), NK: len(kPos), Heads: h.N, KVHeads: h.KV, HeadDim: h.Dim,
+		Causal: true, Scale: float32(1 / math.Sqrt(float64(h.Dim))), QPos: qPos, KPos: kPos}
+}
+
+// newState allocates an empty partial result for n queries.
+func newState(be kernels.Backend, n int, h model.Heads) kernels.AttnState {
+	s := kernels.AttnState{O: be.Alloc(n * h.N * h.Dim), M: be.Alloc(n * h.N), L: be.Alloc(n * h.N)}
+	be.AttnInit(s)
+	return s
+}

@@ -1,0 +1,112 @@
+// Package parallel is how distflash's ranks cooperate: a communicator interface (point-to-point
+// and collectives) with an in-process implementation (one goroutine per rank, real copies
+// between rank-private buffers, bytes counted per rank and call site), the token layouts that
+// split a sequence across ranks, and the sequence-parallel attention schedules of the papers.
+// MPI and NCCL communicators come later behind the same interface.
+package parallel
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"distflash/kernels"
+)
+
+// Request is an outstanding non-blocking send or receive.
+type Request interface {
+	// Wait blocks until the operation has completed: for a send, the buffer may be reused;
+	// for a receive, the data is in the buffer.
+	Wait()
+}
+
+// Comm is one rank's view of a group of ranks. Every method of a collective must be called by
+// all ranks of the group in the same order. Buffers belong to the rank's own kernels.Backend
+// (host memory for the in-process world, device memory for NCCL later); nothing is shared
+// between ranks except by the copies these calls make.
+//
+// Every call names its call site (site), under which the bytes this rank sends are counted.
+type Comm interface {
+	// Rank is this rank's index in the group, 0 ≤ Rank < Size.
+	Rank() int
+	// Size is the number of ranks in the group.
+	Size() int
+	// Isend starts sending buf to rank dst with tag; buf must not change until Wait returns.
+	Isend(buf kernels.Buf, dst, tag int, site string) Request
+	// Irecv starts receiving into buf from rank src the message sent with tag.
+	Irecv(buf kernels.Buf, src, tag int, site string) Request
+	// AllGather concatenates every rank's src into dst in rank order (dst.Len() = Size·src.Len()).
+	AllGather(dst, src kernels.Buf, site string)
+	// ReduceScatter sums src over the ranks and leaves chunk Rank of the sum in dst
+	// (src.Len() = Size·dst.Len()). The sum runs in rank order, so it is deterministic.
+	ReduceScatter(dst, src kernels.Buf, site string)
+	// AllReduce sums buf over the ranks, in rank order, into every rank's buf.
+	AllReduce(buf kernels.Buf, site string)
+	// AllToAll sends chunk j of src to rank j and receives rank j's chunk Rank into chunk j
+	// of dst (src.Len() = dst.Len() = Size·chunk).
+	AllToAll(dst, src kernels.Buf, site string)
+	// Barrier returns when every rank has called it.
+	Barrier()
+	// Split partitions the group: ranks with the same color form a new group, ordered by key
+	// then by rank (rows or columns of a 2-D grid).
+	Split(color, key int, site string) Comm
+	// Traffic returns the bytes this rank has sent, by call site.
+	Traffic() Traffic
+}
+
+// Traffic is bytes sent by one rank, per call site.
+type Traffic map[string]int64
+
+// Total is the sum over call sites.
+func (t Traffic) Total() int64 {
+	var s int64
+	for _, v := range t {
+		s += v
+	}
+	return s
+}
+
+// String lists the sites in order.
+func (t Traffic) String() string {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	s := ""
+	for _, k := range keys {
+		s += fmt.Sprintf("%s=%d ", k, t[k])
+	}
+	return s
+}
+
+// counter accumulates a rank's traffic; safe for concurrent use.
+type counter struct {
+	mu sync.Mutex
+	t  Traffic
+}
+
+func (c *counter) add(site string, bytes int64) {
+	c.mu.Lock()
+	if c.t == nil {
+		c.t = Traffic{}
+	}
+	c.t[site] += bytes
+	c.mu.Unlock()
+}
+
+func (c *counter) snapshot() Traffic {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := Traffic{}
+	for k, v := range c.t {
+		out[k] = v
+	}
+	return out
+}
+
+func (c *counter) reset() {
+	c.mu.Lock()
+	c.t = nil
+	c.mu.Unlock()
+}

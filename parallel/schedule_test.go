@@ -1,0 +1,159 @@
+package parallel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"distflash/kernels"
+	"distflash/model"
+)
+
+// scheduleRun is what a schedule produced on P ranks, gathered back into sequence order, with
+// the per-rank counts.
+type scheduleRun struct {
+	o, lse, dq, dk, dv []float32 // o, dq [T, H, hd]; lse [H, T]; dk, dv [T, KV, hd]
+	traffic            []Traffic
+	work               []kernels.Snapshot
+}
+
+// attnInputs are random q, k, v and output gradient for one sequence of T tokens.
+type attnInputs struct {
+	T           int
+	h           model.Heads
+	q, k, v, do []float32
+}
+
+func newInputs(T int, h model.Heads, seed uint64) attnInputs {
+	r := rand.New(rand.NewPCG(seed, 99))
+	vec := func(n int, scale float64) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * scale)
+		}
+		return x
+	}
+	return attnInputs{T: T, h: h, q: vec(T*h.N*h.Dim, 1.5), k: vec(T*h.KV*h.Dim, 1.5), v: vec(T*h.KV*h.Dim, 1), do: vec(T*h.N*h.Dim, 1)}
+}
+
+// reference is single-worker attention over the whole sequence.
+func (in attnInputs) reference() scheduleRun {
+	be := kernels.NewCPU()
+	h, T := in.h, in.T
+	up := func(x []float32) kernels.Buf { b := be.Alloc(len(x)); be.Upload(b, x); return b }
+	q, k, v, do := up(in.q), up(in.k), up(in.v), up(in.do)
+	o, lse := be.Alloc(T*h.N*h.Dim), be.Alloc(h.N*T)
+	dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
+	a := model.NewLocalAttention(be)
+	pos := model.Positions(T)
+	a.Forward(o, lse, q, k, v, pos, h)
+	a.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+	return scheduleRun{o: kernels.Host(o), lse: kernels.Host(lse), dq: kernels.Host(dq), dk: kernels.Host(dk), dv: kernels.Host(dv)}
+}
+
+// run runs schedule name on P in-process ranks, each holding its layout's shard.
+func (in attnInputs) run(name string, P int, opt Options) (scheduleRun, error) {
+	h, T := in.h, in.T
+	out := scheduleRun{
+		o: make([]float32, len(in.q)), lse: make([]float32, h.N*T),
+		dq: make([]float32, len(in.q)), dk: make([]float32, len(in.k)), dv: make([]float32, len(in.v)),
+		traffic: make([]Traffic, P), work: make([]kernels.Snapshot, P),
+	}
+	w := NewWorld(P)
+	err := w.Run(func(c Comm) error {
+		be := kernels.NewCPU()
+		s, err := NewAttention(name, c, be, opt)
+		if err != nil {
+			return err
+		}
+		pos, err := s.Layout().Positions(T, P, c.Rank())
+		if err != nil {
+			return err
+		}
+		n := len(pos)
+		up := func(x []float32, width int) kernels.Buf {
+			sh := Shard(x, 1, T, width, pos)
+			b := be.Alloc(len(sh))
+			be.Upload(b, sh)
+			return b
+		}
+		q, k, v, do := up(in.q, h.N*h.Dim), up(in.k, h.KV*h.Dim), up(in.v, h.KV*h.Dim), up(in.do, h.N*h.Dim)
+		o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
+		dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
+		s.Forward(o, lse, q, k, v, pos, h)
+		s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+		Unshard(out.o, kernels.Host(o), 1, T, h.N*h.Dim, pos)
+		Unshard(out.dq, kernels.Host(dq), 1, T, h.N*h.Dim, pos)
+		Unshard(out.dk, kernels.Host(dk), 1, T, h.KV*h.Dim, pos)
+		Unshard(out.dv, kernels.Host(dv), 1, T, h.KV*h.Dim, pos)
+		l := kernels.Host(lse)
+		for hh := 0; hh < h.N; hh++ {
+			for i, p := range pos {
+				out.lse[hh*T+int(p)] = l[hh*n+i]
+			}
+		}
+		out.traffic[c.Rank()] = c.Traffic()
+		out.work[c.Rank()] = be.Counters().Snapshot()
+		return nil
+	})
+	return out, err
+}
+
+func relErr(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		num = math.Max(num, math.Abs(float64(got[i])-float64(want[i])))
+		den = math.Max(den, math.Abs(float64(want[i])))
+	}
+	return num / math.Max(den, 1e-30)
+}
+
+var testHeads = map[string]model.Heads{
+	"MHA": {N: 4, KV: 4, Dim: 8},
+	"GQA": {N: 8, KV: 2, Dim: 8},
+	"33H": {N: 33, KV: 11, Dim: 4},
+}
+
+// TestSchedulesExact: every schedule × P ∈ {1,2,3,4,8} × {MHA, GQA, 33 heads} gives the output,
+// lse and dQ, dK, dV of single-worker causal attention on the gathered sequence. A combination
+// a schedule cannot run must be refused by Check with an error that says why.
+func TestSchedulesExact(t *testing.T) {
+	const T = 48 // a multiple of 2P for every P below
+	for _, name := range Names() {
+		for _, P := range []int{1, 2, 3, 4, 8} {
+			for hn, h := range testHeads {
+				for _, overlap := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/P%d/%s/overlap=%v", name, P, hn, overlap), func(t *testing.T) {
+						if err := Check(name, h, P); err != nil {
+							if !strings.Contains(err.Error(), "head") {
+								t.Fatalf("refusal does not say why: %v", err)
+							}
+							t.Logf("refused, as it should: %v", err)
+							return
+						}
+						in := newInputs(T, h, uint64(P*100+h.N))
+						want := in.reference()
+						got, err := in.run(name, P, Options{Overlap: overlap})
+						if err != nil {
+							t.Fatal(err)
+						}
+						for _, c := range []struct {
+							what      string
+							got, want []float32
+							tol       float64
+						}{
+							{"o", got.o, want.o, 2e-6}, {"lse", got.lse, want.lse, 2e-6},
+							{"dq", got.dq, want.dq, 1e-5}, {"dk", got.dk, want.dk, 1e-5}, {"dv", got.dv, want.dv, 1e-5},
+						} {
+							if e := relErr(c.got, c.want); e > c.tol {
+								t.Errorf("%s: rel err %.3g > %g", c.what, e, c.tol)
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
