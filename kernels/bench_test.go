@@ -5,6 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
 )
 
 // Benchmarks of the dense product and the attention primitive, reporting GFLOP/s.
@@ -70,7 +73,8 @@ func reportGFLOPs(b *testing.B, flops float64, unit string) {
 	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, unit)
 }
 
-// BenchmarkMatMul: square C = A·B at 128…1024, and the model's typical linear layer
+// BenchmarkMatMul: the backend's MatMul (this package's SGEMM), gonum's SGEMM and a plain
+// i-k-j loop, in the same run: square C = A·B at 128…1024, and the model's typical linear layer
 // tokens × ffn × dim = 1024 × 352 × 128 with B transposed (x·Wᵀ, W stored [ffn, dim]).
 // FLOPs = 2·m·n·k per product.
 func BenchmarkMatMul(b *testing.B) {
@@ -84,20 +88,29 @@ func BenchmarkMatMul(b *testing.B) {
 		shapes = append(shapes, shape{fmt.Sprint(s), s, s, s, false})
 	}
 	shapes = append(shapes, shape{"1024x352x128_transB", 1024, 352, 128, true})
-	for _, impl := range []string{"gonum", "naive"} {
+	for _, impl := range []string{"backend", "gonum", "naive"} {
 		for _, s := range shapes {
 			b.Run(impl+"/"+s.name, func(b *testing.B) {
 				r := rand.New(rand.NewPCG(uint64(s.m), uint64(s.n)))
 				a, bm := randVec(r, s.m*s.k, 1), randVec(r, s.k*s.n, 1)
 				c := make([]float32, s.m*s.n)
 				var step func()
-				if impl == "gonum" {
+				switch {
+				case impl == "backend":
 					be := NewCPU()
 					cb, ab, bb := upload(be, c), upload(be, a), upload(be, bm)
 					step = func() { be.MatMul(cb, ab, bb, s.m, s.n, s.k, false, s.transB, 0) }
-				} else if s.transB {
+				case impl == "gonum":
+					tb, ldb := blas.NoTrans, s.n
+					if s.transB {
+						tb, ldb = blas.Trans, s.k
+					}
+					step = func() {
+						gonum.Implementation{}.Sgemm(blas.NoTrans, tb, s.m, s.n, s.k, 1, a, s.k, bm, ldb, 0, c, s.n)
+					}
+				case s.transB:
 					step = func() { naiveMatMulTransB(c, a, bm, s.m, s.n, s.k) }
-				} else {
+				default:
 					step = func() { naiveMatMul(c, a, bm, s.m, s.n, s.k) }
 				}
 				for b.Loop() {

@@ -1,10 +1,6 @@
 package kernels
 
-import (
-	"math"
-
-	"gonum.org/v1/gonum/blas"
-)
+import "math"
 
 // Tile sizes of the CPU attention: a query tile against a key tile is one pair of SGEMMs
 // with a score scratch of tileQ×tileK floats, so memory stays O(tile) whatever the
@@ -48,7 +44,7 @@ func (c *CPU) AttnInit(s AttnState) {
 func (c *CPU) scores(s, q, k []float32, sh AttnShape, h, g, i0, i1, j0, j1 int, all bool) int {
 	hd, qs, ks := sh.HeadDim, sh.Heads*sh.HeadDim, sh.KVHeads*sh.HeadDim
 	nq, nk := i1-i0, j1-j0
-	c.blas.Sgemm(blas.NoTrans, blas.Trans, nq, nk, hd, sh.Scale,
+	sgemm(false, true, nq, nk, hd, sh.Scale,
 		q[i0*qs+h*hd:], qs, k[j0*ks+g*hd:], ks, 0, s, nk)
 	if !all {
 		for i := 0; i < nq; i++ {
@@ -134,7 +130,7 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 				}
 			}
 			// O_tile += P · V_tile
-			c.blas.Sgemm(blas.NoTrans, blas.NoTrans, t.i1-t.i0, hd, nk, 1,
+			sgemm(false, false, t.i1-t.i0, hd, nk, 1,
 				s, nk, v[t.j0*ks+g*hd:], ks, 1, o[t.i0*qs+h*hd:], qs)
 		}
 	})
@@ -276,10 +272,10 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 					}
 				}
 				// dV_tile += Pᵀ · dO_tile
-				c.blas.Sgemm(blas.Trans, blas.NoTrans, nk, hd, nq, 1,
+				sgemm(true, false, nk, hd, nq, 1,
 					p, nk, do[t.i0*qs+h*hd:], qs, 1, dv[t.j0*ks+g*hd:], ks)
 				// dP = dO_tile · V_tileᵀ
-				c.blas.Sgemm(blas.NoTrans, blas.Trans, nq, nk, hd, 1,
+				sgemm(false, true, nq, nk, hd, 1,
 					do[t.i0*qs+h*hd:], qs, v[t.j0*ks+g*hd:], ks, 0, dp, nk)
 				for i := 0; i < nq; i++ {
 					di := D[t.i0+i]
@@ -289,9 +285,9 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 					}
 				}
 				// dQ_tile += scale · dS · K_tile ; dK_tile += scale · dSᵀ · Q_tile
-				c.blas.Sgemm(blas.NoTrans, blas.NoTrans, nq, hd, nk, sh.Scale,
+				sgemm(false, false, nq, hd, nk, sh.Scale,
 					dp, nk, k[t.j0*ks+g*hd:], ks, 1, dq[t.i0*qs+h*hd:], qs)
-				c.blas.Sgemm(blas.Trans, blas.NoTrans, nk, hd, nq, sh.Scale,
+				sgemm(true, false, nk, hd, nq, sh.Scale,
 					dp, nk, q[t.i0*qs+h*hd:], qs, 1, dk[t.j0*ks+g*hd:], ks)
 			}
 		}

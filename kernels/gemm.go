@@ -2,9 +2,12 @@ package kernels
 
 import (
 	"fmt"
+	"math/bits"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -15,6 +18,11 @@ import (
 // microkernel serves all four cases); a microkernel then computes a full MR×NR tile of
 // C over the block. Tiles that stick out of C are computed into a scratch tile and the
 // valid part is written back with the same arithmetic the microkernel uses.
+//
+// Microkernels: AVX-512F 6×32 when the CPU has it, else AVX2+FMA 6×16 (gemm_amd64.s),
+// else (other architectures, or the noasm build tag) the portable Go 4×6 below.
+// Parallelism: persistent helper goroutines join a call and claim packing units and
+// compute items (blocks of C) dynamically; see gemmPublish.
 //
 // Reproducibility: every element of C is computed the same way whatever the thread
 // count or the way tiles are handed out: its dot product runs over k in order, in blocks
@@ -31,7 +39,9 @@ const (
 	gemmMS = 4096 // rows of op(A) packed at a time (MS×KC floats, shared by all workers)
 
 	// gemmSmall: below this many multiply-adds (m·n·k) everything runs on the caller.
-	gemmSmall = 32 << 10
+	// Measured on 2 cores (AVX-512): splitting breaks even around 64×64×128 (2^19) and
+	// loses up to 4× below (32×32×32 = 2^15: 15 vs 64 GFLOP/s).
+	gemmSmall = 1 << 19
 )
 
 // gemmKernelFunc computes, for an MR×NR tile, r = Σ_{p<kc} a[p·MR+i]·b[p·NR+j] (in order
@@ -48,7 +58,10 @@ type gemmImpl struct {
 
 // gemmKernel is the microkernel in use; gemm_amd64.go replaces it when the CPU has the
 // instructions its assembly needs.
-var gemmKernel = gemmImpl{name: "go", mr: 4, nr: 8, kernel: sgemmKernelGo4x8}
+var gemmKernel = gemmGo
+
+// gemmGo is the portable microkernel.
+var gemmGo = gemmImpl{name: "go", mr: 4, nr: 6, kernel: sgemmKernelGo4x6}
 
 // sgemm computes C = alpha·op(A)·op(B) + beta·C; C is m×n with row stride ldc; op(A) is m×k,
 // stored m×k (lda ≥ k) or, when transA, k×m (lda ≥ m); op(B) is k×n, stored k×n (ldb ≥ n) or,
@@ -97,33 +110,189 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 	threads = max(threads, 1)
 
 	mr, nr := impl.mr, impl.nr
-	g := gemmJob{
+	g := &gemmCall{
 		impl: impl, transA: transA, transB: transB,
 		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, alpha: alpha,
 	}
-	ms0 := min(m, gemmMS)
-	nc0 := min(n, gemmNC)
-	kc0 := min(k, gemmKC)
-	abuf := gemmGetBuf(gemmCeilDiv(ms0, mr) * mr * kc0)
-	bbuf := gemmGetBuf(gemmCeilDiv(nc0, nr) * nr * kc0)
-	defer gemmPutBuf(abuf)
-	defer gemmPutBuf(bbuf)
-
+	// Steps: column blocks × row blocks × k blocks, k innermost (in order).
 	for jc := 0; jc < n; jc += gemmNC {
 		nc := min(gemmNC, n-jc)
 		for ic := 0; ic < m; ic += gemmMS {
 			ms := min(gemmMS, m-ic)
 			plan := gemmPlan(gemmCeilDiv(ms, mr), gemmCeilDiv(nc, nr), mr, threads)
 			for pc := 0; pc < k; pc += gemmKC {
-				kc := min(gemmKC, k-pc)
-				g.i0, g.j0, g.p0, g.ms, g.nc, g.kc = ic, jc, pc, ms, nc, kc
-				g.ap, g.bp = *abuf, *bbuf
-				g.beta = beta
+				st := gemmStep{i0: ic, j0: jc, p0: pc, ms: ms, nc: nc, kc: min(gemmKC, k-pc), beta: beta, plan: plan}
 				if pc > 0 {
-					g.beta = 1
+					st.beta = 1
 				}
-				g.pack(threads)
-				g.compute(&plan, threads)
+				na, nb := gemmCeilDiv(ms, mr), gemmCeilDiv(nc, nr)
+				// Packing units: groups of panels of roughly 16K floats each.
+				st.ga = max(1, (16<<10)/(mr*st.kc))
+				st.gb = max(1, (16<<10)/(nr*st.kc))
+				st.ua = gemmCeilDiv(na, st.ga)
+				st.npack = st.ua + gemmCeilDiv(nb, st.gb)
+				st.ncomp = plan.rb * plan.cb
+				g.steps = append(g.steps, st)
+			}
+		}
+	}
+	g.ctr = make([]gemmCounters, len(g.steps))
+	asize := gemmCeilDiv(min(m, gemmMS), mr) * mr * min(k, gemmKC)
+	bsize := gemmCeilDiv(min(n, gemmNC), nr) * nr * min(k, gemmKC)
+	nbuf := min(2, len(g.steps))
+	for i := 0; i < nbuf; i++ {
+		g.abuf[i] = gemmGetBuf(asize)
+		g.bbuf[i] = gemmGetBuf(bsize)
+	}
+
+	helpers := 0
+	if threads > 1 {
+		helpers = min(threads, g.steps[0].ncomp) - 1
+	}
+	if helpers > 0 {
+		gemmPublish(g, helpers)
+	}
+	g.work()
+	if helpers > 0 {
+		gemmRetire(g)
+	}
+	last := len(g.steps) - 1
+	gemmWait(&g.ctr[last].compDone, g.steps[last].ncomp)
+	// Helpers that joined may still be walking the (finished) steps; they write nothing
+	// more, but wait for them before the buffers go back to the pool.
+	for i := 0; g.active.Load() != 0; i++ {
+		gemmPause(i)
+	}
+	for i := 0; i < nbuf; i++ {
+		gemmPutBuf(g.abuf[i])
+		gemmPutBuf(g.bbuf[i])
+	}
+}
+
+// Helper goroutines.
+//
+// A call that wants help publishes itself on gemmPool.jobs; persistent helper goroutines take
+// it and run work() beside the caller, each claiming packing units and compute items
+// until none are left. After a job a helper spins (yielding its P) for up to gemmSpin
+// waiting for the next one before it parks: waking a parked thread costs tens to hundreds
+// of microseconds on a virtual machine, which would eat much of the gain on mid-sized
+// products called back to back. A spinning helper parks early when the Go scheduler
+// reports other runnable goroutines, and helpers beyond GOMAXPROCS-1 do not spin.
+
+// gemmSpin is how long an idle helper spins waiting for work before it parks.
+var gemmSpin = 200 * time.Microsecond
+
+var gemmPool struct {
+	mu       sync.Mutex
+	cond     sync.Cond
+	jobs     []*gemmCall  // published calls
+	open     atomic.Int32 // jobs with free slots, for spinning helpers
+	started  int          // helper goroutines
+	parked   int          // helpers waiting on cond
+	spinning atomic.Int32 // helpers spinning for a job
+}
+
+// gemmPublish offers g to up to n helpers, starting helpers as needed.
+func gemmPublish(g *gemmCall, n int) {
+	p := &gemmPool
+	p.mu.Lock()
+	if p.cond.L == nil {
+		p.cond.L = &p.mu
+	}
+	g.slots = n
+	p.jobs = append(p.jobs, g)
+	p.open.Add(1)
+	for p.started < n {
+		go gemmHelper(p.started)
+		p.started++
+	}
+	// Spinning helpers will see the job; wake parked ones for the rest.
+	for i := 0; i < min(n-int(p.spinning.Load()), p.parked); i++ {
+		p.cond.Signal()
+	}
+	p.mu.Unlock()
+}
+
+// gemmRetire withdraws g: no helper joins it any more.
+func gemmRetire(g *gemmCall) {
+	p := &gemmPool
+	p.mu.Lock()
+	for i, j := range p.jobs {
+		if j == g {
+			p.jobs = append(p.jobs[:i], p.jobs[i+1:]...)
+			if g.slots > 0 {
+				g.slots = 0
+				p.open.Add(-1)
+			}
+			break
+		}
+	}
+	p.mu.Unlock()
+}
+
+// gemmTake returns a published job with a free slot, marking the caller active in it.
+// p.mu must be held.
+func gemmTake() *gemmCall {
+	for _, g := range gemmPool.jobs {
+		if g.slots > 0 {
+			if g.slots--; g.slots == 0 {
+				gemmPool.open.Add(-1)
+			}
+			g.active.Add(1)
+			return g
+		}
+	}
+	return nil
+}
+
+func gemmHelper(id int) {
+	p := &gemmPool
+	runnable := []metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+	for {
+		p.mu.Lock()
+		g := gemmTake()
+		if g == nil && !gemmSpinning(id, runnable) {
+			for g == nil {
+				p.parked++
+				p.cond.Wait()
+				p.parked--
+				g = gemmTake()
+			}
+		}
+		p.mu.Unlock()
+		if g != nil {
+			g.work()
+			g.active.Add(-1)
+		}
+	}
+}
+
+// gemmSpinning spins (with p.mu released, and held again on return) until a job is
+// published, reporting whether one was, or gives up after gemmSpin or when other
+// goroutines wait to run.
+func gemmSpinning(id int, runnable []metrics.Sample) bool {
+	p := &gemmPool
+	if id >= runtime.GOMAXPROCS(0)-1 || gemmSpin <= 0 {
+		return false
+	}
+	p.spinning.Add(1)
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.spinning.Add(-1)
+	}()
+	start := time.Now()
+	for i := 1; ; i++ {
+		if p.open.Load() > 0 {
+			return true
+		}
+		runtime.Gosched()
+		if i%32 == 0 {
+			if time.Since(start) > gemmSpin {
+				return false
+			}
+			if metrics.Read(runnable); runnable[0].Value.Kind() == metrics.KindUint64 && runnable[0].Value.Uint64() > 0 {
+				return false
 			}
 		}
 	}
@@ -147,127 +316,190 @@ func gemmScaleC(m, n int, beta float32, c []float32, ldc int) {
 
 func gemmCeilDiv(a, b int) int { return (a + b - 1) / b }
 
-// gemmJob is one call's state for one (row block, column block, k block) step.
-type gemmJob struct {
+// gemmCall is the state of one sgemm call shared by its workers.
+type gemmCall struct {
 	impl           *gemmImpl
 	transA, transB bool
 	a, b, c        []float32
 	lda, ldb, ldc  int
-	alpha, beta    float32
+	alpha          float32
 
-	i0, j0, p0 int // origin of the step in op(A) rows, op(B) columns, k
-	ms, nc, kc int // its extent
-	ap, bp     []float32
+	steps      []gemmStep
+	ctr        []gemmCounters
+	abuf, bbuf [2]*[]float32 // packed op(A) and op(B), double-buffered by step parity
+
+	active atomic.Int32 // helpers inside the call
+	slots  int          // helpers that may still join (under gemmPool.mu)
 }
 
-// pack packs rows [i0, i0+ms) of op(A) and columns [j0, j0+nc) of op(B) over k in
-// [p0, p0+kc), zero-padding partial panels.
-func (g *gemmJob) pack(threads int) {
-	mr, nr := g.impl.mr, g.impl.nr
-	na, nb := gemmCeilDiv(g.ms, mr), gemmCeilDiv(g.nc, nr)
-	// Units of work: groups of panels, roughly 16K floats each.
-	ga := max(1, (16<<10)/(mr*g.kc))
-	gb := max(1, (16<<10)/(nr*g.kc))
-	ua, ub := gemmCeilDiv(na, ga), gemmCeilDiv(nb, gb)
-	gemmParallel(min(threads, ua+ub), ua+ub, func(u int) {
-		if u < ua {
-			for q := u * ga; q < min(na, (u+1)*ga); q++ {
-				g.packA(q)
+// gemmStep is one (row block, column block, k block) step: pack, then compute.
+type gemmStep struct {
+	i0, j0, p0 int // origin in op(A) rows, op(B) columns, k
+	ms, nc, kc int // extent
+	beta       float32
+	plan       gemmPlanT
+	ga, gb, ua int // panels per packing unit of A and of B; units of A
+	npack      int // packing units (A first, then B)
+	ncomp      int // compute items
+}
+
+// gemmCounters tracks a step's work: units claimed (next) and finished (done).
+type gemmCounters struct {
+	packNext, packDone, compNext, compDone atomic.Int32
+	_                                      [48]byte // keep steps' counters on separate cache lines
+}
+
+// work runs the steps in order, claiming packing units and compute items as they come.
+// Step s packs into buffer s%2, so its packing waits until step s-2's items are done;
+// its items wait for all of its packing and for step s-1's items (which may cover the
+// same C elements, over the previous k block).
+func (g *gemmCall) work() {
+	for s := range g.steps {
+		st, ct := &g.steps[s], &g.ctr[s]
+		if s >= 2 {
+			gemmWait(&g.ctr[s-2].compDone, g.steps[s-2].ncomp)
+		}
+		ap, bp := *g.abuf[s%2], *g.bbuf[s%2]
+		for {
+			u := int(ct.packNext.Add(1)) - 1
+			if u >= st.npack {
+				break
 			}
+			g.packUnit(st, ap, bp, u)
+			ct.packDone.Add(1)
+		}
+		gemmWait(&ct.packDone, st.npack)
+		if s >= 1 {
+			gemmWait(&g.ctr[s-1].compDone, g.steps[s-1].ncomp)
+		}
+		for {
+			it := int(ct.compNext.Add(1)) - 1
+			if it >= st.ncomp {
+				break
+			}
+			p := &st.plan
+			r0, r1 := gemmSpan(p.pm, p.rb, it%p.rb)
+			c0, c1 := gemmSpan(p.pn, p.cb, it/p.rb)
+			g.computeBlock(st, ap, bp, r0, r1, c0, c1)
+			ct.compDone.Add(1)
+		}
+	}
+}
+
+// gemmWait waits until *v reaches n (other workers finishing their claimed units).
+func gemmWait(v *atomic.Int32, n int) {
+	for i := 0; int(v.Load()) < n; i++ {
+		gemmPause(i)
+	}
+}
+
+// gemmPause backs off in the i-th round of a wait for another worker.
+func gemmPause(i int) {
+	switch {
+	case i < 100:
+	case i < 20000:
+		runtime.Gosched()
+	default:
+		time.Sleep(20 * time.Microsecond)
+	}
+}
+
+// packUnit packs unit u of a step: a group of panels of op(A) or of op(B).
+func (g *gemmCall) packUnit(st *gemmStep, ap, bp []float32, u int) {
+	mr, nr := g.impl.mr, g.impl.nr
+	if u < st.ua {
+		na := gemmCeilDiv(st.ms, mr)
+		for q := u * st.ga; q < min(na, (u+1)*st.ga); q++ {
+			g.packA(st, ap, q)
+		}
+		return
+	}
+	u -= st.ua
+	nb := gemmCeilDiv(st.nc, nr)
+	for q := u * st.gb; q < min(nb, (u+1)*st.gb); q++ {
+		g.packB(st, bp, q)
+	}
+}
+
+// packA packs panel q of op(A) (rows q·MR.. of the step, zero-padded) as
+// ap[q·MR·kc + p·MR + i].
+func (g *gemmCall) packA(st *gemmStep, ap []float32, q int) {
+	mr, kc := g.impl.mr, st.kc
+	dst := ap[q*mr*kc : (q+1)*mr*kc]
+	r0 := q * mr
+	rows := min(mr, st.ms-r0)
+	i0, p0, lda := st.i0+r0, st.p0, g.lda
+	if g.transA { // element (i, p) at a[(p0+p)·lda + i0+i]
+		src := g.a[p0*lda+i0:]
+		if rows == mr && gemmPackRowsAsm(dst, src, lda, kc, mr) {
 			return
 		}
-		u -= ua
-		for q := u * gb; q < min(nb, (u+1)*gb); q++ {
-			g.packB(q)
-		}
-	})
-}
-
-// packA packs panel q (rows q·MR.. of the step) as ap[q·MR·kc + p·MR + i].
-func (g *gemmJob) packA(q int) {
-	mr, kc := g.impl.mr, g.kc
-	dst := g.ap[q*mr*kc : (q+1)*mr*kc]
-	r0 := q * mr
-	rows := min(mr, g.ms-r0)
-	i0 := g.i0 + r0
-	if g.transA { // element (i, p) at a[(p0+p)·lda + i]
 		for p := 0; p < kc; p++ {
 			d := dst[p*mr : p*mr+mr]
-			src := g.a[(g.p0+p)*g.lda+i0:]
-			copy(d, src[:rows])
+			copy(d, src[p*lda:p*lda+rows])
 			clear(d[rows:])
 		}
 		return
 	}
-	// element (i, p) at a[i·lda + p0+p]
-	if rows == 6 && mr == 6 {
-		base := i0*g.lda + g.p0
-		s0 := g.a[base : base+kc]
-		s1 := g.a[base+g.lda : base+g.lda+kc]
-		s2 := g.a[base+2*g.lda : base+2*g.lda+kc]
-		s3 := g.a[base+3*g.lda : base+3*g.lda+kc]
-		s4 := g.a[base+4*g.lda : base+4*g.lda+kc]
-		s5 := g.a[base+5*g.lda : base+5*g.lda+kc]
-		for p := range s0 {
-			d := dst[p*6 : p*6+6 : p*6+6]
-			d[0], d[1], d[2], d[3], d[4], d[5] = s0[p], s1[p], s2[p], s3[p], s4[p], s5[p]
-		}
-		return
+	// element (i, p) at a[(i0+i)·lda + p0+p]
+	src := g.a[i0*lda+p0:]
+	done := 0
+	if rows == mr {
+		done = gemmPackTAsm(dst, src, lda, kc, mr, mr)
 	}
 	for i := 0; i < mr; i++ {
 		if i >= rows {
-			for p := 0; p < kc; p++ {
+			for p := done; p < kc; p++ {
 				dst[p*mr+i] = 0
 			}
 			continue
 		}
-		src := g.a[(i0+i)*g.lda+g.p0:]
-		src = src[:kc]
-		for p, v := range src {
-			dst[p*mr+i] = v
+		row := src[i*lda+done : i*lda+kc]
+		for p, v := range row {
+			dst[(done+p)*mr+i] = v
 		}
 	}
 }
 
-// packB packs panel q (columns q·NR.. of the step) as bp[q·NR·kc + p·NR + j].
-func (g *gemmJob) packB(q int) {
-	nr, kc := g.impl.nr, g.kc
-	dst := g.bp[q*nr*kc : (q+1)*nr*kc]
+// packB packs panel q of op(B) (columns q·NR.. of the step, zero-padded) as
+// bp[q·NR·kc + p·NR + j].
+func (g *gemmCall) packB(st *gemmStep, bp []float32, q int) {
+	nr, kc := g.impl.nr, st.kc
+	dst := bp[q*nr*kc : (q+1)*nr*kc]
 	c0 := q * nr
-	cols := min(nr, g.nc-c0)
-	j0 := g.j0 + c0
-	if !g.transB { // element (p, j) at b[(p0+p)·ldb + j]
+	cols := min(nr, st.nc-c0)
+	j0, p0, ldb := st.j0+c0, st.p0, g.ldb
+	if !g.transB { // element (p, j) at b[(p0+p)·ldb + j0+j]
+		src := g.b[p0*ldb+j0:]
+		if cols == nr && gemmPackRowsAsm(dst, src, ldb, kc, nr) {
+			return
+		}
 		for p := 0; p < kc; p++ {
 			d := dst[p*nr : p*nr+nr]
-			src := g.b[(g.p0+p)*g.ldb+j0:]
-			copy(d, src[:cols])
+			copy(d, src[p*ldb:p*ldb+cols])
 			clear(d[cols:])
 		}
 		return
 	}
-	// element (p, j) at b[j·ldb + p0+p]
-	if gemmPackBT != nil && cols == nr {
-		gemmPackBT(dst, g.b[j0*g.ldb+g.p0:], g.ldb, kc, nr)
-		return
+	// element (p, j) at b[(j0+j)·ldb + p0+p]
+	src := g.b[j0*ldb+p0:]
+	done := 0
+	if cols == nr {
+		done = gemmPackTAsm(dst, src, ldb, kc, nr, nr)
 	}
 	for j := 0; j < nr; j++ {
 		if j >= cols {
-			for p := 0; p < kc; p++ {
+			for p := done; p < kc; p++ {
 				dst[p*nr+j] = 0
 			}
 			continue
 		}
-		src := g.b[(j0+j)*g.ldb+g.p0:]
-		src = src[:kc]
-		for p, v := range src {
-			dst[p*nr+j] = v
+		row := src[j*ldb+done : j*ldb+kc]
+		for p, v := range row {
+			dst[(done+p)*nr+j] = v
 		}
 	}
 }
-
-// gemmPackBT, when set (assembly), packs a full panel of nr columns of a transposed B:
-// dst[p·nr + j] = src[j·ld + p] for p < kc, j < nr.
-var gemmPackBT func(dst, src []float32, ld, kc, nr int)
 
 // gemmPlanT is the partition of one step's C block into work items: rows in rb blocks of
 // MR panels, columns in cb blocks of NR panels.
@@ -309,36 +541,26 @@ func gemmPlan(pm, pn, mr, threads int) gemmPlanT {
 // gemmSpan returns block t of n units split into parts near-equal blocks.
 func gemmSpan(n, parts, t int) (lo, hi int) { return t * n / parts, (t + 1) * n / parts }
 
-// compute runs the microkernel over the step's C block.
-func (g *gemmJob) compute(p *gemmPlanT, threads int) {
-	items := p.rb * p.cb
-	gemmParallel(min(threads, items), items, func(it int) {
-		r0, r1 := gemmSpan(p.pm, p.rb, it%p.rb)
-		c0, c1 := gemmSpan(p.pn, p.cb, it/p.rb)
-		g.computeBlock(r0, r1, c0, c1)
-	})
-}
-
-// computeBlock computes row panels [r0, r1) × column panels [c0, c1) of the step.
-func (g *gemmJob) computeBlock(r0, r1, c0, c1 int) {
-	mr, nr, kc := g.impl.mr, g.impl.nr, g.kc
+// computeBlock computes row panels [r0, r1) × column panels [c0, c1) of a step.
+func (g *gemmCall) computeBlock(st *gemmStep, ap, bp []float32, r0, r1, c0, c1 int) {
+	mr, nr, kc := g.impl.mr, g.impl.nr, st.kc
 	kern := g.impl.kernel
 	var tmp [gemmMaxTile]float32
 	for jp := c0; jp < c1; jp++ {
-		bp := &g.bp[jp*nr*kc]
+		b := &bp[jp*nr*kc]
 		j := jp * nr
-		cols := min(nr, g.nc-j)
+		cols := min(nr, st.nc-j)
 		for ip := r0; ip < r1; ip++ {
-			ap := &g.ap[ip*mr*kc]
+			a := &ap[ip*mr*kc]
 			i := ip * mr
-			rows := min(mr, g.ms-i)
-			off := (g.i0+i)*g.ldc + g.j0 + j
+			rows := min(mr, st.ms-i)
+			off := (st.i0+i)*g.ldc + st.j0 + j
 			if rows == mr && cols == nr {
-				kern(kc, ap, bp, &g.c[off], g.ldc, g.alpha, g.beta)
+				kern(kc, a, b, &g.c[off], g.ldc, g.alpha, st.beta)
 				continue
 			}
-			kern(kc, ap, bp, &tmp[0], nr, 1, 0)
-			gemmEpilogue(tmp[:], nr, g.c[off:], g.ldc, rows, cols, g.alpha, g.beta)
+			kern(kc, a, b, &tmp[0], nr, 1, 0)
+			gemmEpilogue(tmp[:], nr, g.c[off:], g.ldc, rows, cols, g.alpha, st.beta)
 		}
 	}
 }
@@ -364,93 +586,88 @@ func gemmEpilogue(r []float32, nr int, c []float32, ldc, rows, cols int, alpha, 
 	}
 }
 
-// gemmParallel runs fn(0..n-1) on up to workers goroutines (the caller being one of them).
-func gemmParallel(workers, n int, fn func(i int)) {
-	if workers <= 1 || n <= 1 {
-		for i := 0; i < n; i++ {
-			fn(i)
-		}
-		return
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	work := func() {
-		for {
-			i := int(next.Add(1)) - 1
-			if i >= n {
-				return
-			}
-			fn(i)
-		}
-	}
-	wg.Add(workers - 1)
-	for w := 1; w < workers; w++ {
-		go func() {
-			defer wg.Done()
-			work()
-		}()
-	}
-	work()
-	wg.Wait()
-}
-
-// Pack buffers are reused across calls; each is 64-byte aligned.
-var gemmBufPool sync.Pool
+// Pack buffers are reused across calls, pooled by power-of-two size class; each is
+// 64-byte aligned.
+var gemmBufPools [48]sync.Pool
 
 func gemmGetBuf(n int) *[]float32 {
-	if v, ok := gemmBufPool.Get().(*[]float32); ok && cap(*v) >= n {
+	class := max(12, bits.Len(uint(n-1)))
+	if v, ok := gemmBufPools[class].Get().(*[]float32); ok {
 		*v = (*v)[:n]
 		return v
 	}
-	raw := make([]float32, n+16)
+	size := 1 << class
+	raw := make([]float32, size+16)
 	off := 0
 	if r := uintptr(unsafe.Pointer(&raw[0])) % 64; r != 0 {
 		off = int(64-r) / 4
 	}
-	s := raw[off : off+n : off+n]
+	s := raw[off : off+n : off+size]
 	return &s
 }
 
-func gemmPutBuf(b *[]float32) { gemmBufPool.Put(b) }
+func gemmPutBuf(b *[]float32) {
+	gemmBufPools[bits.Len(uint(cap(*b)-1))].Put(b)
+}
 
-// sgemmKernelGo4x8 is the portable microkernel (MR=4, NR=8), a gemmKernelFunc.
-func sgemmKernelGo4x8(kc int, a, b, c *float32, ldc int, alpha, beta float32) {
-	const mr, nr = 4, 8
-	as := unsafe.Slice(a, kc*mr)
-	bs := unsafe.Slice(b, kc*nr)
-	cs := unsafe.Slice(c, 3*ldc+nr)
+// sgemmKernelGo4x6 is the portable microkernel (MR=4, NR=6), a gemmKernelFunc. It walks
+// the tile in 2×3 blocks of scalar accumulators (few enough to stay in registers), two
+// steps of k at a time.
+func sgemmKernelGo4x6(kc int, a, b, c *float32, ldc int, alpha, beta float32) {
+	const mr, nr = 4, 6
+	pa, pb := unsafe.Pointer(a), unsafe.Pointer(b)
+	cs := unsafe.Slice(c, (mr-1)*ldc+nr)
 	for i := 0; i < mr; i += 2 {
-		for j := 0; j < nr; j += 4 {
-			var r00, r01, r02, r03, r10, r11, r12, r13 float32
-			for p := 0; p < kc; p++ {
-				ap := as[p*mr+i : p*mr+i+2 : p*mr+i+2]
-				bp := bs[p*nr+j : p*nr+j+4 : p*nr+j+4]
-				a0, a1 := ap[0], ap[1]
-				b0, b1, b2, b3 := bp[0], bp[1], bp[2], bp[3]
+		for j := 0; j < nr; j += 3 {
+			var r00, r01, r02, r10, r11, r12 float32
+			p := 0
+			for ; p+1 < kc; p += 2 {
+				av := (*[2]float32)(unsafe.Add(pa, (p*mr+i)*4))
+				bv := (*[3]float32)(unsafe.Add(pb, (p*nr+j)*4))
+				a0, a1 := av[0], av[1]
+				b0, b1, b2 := bv[0], bv[1], bv[2]
 				r00 += a0 * b0
 				r01 += a0 * b1
 				r02 += a0 * b2
-				r03 += a0 * b3
 				r10 += a1 * b0
 				r11 += a1 * b1
 				r12 += a1 * b2
-				r13 += a1 * b3
+				av = (*[2]float32)(unsafe.Add(pa, ((p+1)*mr+i)*4))
+				bv = (*[3]float32)(unsafe.Add(pb, ((p+1)*nr+j)*4))
+				a0, a1 = av[0], av[1]
+				b0, b1, b2 = bv[0], bv[1], bv[2]
+				r00 += a0 * b0
+				r01 += a0 * b1
+				r02 += a0 * b2
+				r10 += a1 * b0
+				r11 += a1 * b1
+				r12 += a1 * b2
 			}
-			c0 := cs[i*ldc+j : i*ldc+j+4 : i*ldc+j+4]
-			c1 := cs[(i+1)*ldc+j : (i+1)*ldc+j+4 : (i+1)*ldc+j+4]
+			if p < kc {
+				av := (*[2]float32)(unsafe.Add(pa, (p*mr+i)*4))
+				bv := (*[3]float32)(unsafe.Add(pb, (p*nr+j)*4))
+				a0, a1 := av[0], av[1]
+				b0, b1, b2 := bv[0], bv[1], bv[2]
+				r00 += a0 * b0
+				r01 += a0 * b1
+				r02 += a0 * b2
+				r10 += a1 * b0
+				r11 += a1 * b1
+				r12 += a1 * b2
+			}
+			c0 := (*[3]float32)(cs[i*ldc+j:])
+			c1 := (*[3]float32)(cs[(i+1)*ldc+j:])
 			if beta == 0 {
-				c0[0], c0[1], c0[2], c0[3] = float32(alpha*r00), float32(alpha*r01), float32(alpha*r02), float32(alpha*r03)
-				c1[0], c1[1], c1[2], c1[3] = float32(alpha*r10), float32(alpha*r11), float32(alpha*r12), float32(alpha*r13)
+				c0[0], c0[1], c0[2] = float32(alpha*r00), float32(alpha*r01), float32(alpha*r02)
+				c1[0], c1[1], c1[2] = float32(alpha*r10), float32(alpha*r11), float32(alpha*r12)
 				continue
 			}
 			c0[0] = float32(alpha*r00) + float32(beta*c0[0])
 			c0[1] = float32(alpha*r01) + float32(beta*c0[1])
 			c0[2] = float32(alpha*r02) + float32(beta*c0[2])
-			c0[3] = float32(alpha*r03) + float32(beta*c0[3])
 			c1[0] = float32(alpha*r10) + float32(beta*c1[0])
 			c1[1] = float32(alpha*r11) + float32(beta*c1[1])
 			c1[2] = float32(alpha*r12) + float32(beta*c1[2])
-			c1[3] = float32(alpha*r13) + float32(beta*c1[3])
 		}
 	}
 }
