@@ -634,7 +634,7 @@ func (c Config) Requirements() []string {
 	case p.WorldSize > p.SequenceParallelDegree && p.Backend == "inproc":
 		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d with sequence_parallel_degree = %d means %d data-parallel replicas, which come with FSDP in a later version (this version runs world_size = sequence_parallel_degree)",
 			p.WorldSize, p.SequenceParallelDegree, p.WorldSize/p.SequenceParallelDegree))
-	case p.WorldSize > 1:
+	case p.WorldSize > 1 && p.Backend != "inproc":
 		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d needs %d ranks (backend %q comes in a later version)",
 			p.WorldSize, p.WorldSize, p.Backend))
 	case p.Backend != "inproc":

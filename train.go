@@ -56,7 +56,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if reqs := cfg.Requirements(); len(reqs) > 0 {
-		return fmt.Errorf("%s is a valid config, but this build trains on one CPU worker in fp32 and this config needs:\n  - %s",
+		return fmt.Errorf("%s is a valid config, but this build trains in fp32 on the CPU, with in-process sequence-parallel ranks, and this config needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -1,0 +1,42 @@
+package parallel
+
+import (
+	"fmt"
+	"testing"
+
+	"distflash/model"
+)
+
+// BenchmarkSchedules times attention forward + backward of one sequence of T tokens on P
+// in-process ranks, for every schedule, overlap on and off, beside the single-worker primitive
+// on the same sequence (the "P1/local" row). On one machine the ranks share the cores, so the
+// total work is the same and the ratio of a schedule's time to the local one is its overhead
+// (copies, merges, idle waiting). bench/compare.sh prints the ratios.
+func BenchmarkSchedules(b *testing.B) {
+	const T = 2048
+	h := model.Heads{N: 4, KV: 2, Dim: 32}
+	in := newInputs(T, h, 1)
+	b.Run("P1/local", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			in.reference()
+		}
+		b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
+	})
+	for _, P := range []int{2, 4} {
+		for _, name := range Names() {
+			if Check(name, h, P) != nil {
+				continue
+			}
+			for _, overlap := range []bool{true, false} {
+				b.Run(fmt.Sprintf("P%d/%s/overlap=%v", P, name, overlap), func(b *testing.B) {
+					for i := 0; i < b.N; i++ {
+						if _, err := in.run(name, P, Options{Overlap: overlap}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,350 @@
+package parallel
+
+// Ring attention: the vanilla, unbalanced sequence-parallel causal attention of DistFlashAttn
+// Alg. 1 (papers/distflashattn.txt §3.1), with the key/value prefetch of §3.2 Eq. (3), and the
+// ring-attention backward (papers/ring-attention-explained.txt; papers/burstattention.txt §3.4
+// calls it RingAttention's backward).
+//
+// The sequence is split contiguously: rank p holds the n = N/P tokens [p·n, (p+1)·n) (0-based
+// ranks; the paper's are 1-based). The ranks form a ring, p sends to p+1 and receives from
+// p−1 (mod P).
+//
+// Forward (Alg. 1). Step 0 folds the local block (q_p, k_p, v_p) into the running (o, m, l)
+// (line 2). At step t = 1 … P−1 every rank passes the block it holds to p+1 and receives the
+// block of rank r = p−t (mod P) from p−1 (lines 4–5), then folds it (line 6). Causally only
+// r < p is visible; the blocks with r > p (they arrive after the wrap-around) are fully masked,
+// so rank p skips their compute, but as a vanilla ring it still receives and passes them on:
+// rank p computes p+1 blocks while every rank moves P−1 blocks, which is the imbalance of
+// DistFlashAttn Fig. 1(a) — idle fraction (P²−P)/(2P²) (§3.2). With Options.Overlap the
+// transfer of step t+1 is posted before step t computes (Eq. (3), Fig. 2); without it each
+// step transfers, waits, then computes. The arithmetic and its order are the same either way.
+//
+// Backward. Each rank keeps its q, dO, lse and D = rowsum(dO∘O) (AttnBackwardPrep) and
+// circulates (k, v, dk, dv) around the same ring: at step t it holds the block of rank
+// r = p−t, adds the block's dq into its own dq, and adds the block's dk, dv into the block's
+// travelling accumulator, which it then passes on with the block. After step P−1 rank p holds
+// the accumulator of block p+1, which has now visited every rank, and sends it home to p+1: so
+// k, v move P−1 times and dk, dv P times. With Options.Overlap the next k, v are fetched while
+// the current block computes, and each block's contribution is computed into a fresh buffer so
+// the accumulator arriving from p−1 is waited for only after the compute (as in
+// ring-flash-attention); both modes do the same additions in the same order.
+//
+// Communication per rank and layer, with B = (N/P)·KV·hd·4 bytes (one of k, v, dk, dv of a
+// rank, fp32): forward 2·(P−1)·B under "ring.fwd.kv"; backward 2·(P−1)·B under "ring.bwd.kv"
+// plus 2·P·B under "ring.bwd.dkv" (0 when P = 1). Summed over the ranks that is 2·(P−1)/P·N·d
+// forward and ≈ 4·N·d backward for d = KV·hd, against DistFlashAttn's causal Nd and 2Nd
+// (App. C): the vanilla ring also moves the blocks nobody needs.
+//
+// The same code runs the zig-zag schedule (zigzag.go): there each rank holds two chunks, and
+// every (query chunk, key chunk) pair is a separate primitive call, skipped when fully masked.
+
+import (
+	"fmt"
+
+	"distflash/kernels"
+	"distflash/model"
+)
+
+func init() { register("ring", newRing, nil) }
+
+// Offsets of the message tags from a ring schedule's tag base; forward and backward use
+// disjoint tags, and a pair of ranks exchanges at most one outstanding message per tag.
+const (
+	ringTagFwdK = iota
+	ringTagFwdV
+	ringTagBwdK
+	ringTagBwdV
+	ringTagBwdDKV
+)
+
+// ringSites are the call sites under which a ring schedule's bytes are counted.
+type ringSites struct {
+	fwdKV  string // k, v to the next rank (Alg. 1 line 5)
+	bwdKV  string // k, v to the next rank in the backward
+	bwdDKV string // a block's travelling dk, dv accumulator to the next rank
+}
+
+// ringAttn is one rank's ring schedule, on the contiguous layout with one chunk per rank
+// (ring) or on the zig-zag layout with two (zigzag).
+type ringAttn struct {
+	c      Comm
+	be     kernels.Backend
+	opt    Options
+	name   string
+	layout Layout
+	chunks int // chunks per rank, each a run of consecutive positions
+	tag    int // tag base
+	site   ringSites
+	sc     *ringScratch
+}
+
+// newRing builds the vanilla ring schedule (DistFlashAttn Alg. 1) for one rank.
+func newRing(c Comm, be kernels.Backend, opt Options) Schedule {
+	return &ringAttn{c: c, be: be, opt: opt, name: "ring", layout: Contiguous, chunks: 1, tag: 200,
+		site: ringSites{fwdKV: "ring.fwd.kv", bwdKV: "ring.bwd.kv", bwdDKV: "ring.bwd.dkv"}}
+}
+
+// Name implements Schedule.
+func (s *ringAttn) Name() string { return s.name }
+
+// Layout implements Schedule.
+func (s *ringAttn) Layout() Layout { return s.layout }
+
+// ringScratch holds one rank's buffers for n local tokens with heads h, reused across calls.
+// Buffers indexed [2] alternate by step parity, so a transfer lands in one while the other
+// computes.
+type ringScratch struct {
+	n    int
+	h    model.Heads
+	peer [][]int32 // global positions of every rank's tokens
+
+	st  []kernels.AttnState // running (o, m, l) of each own query chunk [c queries]
+	lse []kernels.Buf       // lse of each own query chunk [H, c] (only with several chunks)
+	d   []kernels.Buf       // D = rowsum(dO∘O) of each own query chunk [H, c]
+
+	k, v [2]kernels.Buf // a received block's k and v [n·KV·hd]
+	acc  [2]kernels.Buf // a block's travelling dk|dv accumulator [2·n·KV·hd]
+	g    kernels.Buf    // this rank's dk|dv contribution to the block at hand [2·n·KV·hd]
+}
+
+func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
+	if s.sc != nil && s.sc.n == n && s.sc.h == h {
+		return s.sc
+	}
+	be, P, C := s.be, s.c.Size(), s.chunks
+	if n%C != 0 {
+		panic(fmt.Sprintf("parallel: %s schedule: %d local tokens do not split into %d chunks", s.name, n, C))
+	}
+	c, kn := n/C, n*h.KV*h.Dim
+	sc := &ringScratch{n: n, h: h, g: be.Alloc(2 * kn)}
+	for r := 0; r < P; r++ {
+		sc.peer = append(sc.peer, s.layout.MustPositions(n*P, P, r))
+	}
+	for i := 0; i < C; i++ {
+		sc.st = append(sc.st, newState(be, c, h))
+		sc.d = append(sc.d, be.Alloc(h.N*c))
+		if C > 1 {
+			sc.lse = append(sc.lse, be.Alloc(h.N*c))
+		}
+	}
+	for i := range 2 {
+		sc.k[i], sc.v[i] = be.Alloc(kn), be.Alloc(kn)
+		sc.acc[i] = be.Alloc(2 * kn)
+	}
+	s.sc = sc
+	return sc
+}
+
+// ringReqs is a set of outstanding requests.
+type ringReqs []Request
+
+func (r *ringReqs) wait() {
+	for _, q := range *r {
+		q.Wait()
+	}
+	*r = (*r)[:0]
+}
+
+// ringVisible reports whether any key at kPos is visible to any query at qPos.
+func ringVisible(qPos, kPos []int32) bool {
+	if len(qPos) == 0 || len(kPos) == 0 {
+		return false
+	}
+	qmax, kmin := qPos[0], kPos[0]
+	for _, p := range qPos {
+		qmax = max(qmax, p)
+	}
+	for _, p := range kPos {
+		kmin = min(kmin, p)
+	}
+	return qmax >= kmin
+}
+
+// rows returns the view of chunk i (c tokens of width w values each) of a token-major buffer.
+func (s *ringAttn) rows(b kernels.Buf, i, c, w int) kernels.Buf {
+	return s.be.Slice(b, i*c*w, c*w)
+}
+
+// shift posts one ring step: cur k, v to the next rank and the next block from the previous
+// rank into the buffers of parity t.
+func (s *ringAttn) shift(t int, k, v kernels.Buf, tagK, tagV int, site string) ringReqs {
+	P, p, sc := s.c.Size(), s.c.Rank(), s.sc
+	next, prev := (p+1)%P, (p+P-1)%P
+	return ringReqs{
+		s.c.Irecv(sc.k[t%2], prev, s.tag+tagK, site), s.c.Irecv(sc.v[t%2], prev, s.tag+tagV, site),
+		s.c.Isend(k, next, s.tag+tagK, site), s.c.Isend(v, next, s.tag+tagV, site),
+	}
+}
+
+// fold is attn(q_p, k_r, v_r, o_p, s_p) of Alg. 1 (line 2 and 6): it folds the block k, v at
+// positions kPos into the running states, one primitive call per visible (query chunk, key
+// chunk) pair; fully masked pairs are not computed.
+func (s *ringAttn) fold(q, k, v kernels.Buf, qPos, kPos []int32, h model.Heads) {
+	C, sc := s.chunks, s.sc
+	c, qw, kw := len(qPos)/C, h.N*h.Dim, h.KV*h.Dim
+	for i := 0; i < C; i++ {
+		qp := qPos[i*c : (i+1)*c]
+		for j := 0; j < C; j++ {
+			kp := kPos[j*c : (j+1)*c]
+			if !ringVisible(qp, kp) {
+				continue
+			}
+			s.be.AttnForward(sc.st[i], s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), blockShape(qp, kp, h))
+		}
+	}
+}
+
+// Forward implements model.Attention: Alg. 1 of worker p, with the prefetch of Eq. (3) when
+// Options.Overlap is set.
+func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads) {
+	P, p, be := s.c.Size(), s.c.Rank(), s.be
+	n := len(pos)
+	sc := s.scratch(n, h)
+	for _, st := range sc.st {
+		be.AttnInit(st) // line 1
+	}
+	curK, curV := k, v
+	var reqs ringReqs
+	for t := 0; t < P; t++ { // step 0 is line 2, steps 1 … P−1 are lines 3–7
+		if t > 0 {
+			if !s.opt.Overlap { // fetch, then compute
+				reqs = s.shift(t, curK, curV, ringTagFwdK, ringTagFwdV, s.site.fwdKV)
+			}
+			reqs.wait()
+			curK, curV = sc.k[t%2], sc.v[t%2]
+		}
+		if s.opt.Overlap && t+1 < P { // Eq. (3): fetch block t+1 while block t computes
+			reqs = s.shift(t+1, curK, curV, ringTagFwdK, ringTagFwdV, s.site.fwdKV)
+		}
+		s.fold(q, curK, curV, pos, sc.peer[(p-t+P)%P], h)
+	}
+	reqs.wait()
+	s.finish(o, lse, h)
+}
+
+// finish normalises the running states into o and lse (Alg. 3 lines 18–19).
+func (s *ringAttn) finish(o, lse kernels.Buf, h model.Heads) {
+	be, sc, C := s.be, s.sc, s.chunks
+	n := sc.n
+	c := n / C
+	if C == 1 {
+		be.AttnFinish(o, lse, sc.st[0], n, h.N, h.Dim)
+		return
+	}
+	for i := 0; i < C; i++ {
+		be.AttnFinish(s.rows(o, i, c, h.N*h.Dim), sc.lse[i], sc.st[i], c, h.N, h.Dim)
+		for hh := 0; hh < h.N; hh++ { // lse is [H, n]: chunk i is c values of every head's row
+			be.Copy(be.Slice(lse, hh*n+i*c, c), be.Slice(sc.lse[i], hh*c, c))
+		}
+	}
+}
+
+// chunkLSE returns the lse of each own query chunk ([H, c] each), gathered from lse [H, n].
+func (s *ringAttn) chunkLSE(lse kernels.Buf, h model.Heads) []kernels.Buf {
+	be, sc, C := s.be, s.sc, s.chunks
+	if C == 1 {
+		return []kernels.Buf{lse}
+	}
+	n := sc.n
+	c := n / C
+	for i := 0; i < C; i++ {
+		for hh := 0; hh < h.N; hh++ {
+			be.Copy(be.Slice(sc.lse[i], hh*c, c), be.Slice(lse, hh*n+i*c, c))
+		}
+	}
+	return sc.lse
+}
+
+// grad adds the gradients of block k, v at kPos: dq into dq, dk|dv into g (zeroed here). It
+// reports whether any pair was visible.
+func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos, kPos []int32, h model.Heads) bool {
+	be, sc, C := s.be, s.sc, s.chunks
+	c, qw, kw := len(qPos)/C, h.N*h.Dim, h.KV*h.Dim
+	kn := k.Len()
+	dk, dv := be.Slice(g, 0, kn), be.Slice(g, kn, kn)
+	any := false
+	for i := 0; i < C; i++ {
+		qp := qPos[i*c : (i+1)*c]
+		for j := 0; j < C; j++ {
+			kp := kPos[j*c : (j+1)*c]
+			if !ringVisible(qp, kp) {
+				continue
+			}
+			if !any {
+				be.Zero(g)
+				any = true
+			}
+			be.AttnBackward(s.rows(dq, i, c, qw), s.rows(dk, j, c, kw), s.rows(dv, j, c, kw),
+				s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), s.rows(do, i, c, qw),
+				lse[i], sc.d[i], blockShape(qp, kp, h))
+		}
+	}
+	return any
+}
+
+// Backward implements model.Attention: the ring-attention backward, (k, v, dk, dv) passed
+// around the ring while q, dO, lse and D stay home, on the FlashAttention-2 block backward
+// (DistFlashAttn App. A).
+func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h model.Heads) {
+	P, p, be := s.c.Size(), s.c.Rank(), s.be
+	n := len(pos)
+	sc := s.scratch(n, h)
+	C := s.chunks
+	c, qw := n/C, h.N*h.Dim
+	for i := 0; i < C; i++ {
+		be.AttnBackwardPrep(sc.d[i], s.rows(o, i, c, qw), s.rows(do, i, c, qw), c, h.N, h.Dim)
+	}
+	lseC := s.chunkLSE(lse, h)
+	next, prev := (p+1)%P, (p+P-1)%P
+	tagDKV := s.tag + ringTagBwdDKV
+
+	curK, curV := k, v
+	var kvReqs, accIn, accOut ringReqs
+	for t := 0; t < P; t++ {
+		if t > 0 {
+			if !s.opt.Overlap { // fetch block t and its accumulator, then compute
+				kvReqs = s.shift(t, curK, curV, ringTagBwdK, ringTagBwdV, s.site.bwdKV)
+				accIn = ringReqs{s.c.Irecv(sc.acc[t%2], prev, tagDKV, s.site.bwdDKV)}
+			}
+			kvReqs.wait()
+			curK, curV = sc.k[t%2], sc.v[t%2]
+		}
+		if s.opt.Overlap && t+1 < P {
+			kvReqs = s.shift(t+1, curK, curV, ringTagBwdK, ringTagBwdV, s.site.bwdKV)
+		}
+		acc := sc.acc[t%2]
+		if !s.opt.Overlap {
+			accIn.wait()
+		}
+		computed := s.grad(dq, sc.g, q, curK, curV, do, lseC, pos, sc.peer[(p-t+P)%P], h)
+		if t == 0 {
+			be.Zero(acc) // block p starts its round here
+		} else {
+			accIn.wait()
+		}
+		if computed {
+			be.Add(acc, acc, sc.g)
+		}
+		if P == 1 {
+			continue
+		}
+		accOut.wait() // acc of step t−1, whose buffer the next receive reuses
+		accOut = ringReqs{s.c.Isend(acc, next, tagDKV, s.site.bwdDKV)}
+		if s.opt.Overlap || t == P-1 { // block t+1's accumulator (after step P−1: our own, home)
+			accIn = ringReqs{s.c.Irecv(sc.acc[(t+1)%2], prev, tagDKV, s.site.bwdDKV)}
+		}
+		if !s.opt.Overlap {
+			accOut.wait()
+		}
+	}
+	kvReqs.wait()
+	accIn.wait()
+	accOut.wait()
+	home := sc.acc[P%2]
+	if P == 1 {
+		home = sc.acc[0]
+	}
+	kn := k.Len()
+	be.Add(dk, dk, be.Slice(home, 0, kn))
+	be.Add(dv, dv, be.Slice(home, kn, kn))
+}
