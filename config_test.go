@@ -361,7 +361,8 @@ func TestConfigRequirements(t *testing.T) {
 		{"configs/llama7b-512k.toml", nil, []string{"parallelism.world_size = 16 needs 16 ranks", `"nccl"`,
 			`device.kind = "cuda" needs a build with -tags cuda`, `training.mixed_precision = "bf16"`,
 			`data.format = "c4"`, "parallelism.fsdp", "6.74B parameters", "100.4 GiB", "6.3 GiB per rank"}},
-		{"configs/tiny-sp4.toml", nil, []string{"parallelism.world_size = 4 needs 4 ranks"}},
+		{"configs/tiny-sp4.toml", nil, nil},
+		{"configs/tiny-sp4.toml", []string{"parallelism.sequence_parallel_degree=2"}, []string{"2 data-parallel replicas"}},
 		{"configs/tiny.toml", []string{"training.mixed_precision=fp16"}, []string{`training.mixed_precision = "fp16"`}},
 		{"configs/tiny.toml", []string{"parallelism.backend=mpi"}, []string{`parallelism.backend = "mpi"`}},
 		{"configs/tiny.toml", []string{"eval.interval=50", "checkpoint.interval=100"}, []string{"eval.interval = 50", "checkpoint.interval = 100"}},
@@ -417,5 +418,26 @@ func TestConfigTokensPerStep(t *testing.T) {
 	c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 8, 2 // 4 data-parallel replicas
 	if got, want := c.TokensPerStep(), int64(2*64*3*4); got != want {
 		t.Errorf("TokensPerStep = %d, want %d", got, want)
+	}
+}
+
+// TestConfigSequenceParallelChecks: a schedule that cannot split the heads, or a sequence that
+// does not split evenly over the layout's chunks, is refused with the reason.
+func TestConfigSequenceParallelChecks(t *testing.T) {
+	for _, c := range []struct {
+		sets []string
+		want string
+	}{
+		{[]string{"parallelism.attention=ulysses"}, "n_kv_heads (2) divisible by the 4"},
+		{[]string{"parallelism.attention=zigzag", "data.seq_len=100"}, "must be a multiple of 8"},
+		{[]string{"parallelism.attention=distflash", "data.seq_len=66"}, "must be a multiple of 4"},
+	} {
+		_, err := LoadConfig("configs/tiny-sp4.toml", c.sets)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %v, want it to say %q", c.sets, err, c.want)
+		}
+	}
+	if _, err := LoadConfig("configs/tiny-sp4.toml", []string{"parallelism.attention=ulysses", "parallelism.world_size=2", "parallelism.sequence_parallel_degree=2"}); err != nil {
+		t.Errorf("ulysses on 2 ranks: %v", err)
 	}
 }

@@ -16,9 +16,9 @@ import (
 // commSizes are the world sizes the communicator tests run on: one rank, even and odd.
 var commSizes = []int{1, 2, 3, 5}
 
-// runWorld runs fn on every rank of a fresh world of P ranks and fails the test on an error
+// commRunWorld runs fn on every rank of a fresh world of P ranks and fails the test on an error
 // or when the ranks do not finish within 20 s (a hang).
-func runWorld(t *testing.T, P int, fn func(c Comm, be kernels.Backend) error) *World {
+func commRunWorld(t *testing.T, P int, fn func(c Comm, be kernels.Backend) error) *World {
 	t.Helper()
 	w := NewWorld(P)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -36,15 +36,15 @@ func runWorld(t *testing.T, P int, fn func(c Comm, be kernels.Backend) error) *W
 	return w
 }
 
-// bufOf returns a buffer of be holding x.
-func bufOf(be kernels.Backend, x []float32) kernels.Buf {
+// commBuf returns a buffer of be holding x.
+func commBuf(be kernels.Backend, x []float32) kernels.Buf {
 	b := be.Alloc(len(x))
 	be.Upload(b, x)
 	return b
 }
 
-// equalBits reports the first index where got and want differ bit for bit, or −1.
-func equalBits(got, want []float32) int {
+// commEqualBits reports the first index where got and want differ bit for bit, or −1.
+func commEqualBits(got, want []float32) int {
 	if len(got) != len(want) {
 		return 0
 	}
@@ -56,20 +56,30 @@ func equalBits(got, want []float32) int {
 	return -1
 }
 
-// checkTraffic compares a rank's byte counts with the expected ones, site by site; sites
-// not in want must not have been used.
-func checkTraffic(rank int, got, want Traffic) error {
+// commCheckTraffic compares a rank's byte counts with the expected ones, site by site (a site
+// that sent nothing may be absent); sites not in want must not have been used. World.Run
+// names the rank in the error.
+func commCheckTraffic(got, want Traffic) error {
 	for site, b := range want {
-		if g, ok := got[site]; !ok || g != b {
-			return fmt.Errorf("rank %d: site %q sent %d bytes, want %d (all: %v)", rank, site, g, b, got)
+		if g := got[site]; g != b {
+			return fmt.Errorf("site %q sent %d bytes, want %d (all: %v)", site, g, b, got)
 		}
 	}
 	for site := range got {
 		if _, ok := want[site]; !ok {
-			return fmt.Errorf("rank %d: unexpected site %q (all: %v)", rank, site, got)
+			return fmt.Errorf("unexpected site %q (all: %v)", site, got)
 		}
 	}
 	return nil
+}
+
+// commAllReduceBytes is what rank r of P sends in an all-reduce of n values: a reduce-scatter
+// over the chunks [q·n/P, (q+1)·n/P) then an all-gather, so it sends every chunk but its own
+// once and its own chunk n_r to the P−1 others: (n − n_r + (P−1)·n_r)·4 bytes. Summed over
+// the ranks that is 2·(P−1)·n·4, the bandwidth-optimal volume.
+func commAllReduceBytes(n, P, r int) int64 {
+	nr := (r+1)*n/P - r*n/P
+	return int64((n - nr + (P-1)*nr) * 4)
 }
 
 // TestCommPointToPoint: every rank sends to the next rank of the ring several messages under
@@ -86,7 +96,7 @@ func TestCommPointToPoint(t *testing.T) {
 	val := func(src, tag, seq, i int) float32 { return float32(1000*src + 100*tag + 10*seq + i) }
 	for _, P := range commSizes {
 		t.Run(fmt.Sprintf("P%d", P), func(t *testing.T) {
-			runWorld(t, P, func(c Comm, be kernels.Backend) error {
+			commRunWorld(t, P, func(c Comm, be kernels.Backend) error {
 				r := c.Rank()
 				next, prev := (r+1)%P, (r+P-1)%P
 				buf := be.Alloc(length)
@@ -122,7 +132,7 @@ func TestCommPointToPoint(t *testing.T) {
 						}
 					}
 				}
-				return checkTraffic(r, c.Traffic(), Traffic{"p2p": int64(perTag * len(tags) * length * 4)})
+				return commCheckTraffic(c.Traffic(), Traffic{"p2p": int64(perTag * len(tags) * length * 4)})
 			})
 		})
 	}
@@ -131,18 +141,11 @@ func TestCommPointToPoint(t *testing.T) {
 // TestCommIrecvMatchesInPostOrder: two receives posted for the same source and tag match the
 // messages in the order they were posted, whatever the order they are waited for (MPI's
 // non-overtaking rule, which a schedule that prefetches several blocks relies on).
-//
-// Known issue of the in-process world (inproc.go): Irecv takes its message when Wait is
-// called, not when the receive is posted, so waiting for the second receive first gives it
-// the first message. Skipped until inproc.go is fixed; run it with DISTFLASH_KNOWN_ISSUES=1.
 func TestCommIrecvMatchesInPostOrder(t *testing.T) {
-	if testingKnownIssues() {
-		t.Skip("inproc.go: Irecv matches at Wait, not at post (set DISTFLASH_KNOWN_ISSUES=1 to run)")
-	}
-	runWorld(t, 2, func(c Comm, be kernels.Backend) error {
+	commRunWorld(t, 2, func(c Comm, be kernels.Backend) error {
 		if c.Rank() == 0 {
 			for i := 1; i <= 2; i++ {
-				c.Isend(bufOf(be, []float32{float32(i)}), 1, 0, "p2p").Wait()
+				c.Isend(commBuf(be, []float32{float32(i)}), 1, 0, "p2p").Wait()
 			}
 			return nil
 		}
@@ -157,9 +160,6 @@ func TestCommIrecvMatchesInPostOrder(t *testing.T) {
 		return nil
 	})
 }
-
-// testingKnownIssues reports whether tests of known, not yet fixed issues are to be skipped.
-func testingKnownIssues() bool { return !strings.EqualFold(envOr("DISTFLASH_KNOWN_ISSUES", ""), "1") }
 
 // TestCommCollectives checks every collective's result and its bytes on P ranks. Sums are
 // compared bit for bit with a float32 sum in rank order, over values whose sum depends on the
@@ -198,55 +198,51 @@ func TestCommCollectives(t *testing.T) {
 			const n = 4
 			P, r := c.Size(), c.Rank()
 			dst := be.Alloc(P * n)
-			c.AllGather(dst, bufOf(be, vec(r, n)), "ag")
+			c.AllGather(dst, commBuf(be, vec(r, n)), "ag")
 			var want []float32
 			for q := 0; q < P; q++ {
 				want = append(want, vec(q, n)...)
 			}
-			if i := equalBits(kernels.Host(dst), want); i >= 0 {
+			if i := commEqualBits(kernels.Host(dst), want); i >= 0 {
 				return fmt.Errorf("element %d: got %v, want %v", i, kernels.Host(dst), want)
 			}
 			// every rank sends its src to every other rank: (P−1)·len(src)·4 bytes
-			return checkTraffic(r, c.Traffic(), Traffic{"ag": int64((P - 1) * n * 4)})
+			return commCheckTraffic(c.Traffic(), Traffic{"ag": int64((P - 1) * n * 4)})
 		}},
 		{"ReduceScatter", func(c Comm, be kernels.Backend) error {
 			const n = 3
 			P, r := c.Size(), c.Rank()
 			dst := be.Alloc(n)
-			c.ReduceScatter(dst, bufOf(be, vec(r, P*n)), "rs")
+			c.ReduceScatter(dst, commBuf(be, vec(r, P*n)), "rs")
 			want := make([]float32, n)
 			for i := range want {
 				want[i] = sum(P, r*n+i)
 			}
-			if i := equalBits(kernels.Host(dst), want); i >= 0 {
+			if i := commEqualBits(kernels.Host(dst), want); i >= 0 {
 				return fmt.Errorf("element %d: got %v, want the rank-order sum %v", i, kernels.Host(dst), want)
 			}
 			// every rank sends every other rank its chunk: (P−1)·len(dst)·4 bytes
-			return checkTraffic(r, c.Traffic(), Traffic{"rs": int64((P - 1) * n * 4)})
+			return commCheckTraffic(c.Traffic(), Traffic{"rs": int64((P - 1) * n * 4)})
 		}},
 		{"AllReduce", func(c Comm, be kernels.Backend) error {
 			P, r := c.Size(), c.Rank()
 			want := Traffic{}
 			for _, n := range []int{7, 3, 1, 11} { // 7 and 11 divisible by none of 2, 3, 5; 3, 1 < P
 				site := fmt.Sprintf("ar%d", n)
-				b := bufOf(be, vec(r, n))
+				b := commBuf(be, vec(r, n))
 				c.AllReduce(b, site)
 				w := make([]float32, n)
 				for i := range w {
 					w[i] = sum(P, i)
 				}
-				if i := equalBits(kernels.Host(b), w); i >= 0 {
+				if i := commEqualBits(kernels.Host(b), w); i >= 0 {
 					return fmt.Errorf("length %d element %d: got %v, want the rank-order sum %v", n, i, kernels.Host(b), w)
 				}
-				// reduce-scatter over the chunks [q·n/P, (q+1)·n/P) then all-gather: a rank
-				// sends every chunk but its own once and its own chunk to the P−1 others,
-				// (n − n_r + (P−1)·n_r)·4 bytes; summed over the ranks 2·(P−1)·n·4.
 				if P > 1 {
-					nr := (r+1)*n/P - r*n/P
-					want[site] = int64((n - nr + (P-1)*nr) * 4)
+					want[site] = commAllReduceBytes(n, P, r)
 				}
 			}
-			return checkTraffic(r, c.Traffic(), want)
+			return commCheckTraffic(c.Traffic(), want)
 		}},
 		{"AllToAll", func(c Comm, be kernels.Backend) error {
 			const n = 2
@@ -258,7 +254,7 @@ func TestCommCollectives(t *testing.T) {
 				}
 			}
 			dst := be.Alloc(P * n)
-			c.AllToAll(dst, bufOf(be, src), "a2a")
+			c.AllToAll(dst, commBuf(be, src), "a2a")
 			for j := 0; j < P; j++ { // chunk j came from rank j: its chunk r
 				for i := 0; i < n; i++ {
 					if got, want := kernels.Host(dst)[j*n+i], float32(100*j+10*r+i); got != want {
@@ -267,13 +263,13 @@ func TestCommCollectives(t *testing.T) {
 				}
 			}
 			// every chunk but its own leaves: (P−1)·chunk·4 bytes
-			return checkTraffic(r, c.Traffic(), Traffic{"a2a": int64((P - 1) * n * 4)})
+			return commCheckTraffic(c.Traffic(), Traffic{"a2a": int64((P - 1) * n * 4)})
 		}},
 	}
 	for _, tc := range cases {
 		for _, P := range commSizes {
 			t.Run(fmt.Sprintf("%s/P%d", tc.name, P), func(t *testing.T) {
-				runWorld(t, P, tc.fn)
+				commRunWorld(t, P, tc.fn)
 			})
 		}
 	}
@@ -285,7 +281,7 @@ func TestCommBarrier(t *testing.T) {
 	for _, P := range commSizes {
 		t.Run(fmt.Sprintf("P%d", P), func(t *testing.T) {
 			var arrived atomic.Int64
-			runWorld(t, P, func(c Comm, be kernels.Backend) error {
+			commRunWorld(t, P, func(c Comm, be kernels.Backend) error {
 				for round := 1; round <= 3; round++ {
 					if c.Rank() == P-1 {
 						time.Sleep(5 * time.Millisecond)
@@ -326,7 +322,7 @@ func TestCommSplit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			runWorld(t, rows*cols, func(c Comm, be kernels.Backend) error {
+			commRunWorld(t, rows*cols, func(c Comm, be kernels.Backend) error {
 				row, col := c.Rank()/cols, c.Rank()%cols
 				g := c.Split(tc.color(row, col), tc.key(row, col), "split")
 				if g.Size() != tc.size || g.Rank() != tc.rank(row, col) {
@@ -334,14 +330,14 @@ func TestCommSplit(t *testing.T) {
 				}
 				// AllGather of the world ranks lists the members in sub-group order.
 				all := be.Alloc(g.Size())
-				g.AllGather(all, bufOf(be, []float32{float32(c.Rank())}), "sub.ag")
+				g.AllGather(all, commBuf(be, []float32{float32(c.Rank())}), "sub.ag")
 				for i, w := range kernels.Host(all) {
 					if want := tc.memberWorld(row, col, i); int(w) != want {
 						return fmt.Errorf("(%d,%d): member %d is world rank %v, want %d", row, col, i, w, want)
 					}
 				}
 				// AllReduce stays inside the group.
-				s := bufOf(be, []float32{float32(c.Rank())})
+				s := commBuf(be, []float32{float32(c.Rank())})
 				g.AllReduce(s, "sub.ar")
 				want := 0
 				for i := 0; i < g.Size(); i++ {
@@ -351,29 +347,24 @@ func TestCommSplit(t *testing.T) {
 					return fmt.Errorf("(%d,%d): all-reduce in the group gave %v, want %d", row, col, got, want)
 				}
 				// Split all-gathers (color, key) over the parent: (P−1)·2·4 bytes; then the
-				// group's all-gather of 1 value and all-reduce of 1 value (the rank holding the
-				// one-value chunk sends it to the G−1 others, the rest send 1 value in phase 1).
+				// group's all-gather and all-reduce of 1 value each.
 				P, G := c.Size(), g.Size()
 				ar := int64(0)
 				if G > 1 {
-					if nr := (g.Rank()+1)/G - g.Rank()/G; nr == 1 {
-						ar = int64((G - 1) * 4)
-					} else {
-						ar = 4
-					}
+					ar = commAllReduceBytes(1, G, g.Rank())
 				}
-				return checkTraffic(c.Rank(), c.Traffic(), Traffic{"split": int64((P - 1) * 2 * 4), "sub.ag": int64((G - 1) * 4), "sub.ar": ar})
+				return commCheckTraffic(c.Traffic(), Traffic{"split": int64((P - 1) * 2 * 4), "sub.ag": int64((G - 1) * 4), "sub.ar": ar})
 			})
 		})
 	}
 	// Rows then columns from the same world: both groupings coexist, and a collective in one
 	// does not see messages of the other.
 	t.Run("rows-and-cols", func(t *testing.T) {
-		runWorld(t, rows*cols, func(c Comm, be kernels.Backend) error {
+		commRunWorld(t, rows*cols, func(c Comm, be kernels.Backend) error {
 			row, col := c.Rank()/cols, c.Rank()%cols
 			rg := c.Split(row, col, "split")
 			cg := c.Split(col, row, "split")
-			a, b := bufOf(be, []float32{1}), bufOf(be, []float32{10})
+			a, b := commBuf(be, []float32{1}), commBuf(be, []float32{10})
 			cg.AllReduce(b, "col")
 			rg.AllReduce(a, "row")
 			if ga, gb := kernels.Host(a)[0], kernels.Host(b)[0]; ga != cols || gb != 10*rows {
@@ -384,10 +375,10 @@ func TestCommSplit(t *testing.T) {
 	})
 }
 
-// TestWorldRunFailure: when one rank returns an error or panics while the others wait for its
+// TestCommWorldRunFailure: when one rank returns an error or panics while the others wait for its
 // messages (point-to-point or in a collective), Run returns, without hanging, an error that
 // names the failing rank and carries its cause.
-func TestWorldRunFailure(t *testing.T) {
+func TestCommWorldRunFailure(t *testing.T) {
 	const bad = 2
 	cases := []struct {
 		name string
@@ -432,7 +423,7 @@ func TestWorldRunFailure(t *testing.T) {
 					}
 					for _, s := range tc.want {
 						if !strings.Contains(err.Error(), s) {
-							t.Errorf("error %q does not contain %q", firstLine(err.Error()), s)
+							t.Errorf("error %q does not contain %q", commFirstLine(err.Error()), s)
 						}
 					}
 				case <-ctx.Done():
@@ -443,8 +434,8 @@ func TestWorldRunFailure(t *testing.T) {
 	}
 }
 
-// firstLine is s up to its first newline (a panic's error carries the stack).
-func firstLine(s string) string {
+// commFirstLine is s up to its first newline (a panic's error carries the stack).
+func commFirstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
 	}

@@ -123,16 +123,24 @@ func (g *group) box(src, dst, tag int) *mailbox {
 	return b
 }
 
-// mailbox is an unbounded FIFO of messages from one rank to another under one tag.
+// mailbox holds the messages from one rank to another under one tag. Receives are matched to
+// messages in the order they were posted (MPI's rule), not the order they are waited on: a
+// receive takes a ticket when posted and gets the ticket-th message.
 type mailbox struct {
-	mu    sync.Mutex
-	q     [][]float32
-	ready chan struct{}
+	mu      sync.Mutex
+	msgs    map[int][]float32 // arrival number → message not yet taken
+	arrived int
+	tickets int
+	ready   chan struct{}
 }
 
 func (b *mailbox) put(m []float32) {
 	b.mu.Lock()
-	b.q = append(b.q, m)
+	if b.msgs == nil {
+		b.msgs = map[int][]float32{}
+	}
+	b.msgs[b.arrived] = m
+	b.arrived++
 	b.mu.Unlock()
 	select {
 	case b.ready <- struct{}{}:
@@ -140,12 +148,21 @@ func (b *mailbox) put(m []float32) {
 	}
 }
 
-func (b *mailbox) get(abort <-chan struct{}) []float32 {
+// ticket reserves the next message for a receive being posted.
+func (b *mailbox) ticket() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tickets++
+	return b.tickets - 1
+}
+
+// take waits for message number t. Only the receiving rank's goroutine waits on a mailbox,
+// one receive at a time, so the single wake-up token cannot be lost to another waiter.
+func (b *mailbox) take(t int, abort <-chan struct{}) []float32 {
 	for {
 		b.mu.Lock()
-		if len(b.q) > 0 {
-			m := b.q[0]
-			b.q = b.q[1:]
+		if m, ok := b.msgs[t]; ok {
+			delete(b.msgs, t)
 			b.mu.Unlock()
 			return m
 		}
@@ -201,7 +218,13 @@ func (c *inprocComm) send(buf []float32, dst, tag int, site string) {
 }
 
 func (c *inprocComm) recv(buf []float32, src, tag int) {
-	m := c.g.box(src, c.rank, tag).get(c.g.world.abort)
+	b := c.g.box(src, c.rank, tag)
+	c.take(buf, b, b.ticket(), src, tag)
+}
+
+// take waits for message t of mailbox b and copies it into buf.
+func (c *inprocComm) take(buf []float32, b *mailbox, t, src, tag int) {
+	m := b.take(t, c.g.world.abort)
 	if len(m) != len(buf) {
 		panic(fmt.Sprintf("parallel: rank %d expected %d values from rank %d (tag %d), got %d", c.rank, len(buf), src, tag, len(m)))
 	}
@@ -223,7 +246,9 @@ func (c *inprocComm) Irecv(buf kernels.Buf, src, tag int, site string) Request {
 		panic("parallel: negative tags are reserved")
 	}
 	h := host(buf)
-	return &recvRequest{fn: func() { c.recv(h, src, tag) }}
+	b := c.g.box(src, c.rank, tag)
+	t := b.ticket() // matched in post order
+	return &recvRequest{fn: func() { c.take(h, b, t, src, tag) }}
 }
 
 // AllGather implements Comm.
@@ -359,6 +384,9 @@ func (c *inprocComm) Barrier() {
 // Split implements Comm.
 func (c *inprocComm) Split(color, key int, site string) Comm {
 	P := c.Size()
+	if abs(color) >= 1<<24 || abs(key) >= 1<<24 {
+		panic(fmt.Sprintf("parallel: split color %d, key %d: must be below 2^24 in magnitude", color, key))
+	}
 	mine := kernels.NewCPU().Alloc(2)
 	host(mine)[0], host(mine)[1] = float32(color), float32(key)
 	all := kernels.NewCPU().Alloc(2 * P)
@@ -396,4 +424,11 @@ func (c *inprocComm) Split(color, key int, site string) Comm {
 	}
 	w.mu.Unlock()
 	return &inprocComm{g: g, rank: newRank, ctr: c.ctr}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
