@@ -106,3 +106,20 @@ func newState(be kernels.Backend, n int, h model.Heads) kernels.AttnState {
 	be.AttnInit(s)
 	return s
 }
+
+// visible reports whether any key at kPos is visible to any query at qPos under the causal
+// mask (some query position ≥ some key position). Schedules skip the blocks for which it is
+// false: they would compute nothing.
+func visible(qPos, kPos []int32) bool {
+	if len(qPos) == 0 || len(kPos) == 0 {
+		return false
+	}
+	qmax, kmin := qPos[0], kPos[0]
+	for _, p := range qPos {
+		qmax = max(qmax, p)
+	}
+	for _, p := range kPos {
+		kmin = min(kmin, p)
+	}
+	return qmax >= kmin
+}

@@ -93,7 +93,7 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads)
 		if b.opt.Overlap && !last {
 			post()
 		}
-		if burstVisible(pos, blocks[j]) { // lines 7–16; fully masked blocks are skipped (§3.5)
+		if visible(pos, blocks[j]) { // lines 7–16; fully masked blocks are skipped (§3.5)
 			be.AttnForward(st, q, curK, curV, blockShape(pos, blocks[j], h))
 		}
 		if !b.opt.Overlap && !last {
@@ -150,7 +150,7 @@ func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int3
 		if b.opt.Overlap && !last {
 			post()
 		}
-		vis := burstVisible(blocks[j], pos)
+		vis := visible(blocks[j], pos)
 		if s == 0 {
 			// The diagonal block: the own queries' gradient goes straight into dq.
 			if vis {
@@ -211,23 +211,6 @@ func burstBlockPositions(pos []int32, P, rank int) [][]int32 {
 		}
 	}
 	return blocks
-}
-
-// burstVisible reports whether any key at kPos is visible to any query at qPos under the
-// causal mask (some query position ≥ some key position); a block for which it is false is
-// skipped (BurstAttention §3.5).
-func burstVisible(qPos, kPos []int32) bool {
-	if len(qPos) == 0 || len(kPos) == 0 {
-		return false
-	}
-	qmax, kmin := qPos[0], kPos[0]
-	for _, p := range qPos {
-		qmax = max(qmax, p)
-	}
-	for _, p := range kPos {
-		kmin = min(kmin, p)
-	}
-	return qmax >= kmin
 }
 
 // burstBufs is a rank's named scratch buffers (used by Burst and Ulysses), kept between calls

@@ -145,21 +145,6 @@ func (r *ringReqs) wait() {
 	*r = (*r)[:0]
 }
 
-// ringVisible reports whether any key at kPos is visible to any query at qPos.
-func ringVisible(qPos, kPos []int32) bool {
-	if len(qPos) == 0 || len(kPos) == 0 {
-		return false
-	}
-	qmax, kmin := qPos[0], kPos[0]
-	for _, p := range qPos {
-		qmax = max(qmax, p)
-	}
-	for _, p := range kPos {
-		kmin = min(kmin, p)
-	}
-	return qmax >= kmin
-}
-
 // rows returns the view of chunk i (c tokens of width w values each) of a token-major buffer.
 func (s *ringAttn) rows(b kernels.Buf, i, c, w int) kernels.Buf {
 	return s.be.Slice(b, i*c*w, c*w)
@@ -186,7 +171,7 @@ func (s *ringAttn) fold(q, k, v kernels.Buf, qPos, kPos []int32, h model.Heads) 
 		qp := qPos[i*c : (i+1)*c]
 		for j := 0; j < C; j++ {
 			kp := kPos[j*c : (j+1)*c]
-			if !ringVisible(qp, kp) {
+			if !visible(qp, kp) {
 				continue
 			}
 			s.be.AttnForward(sc.st[i], s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), blockShape(qp, kp, h))
@@ -267,7 +252,7 @@ func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos,
 		qp := qPos[i*c : (i+1)*c]
 		for j := 0; j < C; j++ {
 			kp := kPos[j*c : (j+1)*c]
-			if !ringVisible(qp, kp) {
+			if !visible(qp, kp) {
 				continue
 			}
 			if !any {
