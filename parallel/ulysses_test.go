@@ -138,7 +138,7 @@ func TestUlyssesGQAGrouping(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			burstCheckExact(t, got, in.reference())
+			checkExact(t, got, in.reference())
 		})
 	}
 }
