@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"time"
 
 	"distflash/kernels"
 )
@@ -21,6 +22,17 @@ type World struct {
 	groups  map[string]*group
 	abort   chan struct{}
 	abortMu sync.Once
+
+	linkBytesPerSec float64       // simulated link bandwidth; 0 = messages arrive at once
+	linkLatency     time.Duration // simulated per-message latency
+}
+
+// SimulateLink makes every message arrive latency + bytes/bytesPerSec after it is sent, as
+// over a network link, instead of at once. Only the receiver waits (sends stay eager), so a
+// schedule that posts its next transfer before computing hides that time and one that
+// transfers, then computes, does not: BenchmarkOverlap measures exactly this.
+func (w *World) SimulateLink(bytesPerSec float64, latency time.Duration) {
+	w.linkBytesPerSec, w.linkLatency = bytesPerSec, latency
 }
 
 // errAborted unwinds the ranks that wait on a message after another rank failed.
@@ -128,16 +140,23 @@ func (g *group) box(src, dst, tag int) *mailbox {
 // receive takes a ticket when posted and gets the ticket-th message.
 type mailbox struct {
 	mu      sync.Mutex
-	msgs    map[int][]float32 // arrival number → message not yet taken
+	msgs    map[int]message // arrival number → message not yet taken
 	arrived int
 	tickets int
 	ready   chan struct{}
 }
 
-func (b *mailbox) put(m []float32) {
+// message is a copy of a sent buffer and the time it may be received (its send time plus
+// the simulated link's transfer time; zero without a simulated link).
+type message struct {
+	data []float32
+	at   time.Time
+}
+
+func (b *mailbox) put(m message) {
 	b.mu.Lock()
 	if b.msgs == nil {
-		b.msgs = map[int][]float32{}
+		b.msgs = map[int]message{}
 	}
 	b.msgs[b.arrived] = m
 	b.arrived++
@@ -164,7 +183,10 @@ func (b *mailbox) take(t int, abort <-chan struct{}) []float32 {
 		if m, ok := b.msgs[t]; ok {
 			delete(b.msgs, t)
 			b.mu.Unlock()
-			return m
+			if d := time.Until(m.at); d > 0 {
+				time.Sleep(d) // still on the simulated wire
+			}
+			return m.data
 		}
 		b.mu.Unlock()
 		select {
@@ -214,7 +236,11 @@ func (c *inprocComm) send(buf []float32, dst, tag int, site string) {
 	m := make([]float32, len(buf))
 	copy(m, buf)
 	c.ctr.add(site, int64(4*len(buf)))
-	c.g.box(c.rank, dst, tag).put(m)
+	msg := message{data: m}
+	if w := c.g.world; w.linkBytesPerSec > 0 {
+		msg.at = time.Now().Add(w.linkLatency + time.Duration(float64(4*len(buf))/w.linkBytesPerSec*float64(time.Second)))
+	}
+	c.g.box(c.rank, dst, tag).put(msg)
 }
 
 func (c *inprocComm) recv(buf []float32, src, tag int) {

@@ -56,13 +56,17 @@ func (in attnInputs) reference() scheduleRun {
 
 // run runs schedule name on P in-process ranks, each holding its layout's shard.
 func (in attnInputs) run(name string, P int, opt Options) (scheduleRun, error) {
-	h, T := in.h, in.T
+	return in.runOn(NewWorld(P), name, opt)
+}
+
+// runOn is run on a given world (one with a simulated link, say).
+func (in attnInputs) runOn(w *World, name string, opt Options) (scheduleRun, error) {
+	h, T, P := in.h, in.T, w.Size()
 	out := scheduleRun{
 		o: make([]float32, len(in.q)), lse: make([]float32, h.N*T),
 		dq: make([]float32, len(in.q)), dk: make([]float32, len(in.k)), dv: make([]float32, len(in.v)),
 		traffic: make([]Traffic, P), work: make([]kernels.Snapshot, P),
 	}
-	w := NewWorld(P)
 	err := w.Run(func(c Comm) error {
 		be := kernels.NewCPU()
 		s, err := NewAttention(name, c, be, opt)
