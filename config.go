@@ -129,7 +129,7 @@ func DefaultConfig() Config {
 		Model: model.DefaultConfig(),
 		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{"*.go"},
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
-		Training: TrainingConfig{Steps: 300, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
+		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
 			GradAccumSteps: 1},
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
