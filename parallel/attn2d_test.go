@@ -18,47 +18,15 @@ import (
 func attn2dRunMany(ins []attnInputs, P int, opt Options, transpose bool) ([]scheduleRun, error) {
 	outs := make([]scheduleRun, len(ins))
 	for i, in := range ins {
-		h := in.h
-		outs[i] = scheduleRun{
-			o: make([]float32, len(in.q)), lse: make([]float32, h.N*in.T),
-			dq: make([]float32, len(in.q)), dk: make([]float32, len(in.k)), dv: make([]float32, len(in.v)),
-			traffic: make([]Traffic, P), work: make([]kernels.Snapshot, P),
-		}
+		outs[i] = in.newRun(P)
 	}
-	w := NewWorld(P)
-	err := w.Run(func(c Comm) error {
+	err := NewWorld(P).Run(func(c Comm) error {
 		be := kernels.NewCPU()
 		s := &attn2d{c: c, be: be, opt: opt, transpose: transpose}
 		for i, in := range ins {
-			h, T, out := in.h, in.T, outs[i]
-			pos, err := s.Layout().Positions(T, P, c.Rank())
-			if err != nil {
+			if err := in.runRank(s, c, be, &outs[i]); err != nil {
 				return err
 			}
-			n := len(pos)
-			up := func(x []float32, width int) kernels.Buf {
-				sh := Shard(x, 1, T, width, pos)
-				b := be.Alloc(len(sh))
-				be.Upload(b, sh)
-				return b
-			}
-			q, k, v, do := up(in.q, h.N*h.Dim), up(in.k, h.KV*h.Dim), up(in.v, h.KV*h.Dim), up(in.do, h.N*h.Dim)
-			o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
-			dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-			s.Forward(o, lse, q, k, v, pos, h)
-			s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
-			Unshard(out.o, kernels.Host(o), 1, T, h.N*h.Dim, pos)
-			Unshard(out.dq, kernels.Host(dq), 1, T, h.N*h.Dim, pos)
-			Unshard(out.dk, kernels.Host(dk), 1, T, h.KV*h.Dim, pos)
-			Unshard(out.dv, kernels.Host(dv), 1, T, h.KV*h.Dim, pos)
-			l := kernels.Host(lse)
-			for hh := 0; hh < h.N; hh++ {
-				for j, p := range pos {
-					out.lse[hh*T+int(p)] = l[hh*n+j]
-				}
-			}
-			out.traffic[c.Rank()] = c.Traffic()
-			out.work[c.Rank()] = be.Counters().Snapshot()
 		}
 		return nil
 	})

@@ -209,53 +209,21 @@ func ringRunWith(in attnInputs, P int, mk constructor) (scheduleRun, error) {
 }
 
 // ringRunMany runs forward and backward of each input in turn on the same schedule instances
-// of P in-process ranks, and gathers the results as attnInputs.run does (work is the counters
-// after the last input).
+// of P in-process ranks, and gathers the results as attnInputs.run does (each result's work
+// counts that input alone; its traffic is cumulative).
 func ringRunMany(ins []attnInputs, P int, mk constructor, opt Options) ([]scheduleRun, error) {
 	out := make([]scheduleRun, len(ins))
 	for i, in := range ins {
-		h, T := in.h, in.T
-		out[i] = scheduleRun{
-			o: make([]float32, len(in.q)), lse: make([]float32, h.N*T),
-			dq: make([]float32, len(in.q)), dk: make([]float32, len(in.k)), dv: make([]float32, len(in.v)),
-			traffic: make([]Traffic, P), work: make([]kernels.Snapshot, P),
-		}
+		out[i] = in.newRun(P)
 	}
 	err := NewWorld(P).Run(func(c Comm) error {
 		be := kernels.NewCPU()
 		s := mk(c, be, opt)
 		for i, in := range ins {
-			h, T := in.h, in.T
 			be.Counters().Reset()
-			pos, err := s.Layout().Positions(T, P, c.Rank())
-			if err != nil {
+			if err := in.runRank(s, c, be, &out[i]); err != nil {
 				return err
 			}
-			n := len(pos)
-			up := func(x []float32, width int) kernels.Buf {
-				sh := Shard(x, 1, T, width, pos)
-				b := be.Alloc(len(sh))
-				be.Upload(b, sh)
-				return b
-			}
-			q, k, v, do := up(in.q, h.N*h.Dim), up(in.k, h.KV*h.Dim), up(in.v, h.KV*h.Dim), up(in.do, h.N*h.Dim)
-			o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
-			dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-			s.Forward(o, lse, q, k, v, pos, h)
-			s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
-			r := &out[i]
-			Unshard(r.o, kernels.Host(o), 1, T, h.N*h.Dim, pos)
-			Unshard(r.dq, kernels.Host(dq), 1, T, h.N*h.Dim, pos)
-			Unshard(r.dk, kernels.Host(dk), 1, T, h.KV*h.Dim, pos)
-			Unshard(r.dv, kernels.Host(dv), 1, T, h.KV*h.Dim, pos)
-			l := kernels.Host(lse)
-			for hh := 0; hh < h.N; hh++ {
-				for j, p := range pos {
-					r.lse[hh*T+int(p)] = l[hh*n+j]
-				}
-			}
-			r.traffic[c.Rank()] = c.Traffic()
-			r.work[c.Rank()] = be.Counters().Snapshot()
 		}
 		return nil
 	})

@@ -61,49 +61,60 @@ func (in attnInputs) run(name string, P int, opt Options) (scheduleRun, error) {
 
 // runOn is run on a given world (one with a simulated link, say).
 func (in attnInputs) runOn(w *World, name string, opt Options) (scheduleRun, error) {
-	h, T, P := in.h, in.T, w.Size()
-	out := scheduleRun{
-		o: make([]float32, len(in.q)), lse: make([]float32, h.N*T),
-		dq: make([]float32, len(in.q)), dk: make([]float32, len(in.k)), dv: make([]float32, len(in.v)),
-		traffic: make([]Traffic, P), work: make([]kernels.Snapshot, P),
-	}
+	out := in.newRun(w.Size())
 	err := w.Run(func(c Comm) error {
 		be := kernels.NewCPU()
 		s, err := NewAttention(name, c, be, opt)
 		if err != nil {
 			return err
 		}
-		pos, err := s.Layout().Positions(T, P, c.Rank())
-		if err != nil {
-			return err
-		}
-		n := len(pos)
-		up := func(x []float32, width int) kernels.Buf {
-			sh := Shard(x, 1, T, width, pos)
-			b := be.Alloc(len(sh))
-			be.Upload(b, sh)
-			return b
-		}
-		q, k, v, do := up(in.q, h.N*h.Dim), up(in.k, h.KV*h.Dim), up(in.v, h.KV*h.Dim), up(in.do, h.N*h.Dim)
-		o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
-		dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-		s.Forward(o, lse, q, k, v, pos, h)
-		s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
-		Unshard(out.o, kernels.Host(o), 1, T, h.N*h.Dim, pos)
-		Unshard(out.dq, kernels.Host(dq), 1, T, h.N*h.Dim, pos)
-		Unshard(out.dk, kernels.Host(dk), 1, T, h.KV*h.Dim, pos)
-		Unshard(out.dv, kernels.Host(dv), 1, T, h.KV*h.Dim, pos)
-		l := kernels.Host(lse)
-		for hh := 0; hh < h.N; hh++ {
-			for i, p := range pos {
-				out.lse[hh*T+int(p)] = l[hh*n+i]
-			}
-		}
-		out.traffic[c.Rank()] = c.Traffic()
-		out.work[c.Rank()] = be.Counters().Snapshot()
-		return nil
+		return in.runRank(s, c, be, &out)
 	})
 	return out, err
+}
+
+// newRun allocates the gathered outputs of a run on P ranks.
+func (in attnInputs) newRun(P int) scheduleRun {
+	return scheduleRun{
+		o: make([]float32, len(in.q)), lse: make([]float32, in.h.N*in.T),
+		dq: make([]float32, len(in.q)), dk: make([]float32, len(in.k)), dv: make([]float32, len(in.v)),
+		traffic: make([]Traffic, P), work: make([]kernels.Snapshot, P),
+	}
+}
+
+// runRank is one rank's part of a run: it takes its layout's shard of the inputs, runs the
+// schedule's forward and backward, and writes its outputs, traffic and work counts into out.
+func (in attnInputs) runRank(s Schedule, c Comm, be kernels.Backend, out *scheduleRun) error {
+	h, T, P := in.h, in.T, c.Size()
+	pos, err := s.Layout().Positions(T, P, c.Rank())
+	if err != nil {
+		return err
+	}
+	n := len(pos)
+	up := func(x []float32, width int) kernels.Buf {
+		sh := Shard(x, 1, T, width, pos)
+		b := be.Alloc(len(sh))
+		be.Upload(b, sh)
+		return b
+	}
+	q, k, v, do := up(in.q, h.N*h.Dim), up(in.k, h.KV*h.Dim), up(in.v, h.KV*h.Dim), up(in.do, h.N*h.Dim)
+	o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
+	dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
+	s.Forward(o, lse, q, k, v, pos, h)
+	s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+	Unshard(out.o, kernels.Host(o), 1, T, h.N*h.Dim, pos)
+	Unshard(out.dq, kernels.Host(dq), 1, T, h.N*h.Dim, pos)
+	Unshard(out.dk, kernels.Host(dk), 1, T, h.KV*h.Dim, pos)
+	Unshard(out.dv, kernels.Host(dv), 1, T, h.KV*h.Dim, pos)
+	l := kernels.Host(lse)
+	for hh := 0; hh < h.N; hh++ {
+		for i, p := range pos {
+			out.lse[hh*T+int(p)] = l[hh*n+i]
+		}
+	}
+	out.traffic[c.Rank()] = c.Traffic()
+	out.work[c.Rank()] = be.Counters().Snapshot()
+	return nil
 }
 
 func relErr(got, want []float32) float64 {
