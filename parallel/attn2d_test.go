@@ -33,24 +33,6 @@ func attn2dRunMany(ins []attnInputs, P int, opt Options, transpose bool) ([]sche
 	return outs, err
 }
 
-// attn2dCheck compares a run with single-worker attention at the tolerances of
-// TestSchedulesExact.
-func attn2dCheck(t *testing.T, what string, got, want scheduleRun) {
-	t.Helper()
-	for _, c := range []struct {
-		what      string
-		got, want []float32
-		tol       float64
-	}{
-		{"o", got.o, want.o, 2e-6}, {"lse", got.lse, want.lse, 2e-6},
-		{"dq", got.dq, want.dq, 1e-5}, {"dk", got.dk, want.dk, 1e-5}, {"dv", got.dv, want.dv, 1e-5},
-	} {
-		if e := relErr(c.got, c.want); e > c.tol {
-			t.Errorf("%s: %s rel err %.3g > %g", what, c.what, e, c.tol)
-		}
-	}
-}
-
 // TestAttn2DGrid: the grid is Pr × Pc with Pr the largest divisor of P not above √P (§3.2),
 // and the transpose of Alg. 1 line 2 (column-major index i + j·Pr to row-major i·Pc + j) is a
 // permutation whose inverse is attn2dColMajor.
@@ -98,7 +80,8 @@ func TestAttn2DExact(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						attn2dCheck(t, fmt.Sprintf("overlap=%v", overlap), got[0], want)
+						t.Logf("overlap=%v", overlap)
+						checkExact(t, got[0], want)
 						runs[i] = got[0]
 					}
 					a, b := runs[0], runs[1]
@@ -123,7 +106,8 @@ func TestAttn2DExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, in := range ins {
-				attn2dCheck(t, fmt.Sprintf("repeated calls, transpose=%v overlap=%v, call %d", transpose, overlap, i), got[i], in.reference())
+				t.Logf("repeated calls, transpose=%v overlap=%v, call %d", transpose, overlap, i)
+				checkExact(t, got[i], in.reference())
 			}
 		}
 	}
