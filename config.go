@@ -125,7 +125,7 @@ var (
 // writes it out).
 func DefaultConfig() Config {
 	return Config{
-		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 1},
+		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10},
 		Model: model.DefaultConfig(),
 		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{"*.go"},
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},

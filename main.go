@@ -5,6 +5,7 @@
 // Usage:
 //
 //	distflash train --config configs/tiny.toml [--set section.key=value ...]
+//	distflash plan --config configs/llama7b-512k.toml [--cluster 2x8xA100-80GB] [--sweep seq_len=8K..512K] [--attention all]
 //
 // See README.md and ../shared/DESIGN.md for the configuration and the design.
 package main
@@ -22,9 +23,12 @@ const usage = `distflash trains LLaMA-family models on long sequences.
 
 Usage:
   distflash train --config FILE [--set section.key=value ...] [--progress=false]
+  distflash plan --config FILE [--set k=v ...] [--cluster 2x8xA100-80GB] [--format text|json]
+                 [--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu 0.5]
 
 Commands:
   train   train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)
+  plan    predict memory, communication and step time of a config on a GPU cluster
 
 Run 'distflash COMMAND -h' for the flags of a command.
 `
@@ -47,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "train":
 		return runTrain(args[1:], stdout, stderr)
+	case "plan":
+		return runPlan(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

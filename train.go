@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 
 	"distflash/data"
 	"distflash/kernels"
@@ -42,7 +43,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "configs/tiny.toml", "TOML config file")
-	progress := fs.Bool("progress", true, "show a progress bar on stderr")
+	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -294,4 +295,10 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 	fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); metrics in %s\n",
 		done, elapsed, float64(tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
 	return nil
+}
+
+// isTerminal reports whether w is a terminal, where a progress bar that redraws itself belongs.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -116,7 +116,7 @@ func TestTrainInterrupt(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "train", "--config", "configs/tiny.toml", "--progress=false",
-		"--set", "run.output_dir="+dir, "--set", "training.steps=100000")
+		"--set", "run.output_dir="+dir, "--set", "training.steps=100000", "--set", "run.log_interval=1")
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	pipe, err := cmd.StderrPipe()

@@ -1,0 +1,765 @@
+package main
+
+// The plan command: predict, for a config on a cluster, the memory of one rank, the bytes one
+// rank communicates in a step and the step time, per attention schedule.
+//
+// Cluster presets (--cluster NODESxGPUSxTYPE, e.g. 2x8xA100-80GB):
+//
+//	TYPE        memory      dense bf16 FLOP/s   intra-node (NVLink) B/s per GPU   inter-node B/s per GPU
+//	A100-40GB   40 GB       312e12              300e9                             25e9 (200 Gb/s IB)
+//	A100-80GB   80 GB       312e12              300e9                             25e9
+//	H100-80GB   80 GB       989e12              450e9                             25e9
+//	H200-141GB  141 GB      989e12              450e9                             25e9
+//
+// GB here is 10^9 bytes (the vendors' figures). --mfu (default 0.5) is the fraction of the peak
+// rate the kernels achieve; --gpu-mem, --intra-bw and --inter-bw override the preset.
+//
+// The model (every number is per rank and per optimizer step unless stated):
+//
+//   - Memory. Parameters: fp32 master weights (4 B) plus a low-precision copy (2 B) under bf16
+//     or fp16; gradients fp32 (4 B); AdamW two fp32 moments (8 B); all divided by world_size
+//     with fsdp. Saved activations for the n = batch_size × seq_len / sequence_parallel_degree
+//     tokens of a micro-batch, from the fields of model.LayerActs (actFields): policy none
+//     keeps every field of every block; layer keeps X of every block plus one block's full set
+//     (the recompute scratch); attn_output keeps X, AttnOut and Lse of every block plus one
+//     block's full set. Activations are in the compute precision (2 B under bf16/fp16), the
+//     per-token statistics (Rstd, Lse) in fp32. Logits [n, vocab] fp32 (their gradient reuses the
+//     buffer). Backward scratch: model.gradScratch's buffers. Attention working set (an
+//     estimate, not measured): two K/V receive buffers, the partial output, its statistics
+//     and the dQ/dK/dV being accumulated: n × (2·qdim + 4·kvdim) elements + 2·heads fp32 per
+//     token. Communication buffers with fsdp: two gathered blocks of weights (current and
+//     prefetched) and one block's fp32 gradients. Peak = the sum; allocator fragmentation and
+//     the CUDA context are not modelled, so keep a margin.
+//   - Communication. Attention: measured by running the schedule's own code (package parallel)
+//     on sequence_parallel_degree in-process ranks with the model's heads at two short
+//     sequence lengths and extrapolating linearly in the length (traffic is linear in the
+//     tokens per rank: K/V/Q/dO blocks ∝ tokens·head_dim, statistics ∝ tokens·heads), so plan
+//     and schedules cannot drift apart. The in-process world sends fp32; plan scales by the
+//     compute precision's size (statistics too, a small overestimate under bf16). Per layer
+//     forward + backward, × n_layers, with a second forward under checkpoint layer. FSDP:
+//     all-gather of the parameters twice (forward, backward) and a reduce-scatter of the
+//     gradients, each (P−1)/P × parameter bytes per micro-batch, P = world_size. Without fsdp on
+//     more than one rank: one gradient all-reduce, 2(P−1)/P × parameter bytes.
+//   - Time. Dense FLOPs 6 × params × tokens per rank, plus 2 × block params × tokens of
+//     recomputation under layer and attn_output. Causal attention forward 4·T²·qdim/2 per layer
+//     and sequence, backward 2.5× forward (3.5× for both), one more forward under layer;
+//     divided over the sequence-parallel ranks and stretched by 1/(1 − idle) with the schedule's
+//     idle fraction (DistFlashAttn §3.2): ring and burst (P²−P)/(2P²), distflash 1/(2P) for even
+//     P and 0 for odd P, zigzag, attn2d and ulysses 0. Compute time = FLOPs / (peak × mfu).
+//     Communication time = bytes / bandwidth, inter-node when the group spans nodes. With
+//     overlap_comm each layer takes max(compute, communication), else their sum; the work is
+//     spread evenly over the layers, so the step is max or sum of the totals.
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"distflash/kernels"
+	"distflash/model"
+	"distflash/parallel"
+)
+
+// GPUType is a GPU model's memory, achievable peak and link bandwidths.
+type GPUType struct {
+	Name     string  `json:"name"`
+	MemBytes float64 `json:"mem_bytes"` // device memory
+	FLOPS    float64 `json:"flops"`     // dense bf16 peak, FLOP/s
+	IntraBW  float64 `json:"intra_bw"`  // NVLink bytes/s per GPU inside a node
+	InterBW  float64 `json:"inter_bw"`  // network bytes/s per GPU between nodes
+}
+
+// gpuTypes are the presets of the table in the file comment.
+var gpuTypes = []GPUType{
+	{"A100-40GB", 40e9, 312e12, 300e9, 25e9},
+	{"A100-80GB", 80e9, 312e12, 300e9, 25e9},
+	{"H100-80GB", 80e9, 989e12, 450e9, 25e9},
+	{"H200-141GB", 141e9, 989e12, 450e9, 25e9},
+}
+
+// Cluster is the machine a plan is made for.
+type Cluster struct {
+	Nodes       int     `json:"nodes"`
+	GPUsPerNode int     `json:"gpus_per_node"`
+	GPU         GPUType `json:"gpu"`
+	MFU         float64 `json:"mfu"` // achievable fraction of the peak rate
+}
+
+// String writes the cluster as a preset name.
+func (c Cluster) String() string { return fmt.Sprintf("%dx%dx%s", c.Nodes, c.GPUsPerNode, c.GPU.Name) }
+
+// GPUs is the number of GPUs in all.
+func (c Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
+
+// ParseCluster reads NODESxGPUSxTYPE, e.g. 2x8xA100-80GB.
+func ParseCluster(s string) (Cluster, error) {
+	parts := strings.SplitN(s, "x", 3)
+	var names []string
+	for _, g := range gpuTypes {
+		names = append(names, g.Name)
+	}
+	if len(parts) != 3 {
+		return Cluster{}, fmt.Errorf("--cluster %q: want NODESxGPUSxTYPE, e.g. 2x8xA100-80GB, with TYPE one of %s", s, strings.Join(names, ", "))
+	}
+	nodes, err1 := strconv.Atoi(parts[0])
+	gpus, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil || nodes < 1 || gpus < 1 {
+		return Cluster{}, fmt.Errorf("--cluster %q: NODES and GPUS must be positive integers", s)
+	}
+	for _, g := range gpuTypes {
+		if strings.EqualFold(g.Name, parts[2]) {
+			return Cluster{Nodes: nodes, GPUsPerNode: gpus, GPU: g, MFU: 0.5}, nil
+		}
+	}
+	return Cluster{}, fmt.Errorf("--cluster %q: unknown GPU type %q: want one of %s", s, parts[2], strings.Join(names, ", "))
+}
+
+// MemoryPlan is one rank's memory, in bytes.
+type MemoryPlan struct {
+	Params          float64 `json:"params"`           // fp32 master (+ low-precision copy)
+	Grads           float64 `json:"grads"`            // fp32 gradients
+	Optimizer       float64 `json:"optimizer"`        // AdamW moments
+	Activations     float64 `json:"activations"`      // saved per checkpoint policy
+	Logits          float64 `json:"logits"`           // fp32 logits and final-norm outputs
+	BackwardScratch float64 `json:"backward_scratch"` // gradient temporaries of one block
+	AttnWork        float64 `json:"attn_work"`        // attention working set (estimate)
+	CommBuffers     float64 `json:"comm_buffers"`     // fsdp gather/scatter buffers
+	Peak            float64 `json:"peak"`
+	Capacity        float64 `json:"capacity"`
+	Margin          float64 `json:"margin"` // capacity − peak (negative: does not fit)
+	Fits            bool    `json:"fits"`
+}
+
+// CommPlan is the bytes one rank sends in a step.
+type CommPlan struct {
+	Attention      float64 `json:"attention"`        // the schedule's traffic, all layers
+	AttnPerLayer   float64 `json:"attn_per_layer"`   // forward + backward of one layer, one micro-batch
+	AttnTotalLayer float64 `json:"attn_total_layer"` // the same summed over the sequence-parallel ranks
+	FSDP           float64 `json:"fsdp"`
+	DataParallel   float64 `json:"data_parallel"`
+	Total          float64 `json:"total"`
+}
+
+// TimePlan is the predicted step time, in seconds.
+type TimePlan struct {
+	DenseFLOPs   float64 `json:"dense_flops"` // per rank
+	AttnFLOPs    float64 `json:"attn_flops"`  // per rank, before the idle stretch
+	IdleFraction float64 `json:"idle_fraction"`
+	Compute      float64 `json:"compute_s"`
+	Comm         float64 `json:"comm_s"`
+	Step         float64 `json:"step_s"`
+	Overlap      bool    `json:"overlap"`
+	AttnLinkBW   float64 `json:"attn_link_bw"`
+	WorldLinkBW  float64 `json:"world_link_bw"`
+}
+
+// Plan is the prediction for one config, schedule and sequence length on a cluster.
+type Plan struct {
+	Attention    string     `json:"attention"`
+	SeqLen       int        `json:"seq_len"`
+	TokensPerGPU int        `json:"tokens_per_gpu"` // per micro-batch
+	Refused      string     `json:"refused,omitempty"`
+	Memory       MemoryPlan `json:"memory"`
+	Comm         CommPlan   `json:"comm"`
+	Time         TimePlan   `json:"time"`
+	MaxSeqPerGPU int        `json:"max_seq_per_gpu"` // longest tokens per GPU that fit, multiple of 1024
+}
+
+// Report is what plan prints: the config, the cluster and one plan per row.
+type Report struct {
+	Config  string  `json:"config"`
+	Summary string  `json:"summary"`
+	Cluster Cluster `json:"cluster"`
+	Plans   []Plan  `json:"plans"`
+}
+
+// runPlan is the plan command.
+func runPlan(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "configs/tiny.toml", "TOML config file")
+	var sets setFlags
+	fs.Var(&sets, "set", "override a config value, e.g. --set data.seq_len=262144 (repeatable)")
+	clusterName := fs.String("cluster", "", "NODESxGPUSxTYPE, TYPE one of A100-40GB, A100-80GB, H100-80GB, H200-141GB (default: world_size A100-80GB GPUs, 8 a node)")
+	format := fs.String("format", "text", "text | json")
+	sweep := fs.String("sweep", "", "seq_len=LO..HI: plan every seq_len from LO doubling to HI (K = 1024, M = 1024²)")
+	attention := fs.String("attention", "", "all | a schedule name (default: parallelism.attention)")
+	mfu := fs.Float64("mfu", 0.5, "achievable fraction of the GPU's peak FLOP/s")
+	gpuMem := fs.Float64("gpu-mem", 0, "override the GPU memory, bytes (e.g. 80e9)")
+	interBW := fs.Float64("inter-bw", 0, "override the inter-node bandwidth per GPU, bytes/s")
+	intraBW := fs.Float64("intra-bw", 0, "override the intra-node bandwidth per GPU, bytes/s")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("plan: unexpected arguments %q", fs.Args())
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("plan: --format %q: want text or json", *format)
+	}
+	cfg, err := LoadConfig(*configPath, sets)
+	if err != nil {
+		return err
+	}
+	var cl Cluster
+	if *clusterName == "" {
+		cl = defaultCluster(cfg.Parallelism.WorldSize)
+	} else if cl, err = ParseCluster(*clusterName); err != nil {
+		return err
+	}
+	if !(*mfu > 0 && *mfu <= 1) {
+		return fmt.Errorf("plan: --mfu %g: must be in (0, 1]", *mfu)
+	}
+	cl.MFU = *mfu
+	for _, o := range []struct {
+		name string
+		v    float64
+		dst  *float64
+	}{{"--gpu-mem", *gpuMem, &cl.GPU.MemBytes}, {"--inter-bw", *interBW, &cl.GPU.InterBW}, {"--intra-bw", *intraBW, &cl.GPU.IntraBW}} {
+		if o.v < 0 || math.IsNaN(o.v) || math.IsInf(o.v, 0) {
+			return fmt.Errorf("plan: %s %g: must be a positive number", o.name, o.v)
+		}
+		if o.v > 0 {
+			*o.dst = o.v
+		}
+	}
+	if *clusterName != "" {
+		if cfg, err = fitToCluster(cfg, cl); err != nil {
+			return err
+		}
+	}
+	var seqs []int
+	if *sweep != "" {
+		if seqs, err = parseSweep(*sweep); err != nil {
+			return err
+		}
+	} else {
+		seqs = []int{cfg.Data.SeqLen}
+	}
+	names := []string{cfg.Parallelism.Attention}
+	switch *attention {
+	case "":
+	case "all":
+		names = parallel.Names()
+	default:
+		if _, err := parallel.LayoutOf(*attention); err != nil {
+			return fmt.Errorf("plan: --attention %q: want all or one of %s", *attention, strings.Join(parallel.Names(), ", "))
+		}
+		names = []string{*attention}
+	}
+	rep := Report{Config: cfg.Path, Summary: cfg.Summary(), Cluster: cl}
+	for _, s := range seqs {
+		for _, n := range names {
+			rep.Plans = append(rep.Plans, PlanFor(cfg, cl, n, s))
+		}
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	if len(rep.Plans) == 1 {
+		writeDetail(stdout, rep)
+	} else {
+		writeTable(stdout, rep)
+	}
+	return nil
+}
+
+// defaultCluster is world A100-80GB GPUs, 8 a node.
+func defaultCluster(world int) Cluster {
+	c := Cluster{Nodes: 1, GPUsPerNode: world, GPU: gpuTypes[1], MFU: 0.5}
+	if world > 8 {
+		c.Nodes, c.GPUsPerNode = (world+7)/8, 8
+	}
+	return c
+}
+
+// fitToCluster re-plans cfg for the cluster's GPUs: world_size becomes the number of GPUs, and
+// sequence_parallel_degree follows when it was the whole world; otherwise the GPUs must form
+// whole sequence-parallel groups.
+func fitToCluster(cfg Config, cl Cluster) (Config, error) {
+	p := &cfg.Parallelism
+	if cl.GPUs() == p.WorldSize {
+		return cfg, nil
+	}
+	if p.SequenceParallelDegree == p.WorldSize {
+		p.SequenceParallelDegree = cl.GPUs()
+	} else if cl.GPUs()%p.SequenceParallelDegree != 0 {
+		return cfg, fmt.Errorf("plan: cluster %s has %d GPUs, not a multiple of parallelism.sequence_parallel_degree = %d", cl, cl.GPUs(), p.SequenceParallelDegree)
+	}
+	p.WorldSize = cl.GPUs()
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("plan: on cluster %s (world_size %d): %w", cl, p.WorldSize, err)
+	}
+	return cfg, nil
+}
+
+// parseSweep reads seq_len=LO..HI (or data.seq_len=LO..HI) into LO, 2·LO, … ≤ HI.
+func parseSweep(s string) ([]int, error) {
+	key, rng, ok := strings.Cut(s, "=")
+	if !ok || (key != "seq_len" && key != "data.seq_len") {
+		return nil, fmt.Errorf("--sweep %q: want seq_len=LO..HI, e.g. seq_len=8K..512K", s)
+	}
+	los, his, ok := strings.Cut(rng, "..")
+	lo, err1 := parseSize(los)
+	hi, err2 := parseSize(his)
+	if !ok || err1 != nil || err2 != nil || lo < 1 || hi < lo {
+		return nil, fmt.Errorf("--sweep %q: want seq_len=LO..HI with 1 <= LO <= HI, sizes like 8192, 8K or 1M", s)
+	}
+	var out []int
+	for v := lo; v <= hi; v *= 2 {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseSize reads 8192, 8K (×1024) or 1M (×1024²).
+func parseSize(s string) (int, error) {
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "K") || strings.HasSuffix(s, "k"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M") || strings.HasSuffix(s, "m"):
+		mult, s = 1<<20, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > math.MaxInt32/mult {
+		return 0, fmt.Errorf("size %q", s)
+	}
+	return n * mult, nil
+}
+
+// elemBytes is the size of an activation or communicated element in the compute precision.
+func elemBytes(cfg Config) float64 {
+	if cfg.Training.MixedPrecision == "fp32" {
+		return 4
+	}
+	return 2
+}
+
+// actField is the width of one model.LayerActs field per token, in elements, and whether it
+// is kept in fp32 (statistics) rather than the compute precision.
+type actField struct {
+	width func(m model.Config) int
+	fp32  bool
+}
+
+// actFields sizes every field of model.LayerActs; TestPlanActFieldsCoverLayerActs checks that
+// none is missing.
+var actFields = map[string]actField{
+	"X":       {func(m model.Config) int { return m.Dim }, false},
+	"Norm1":   {func(m model.Config) int { return m.Dim }, false},
+	"Rstd1":   {func(m model.Config) int { return 1 }, true},
+	"Q":       {func(m model.Config) int { return m.QDim() }, false},
+	"K":       {func(m model.Config) int { return m.KVDim() }, false},
+	"V":       {func(m model.Config) int { return m.KVDim() }, false},
+	"AttnOut": {func(m model.Config) int { return m.QDim() }, false},
+	"Lse":     {func(m model.Config) int { return m.NHeads }, true},
+	"H":       {func(m model.Config) int { return m.Dim }, false},
+	"Norm2":   {func(m model.Config) int { return m.Dim }, false},
+	"Rstd2":   {func(m model.Config) int { return 1 }, true},
+	"Gate":    {func(m model.Config) int { return m.FFNDim }, false},
+	"Up":      {func(m model.Config) int { return m.FFNDim }, false},
+	"Act":     {func(m model.Config) int { return m.FFNDim }, false},
+}
+
+// keptFields are the LayerActs fields every block keeps under each checkpoint policy (nil:
+// all of them).
+var keptFields = map[string][]string{
+	"none":        nil,
+	"layer":       {"X"},
+	"attn_output": {"X", "AttnOut", "Lse"},
+}
+
+// actBytesPerToken is the bytes per token of the named LayerActs fields (all when names is nil).
+func actBytesPerToken(cfg Config, names []string) float64 {
+	if names == nil {
+		for _, f := range reflect.VisibleFields(reflect.TypeFor[model.LayerActs]()) {
+			names = append(names, f.Name)
+		}
+	}
+	var b float64
+	for _, n := range names {
+		f, ok := actFields[n]
+		if !ok {
+			panic("plan: model.LayerActs field " + n + " has no size in actFields")
+		}
+		e := elemBytes(cfg)
+		if f.fp32 {
+			e = 4
+		}
+		b += float64(f.width(cfg.Model)) * e
+	}
+	return b
+}
+
+// memoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
+func memoryFor(cfg Config, capacity float64) MemoryPlan {
+	m, p := cfg.Model, cfg.Parallelism
+	N := float64(m.NumParams())
+	e := elemBytes(cfg)
+	shard := 1.0
+	if p.FSDP {
+		shard = float64(p.WorldSize)
+	}
+	var mp MemoryPlan
+	mp.Params = 4 * N / shard
+	if e < 4 {
+		mp.Params += e * N / shard
+	}
+	mp.Grads = 4 * N / shard
+	mp.Optimizer = 8 * N / shard
+	n := float64(cfg.Data.BatchSize) * float64(cfg.Data.SeqLen) / float64(p.SequenceParallelDegree)
+	L := float64(m.NLayers)
+	full := actBytesPerToken(cfg, nil)
+	pol := cfg.Checkpoint.Activation
+	if pol == "none" {
+		mp.Activations = n * L * full
+	} else {
+		mp.Activations = n * (L*actBytesPerToken(cfg, keptFields[pol]) + full)
+	}
+	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
+	mp.Logits = n * (float64(m.VocabSize)*4 + 2*d*e + 4) // logits, last block output, final norm, rstd
+	mp.BackwardScratch = n * e * (3*d + 2*q + 2*kv + 3*f)
+	mp.AttnWork = n * (e*(2*q+4*kv) + 8*float64(m.NHeads))
+	if p.FSDP && p.WorldSize > 1 {
+		block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / L
+		mp.CommBuffers = 2*block*e + block*4
+	}
+	mp.Peak = mp.Params + mp.Grads + mp.Optimizer + mp.Activations + mp.Logits + mp.BackwardScratch + mp.AttnWork + mp.CommBuffers
+	mp.Capacity = capacity
+	mp.Margin = capacity - mp.Peak
+	mp.Fits = mp.Margin >= 0
+	return mp
+}
+
+// maxTokensPerGPU is the longest tokens per GPU (a multiple of 1024, data.seq_len =
+// tokens × sequence_parallel_degree) whose peak memory fits capacity; 0 if none does.
+func maxTokensPerGPU(cfg Config, capacity float64) int {
+	fits := func(k int) bool {
+		cfg.Data.SeqLen = k * 1024 * cfg.Parallelism.SequenceParallelDegree
+		return memoryFor(cfg, capacity).Fits
+	}
+	if !fits(1) {
+		return 0
+	}
+	lo, hi := 1, 2
+	for fits(hi) && hi < 1<<20 {
+		lo, hi = hi, hi*2
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo * 1024
+}
+
+// IdleFraction is the average fraction of the time a rank of schedule name on P ranks waits
+// for the others under the causal mask (DistFlashAttn §3.2): ring (and Burst, which keeps its
+// contiguous split) (P²−P)/(2P²); DistFlashAttn's load-balanced schedule 1/(2P) for even P
+// and 0 for odd P; zigzag, attn2d and Ulysses balance the causal work exactly: 0.
+func IdleFraction(name string, P int) float64 {
+	if P <= 1 {
+		return 0
+	}
+	p := float64(P)
+	switch name {
+	case "ring", "burst":
+		return (p*p - p) / (2 * p * p)
+	case "distflash":
+		if P%2 == 0 {
+			return 1 / (2 * p)
+		}
+	}
+	return 0
+}
+
+// maxTrafficRanks is the largest sequence-parallel group plan simulates in process.
+const maxTrafficRanks = 64
+
+// traffic is one schedule's measured bytes (fp32, as the in-process world sends them) for one
+// layer and one sequence of T tokens: bytes(T) = a·T + b for the busiest rank and summed over
+// ranks, forward and backward apart.
+type traffic struct {
+	fwdA, fwdB, bwdA, bwdB             float64 // busiest rank
+	fwdTotA, fwdTotB, bwdTotA, bwdTotB float64 // all ranks
+}
+
+// at evaluates the busiest rank's forward and backward bytes and the all-rank sum of both at T.
+func (t traffic) at(T float64) (fwd, bwd, total float64) {
+	return t.fwdA*T + t.fwdB, t.bwdA*T + t.bwdB, (t.fwdTotA+t.bwdTotA)*T + t.fwdTotB + t.bwdTotB
+}
+
+var (
+	trafficMu    sync.Mutex
+	trafficCache = map[string]traffic{}
+)
+
+// measureTraffic runs schedule name on P in-process ranks with heads h at T = 2·div and
+// 4·div tokens (div: the layout's divisor) and fits bytes(T) = a·T + b. Results are cached.
+func measureTraffic(name string, h model.Heads, P int) (traffic, error) {
+	key := fmt.Sprintf("%s/%d/%d/%d/%d", name, h.N, h.KV, h.Dim, P)
+	trafficMu.Lock()
+	defer trafficMu.Unlock()
+	if t, ok := trafficCache[key]; ok {
+		return t, nil
+	}
+	if P > maxTrafficRanks {
+		return traffic{}, fmt.Errorf("plan simulates at most %d sequence-parallel ranks to measure a schedule's traffic, not %d", maxTrafficRanks, P)
+	}
+	l, err := parallel.LayoutOf(name)
+	if err != nil {
+		return traffic{}, err
+	}
+	T1, T2 := 2*l.Divisor(P), 4*l.Divisor(P)
+	f1, b1, ft1, bt1, err := runScheduleOnce(name, h, P, T1)
+	if err != nil {
+		return traffic{}, err
+	}
+	f2, b2, ft2, bt2, err := runScheduleOnce(name, h, P, T2)
+	if err != nil {
+		return traffic{}, err
+	}
+	fit := func(y1, y2 float64) (a, b float64) {
+		a = (y2 - y1) / float64(T2-T1)
+		return a, y1 - a*float64(T1)
+	}
+	var t traffic
+	t.fwdA, t.fwdB = fit(f1, f2)
+	t.bwdA, t.bwdB = fit(b1, b2)
+	t.fwdTotA, t.fwdTotB = fit(ft1, ft2)
+	t.bwdTotA, t.bwdTotB = fit(bt1, bt2)
+	trafficCache[key] = t
+	return t, nil
+}
+
+// runScheduleOnce runs one forward and backward of schedule name over a sequence of T tokens
+// on P in-process ranks and returns the bytes sent: the busiest rank's forward and backward,
+// and the sums over the ranks.
+func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, bwdTotal float64, err error) {
+	w := parallel.NewWorld(P)
+	fw, bw := make([]int64, P), make([]int64, P)
+	err = w.Run(func(c parallel.Comm) error {
+		be := kernels.NewCPU()
+		s, err := parallel.NewAttention(name, c, be, parallel.Options{Overlap: true})
+		if err != nil {
+			return err
+		}
+		pos, err := s.Layout().Positions(T, P, c.Rank())
+		if err != nil {
+			return err
+		}
+		n := len(pos)
+		buf := func(size int) kernels.Buf {
+			b := be.Alloc(size)
+			x := make([]float32, size)
+			for i := range x {
+				x[i] = float32(i%7) * 0.01
+			}
+			be.Upload(b, x)
+			return b
+		}
+		q, k, v, do := buf(n*h.N*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.N*h.Dim)
+		o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
+		dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
+		s.Forward(o, lse, q, k, v, pos, h)
+		fw[c.Rank()] = c.Traffic().Total()
+		s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+		bw[c.Rank()] = c.Traffic().Total() - fw[c.Rank()]
+		return nil
+	})
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("plan: running %s on %d in-process ranks: %w", name, P, err)
+	}
+	for r := range P {
+		fwd, bwd = max(fwd, float64(fw[r])), max(bwd, float64(bw[r]))
+		fwdTotal += float64(fw[r])
+		bwdTotal += float64(bw[r])
+	}
+	return fwd, bwd, fwdTotal, bwdTotal, nil
+}
+
+// PlanFor predicts memory, communication and step time of cfg with schedule name and
+// data.seq_len = seqLen on cluster cl. A schedule that cannot run the config comes back with
+// Refused saying why.
+func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
+	cfg.Data.SeqLen = seqLen
+	cfg.Model.MaxSeqLen = max(cfg.Model.MaxSeqLen, seqLen)
+	cfg.Parallelism.Attention = name
+	m, p := cfg.Model, cfg.Parallelism
+	SP, world := p.SequenceParallelDegree, p.WorldSize
+	pl := Plan{Attention: name, SeqLen: seqLen, TokensPerGPU: seqLen / SP}
+	h := model.Heads{N: m.NHeads, KV: m.NKVHeads, Dim: m.HeadDim}
+	refuse := func(err error) Plan {
+		pl.Refused = err.Error()
+		return pl
+	}
+	if err := parallel.Check(name, h, SP); err != nil {
+		return refuse(err)
+	}
+	l, err := parallel.LayoutOf(name)
+	if err != nil {
+		return refuse(err)
+	}
+	if seqLen%l.Divisor(SP) != 0 {
+		return refuse(fmt.Errorf("seq_len %d is not a multiple of %d (%s split over %d ranks)", seqLen, l.Divisor(SP), l, SP))
+	}
+	pl.Memory = memoryFor(cfg, cl.GPU.MemBytes)
+	pl.MaxSeqPerGPU = maxTokensPerGPU(cfg, cl.GPU.MemBytes)
+
+	e := elemBytes(cfg)
+	L := float64(m.NLayers)
+	B, accum := float64(cfg.Data.BatchSize), float64(cfg.Training.GradAccumSteps)
+	layerPolicy := cfg.Checkpoint.Activation == "layer"
+	if SP > 1 {
+		t, err := measureTraffic(name, h, SP)
+		if err != nil {
+			return refuse(err)
+		}
+		fwd, bwd, total := t.at(float64(seqLen))
+		scale := e / 4 // the in-process world sends fp32
+		fwdPasses := 1.0
+		if layerPolicy {
+			fwdPasses = 2
+		}
+		pl.Comm.AttnPerLayer = B * (fwd + bwd) * scale
+		pl.Comm.AttnTotalLayer = B * total * scale
+		pl.Comm.Attention = accum * L * B * (fwdPasses*fwd + bwd) * scale
+	}
+	N := float64(m.NumParams())
+	Pw := float64(world)
+	if world > 1 {
+		if p.FSDP {
+			pl.Comm.FSDP = accum * 3 * (Pw - 1) / Pw * N * e
+		} else {
+			pl.Comm.DataParallel = 2 * (Pw - 1) / Pw * N * e
+		}
+	}
+	pl.Comm.Total = pl.Comm.Attention + pl.Comm.FSDP + pl.Comm.DataParallel
+
+	tokens := B * float64(seqLen) * accum / float64(SP)
+	blockParams := N - 2*float64(m.VocabSize)*float64(m.Dim) - float64(m.Dim)
+	tm := &pl.Time
+	tm.DenseFLOPs = 6 * N * tokens
+	if cfg.Checkpoint.Activation != "none" {
+		tm.DenseFLOPs += 2 * blockParams * tokens
+	}
+	attnPasses := 3.5
+	if layerPolicy {
+		attnPasses = 4.5
+	}
+	T := float64(seqLen)
+	tm.AttnFLOPs = accum * B * L * (4 * T * T * float64(m.QDim()) / 2) * attnPasses / float64(SP)
+	tm.IdleFraction = IdleFraction(name, SP)
+	rate := cl.GPU.FLOPS * cl.MFU
+	tm.Compute = tm.DenseFLOPs/rate + tm.AttnFLOPs/rate/(1-tm.IdleFraction)
+	tm.AttnLinkBW, tm.WorldLinkBW = cl.GPU.IntraBW, cl.GPU.IntraBW
+	if SP > cl.GPUsPerNode {
+		tm.AttnLinkBW = cl.GPU.InterBW
+	}
+	if world > cl.GPUsPerNode {
+		tm.WorldLinkBW = cl.GPU.InterBW
+	}
+	tm.Comm = pl.Comm.Attention/tm.AttnLinkBW + (pl.Comm.FSDP+pl.Comm.DataParallel)/tm.WorldLinkBW
+	tm.Overlap = p.OverlapComm
+	if p.OverlapComm {
+		tm.Step = max(tm.Compute, tm.Comm)
+	} else {
+		tm.Step = tm.Compute + tm.Comm
+	}
+	return pl
+}
+
+// gb writes bytes in GB (10^9).
+func gb(b float64) string { return fmt.Sprintf("%.2f GB", b/1e9) }
+
+// seqName writes a token count as 8K, 512K or 1M when it is a whole multiple.
+func seqName(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	}
+	return strconv.Itoa(n)
+}
+
+// writeDetail prints one plan with its breakdown.
+func writeDetail(w io.Writer, rep Report) {
+	pl := rep.Plans[0]
+	fmt.Fprintf(w, "config:   %s\n", rep.Summary)
+	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.0f TFLOP/s bf16 × mfu %.2f, NVLink %.0f GB/s, inter-node %.0f GB/s per GPU\n",
+		rep.Cluster, rep.Cluster.GPUs(), gb(rep.Cluster.GPU.MemBytes), rep.Cluster.GPU.FLOPS/1e12, rep.Cluster.MFU,
+		rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9)
+	fmt.Fprintf(w, "schedule: %s, seq_len %s (%s tokens per GPU)\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
+	if pl.Refused != "" {
+		fmt.Fprintf(w, "refused:  %s\n", pl.Refused)
+		return
+	}
+	mp := pl.Memory
+	fmt.Fprintf(w, "\nmemory per rank:\n")
+	for _, r := range []struct {
+		what string
+		b    float64
+	}{{"parameters", mp.Params}, {"gradients", mp.Grads}, {"optimizer (AdamW)", mp.Optimizer},
+		{"saved activations", mp.Activations}, {"logits + head", mp.Logits}, {"backward scratch", mp.BackwardScratch},
+		{"attention working set", mp.AttnWork}, {"communication buffers", mp.CommBuffers}, {"peak", mp.Peak}} {
+		fmt.Fprintf(w, "  %-22s %10s\n", r.what, gb(r.b))
+	}
+	verdict := "fits"
+	if !mp.Fits {
+		verdict = "DOES NOT FIT"
+	}
+	fmt.Fprintf(w, "  %s in %s: margin %s (%.0f%%)\n", verdict, gb(mp.Capacity), gb(mp.Margin), 100*mp.Margin/mp.Capacity)
+	fmt.Fprintf(w, "  longest sequence per GPU that fits: %s tokens (seq_len %s)\n", seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
+	c := pl.Comm
+	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
+	fmt.Fprintf(w, "  attention (%s)       %10s  (%s per layer fwd+bwd; %s summed over ranks)\n", pl.Attention, gb(c.Attention), gb(c.AttnPerLayer), gb(c.AttnTotalLayer))
+	fmt.Fprintf(w, "  fsdp                   %10s\n", gb(c.FSDP))
+	fmt.Fprintf(w, "  data-parallel          %10s\n", gb(c.DataParallel))
+	fmt.Fprintf(w, "  total                  %10s\n", gb(c.Total))
+	t := pl.Time
+	fmt.Fprintf(w, "\nstep time:\n")
+	fmt.Fprintf(w, "  FLOPs per rank         %.3g dense + %.3g attention\n", t.DenseFLOPs, t.AttnFLOPs)
+	fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
+	fmt.Fprintf(w, "  compute                %8.2f s\n", t.Compute)
+	fmt.Fprintf(w, "  communication          %8.2f s  (attention at %.0f GB/s, fsdp/dp at %.0f GB/s)\n", t.Comm, t.AttnLinkBW/1e9, t.WorldLinkBW/1e9)
+	how := "sum, overlap_comm off"
+	if t.Overlap {
+		how = "max, overlap_comm on"
+	}
+	fmt.Fprintf(w, "  step                   %8.2f s  (%s)\n", t.Step, how)
+}
+
+// writeTable prints one row per plan, aligned.
+func writeTable(w io.Writer, rep Report) {
+	fmt.Fprintf(w, "config:  %s\ncluster: %s, mfu %.2f\n\n", rep.Summary, rep.Cluster, rep.Cluster.MFU)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "attention\tseq_len\tper GPU\tpeak GB\tfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/GPU\t")
+	for _, pl := range rep.Plans {
+		if pl.Refused != "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\trefused: %s\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU), pl.Refused)
+			continue
+		}
+		fits := "yes"
+		if !pl.Memory.Fits {
+			fits = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%s\t\n", pl.Attention, seqName(pl.SeqLen),
+			seqName(pl.TokensPerGPU), pl.Memory.Peak/1e9, fits, pl.Comm.Attention/1e9, (pl.Comm.FSDP+pl.Comm.DataParallel)/1e9,
+			pl.Time.IdleFraction, pl.Time.Compute, pl.Time.Comm, pl.Time.Step, seqName(pl.MaxSeqPerGPU))
+	}
+	tw.Flush()
+}
