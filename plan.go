@@ -57,6 +57,7 @@ import (
 	"io"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -748,9 +749,13 @@ func writeTable(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "config:  %s\ncluster: %s, mfu %.2f\n\n", rep.Summary, rep.Cluster, rep.Cluster.MFU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "attention\tseq_len\tper GPU\tpeak GB\tfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/GPU\t")
+	var reasons []string // one line per refused schedule and reason, printed under the table
 	for _, pl := range rep.Plans {
 		if pl.Refused != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\trefused: %s\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU), pl.Refused)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\trefused\t-\t-\t-\t-\t-\t-\t-\t\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
+			if r := pl.Attention + " refused: " + pl.Refused; !slices.Contains(reasons, r) {
+				reasons = append(reasons, r)
+			}
 			continue
 		}
 		fits := "yes"
@@ -762,4 +767,7 @@ func writeTable(w io.Writer, rep Report) {
 			pl.Time.IdleFraction, pl.Time.Compute, pl.Time.Comm, pl.Time.Step, seqName(pl.MaxSeqPerGPU))
 	}
 	tw.Flush()
+	for _, r := range reasons {
+		fmt.Fprintf(w, "\n%s\n", r)
+	}
 }
