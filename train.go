@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -233,8 +231,7 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 		return fmt.Errorf("train: %w", err)
 	}
 	defer mf.Close()
-	mw := bufio.NewWriter(mf)
-	enc := json.NewEncoder(mw)
+	enc := json.NewEncoder(mf) // one write per step, so a reader tailing the file sees every step at once
 
 	steps := cfg.Training.Steps
 	bar := progressbar.NewOptions(steps,
@@ -264,7 +261,6 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 		m.TokensPerSec = float64(m.Tokens) / time.Since(stepStart).Seconds()
 		m.Tokens = tokens
 		if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
-			mw.Flush()
 			return fmt.Errorf("train: loss is %v at step %d (lr %g, grad norm %g): lower training.lr or check the data", m.Loss, m.Step, m.LR, m.GradNorm)
 		}
 		if err := enc.Encode(m); err != nil {
@@ -281,16 +277,13 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 		}
 	}
 	_ = bar.Finish()
-	if err := mw.Flush(); err != nil {
+	if err := mf.Close(); err != nil {
 		return fmt.Errorf("train: write %s: %w", metricsPath, err)
 	}
 	elapsed := time.Since(start).Seconds()
 	if done < steps {
 		fmt.Fprintf(stdout, "interrupted after step %d of %d; metrics in %s\n", done, steps, metricsPath)
 		return nil
-	}
-	if done == 0 {
-		return errors.New("train: no step ran")
 	}
 	fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); metrics in %s\n",
 		done, elapsed, float64(tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
