@@ -288,11 +288,7 @@ func TestRematAwareSavesForwardAndItsCommunication(t *testing.T) {
 					t.Errorf("%s: %d attention forwards per step, want %d", policy, m.AttnForwards, want)
 				}
 				for r := 0; r < P; r++ {
-					for site, b := range tr.world.Traffic(r) {
-						if strings.Contains(site, "fwd") {
-							fwdBytes[policy] += b
-						}
-					}
+					fwdBytes[policy] += tr.world.Traffic(r).Sum(name + ".fwd")
 				}
 			}
 			if fwdBytes["none"] == 0 || fwdBytes["attn_output"] != fwdBytes["none"] || fwdBytes["layer"] != 2*fwdBytes["none"] {

@@ -154,18 +154,6 @@ func attn2dBytes(P, p, n int, h model.Heads, transpose bool) Traffic {
 	return t
 }
 
-// attn2dPhase sums a rank's bytes over the sites of one pass ("attn2d.fwd." or
-// "attn2d.bwd."), leaving out the one-off Splits.
-func attn2dPhase(t Traffic, prefix string) int64 {
-	var s int64
-	for k, v := range t {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			s += v
-		}
-	}
-	return s
-}
-
 // attn2dPaperValues is §3.3's per-rank count for a square √P × √P grid, single batch, per
 // head of dimension d (MHA), in values: forward the transpose of k, v (2·N·d/P, line 2), the
 // all-gathers of q, k, v (3·(√P−1)·N·d/P, lines 3–4) and the reduce-scatter of o
@@ -235,7 +223,7 @@ func TestAttn2DTraffic(t *testing.T) {
 			maxOver := func(tr []Traffic, prefix string) int64 {
 				var m int64
 				for _, x := range tr {
-					m = max(m, attn2dPhase(x, prefix))
+					m = max(m, x.Sum(prefix))
 				}
 				return m
 			}

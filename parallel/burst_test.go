@@ -8,17 +8,6 @@ import (
 	"distflash/model"
 )
 
-// burstSiteSum is the bytes of t under the call sites that start with prefix.
-func burstSiteSum(t Traffic, prefix string) int64 {
-	var s int64
-	for k, v := range t {
-		if strings.HasPrefix(k, prefix) {
-			s += v
-		}
-	}
-	return s
-}
-
 // TestBurstTraffic: the bytes every rank sends, per call site, equal BurstAttention's
 // formulas exactly (papers/burstattention.txt Table 1 and §4.2), for n = N/P tokens per rank,
 // H query heads, KV kv heads, head_dim d and 4-byte values:
@@ -65,14 +54,14 @@ func TestBurstTraffic(t *testing.T) {
 							t.Errorf("%s P=%d overlap=%v rank %d: %s sent %d bytes, want %d", hn, P, overlap, r, site, tr[site], w)
 						}
 					}
-					if tot, w := tr.Total(), burstSiteSum(Traffic(want), ""); tot != w {
+					if tot, w := tr.Total(), Traffic(want).Total(); tot != w {
 						t.Errorf("%s P=%d rank %d: %d bytes in all (%v), want %d", hn, P, r, tot, tr, w)
 					}
 				}
 				if overlap || (P != 2 && P != 4 && P != 8) {
 					continue
 				}
-				fwd, bwd := burstSiteSum(got.traffic[0], "burst.fwd"), burstSiteSum(got.traffic[0], "burst.bwd")
+				fwd, bwd := got.traffic[0].Sum("burst.fwd"), got.traffic[0].Sum("burst.bwd")
 				N, G := int64(T), int64(P)
 				fwdF := (G - 1) * 2 * KV * N * d * 4 / G    // (P−1)/P · 2·KV·N·d
 				bwdF := (G - 1) * (3*H*N*d + 2*H*N) * 4 / G // (P−1)/P · (3·H·N·d + 2·H·N)

@@ -8,6 +8,7 @@ package parallel
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"distflash/kernels"
@@ -62,6 +63,17 @@ func (t Traffic) Total() int64 {
 	var s int64
 	for _, v := range t {
 		s += v
+	}
+	return s
+}
+
+// Sum is the bytes under the call sites whose name starts with prefix (all sites for "").
+func (t Traffic) Sum(prefix string) int64 {
+	var s int64
+	for k, v := range t {
+		if strings.HasPrefix(k, prefix) {
+			s += v
+		}
 	}
 	return s
 }

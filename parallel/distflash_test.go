@@ -3,7 +3,6 @@ package parallel
 import (
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"distflash/model"
@@ -168,17 +167,6 @@ func dfBytes(P, p, n int, h model.Heads) Traffic {
 	return tr
 }
 
-// dfPhase sums the bytes of the sites with prefix.
-func dfPhase(tr Traffic, prefix string) int64 {
-	var s int64
-	for k, v := range tr {
-		if strings.HasPrefix(k, prefix) {
-			s += v
-		}
-	}
-	return s
-}
-
 // TestDistFlashTraffic compares the bytes every rank sends in one forward and one backward,
 // per call site, exactly with dfBytes, for P = 2 … 8, MHA, GQA and 33 heads, overlap on and
 // off; and prints them beside papers/distflashattn.txt App. C, whose "2·(N/P)·d × P = 2Nd"
@@ -221,7 +209,7 @@ func TestDistFlashTraffic(t *testing.T) {
 			nd := float64(N * h.N * h.Dim * 4) // N·d values, in bytes
 			var fwd, bwd, fmax, bmax int64
 			for _, tr := range runs[1].traffic {
-				f, b := dfPhase(tr, "distflash.fwd."), dfPhase(tr, "distflash.bwd.")
+				f, b := tr.Sum("distflash.fwd."), tr.Sum("distflash.bwd.")
 				fwd, bwd, fmax, bmax = fwd+f, bwd+b, max(fmax, f), max(bmax, b)
 			}
 			// the closed-form totals

@@ -25,17 +25,6 @@ func ringBytes(name string, T, P int, h model.Heads) Traffic {
 	return tr
 }
 
-// ringPhase sums the sites of t whose name starts with prefix.
-func ringPhase(t Traffic, prefix string) int64 {
-	var s int64
-	for k, v := range t {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
-			s += v
-		}
-	}
-	return s
-}
-
 // TestRingTraffic: the bytes every rank of ring and zigzag sends in a forward and a backward
 // equal ringBytes exactly, for every P, head geometry and overlap setting.
 func TestRingTraffic(t *testing.T) {
@@ -59,7 +48,7 @@ func TestRingTraffic(t *testing.T) {
 						if P == 4 && !overlap {
 							tr := got.traffic[0]
 							t.Logf("%s P=%d T=%d %s (H=%d KV=%d hd=%d): per rank per layer forward %d B, backward %d B (kv %d + dkv %d)",
-								name, P, T, hn, h.N, h.KV, h.Dim, ringPhase(tr, name+".fwd."), ringPhase(tr, name+".bwd."),
+								name, P, T, hn, h.N, h.KV, h.Dim, tr.Sum(name+".fwd."), tr.Sum(name+".bwd."),
 								tr[name+".bwd.kv"], tr[name+".bwd.dkv"])
 						}
 					})

@@ -52,14 +52,14 @@ func TestUlyssesTraffic(t *testing.T) {
 						t.Errorf("%s P=%d rank %d: %s sent %d bytes, want %d", hn, P, r, site, tr[site], w)
 					}
 				}
-				if tot, w := tr.Total(), burstSiteSum(Traffic(want), ""); tot != w {
+				if tot, w := tr.Total(), Traffic(want).Total(); tot != w {
 					t.Errorf("%s P=%d rank %d: %d bytes in all (%v), want %d", hn, P, r, tot, tr, w)
 				}
 			}
 			if P == 1 {
 				continue
 			}
-			fwd, bwd := burstSiteSum(got.traffic[0], "ulysses.fwd"), burstSiteSum(got.traffic[0], "ulysses.bwd")
+			fwd, bwd := got.traffic[0].Sum("ulysses.fwd"), got.traffic[0].Sum("ulysses.bwd")
 			ds := (2*H + 2*KV) * int64(T) * d * 4 / int64(P) // DeepSpeed-Ulysses' 4Nh/P for q, k, v, o, with GQA's smaller k, v
 			burstFwd := int64(P-1) * 2 * n * KV * d * 4
 			if fwd-st != ds*int64(P-1)/int64(P) {
