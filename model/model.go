@@ -135,8 +135,8 @@ func (m *Model) heads() Heads {
 	return Heads{N: m.Cfg.NHeads, KV: m.Cfg.NKVHeads, Dim: m.Cfg.HeadDim}
 }
 
-// full allocates a complete LayerActs for n tokens in B sequences.
-func (m *Model) full(n, B int) LayerActs {
+// full allocates a complete LayerActs for n tokens.
+func (m *Model) full(n int) LayerActs {
 	be, c := m.be, m.Cfg
 	return LayerActs{
 		X: be.Alloc(n * c.Dim), Norm1: be.Alloc(n * c.Dim), Rstd1: be.Alloc(n),
@@ -162,7 +162,7 @@ func (m *Model) ensure(B, T int, pos []int32) {
 	for l := range m.acts {
 		switch m.Policy {
 		case CheckpointNone:
-			m.acts[l] = m.full(n, B)
+			m.acts[l] = m.full(n)
 		case CheckpointLayer:
 			m.acts[l] = LayerActs{X: be.Alloc(n * c.Dim)}
 		case CheckpointAttnOutput:
@@ -170,7 +170,7 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		}
 	}
 	if m.Policy != CheckpointNone {
-		m.work = m.full(n, B)
+		m.work = m.full(n)
 	}
 	m.xOut, m.normF, m.rstdF = be.Alloc(n*c.Dim), be.Alloc(n*c.Dim), be.Alloc(n)
 	m.logit, m.loss = be.Alloc(n*c.VocabSize), be.Alloc(n)
