@@ -147,15 +147,15 @@ func (c *CPU) AttnMerge(dst, src AttnState, nq, heads, headDim int) {
 	chunks(nq, 16, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			for h := 0; h < heads; h++ {
-				a, b := h*nq+i, h*nq+i
-				if m2[b] == negInf {
+				j := h*nq + i // same (head, query) in both states
+				if m2[j] == negInf {
 					continue
 				}
-				m := max(m1[a], m2[b])
-				ca := float32(math.Exp(float64(m1[a] - m)))
-				cb := float32(math.Exp(float64(m2[b] - m)))
-				l1[a] = l1[a]*ca + l2[b]*cb
-				m1[a] = m
+				m := max(m1[j], m2[j])
+				ca := float32(math.Exp(float64(m1[j] - m)))
+				cb := float32(math.Exp(float64(m2[j] - m)))
+				l1[j] = l1[j]*ca + l2[j]*cb
+				m1[j] = m
 				x, y := o1[i*qs+h*headDim:i*qs+(h+1)*headDim], o2[i*qs+h*headDim:i*qs+(h+1)*headDim]
 				for d := range x {
 					x[d] = x[d]*ca + y[d]*cb
