@@ -74,6 +74,10 @@ type TrainingConfig struct {
 	GradClip       float64 `toml:"grad_clip" json:"grad_clip"`               // global gradient norm limit; 0 = off
 	MixedPrecision string  `toml:"mixed_precision" json:"mixed_precision"`   // fp32 | bf16 | fp16
 	GradAccumSteps int     `toml:"grad_accum_steps" json:"grad_accum_steps"` // micro-batches per optimizer step
+	// fp16 dynamic loss scaling: the loss is multiplied by the scale before backward; a step
+	// whose gradients overflow is skipped and halves it, growth_interval clean steps double it.
+	LossScaleInit           float64 `toml:"loss_scale_init" json:"loss_scale_init"`                       // starting scale (fp16)
+	LossScaleGrowthInterval int     `toml:"loss_scale_growth_interval" json:"loss_scale_growth_interval"` // clean steps before the scale doubles
 }
 
 // ParallelismConfig is the [parallelism] section: how many ranks there are, how they talk and
@@ -131,6 +135,7 @@ func DefaultConfig() Config {
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
+			LossScaleInit: 65536, LossScaleGrowthInterval: 2000,
 			GradAccumSteps: 1},
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
 			Attention: "distflash", OverlapComm: true, FSDP: false},
@@ -514,6 +519,10 @@ func (c *Config) Validate() error {
 		fail("training.grad_clip = %g: must be >= 0 (0 = no clipping)", t.GradClip)
 	}
 	oneOf("training.mixed_precision", t.MixedPrecision, mixedPrecisions)
+	if !(t.LossScaleInit >= 1) || !finite(t.LossScaleInit) {
+		fail("training.loss_scale_init = %g: must be a finite number >= 1 (fp16 starts scaling the loss by it; 65536 is usual)", t.LossScaleInit)
+	}
+	atLeast("training.loss_scale_growth_interval", t.LossScaleGrowthInterval, 1)
 
 	// [parallelism]
 	p := c.Parallelism
@@ -631,23 +640,14 @@ func (c Config) Requirements() []string {
 	var reqs []string
 	p := c.Parallelism
 	switch {
-	case p.WorldSize > p.SequenceParallelDegree && p.Backend == "inproc":
-		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d with sequence_parallel_degree = %d means %d data-parallel replicas, which come with FSDP in a later version (this version runs world_size = sequence_parallel_degree)",
-			p.WorldSize, p.SequenceParallelDegree, p.WorldSize/p.SequenceParallelDegree))
 	case p.WorldSize > 1 && p.Backend != "inproc":
 		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d needs %d ranks (backend %q comes in a later version)",
 			p.WorldSize, p.WorldSize, p.Backend))
 	case p.Backend != "inproc":
 		reqs = append(reqs, fmt.Sprintf("parallelism.backend = %q comes in a later version", p.Backend))
 	}
-	if p.FSDP {
-		reqs = append(reqs, "parallelism.fsdp = true: sharding parameters, gradients and optimizer state comes in a later version")
-	}
 	if c.Device.Kind != "cpu" {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))
-	}
-	if mp := c.Training.MixedPrecision; mp != "fp32" {
-		reqs = append(reqs, fmt.Sprintf("training.mixed_precision = %q comes in a later version (this version trains in fp32)", mp))
 	}
 	if f := c.Data.Format; f != "text" {
 		reqs = append(reqs, fmt.Sprintf("data.format = %q comes in a later version (this version reads \"text\")", f))

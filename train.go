@@ -26,14 +26,17 @@ import (
 
 // Metrics is one line of runs/<name>/metrics.jsonl.
 type Metrics struct {
-	Step         int     `json:"step"`
-	Loss         float64 `json:"loss"`
-	LR           float64 `json:"lr"`
-	GradNorm     float64 `json:"grad_norm"`
-	TokensPerSec float64 `json:"tokens_per_s"`
-	Tokens       int64   `json:"tokens"`
-	ElapsedSec   float64 `json:"elapsed_s"`
-	AttnForwards int64   `json:"attn_forwards"`
+	Step         int      `json:"step"`
+	Loss         float64  `json:"loss"`
+	LR           float64  `json:"lr"`
+	GradNorm     float64  `json:"grad_norm"`
+	TokensPerSec float64  `json:"tokens_per_s"`
+	Tokens       int64    `json:"tokens"`
+	ElapsedSec   float64  `json:"elapsed_s"`
+	AttnForwards int64    `json:"attn_forwards"`
+	Skipped      bool     `json:"skipped,omitempty"`    // fp16: gradients overflowed, the update was skipped
+	LossScale    float64  `json:"loss_scale,omitempty"` // fp16: the scale this step's loss was multiplied by
+	Memory       []Memory `json:"memory"`               // per rank
 }
 
 // runTrain is `distflash train`.
@@ -63,25 +66,66 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	return train(ctx, cfg, stdout, stderr, *progress)
 }
 
-// trainer holds the pieces of a run: the data, the schedule, and one rank per
-// sequence-parallel worker, each with its own backend, model replica and optimizer. Ranks hold
-// identical parameters: they start from the same initialisation and apply the same update to
-// the same all-reduced gradients.
+// trainer holds the pieces of a run: the data, the schedule, and the ranks this process
+// runs, each with its own backend, model and optimizer. The world has size ranks: dp
+// data-parallel replicas of sp sequence-parallel ranks each (rank = replica·sp + sp index).
+// Without FSDP every rank holds all parameters, and ranks stay identical because they apply
+// the same update to the same all-reduced gradients; with FSDP each rank holds and updates
+// its chunk of every unit (parallel.FSDP).
 type trainer struct {
 	cfg    Config
 	sched  optim.Schedule
 	loader *data.Loader
-	world  *parallel.World
-	ranks  []*rank
+	world  *parallel.World // the in-process world; nil when this process is one rank of many
+	ranks  []*rank         // the ranks this process runs, in rank order
+	size   int             // world size
+	prec   kernels.Precision
+	scaler *optim.LossScaler // fp16 only
+
+	// beforeUpdate, when set (tests), runs on every rank after the gradients are complete and
+	// before they are checked and applied.
+	beforeUpdate func(step int, r *rank)
 }
 
 // rank is one worker's state.
 type rank struct {
-	be    kernels.Backend
-	model *model.Model
-	opt   *optim.AdamW
-	pos   []int32 // global positions of this rank's tokens in every sequence
+	id      int
+	comm    parallel.Comm // the whole world
+	be      kernels.Backend
+	model   *model.Model
+	opt     *optim.AdamW
+	fsdp    *parallel.FSDP   // nil without FSDP
+	cast    *model.CastStore // the 16-bit compute copy without FSDP in bf16/fp16, else nil
+	replica int              // data-parallel index: which sequences of the step's batch
+	pos     []int32          // global positions of this rank's tokens in every sequence
+
+	params, grads kernels.Buf // what the optimizer updates: all parameters, or the FSDP chunks
+	stats         []float32   // this rank's statistics of the step (statLen)
+	statBuf       kernels.Buf // the same, on the backend
+	statAll       kernels.Buf // every rank's, gathered
 }
+
+// stepStats are what each rank contributes to a step's metrics, exchanged in one all-gather.
+// Float64 values travel as two float32 (hi, lo) so that sums keep ~48 bits.
+const (
+	statLoss    = 0 // 2 slots: summed token loss
+	statCount   = 2 // 2 slots: tokens
+	statSumSq   = 4 // 2 slots: Σ g² over what this rank owns (FSDP) or all (else)
+	statBad     = 6 // 1 slot: 1 when this rank's gradients hold Inf or NaN
+	statParams  = 7 // 2 slots each: the rank's Memory
+	statGrads   = 9
+	statOptim   = 11
+	statCompute = 13
+	statActs    = 15
+	statLen     = 17
+)
+
+func putStat(s []float32, at int, v float64) {
+	hi := float32(v)
+	s[at], s[at+1] = hi, float32(v-float64(hi))
+}
+
+func getStat(s []float32, at int) float64 { return float64(s[at]) + float64(s[at+1]) }
 
 func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
@@ -103,43 +147,89 @@ func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
-	policy, err := model.ParseCheckpoint(cfg.Checkpoint.Activation)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
-	}
 	t := cfg.Training
 	sched := optim.Schedule{Kind: t.LRSchedule, LR: t.LR, MinLR: t.MinLR, Warmup: t.WarmupSteps, Steps: t.Steps}
 	if err := sched.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
-	P := cfg.Parallelism.SequenceParallelDegree
-	layout, err := parallel.LayoutOf(cfg.Parallelism.Attention)
+	prec, err := kernels.ParsePrecision(t.MixedPrecision)
+	if err != nil {
+		return nil, fmt.Errorf("%s: training.mixed_precision: %w", cfg.Path, err)
+	}
+	tr := &trainer{cfg: cfg, sched: sched, loader: loader, size: cfg.Parallelism.WorldSize, prec: prec}
+	if prec == kernels.FP16 {
+		if tr.scaler, err = optim.NewLossScaler(t.LossScaleInit, t.LossScaleGrowthInterval); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		}
+	}
+	tr.world = parallel.NewWorld(tr.size)
+	tr.ranks = make([]*rank, tr.size)
+	params0 := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
+	err = tr.world.Run(func(c parallel.Comm) error {
+		r, err := tr.newRank(c, params0)
+		tr.ranks[c.Rank()] = r
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
-	tr := &trainer{cfg: cfg, sched: sched, loader: loader, world: parallel.NewWorld(P)}
-	params0 := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
-	for r := 0; r < P; r++ {
-		be := kernels.NewCPU()
-		m := model.New(cfg.Model, policy, be)
-		m.LoadParams(params0)
-		if P > 1 {
-			a, err := parallel.NewAttention(cfg.Parallelism.Attention, tr.world.Comm(r), be,
-				parallel.Options{Overlap: cfg.Parallelism.OverlapComm})
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", cfg.Path, err)
-			}
-			m.Attn = a
-		}
-		pos, err := layout.Positions(cfg.Data.SeqLen, P, r)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
-		}
-		opt := optim.NewAdamW(be, m.Layout.Size, segments(m.Layout),
-			optim.Hyper{Beta1: t.Beta1, Beta2: t.Beta2, Eps: t.Eps, WeightDecay: t.WeightDecay})
-		tr.ranks = append(tr.ranks, &rank{be: be, model: m, opt: opt, pos: pos})
-	}
 	return tr, nil
+}
+
+// newRank builds the state of the rank c belongs to. Every rank of the world calls it at the
+// same time: splitting off the sequence-parallel group and the FSDP prefetch group are
+// collective calls.
+func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
+	cfg := t.cfg
+	p := cfg.Parallelism
+	policy, err := model.ParseCheckpoint(cfg.Checkpoint.Activation)
+	if err != nil {
+		return nil, err
+	}
+	layout, err := parallel.LayoutOf(p.Attention)
+	if err != nil {
+		return nil, err
+	}
+	sp := p.SequenceParallelDegree
+	r := &rank{id: c.Rank(), comm: c, be: kernels.NewCPU(), replica: c.Rank() / sp, stats: make([]float32, statLen)}
+	r.statBuf, r.statAll = r.be.Alloc(statLen), r.be.Alloc(statLen*c.Size())
+	spComm := c
+	if c.Size() > sp {
+		spComm = c.Split(r.replica, c.Rank()%sp, "sp.split")
+	}
+	if r.pos, err = layout.Positions(cfg.Data.SeqLen, sp, spComm.Rank()); err != nil {
+		return nil, err
+	}
+	mlayout := model.NewLayout(cfg.Model)
+	segs := segments(mlayout)
+	switch {
+	case p.FSDP:
+		r.fsdp = parallel.NewFSDP(c, r.be, mlayout, parallel.FSDPOptions{Precision: t.prec, Prefetch: true})
+		r.fsdp.Load(params0)
+		r.model = model.NewWithStore(cfg.Model, policy, r.be, r.fsdp)
+		r.params, r.grads = r.fsdp.Master, r.fsdp.MasterGrads
+		segs = r.fsdp.Segments(mlayout)
+	default:
+		r.model = model.New(cfg.Model, policy, r.be)
+		r.model.LoadParams(params0)
+		r.params, r.grads = r.model.Params.Flat, r.model.Grads.Flat
+		if t.prec != kernels.FP32 {
+			r.cast = model.NewCastStore(r.be, mlayout, r.params, r.grads, t.prec)
+			r.model.Store = r.cast
+		}
+	}
+	r.be.(interface{ SetMatMulPrecision(kernels.Precision) }).SetMatMulPrecision(t.prec) // TEMPORARY
+	if sp > 1 {
+		a, err := parallel.NewAttention(p.Attention, spComm, r.be, parallel.Options{Overlap: p.OverlapComm})
+		if err != nil {
+			return nil, err
+		}
+		r.model.Attn = a
+	}
+	tc := cfg.Training
+	r.opt = optim.NewAdamW(r.be, r.params.Len(), segs,
+		optim.Hyper{Beta1: tc.Beta1, Beta2: tc.Beta2, Eps: tc.Eps, WeightDecay: tc.WeightDecay})
+	return r, nil
 }
 
 // segments groups consecutive tensors of the layout that share a weight-decay setting.
@@ -155,55 +245,157 @@ func segments(l model.Layout) []optim.Segment {
 	return segs
 }
 
-// step runs one optimizer step (grad_accum_steps micro-batches) on every rank and returns its
-// metrics. Each rank computes the loss and gradients of its tokens of every sequence; the
-// gradients are summed across ranks (dscale makes the sum the global mean's gradient), and
-// every rank applies the same update.
+// run calls fn on every rank of this process, concurrently, and returns the first error.
+func (t *trainer) run(fn func(r *rank) error) error {
+	return t.world.Run(func(c parallel.Comm) error { return fn(t.ranks[c.Rank()]) })
+}
+
+// memory returns the bytes rank r holds for the model and its training.
+func (r *rank) memory() Memory {
+	m := Memory{Params: 4 * int64(r.params.Len()), Grads: 4 * int64(r.grads.Len()),
+		Optimizer: 2 * 4 * int64(r.params.Len()), Activations: r.model.ActivationBytes()}
+	if r.fsdp != nil {
+		f := r.fsdp.Memory()
+		m.Compute = f.GatheredPeak + f.PackedBuffers + f.GradBuffers
+	} else if r.cast != nil {
+		m.Compute = r.cast.Bytes()
+	}
+	return m
+}
+
+// Memory is what one rank holds, in bytes (metrics.jsonl "memory", one entry per rank).
+type Memory struct {
+	Params      int64 `json:"params"`      // fp32 master weights: all of them, or the rank's FSDP chunks
+	Grads       int64 `json:"grads"`       // fp32 gradients, likewise
+	Optimizer   int64 `json:"optimizer"`   // AdamW first and second moments (fp32, same extent as Params)
+	Compute     int64 `json:"compute"`     // per-unit working buffers: FSDP's gathered units (peak) and unit gradient, or the 16-bit compute copy
+	Activations int64 `json:"activations"` // the model's activation buffers of the step (peak)
+}
+
+// fullParams returns the whole parameter vector in Layout order, assembled from the ranks of
+// this process (all of them must be local).
+func (t *trainer) fullParams() []float32 {
+	r0 := t.ranks[0]
+	out := make([]float32, r0.model.Layout.Size)
+	if r0.fsdp == nil {
+		r0.be.Download(out, r0.params)
+		return out
+	}
+	for _, r := range t.ranks {
+		host := make([]float32, r.params.Len())
+		r.be.Download(host, r.params)
+		for _, g := range r.fsdp.Owned() {
+			copy(out[g.Off:g.Off+g.N], host[g.Local:g.Local+g.N])
+		}
+	}
+	return out
+}
+
+// step runs one optimizer step (grad_accum_steps micro-batches per replica) on every rank and
+// returns its metrics. Each rank computes the loss and gradients of its tokens of its
+// replica's sequences; the gradients are summed over all ranks (dscale makes the sum the
+// global mean's gradient) by an all-reduce, or by FSDP's reduce-scatters, and each rank
+// applies the update to what it holds.
 func (t *trainer) step(step int) (Metrics, error) {
 	cfg := t.cfg
 	accum := cfg.Training.GradAccumSteps
+	sp := cfg.Parallelism.SequenceParallelDegree
+	dp := t.size / sp
 	B, T := cfg.Data.BatchSize, cfg.Data.SeqLen
-	dscale := float32(1 / float64(B*T*accum))
-	batches := make([]data.Batch, accum)
+	dscale := 1 / float64(B*T*accum*dp)
+	scale := 1.0
+	if t.scaler != nil {
+		scale = t.scaler.Scale
+	}
+	batches := make([][]data.Batch, accum) // [micro-batch][replica]
 	for a := range batches {
-		batches[a] = t.loader.Next()
+		for d := 0; d < dp; d++ {
+			batches[a] = append(batches[a], t.loader.Next())
+		}
 	}
 	lr := t.sched.At(step)
-	losses := make([]float64, len(t.ranks))
-	counts := make([]int, len(t.ranks))
-	var norm float64
-	err := t.world.Run(func(c parallel.Comm) error {
-		r := t.ranks[c.Rank()]
+	var out Metrics
+	err := t.run(func(r *rank) error {
 		m := r.model
-		m.ZeroGrads()
-		for _, b := range batches {
+		if r.fsdp != nil {
+			r.fsdp.ZeroGrads()
+		} else {
+			m.ZeroGrads()
+		}
+		var lossSum float64
+		var count int
+		for _, mb := range batches {
+			b := mb[r.replica]
 			ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
 			tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
-			l, n := m.ForwardBackward(ids, tg, B, r.pos, dscale)
-			losses[c.Rank()] += l
-			counts[c.Rank()] += n
+			l, n := m.ForwardBackward(ids, tg, B, r.pos, float32(dscale*scale))
+			lossSum += l
+			count += n
 		}
-		if c.Size() > 1 {
-			c.AllReduce(m.Grads.Flat, "grad.allreduce")
+		if r.fsdp == nil && t.size > 1 {
+			r.comm.AllReduce(r.grads, "grad.allreduce")
 		}
-		g := optim.GradNorm(r.be, m.Grads.Flat)
-		if c.Rank() == 0 {
-			norm = g
+		if t.beforeUpdate != nil {
+			t.beforeUpdate(step, r)
 		}
-		r.opt.Update(m.Params.Flat, m.Grads.Flat, lr, optim.ClipScale(g, cfg.Training.GradClip))
+		s := r.stats
+		clear(s)
+		putStat(s, statLoss, lossSum)
+		putStat(s, statCount, float64(count))
+		if r.fsdp != nil || r.id == 0 { // without FSDP every rank holds the same summed gradient
+			putStat(s, statSumSq, r.be.SumSquares(r.grads))
+		}
+		if !r.be.AllFinite(r.grads) {
+			s[statBad] = 1
+		}
+		mem := r.memory()
+		putStat(s, statParams, float64(mem.Params))
+		putStat(s, statGrads, float64(mem.Grads))
+		putStat(s, statOptim, float64(mem.Optimizer))
+		putStat(s, statCompute, float64(mem.Compute))
+		putStat(s, statActs, float64(mem.Activations))
+		r.be.Upload(r.statBuf, s)
+		r.comm.AllGather(r.statAll, r.statBuf, "stats")
+		all := make([]float32, statLen*t.size)
+		r.be.Download(all, r.statAll)
+		var loss, tokens, sumsq float64
+		bad := false
+		mems := make([]Memory, t.size)
+		for q := range t.size {
+			st := all[q*statLen : (q+1)*statLen]
+			loss += getStat(st, statLoss)
+			tokens += getStat(st, statCount)
+			sumsq += getStat(st, statSumSq)
+			bad = bad || st[statBad] != 0
+			mems[q] = Memory{Params: int64(getStat(st, statParams)), Grads: int64(getStat(st, statGrads)),
+				Optimizer: int64(getStat(st, statOptim)), Compute: int64(getStat(st, statCompute)),
+				Activations: int64(getStat(st, statActs))}
+		}
+		norm := math.Sqrt(sumsq) / scale
+		if bad && t.scaler == nil {
+			return fmt.Errorf("gradients hold Inf or NaN (loss %g): lower training.lr or check the data", loss/tokens)
+		}
+		if !bad {
+			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
+			r.opt.Update(r.params, r.grads, lr, float32(clip/scale))
+			if r.cast != nil {
+				r.cast.Refresh()
+			}
+		}
+		if r == t.ranks[0] {
+			out = Metrics{Step: step + 1, Loss: loss / tokens, LR: lr, GradNorm: norm, Tokens: int64(tokens),
+				AttnForwards: m.Stats.AttnForwards, Skipped: bad, Memory: mems}
+		}
 		return nil
 	})
 	if err != nil {
 		return Metrics{}, fmt.Errorf("train: step %d: %w", step+1, err)
 	}
-	var lossSum float64
-	var count int
-	for i := range losses {
-		lossSum += losses[i]
-		count += counts[i]
+	if t.scaler != nil {
+		out.LossScale = scale
+		t.scaler.Update(!out.Skipped)
 	}
-	return Metrics{Step: step + 1, Loss: lossSum / float64(count), LR: lr, GradNorm: norm, Tokens: int64(count),
-		AttnForwards: t.ranks[0].model.Stats.AttnForwards}, nil
+	return out, nil
 }
 
 // train runs the configured number of steps, writing metrics.jsonl and a progress bar; a
@@ -266,6 +458,11 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 		if err := enc.Encode(m); err != nil {
 			return fmt.Errorf("train: write %s: %w", metricsPath, err)
 		}
+		if m.Skipped {
+			bar.Clear()
+			fmt.Fprintf(stderr, "step %d: fp16 gradients overflowed at loss scale %g: update skipped, scale now %g\n",
+				m.Step, m.LossScale, t.scaler.Scale)
+		}
 		if s == 0 {
 			first = m
 		}
@@ -283,11 +480,29 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 	elapsed := time.Since(start).Seconds()
 	if done < steps {
 		fmt.Fprintf(stdout, "interrupted after step %d of %d; metrics in %s\n", done, steps, metricsPath)
-		return nil
+	} else {
+		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); metrics in %s\n",
+			done, elapsed, float64(tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
 	}
-	fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); metrics in %s\n",
-		done, elapsed, float64(tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
+	if t.scaler != nil && t.scaler.Skipped > 0 {
+		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)
+	}
+	writeMemory(stdout, last.Memory)
 	return nil
+}
+
+// writeMemory prints the per-rank memory table of the end of a run.
+func writeMemory(w io.Writer, mems []Memory) {
+	if len(mems) == 0 {
+		return
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.2f", float64(b)/(1<<20)) }
+	fmt.Fprintf(w, "memory per rank (MiB): %-5s %9s %9s %9s %9s %11s %9s\n", "rank", "params", "grads", "optimizer", "compute", "activations", "total")
+	for r, m := range mems {
+		total := m.Params + m.Grads + m.Optimizer + m.Compute + m.Activations
+		fmt.Fprintf(w, "                       %-5d %9s %9s %9s %9s %11s %9s\n", r, mib(m.Params), mib(m.Grads),
+			mib(m.Optimizer), mib(m.Compute), mib(m.Activations), mib(total))
+	}
 }
 
 // isTerminal reports whether w is a terminal, where a progress bar that redraws itself belongs.

@@ -82,6 +82,12 @@ type Model struct {
 	Grads  Weights
 	Attn   Attention
 	Stats  Stats
+	// Store, when set, lends the parameters unit by unit (FSDP, low-precision compute copies);
+	// Params and Grads are then empty and the gradients go where the store says.
+	Store ParamStore
+
+	units    []Unit
+	actBytes int64
 
 	be    kernels.Backend
 	batch int // sequences in the current micro-batch
@@ -111,10 +117,19 @@ type gradScratch struct {
 // InitParams). cfg must be resolved (Config.Resolve).
 func New(cfg Config, policy Checkpoint, be kernels.Backend) *Model {
 	layout := NewLayout(cfg)
-	m := &Model{Cfg: cfg, Policy: policy, Layout: layout, be: be, Attn: NewLocalAttention(be)}
+	m := NewWithStore(cfg, policy, be, nil)
 	m.Params = NewWeights(be, layout, cfg.NLayers, be.Alloc(layout.Size))
 	m.Grads = NewWeights(be, layout, cfg.NLayers, be.Alloc(layout.Size))
 	return m
+}
+
+// NewWithStore returns a model that holds no parameters of its own: it computes with the
+// units store lends it (see ParamStore). With a nil store the caller must set Params and
+// Grads (New does).
+func NewWithStore(cfg Config, policy Checkpoint, be kernels.Backend, store ParamStore) *Model {
+	layout := NewLayout(cfg)
+	return &Model{Cfg: cfg, Policy: policy, Layout: layout, be: be, Attn: NewLocalAttention(be),
+		Store: store, units: layout.Units()}
 }
 
 // Backend returns the backend the model computes on.
@@ -181,7 +196,36 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		dgate: be.Alloc(n * c.FFNDim), dup: be.Alloc(n * c.FFNDim), dact: be.Alloc(n * c.FFNDim),
 		hostLoss: make([]float32, n),
 	}
+	m.actBytes = 0
+	for _, a := range m.acts {
+		m.actBytes += a.bytes()
+	}
+	m.actBytes += m.work.bytes()
+	for _, b := range []kernels.Buf{m.xOut, m.normF, m.rstdF, m.logit, m.loss} {
+		m.actBytes += int64(b.Len()) * 4
+	}
+	g := m.grad
+	for _, b := range []kernels.Buf{g.dx, g.dnorm, g.dh, g.dq, g.dattn, g.dk, g.dv, g.dgate, g.dup, g.dact} {
+		m.actBytes += int64(b.Len()) * 4
+	}
 }
+
+// bytes is the memory of the buffers a holds.
+func (a LayerActs) bytes() int64 {
+	var n int64
+	for _, b := range []kernels.Buf{a.X, a.Norm1, a.Rstd1, a.Q, a.K, a.V, a.AttnOut, a.Lse, a.H, a.Norm2, a.Rstd2, a.Gate, a.Up, a.Act} {
+		if b != nil {
+			n += int64(b.Len()) * 4
+		}
+	}
+	return n
+}
+
+// ActivationBytes is the memory of the activation buffers of the current micro-batch shape:
+// what each block saves under the checkpoint policy, the recompute scratch, the head's
+// logits and the backward's temporaries. They live for the whole step, so this is the peak.
+// (The attention schedules' own communication buffers are not counted.)
+func (m *Model) ActivationBytes() int64 { return m.actBytes }
 
 // linear computes y = x·Wᵀ for x [n, in], W [out, in].
 func (m *Model) linear(y, x, w kernels.Buf, n, out, in int) {
@@ -202,8 +246,8 @@ func (m *Model) seqSlice(buf kernels.Buf, b, width int) kernels.Buf {
 // blockForward runs block l on a.X. It fills every field of a; when attn is false it takes
 // a.AttnOut and a.Lse as already computed (the attn_output checkpoint) and skips the
 // attention. When out is not nil the block's output x + h-path is written there.
-func (m *Model) blockForward(l int, a *LayerActs, out kernels.Buf, attn bool) {
-	be, c, w := m.be, m.Cfg, m.Params.Layers[l]
+func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Buf, attn bool) {
+	be, c := m.be, m.Cfg
 	n, D, Q, KV, F := m.batch*m.seq, c.Dim, c.QDim(), c.KVDim(), c.FFNDim
 	eps := float32(c.NormEps)
 	be.RMSNorm(a.Norm1, a.Rstd1, a.X, w.AttnNorm, n, D, eps)
@@ -252,18 +296,18 @@ func (m *Model) layerActs(l int) *LayerActs {
 // policy did not keep: everything under CheckpointLayer (attention forward included), all but
 // the attention under CheckpointAttnOutput. Recomputation runs the same kernels on the same
 // inputs, so it is bit-identical to what the forward computed.
-func (m *Model) restore(l int) *LayerActs {
+func (m *Model) restore(l int, w LayerWeights) *LayerActs {
 	a := m.layerActs(l)
 	if m.Policy != CheckpointNone {
-		m.blockForward(l, a, nil, m.Policy == CheckpointLayer)
+		m.blockForward(l, w, a, nil, m.Policy == CheckpointLayer)
 	}
 	return a
 }
 
 // blockBackward turns dx, the gradient with respect to block l's output, into the gradient
-// with respect to its input, adding the parameter gradients into m.Grads on the way.
-func (m *Model) blockBackward(l int, a *LayerActs, dx kernels.Buf) {
-	be, c, w, g, s := m.be, m.Cfg, m.Params.Layers[l], m.Grads.Layers[l], &m.grad
+// with respect to its input, adding the parameter gradients into g on the way.
+func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels.Buf) {
+	be, c, s := m.be, m.Cfg, &m.grad
 	n, D, Q, KV, F := m.batch*m.seq, c.Dim, c.QDim(), c.KVDim(), c.FFNDim
 	// out = h + Wdown·act: dh = dout (dx already holds it), dact = dout·Wdown
 	m.linearBackward(s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0)
@@ -309,16 +353,20 @@ func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32
 	m.ensure(B, T, pos)
 	be, c := m.be, m.Cfg
 	n := B * T
-	be.Embedding(m.acts[0].X, m.Params.Embed, ids, c.Dim)
+	be.Embedding(m.acts[0].X, m.acquire(0)[0], ids, c.Dim)
+	m.release(0)
 	for l := 0; l < c.NLayers; l++ {
 		out := m.xOut
 		if l+1 < c.NLayers {
 			out = m.acts[l+1].X
 		}
-		m.blockForward(l, m.layerActs(l), out, true)
+		m.blockForward(l, layerWeights(m.acquire(1+l)), m.layerActs(l), out, true)
+		m.release(1 + l)
 	}
-	be.RMSNorm(m.normF, m.rstdF, m.xOut, m.Params.Norm, n, c.Dim, float32(c.NormEps))
-	m.linear(m.logit, m.normF, m.Params.Head, n, c.VocabSize, c.Dim)
+	head := m.acquire(c.NLayers + 1)
+	be.RMSNorm(m.normF, m.rstdF, m.xOut, head[0], n, c.Dim, float32(c.NormEps))
+	m.linear(m.logit, m.normF, head[1], n, c.VocabSize, c.Dim)
+	m.release(c.NLayers + 1)
 	var dl kernels.Buf
 	if dscale != 0 {
 		dl = m.logit
@@ -352,13 +400,22 @@ func (m *Model) ForwardBackward(ids, targets []int32, B int, pos []int32, dscale
 	be, c, s := m.be, m.Cfg, &m.grad
 	n := B * len(pos)
 	// logits = normF·Headᵀ
-	m.linearBackward(s.dnorm, m.Grads.Head, m.logit, m.normF, m.Params.Head, n, c.VocabSize, c.Dim, 0)
+	L := c.NLayers
+	head, headGrad := m.acquire(L+1), m.gradOf(L+1)
+	m.linearBackward(s.dnorm, headGrad[1], m.logit, m.normF, head[1], n, c.VocabSize, c.Dim, 0)
 	be.Zero(s.dx)
-	be.RMSNormBackward(s.dx, m.Grads.Norm, s.dnorm, m.xOut, m.Params.Norm, m.rstdF, n, c.Dim)
-	for l := c.NLayers - 1; l >= 0; l-- {
-		m.blockBackward(l, m.restore(l), s.dx)
+	be.RMSNormBackward(s.dx, headGrad[0], s.dnorm, m.xOut, head[0], m.rstdF, n, c.Dim)
+	m.release(L + 1)
+	m.gradDone(L + 1)
+	for l := L - 1; l >= 0; l-- {
+		w := layerWeights(m.acquire(1 + l))
+		g := layerWeights(m.gradOf(1 + l))
+		m.blockBackward(l, w, g, m.restore(l, w), s.dx)
+		m.release(1 + l)
+		m.gradDone(1 + l)
 	}
-	be.EmbeddingBackward(m.Grads.Embed, s.dx, ids, c.Dim)
+	be.EmbeddingBackward(m.gradOf(0)[0], s.dx, ids, c.Dim)
+	m.gradDone(0)
 	m.Stats.Steps++
 	return lossSum, count
 }

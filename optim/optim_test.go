@@ -99,3 +99,31 @@ func TestAdamWMinimisesQuadratic(t *testing.T) {
 		t.Errorf("step count %d", o.Step)
 	}
 }
+
+func TestLossScaler(t *testing.T) {
+	s, err := NewLossScaler(65536, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		finite    bool
+		skip      bool
+		wantScale float64
+	}{
+		{true, false, 65536}, {true, false, 65536}, {true, false, 131072}, // third clean step doubles
+		{false, true, 65536}, // overflow halves and skips
+		{true, false, 65536}, {false, true, 32768}, {false, true, 16384},
+		{true, false, 16384}, {true, false, 16384}, {true, false, 32768},
+	}
+	for i, st := range steps {
+		if skip := s.Update(st.finite); skip != st.skip || s.Scale != st.wantScale {
+			t.Fatalf("step %d (finite %v): skip %v scale %g, want %v %g", i, st.finite, skip, s.Scale, st.skip, st.wantScale)
+		}
+	}
+	if s.Skipped != 3 {
+		t.Errorf("Skipped = %d, want 3", s.Skipped)
+	}
+	if _, err := NewLossScaler(0, 10); err == nil {
+		t.Error("scale 0 accepted")
+	}
+}

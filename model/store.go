@@ -1,0 +1,100 @@
+package model
+
+import (
+	"fmt"
+
+	"distflash/kernels"
+)
+
+// Unit is one piece of the parameters that FSDP gathers and frees as a whole
+// (papers/parallelism-overview.txt, ZeRO-3 / FSDP): unit 0 is the embedding, unit 1+l is block
+// l, the last unit is the final norm and the output head. A unit is a contiguous range of the
+// flat Layout and holds whole tensors, [First, First+Count) in Layout.Tensors.
+type Unit struct {
+	Off, N       int // elements [Off, Off+N) of the flat buffer
+	First, Count int // tensors of the unit
+}
+
+// Units cuts the layout into FSDP units. The layout must be one made by NewLayout.
+func (l Layout) Units() []Unit {
+	nLayers := (len(l.Tensors) - 3) / 9
+	units := []Unit{{First: 0, Count: 1}}
+	for i := 0; i < nLayers; i++ {
+		units = append(units, Unit{First: 1 + 9*i, Count: 9})
+	}
+	units = append(units, Unit{First: 1 + 9*nLayers, Count: 2})
+	for i := range units {
+		u := &units[i]
+		first, last := l.Tensors[u.First], l.Tensors[u.First+u.Count-1]
+		u.Off, u.N = first.Off, last.Off+last.Size()-first.Off
+	}
+	return units
+}
+
+// ParamStore lends a model its parameters one unit at a time, which is how a model runs
+// when no rank holds all of them (FSDP) or when the computation reads a low-precision copy
+// of fp32 master weights. The model calls, per unit and pass, Params … Release, and in the
+// backward Grad … GradDone around the unit's gradient computation. Between Params(u) and
+// Release(u) the buffer holds the unit's parameters in Layout order (elements Unit.Off … of
+// the flat buffer, N of them); between Grad(u) and GradDone(u) the unit's gradient is added
+// into the buffer Grad returns.
+type ParamStore interface {
+	// Params returns unit u's parameters, ready to compute with.
+	Params(u int) kernels.Buf
+	// Release ends the model's use of unit u's parameters until the next Params(u).
+	Release(u int)
+	// Grad returns the buffer unit u's gradient of this micro-batch is to be added into.
+	Grad(u int) kernels.Buf
+	// GradDone says unit u's gradient of this micro-batch is complete.
+	GradDone(u int)
+}
+
+// views cuts a unit's buffer into its tensors.
+func (m *Model) views(u int, buf kernels.Buf) []kernels.Buf {
+	unit := m.units[u]
+	if buf.Len() != unit.N {
+		panic(fmt.Sprintf("model: unit %d buffer of %d elements, want %d", u, buf.Len(), unit.N))
+	}
+	v := make([]kernels.Buf, unit.Count)
+	for i := range v {
+		t := m.Layout.Tensors[unit.First+i]
+		v[i] = m.be.Slice(buf, t.Off-unit.Off, t.Size())
+	}
+	return v
+}
+
+// layerWeights names the nine tensors of a block.
+func layerWeights(v []kernels.Buf) LayerWeights {
+	return LayerWeights{AttnNorm: v[0], Wq: v[1], Wk: v[2], Wv: v[3], Wo: v[4],
+		FFNNorm: v[5], Gate: v[6], Up: v[7], Down: v[8]}
+}
+
+// acquire returns the tensors of unit u's parameters.
+func (m *Model) acquire(u int) []kernels.Buf {
+	if m.Store == nil {
+		return m.views(u, m.be.Slice(m.Params.Flat, m.units[u].Off, m.units[u].N))
+	}
+	return m.views(u, m.Store.Params(u))
+}
+
+// release ends the use of unit u's parameters.
+func (m *Model) release(u int) {
+	if m.Store != nil {
+		m.Store.Release(u)
+	}
+}
+
+// gradOf returns the tensors unit u's gradient is added into.
+func (m *Model) gradOf(u int) []kernels.Buf {
+	if m.Store == nil {
+		return m.views(u, m.be.Slice(m.Grads.Flat, m.units[u].Off, m.units[u].N))
+	}
+	return m.views(u, m.Store.Grad(u))
+}
+
+// gradDone says unit u's gradient is complete.
+func (m *Model) gradDone(u int) {
+	if m.Store != nil {
+		m.Store.GradDone(u)
+	}
+}
