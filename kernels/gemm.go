@@ -31,6 +31,8 @@ import (
 // c = float32(alpha·r) + float32(beta'·c) with beta' = beta for the first block and 1
 // after (beta' == 0: c is not read). k is never split across goroutines; only the
 // partition of C into work items depends on GOMAXPROCS, and it cannot change any value.
+// Rounding the operands to bf16 / fp16 (sgemmPrec) is elementwise, done on each packed
+// panel, so it keeps this property.
 
 const (
 	gemmKC = 256  // k block: packed panels of op(A) and op(B) cover gemmKC steps of k
@@ -93,6 +95,7 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 	sgemmRun(impl, threads, FP32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// sgemmRun is sgemm on microkernel impl with up to threads workers and operands rounded to prec.
 func sgemmRun(impl *gemmImpl, threads int, prec Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("sgemm: negative dimension %d×%d×%d", m, n, k))
@@ -422,20 +425,18 @@ func (g *gemmCall) packUnit(st *gemmStep, ap, bp []float32, u int) {
 	mr, nr, kc := g.impl.mr, g.impl.nr, st.kc
 	if u < st.ua {
 		na := gemmCeilDiv(st.ms, mr)
-		q0, q1 := u*st.ga, min(na, (u+1)*st.ga)
-		for q := q0; q < q1; q++ {
+		for q := u * st.ga; q < min(na, (u+1)*st.ga); q++ {
 			g.packA(st, ap, q)
+			roundSlice(ap[q*mr*kc:(q+1)*mr*kc], g.prec) // while the panel is in L1
 		}
-		roundSlice(ap[q0*mr*kc:q1*mr*kc], g.prec)
 		return
 	}
 	u -= st.ua
 	nb := gemmCeilDiv(st.nc, nr)
-	q0, q1 := u*st.gb, min(nb, (u+1)*st.gb)
-	for q := q0; q < q1; q++ {
+	for q := u * st.gb; q < min(nb, (u+1)*st.gb); q++ {
 		g.packB(st, bp, q)
+		roundSlice(bp[q*nr*kc:(q+1)*nr*kc], g.prec)
 	}
-	roundSlice(bp[q0*nr*kc:q1*nr*kc], g.prec)
 }
 
 // packA packs panel q of op(A) (rows q·MR.. of the step, zero-padded) as

@@ -165,44 +165,69 @@ func roundSlice(s []float32, p Precision) {
 	}
 }
 
-// halfBits returns the 16-bit encoding of x in p (BF16 or FP16).
-func halfBits(x float32, p Precision) uint32 {
-	if p == BF16 {
-		return uint32(BF16Bits(x))
+// bf16Word returns the bfloat16 encoding of the float32 bits u (in the low 16 bits).
+func bf16Word(u uint32) uint32 { return roundBF16Bits(u) >> 16 }
+
+// fp16Word returns the binary16 encoding of the float32 bits u (in the low 16 bits), with
+// the common case (a normal result) inline.
+func fp16Word(u uint32) uint32 {
+	a := u & 0x7fffffff
+	if a-fp16MinNormal < fp16Overflow-fp16MinNormal {
+		return u>>16&0x8000 | ((a+0xfff+(a>>13)&1)-0x38000000)>>13
 	}
-	return uint32(FP16Bits(x))
+	return uint32(FP16Bits(math.Float32frombits(u)))
 }
 
-// halfValue returns the value of the 16-bit encoding b in p (BF16 or FP16).
-func halfValue(b uint32, p Precision) float32 {
-	if p == BF16 {
-		return math.Float32frombits(b << 16)
+// fp16Float returns the float32 bits of the binary16 encoding b (low 16 bits), with the
+// common case (a normal value) inline.
+func fp16Float(b uint32) uint32 {
+	if e := b & 0x7c00; e != 0 && e != 0x7c00 {
+		return b&0x8000<<16 | (b&0x7fff)<<13 + 0x38000000
 	}
-	return FP16Value(uint16(b))
+	return math.Float32bits(FP16Value(uint16(b)))
 }
 
 // packHalf stores the p encodings of src two per word of dst (element 2i in the low half,
 // 2i+1 in the high half; the high half of a last odd element is 0).
 func packHalf(dst, src []float32, p Precision) {
-	d := words(dst)
-	n := len(src) / 2
-	for i := range d[:n] {
-		d[i] = halfBits(src[2*i], p) | halfBits(src[2*i+1], p)<<16
-	}
-	if len(src)%2 == 1 {
-		d[n] = halfBits(src[len(src)-1], p)
+	d, s := words(dst), words(src)
+	n := len(s) / 2
+	switch p {
+	case BF16:
+		for i := range d[:n] {
+			d[i] = bf16Word(s[2*i]) | bf16Word(s[2*i+1])<<16
+		}
+		if len(s)%2 == 1 {
+			d[n] = bf16Word(s[2*n])
+		}
+	case FP16:
+		for i := range d[:n] {
+			d[i] = fp16Word(s[2*i]) | fp16Word(s[2*i+1])<<16
+		}
+		if len(s)%2 == 1 {
+			d[n] = fp16Word(s[2*n])
+		}
 	}
 }
 
 // unpackHalf is the inverse of packHalf: len(dst) values from the packed words of src.
 func unpackHalf(dst, src []float32, p Precision) {
-	s := words(src)
-	n := len(dst) / 2
-	for i, w := range s[:n] {
-		dst[2*i] = halfValue(w&0xffff, p)
-		dst[2*i+1] = halfValue(w>>16, p)
-	}
-	if len(dst)%2 == 1 {
-		dst[len(dst)-1] = halfValue(s[n]&0xffff, p)
+	d, s := words(dst), words(src)
+	n := len(d) / 2
+	switch p {
+	case BF16:
+		for i, w := range s[:n] {
+			d[2*i], d[2*i+1] = w<<16, w&0xffff0000
+		}
+		if len(d)%2 == 1 {
+			d[2*n] = s[n] << 16
+		}
+	case FP16:
+		for i, w := range s[:n] {
+			d[2*i], d[2*i+1] = fp16Float(w&0xffff), fp16Float(w>>16)
+		}
+		if len(d)%2 == 1 {
+			d[2*n] = fp16Float(s[n] & 0xffff)
+		}
 	}
 }

@@ -136,6 +136,9 @@ func TestHalfAll16BitPatterns(t *testing.T) {
 			b := uint16(i)
 			v := h.value(b)
 			back := h.bits(v)
+			if h.p == FP16 && fp16Float(uint32(b)) != math.Float32bits(v) {
+				t.Fatalf("fp16Float(%#04x) = %#08x, FP16Value %v", b, fp16Float(uint32(b)), v)
+			}
 			if isNaN16(b, h.p) {
 				if !isNaN32(v) || !isNaN16(back, h.p) || back&0x8000 != b&0x8000 || back&h.quiet == 0 || (b&h.quiet != 0 && back != b) {
 					t.Fatalf("%v NaN %#04x: value %v, back %#04x", h.p, b, v, back)
@@ -234,6 +237,9 @@ func TestHalfStridedFloat32(t *testing.T) {
 			x := math.Float32frombits(uint32(u))
 			r := h.round(x)
 			rt := h.value(h.bits(x))
+			if w := [...]func(uint32) uint32{BF16: bf16Word, FP16: fp16Word}[h.p](uint32(u)); w != uint32(h.bits(x)) {
+				t.Fatalf("%v %#08x: packing encodes %#04x, %vBits %#04x", h.p, u, w, h.p, h.bits(x))
+			}
 			if isNaN32(x) {
 				if !isNaN32(r) || !isNaN32(rt) || math.Signbit(float64(r)) != math.Signbit(float64(x)) {
 					t.Fatalf("%v NaN %#08x: round %v, round trip %v", h.p, u, r, rt)
@@ -597,8 +603,8 @@ func BenchmarkMatMulPrecision(b *testing.B) {
 	}
 }
 
-// BenchmarkHalf: Round, PackHalf and UnpackHalf over 4M elements; MB/s counts the float32
-// side (4 bytes per element).
+// BenchmarkHalf: Round (in place), PackHalf and UnpackHalf over 4M elements; MB/s counts
+// the float32 side (4 bytes per element).
 func BenchmarkHalf(b *testing.B) {
 	const n = 4 << 20
 	r := rand.New(rand.NewPCG(3, 4))
@@ -611,11 +617,12 @@ func BenchmarkHalf(b *testing.B) {
 			name string
 			fn   func()
 		}{
-			{"round", func() { be.Copy(y, x); be.Round(y, p) }},
+			{"round", func() { be.Round(y, p) }},
 			{"pack", func() { be.PackHalf(packed, x, p) }},
 			{"unpack", func() { be.UnpackHalf(y, packed, p) }},
 		} {
 			b.Run(p.String()+"/"+op.name, func(b *testing.B) {
+				be.Copy(y, x)
 				be.PackHalf(packed, x, p)
 				b.SetBytes(4 * n)
 				for b.Loop() {
