@@ -14,7 +14,8 @@ import (
 // parallel over rows on GOMAXPROCS goroutines with a fixed partition so that results do not
 // depend on the thread count.
 type CPU struct {
-	counters Counters
+	counters   Counters
+	matmulPrec atomic.Uint32 // Precision of MatMul's operands
 }
 
 // NewCPU returns a CPU backend with its own counters.
@@ -146,7 +147,46 @@ func (c *CPU) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta floa
 	if transB {
 		ldb = k
 	}
-	sgemm(transA, transB, m, n, k, 1, A, lda, B, ldb, beta, C, n)
+	sgemmPrec(c.MatMulPrecision(), transA, transB, m, n, k, 1, A, lda, B, ldb, beta, C, n)
+}
+
+// SetMatMulPrecision implements Backend. The operands are rounded while the GEMM packs them
+// (gemm.go), so A and B themselves are not changed.
+func (c *CPU) SetMatMulPrecision(p Precision) {
+	if p > FP16 {
+		panic(fmt.Sprintf("kernels: matmul precision %v", p))
+	}
+	c.matmulPrec.Store(uint32(p))
+}
+
+// MatMulPrecision implements Backend.
+func (c *CPU) MatMulPrecision() Precision { return Precision(c.matmulPrec.Load()) }
+
+// Round implements Backend.
+func (c *CPU) Round(b Buf, p Precision) {
+	x := f(b)
+	if p == FP32 {
+		return
+	}
+	mustHalf("round", p)
+	chunks(len(x), 1<<14, func(lo, hi int) { roundSlice(x[lo:hi], p) })
+}
+
+// PackHalf implements Backend.
+func (c *CPU) PackHalf(dst, src Buf, p Precision) {
+	d, s := f(dst), f(src)
+	mustHalf("pack", p)
+	mustLen("pack dst", d, (len(s)+1)/2)
+	// Pieces of an even number of source elements, so each piece owns whole words of dst.
+	chunks((len(s)+1)/2, 1<<13, func(lo, hi int) { packHalf(d[lo:hi], s[2*lo:min(2*hi, len(s))], p) })
+}
+
+// UnpackHalf implements Backend.
+func (c *CPU) UnpackHalf(dst, src Buf, p Precision) {
+	d, s := f(dst), f(src)
+	mustHalf("unpack", p)
+	mustLen("unpack src", s, (len(d)+1)/2)
+	chunks(len(s), 1<<13, func(lo, hi int) { unpackHalf(d[2*lo:min(2*hi, len(d))], s[lo:hi], p) })
 }
 
 // Embedding implements Backend.

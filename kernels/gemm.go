@@ -31,6 +31,8 @@ import (
 // c = float32(alpha·r) + float32(beta'·c) with beta' = beta for the first block and 1
 // after (beta' == 0: c is not read). k is never split across goroutines; only the
 // partition of C into work items depends on GOMAXPROCS, and it cannot change any value.
+// Rounding the operands to bf16 / fp16 (sgemmPrec) is elementwise, done on each packed
+// panel, so it keeps this property.
 
 const (
 	gemmKC = 256  // k block: packed panels of op(A) and op(B) cover gemmKC steps of k
@@ -69,7 +71,14 @@ var gemmGo = gemmImpl{name: "go", mr: 4, nr: 6, kernel: sgemmKernelGo4x6}
 //
 // The result is bit-identical whatever GOMAXPROCS is.
 func sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	sgemmWith(&gemmKernel, runtime.GOMAXPROCS(0), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	sgemmPrec(FP32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmPrec is sgemm with the elements of op(A) and op(B) rounded to prec as they are packed
+// (the product then reads bf16 / fp16 operands, as tensor cores do, and accumulates in
+// float32). A and B are not modified; C and beta are not rounded.
+func sgemmPrec(prec Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemmRun(&gemmKernel, runtime.GOMAXPROCS(0), prec, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // gemmCheck panics unless a rows×cols matrix with row stride ld fits in s.
@@ -83,6 +92,11 @@ func gemmCheck(what string, s []float32, rows, cols, ld int) {
 }
 
 func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	sgemmRun(impl, threads, FP32, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmRun is sgemm on microkernel impl with up to threads workers and operands rounded to prec.
+func sgemmRun(impl *gemmImpl, threads int, prec Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("sgemm: negative dimension %d×%d×%d", m, n, k))
 	}
@@ -111,7 +125,7 @@ func sgemmWith(impl *gemmImpl, threads int, transA, transB bool, m, n, k int, al
 
 	mr, nr := impl.mr, impl.nr
 	g := &gemmCall{
-		impl: impl, transA: transA, transB: transB,
+		impl: impl, transA: transA, transB: transB, prec: prec,
 		a: a, lda: lda, b: b, ldb: ldb, c: c, ldc: ldc, alpha: alpha,
 	}
 	// Steps: column blocks × row blocks × k blocks, k innermost (in order).
@@ -320,6 +334,7 @@ func gemmCeilDiv(a, b int) int { return (a + b - 1) / b }
 type gemmCall struct {
 	impl           *gemmImpl
 	transA, transB bool
+	prec           Precision // operands are rounded to prec while packed
 	a, b, c        []float32
 	lda, ldb, ldc  int
 	alpha          float32
@@ -404,13 +419,15 @@ func gemmPause(i int) {
 	}
 }
 
-// packUnit packs unit u of a step: a group of panels of op(A) or of op(B).
+// packUnit packs unit u of a step: a group of panels of op(A) or of op(B), rounded to
+// g.prec (elementwise, so the result does not depend on who packs what).
 func (g *gemmCall) packUnit(st *gemmStep, ap, bp []float32, u int) {
-	mr, nr := g.impl.mr, g.impl.nr
+	mr, nr, kc := g.impl.mr, g.impl.nr, st.kc
 	if u < st.ua {
 		na := gemmCeilDiv(st.ms, mr)
 		for q := u * st.ga; q < min(na, (u+1)*st.ga); q++ {
 			g.packA(st, ap, q)
+			roundSlice(ap[q*mr*kc:(q+1)*mr*kc], g.prec) // while the panel is in L1
 		}
 		return
 	}
@@ -418,6 +435,7 @@ func (g *gemmCall) packUnit(st *gemmStep, ap, bp []float32, u int) {
 	nb := gemmCeilDiv(st.nc, nr)
 	for q := u * st.gb; q < min(nb, (u+1)*st.gb); q++ {
 		g.packB(st, bp, q)
+		roundSlice(bp[q*nr*kc:(q+1)*nr*kc], g.prec)
 	}
 }
 

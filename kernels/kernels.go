@@ -109,6 +109,23 @@ type Backend interface {
 	// row-major and densely packed; op transposes when transA / transB is set (A is then
 	// stored [k, m], B [n, k]).
 	MatMul(c, a, b Buf, m, n, k int, transA, transB bool, beta float32)
+	// SetMatMulPrecision makes later MatMul calls round both operands to p (as tensor cores
+	// read bf16 / fp16 inputs) and accumulate in float32; FP32 (the default) leaves them as
+	// they are. C, beta·C and the attention methods stay float32.
+	SetMatMulPrecision(p Precision)
+	// MatMulPrecision returns the operand precision of MatMul.
+	MatMulPrecision() Precision
+
+	// Round sets each element of b to the nearest value of p (ties to even); FP32 leaves b.
+	Round(b Buf, p Precision)
+	// PackHalf stores the 16-bit p encodings (p is BF16 or FP16) of src two per element of
+	// dst: element 2i in the low 16 bits of dst[i], element 2i+1 in the high 16 bits (0 past
+	// an odd end); dst.Len() == (src.Len()+1)/2. The words of dst are bit patterns, not
+	// numbers: move them only with bit-preserving copies (Copy, the communicator).
+	PackHalf(dst, src Buf, p Precision)
+	// UnpackHalf is the inverse of PackHalf: it sets the dst.Len() values of dst from the
+	// packed src (src.Len() == (dst.Len()+1)/2).
+	UnpackHalf(dst, src Buf, p Precision)
 
 	// Embedding sets out[t] = table[ids[t]] (table [vocab, dim], out [len(ids), dim]).
 	Embedding(out, table Buf, ids []int32, dim int)

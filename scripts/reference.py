@@ -15,6 +15,11 @@ Usage
         i.e. this script's parent's parent).  Deterministic: two runs produce
         byte-identical files.
 
+    /usr/bin/python3 scripts/reference.py half
+        Regenerate kernels/testdata/half/*.safetensors: PyTorch's float32 ->
+        bfloat16 / float16 conversions and products of bf16 / fp16-rounded
+        operands (see "Mixed-precision files" below).  Deterministic.
+
     /usr/bin/python3 scripts/reference.py bench --threads 2 --dim 128 \\
         --n-layers 4 --n-heads 4 --n-kv-heads 2 --ffn-dim 352 --vocab 256 \\
         --seq-len 128 --batch 8 --steps 10
@@ -130,6 +135,29 @@ Cases (q,k,v,do ~ N(0,1), q additionally multiplied by 2):
                      Nk=24 with k_pos a seeded shuffle of 0..23
     cross_noncausal: Nq=5, Nk=7, H=3, K=1, hd=6, non-causal,
                      q_pos 0..4, k_pos 0..6 (unused by the mask)
+
+Mixed-precision files: kernels/testdata/half/
+convert.safetensors
+    x      F32 [N]   float32 inputs (bit patterns matter: NaNs, -0, subnormals)
+    bf16   I32 [N]   x.to(torch.bfloat16).view(torch.int16) as unsigned 16-bit
+    fp16   I32 [N]   x.to(torch.float16).view(torch.int16) as unsigned 16-bit
+    Inputs: hand-picked edges (ties of both parities and their neighbours,
+    max finite, overflow, fp16 subnormals and their boundaries, underflow,
+    -0, +-Inf, NaNs, float32 subnormals), tie patterns at random exponents,
+    random values near float32's largest and smallest (bf16 overflow and
+    underflow), and 5000 random values (random bit patterns, and exponents
+    around the fp16 range), every value also negated.
+matmul_<case>.safetensors
+    a      F32       op(A) stored [m, k], or [k, m] when trans_a
+    b      F32       op(B) stored [k, n], or [n, k] when trans_b
+    c0     F32 [m, n] C before the call
+    c      F32 [m, n] round(op(A)) @ round(op(B)) + beta * c0 in float64, where
+                     round is .to(bfloat16 / float16) (the precision); Inf
+                     where an fp16 operand overflowed
+    scale  F32 [m, n] |round(op(A))| @ |round(op(B))| + |beta * c0|, the
+                     error scale of a float32-accumulated product
+    __metadata__: "config" = JSON {"m", "n", "k", "trans_a", "trans_b",
+        "beta", "precision"}; "generator"; "torch"; "case".
 """
 
 import argparse
@@ -491,6 +519,128 @@ def cmd_golden(_args):
 
 
 # --------------------------------------------------------------------------
+# mixed-precision files
+
+HALF_DIR = os.path.join(REPO_ROOT, "kernels", "testdata", "half")
+
+
+def _f32(bits):
+    return np.asarray(bits, dtype=np.uint32).view(np.float32)
+
+
+def _half_bits(x, dtype):
+    return (x.to(dtype).view(torch.int16).to(torch.int32) & 0xFFFF).numpy()
+
+
+def half_inputs():
+    """float32 bit patterns for the conversion vector (see the module docstring)."""
+    edges = [
+        0x00000000, 0x3F800000, 0x3F808000, 0x3F818000, 0x3F807FFF, 0x3F808001,  # bf16 ties 1+2^-8
+        0x3F801000, 0x3F803000, 0x3F800FFF, 0x3F801001, 0x3F802FFF, 0x3F803001,  # fp16 ties 1+2^-11
+        0x7F7F0000, 0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF, 0x7F7E8000,              # bf16 max, overflow
+        0x477FE000, 0x477FEFFF, 0x477FF000, 0x477FF001, 0x47800000,              # 65504 .. 65536
+        0x477FD000, 0x477FB000, 0x47C35000,                                      # ties below max, 1e5
+        0x33800000, 0x33000000, 0x33000001, 0x32FFFFFF, 0x33C00000, 0x34200000,  # 2^-24, 2^-25, 1.5, 2.5 *2^-24
+        0x387FC000, 0x387FE000, 0x387FDFFF, 0x387FE001, 0x38800000, 0x38801000,  # around 2^-14
+        0x38000000, 0x35000000, 0x37800000, 0x387FFFFF, 0x34400000, 0x34A00000,  # subnormal grid
+        0x2EDBE6FF, 0x0DA24260, 0x00000001, 0x00400000, 0x007FFFFF, 0x00008000,  # underflow, fp32 subnormals
+        0x00018000, 0x00808000, 0x00818000,                                      # bf16 subnormal ties
+        0x7F800000, 0x7FC00000, 0x7F800001, 0x7FBFFFFF, 0x7FFFFFFF, 0x7FC00001,  # Inf, NaNs
+        0x7F802000, 0x7FE01234,
+        0x40490FDB, 0x3DCCCCCD, 0x42F6E979, 0x461C4000, 0x3EAAAAAB,              # pi, 0.1, 123.456, 1e4, 1/3
+    ]
+    rng = np.random.default_rng(3001)
+    ties = []
+    for _ in range(64):
+        e = int(rng.integers(100, 151))
+        hi = int(rng.integers(0, 1 << 6)) << 17
+        for par in (0, 1):
+            for low in (0x7FFF, 0x8000, 0x8001):
+                ties.append((e << 23) | hi | (par << 16) | low)
+        hi = int(rng.integers(0, 1 << 9)) << 14
+        for par in (0, 1):
+            for low in (0xFFF, 0x1000, 0x1001):
+                ties.append((e << 23) | hi | (par << 13) | low)
+    raw = rng.integers(0, 1 << 32, size=2000, dtype=np.uint64).astype(np.uint32)
+    exps = rng.integers(127 - 28, 127 + 18, size=3000, dtype=np.uint64).astype(np.uint32)
+    mant = rng.integers(0, 1 << 23, size=3000, dtype=np.uint64).astype(np.uint32)
+    near = (exps << 23) | mant
+    # bf16 keeps float32's exponent range: its overflow and underflow happen at the ends.
+    top = (254 << 23) | rng.integers(0x7F0000, 0x800000, size=50, dtype=np.uint64).astype(np.uint32)
+    tiny = rng.integers(1, 1 << 17, size=50, dtype=np.uint64).astype(np.uint32)
+    pos = np.concatenate([np.array(edges + ties, dtype=np.uint32), top, tiny, raw & 0x7FFFFFFF, near])
+    return np.concatenate([pos, pos | 0x80000000]).astype(np.uint32)
+
+
+def gen_half_convert():
+    bits = half_inputs()
+    x = torch.from_numpy(_f32(bits).copy())
+    b16, f16 = _half_bits(x, torch.bfloat16), _half_bits(x, torch.float16)
+    # Self-check the hand-picked expectations that the Go tests also rely on.
+    want = {0x3F808000: (0x3F80, None), 0x3F818000: (0x3F82, None), 0x7F7F8000: (0x7F80, 0x7C00),
+            0x477FEFFF: (None, 0x7BFF), 0x477FF000: (None, 0x7C00), 0x33000000: (None, 0x0000),
+            0x33000001: (None, 0x0001), 0x33C00000: (None, 0x0002), 0x34200000: (None, 0x0002),
+            0x387FE000: (None, 0x0400), 0x3F801000: (None, 0x3C00), 0x3F803000: (None, 0x3C02)}
+    index = {int(u): i for i, u in enumerate(bits)}
+    for u, (wb, wf) in want.items():
+        i = index[u]
+        assert wb is None or b16[i] == wb, hex(u)
+        assert wf is None or f16[i] == wf, hex(u)
+    tensors = [("x", _f32(bits)), ("bf16", b16.astype(np.int32)), ("fp16", f16.astype(np.int32))]
+    meta = {"generator": "scripts/reference.py", "torch": torch.__version__, "case": "convert"}
+    path = os.path.join(HALF_DIR, "convert.safetensors")
+    save_safetensors(path, tensors, meta)
+    return path
+
+
+HALF_MATMUL_CASES = [
+    # name, precision, m, n, k, trans_a, trans_b, beta, seed
+    ("bf16_nn", "bf16", 17, 21, 300, False, False, 0.0, 3101),
+    ("bf16_tt_beta1", "bf16", 20, 70, 33, True, True, 1.0, 3102),
+    ("fp16_nt_beta1", "fp16", 24, 20, 260, False, True, 1.0, 3103),
+    ("fp16_tn", "fp16", 13, 7, 100, True, False, 0.0, 3104),
+    ("fp16_overflow", "fp16", 6, 8, 20, False, False, 0.0, 3105),
+]
+
+
+def gen_half_matmul(name, prec, m, n, k, ta, tb, beta, seed):
+    gen = torch.Generator().manual_seed(seed)
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[prec]
+    A = torch.randn(m, k, generator=gen, dtype=torch.float32)       # op(A)
+    B = torch.randn(k, n, generator=gen, dtype=torch.float32)       # op(B)
+    c0 = torch.randn(m, n, generator=gen, dtype=torch.float32)
+    if name == "fp16_overflow":
+        B = B.abs() + 0.25                      # positive, so an Inf in a row of A gives +Inf
+        A[2, 5] = 70000.0                       # beyond 65520: Inf in fp16, row 2 of C is +Inf
+        A[4, 3] = 65519.0                       # rounds to 65504: finite
+        A[1, 0] = 1e-8                          # underflows to 0
+    Ar = A.to(dt).to(torch.float64)
+    Br = B.to(dt).to(torch.float64)
+    c = Ar @ Br + beta * c0.to(torch.float64)
+    scale = Ar.abs() @ Br.abs() + abs(beta) * c0.to(torch.float64).abs()
+    if name == "fp16_overflow":
+        assert bool(torch.isinf(c[2]).all()) and bool(torch.isfinite(c[4]).all())
+    a_st = A.t().contiguous() if ta else A
+    b_st = B.t().contiguous() if tb else B
+    cfg = {"m": m, "n": n, "k": k, "trans_a": ta, "trans_b": tb, "beta": beta, "precision": prec}
+    tensors = [("a", a_st.numpy()), ("b", b_st.numpy()), ("c0", c0.numpy()),
+               ("c", c.to(torch.float32).numpy()), ("scale", scale.to(torch.float32).numpy())]
+    meta = {"config": json.dumps(cfg, separators=(",", ":")), "generator": "scripts/reference.py",
+            "torch": torch.__version__, "case": name}
+    path = os.path.join(HALF_DIR, "matmul_" + name + ".safetensors")
+    save_safetensors(path, tensors, meta)
+    return path
+
+
+def cmd_half(_args):
+    torch.set_num_threads(1)
+    os.makedirs(HALF_DIR, exist_ok=True)
+    paths = [gen_half_convert()] + [gen_half_matmul(*c) for c in HALF_MATMUL_CASES]
+    for path in paths:
+        print("%-60s %8d bytes" % (os.path.relpath(path, REPO_ROOT), os.path.getsize(path)))
+
+
+# --------------------------------------------------------------------------
 # benchmarks (fp32)
 
 def _blas_info():
@@ -590,6 +740,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("golden", help="regenerate golden safetensors files")
+    sub.add_parser("half", help="regenerate the bf16 / fp16 test vectors")
     b = sub.add_parser("bench", help="fp32 training-step throughput")
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--dim", type=int, default=128)
@@ -611,7 +762,7 @@ def main(argv=None):
     ba.add_argument("--steps", type=int, default=5)
     ba.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
-    {"golden": cmd_golden, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
+    {"golden": cmd_golden, "half": cmd_half, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
 
 
 if __name__ == "__main__":
