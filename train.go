@@ -218,7 +218,7 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 			r.model.Store = r.cast
 		}
 	}
-	r.be.(interface{ SetMatMulPrecision(kernels.Precision) }).SetMatMulPrecision(t.prec) // TEMPORARY
+	r.be.SetMatMulPrecision(t.prec)
 	if sp > 1 {
 		a, err := parallel.NewAttention(p.Attention, spComm, r.be, parallel.Options{Overlap: p.OverlapComm})
 		if err != nil {

@@ -33,14 +33,14 @@ func NewCastStore(be kernels.Backend, layout Layout, params, grads kernels.Buf, 
 // Refresh rounds the master parameters into the 16-bit compute copy.
 func (s *CastStore) Refresh() {
 	for i, u := range s.units {
-		s.be.(halfPacker).PackHalf(s.packed[i], s.be.Slice(s.master, u.Off, u.N), s.prec)
+		s.be.PackHalf(s.packed[i], s.be.Slice(s.master, u.Off, u.N), s.prec)
 	}
 }
 
 // Params widens unit u's 16-bit copy into the scratch buffer.
 func (s *CastStore) Params(u int) kernels.Buf {
 	buf := s.be.Slice(s.scratch, 0, s.units[u].N)
-	s.be.(halfPacker).UnpackHalf(buf, s.packed[u], s.prec)
+	s.be.UnpackHalf(buf, s.packed[u], s.prec)
 	return buf
 }
 
@@ -60,10 +60,4 @@ func (s *CastStore) Bytes() int64 {
 		n += int64(p.Len()) * 4
 	}
 	return n + int64(s.scratch.Len())*4
-}
-
-// TEMPORARY until the half branch merges.
-type halfPacker interface {
-	PackHalf(dst, src kernels.Buf, p kernels.Precision)
-	UnpackHalf(dst, src kernels.Buf, p kernels.Precision)
 }

@@ -191,7 +191,7 @@ func (f *FSDP) gather(c Comm, u, slot int) {
 	// Each slot has its own 16-bit buffers: the prefetch goroutine gathers into the other slot.
 	send := f.be.Slice(f.packSend[slot], 0, n/2)
 	recv := f.be.Slice(f.packRecv[slot], 0, P*n/2)
-	h := f.be.(halfPacker)
+	h := f.be
 	h.PackHalf(send, mine, f.prec)
 	c.AllGather(recv, send, "fsdp.gather")
 	h.UnpackHalf(full, recv, f.prec)
@@ -310,10 +310,4 @@ func (f *FSDP) GradDone(u int) {
 	f.comm.ReduceScatter(part, f.be.Slice(f.gradFull, 0, f.comm.Size()*n), "fsdp.reduce_scatter")
 	mine := f.be.Slice(f.MasterGrads, f.offset[u], n)
 	f.be.Add(mine, mine, part)
-}
-
-// TEMPORARY until the half branch merges.
-type halfPacker interface {
-	PackHalf(dst, src kernels.Buf, p kernels.Precision)
-	UnpackHalf(dst, src kernels.Buf, p kernels.Precision)
 }
