@@ -608,7 +608,10 @@ def gen_hf_model(name, over, seed, tied, shards, extra):
     P32 = init_params(c, gen)
     names = [n for n, _ in param_shapes(c)]
     if tied:
+        # The embedding is also the output head: N(0, 0.1^2) keeps the logits O(1), as in
+        # trained models, where N(0, 1) would make them O(sqrt(dim)).
         names.remove("lm_head.weight")
+        P32["model.embed_tokens.weight"] = P32["model.embed_tokens.weight"] * 0.1
     # Each tensor is stored in its shard's dtype; the reference computes with exactly the
     # stored values (dequantized to float64), as distflash does after converting to float32.
     where, stored = {}, {}
