@@ -234,6 +234,9 @@ func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
 	if par.Backend != "inproc" {
 		return nil, fmt.Errorf("eval: parallelism.backend = %q: this build evaluates on in-process ranks (\"inproc\")", par.Backend)
 	}
+	if err := mc.Resolve(); err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
 	P := max(par.SequenceParallelDegree, 1)
 	e := &evaluator{cfg: mc, P: P, world: parallel.NewWorld(P)}
 	if P > 1 {
@@ -262,10 +265,14 @@ func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
 }
 
 // load copies params (in model.NewLayout order) into every rank.
-func (e *evaluator) load(params []float32) {
+func (e *evaluator) load(params []float32) error {
+	if n := e.models[0].Layout.Size; len(params) != n {
+		return fmt.Errorf("eval: %d parameter values for a model of %d", len(params), n)
+	}
 	for _, m := range e.models {
 		m.LoadParams(params)
 	}
+	return nil
 }
 
 // sample returns the summed loss of one sample's targets and their count.
@@ -346,7 +353,9 @@ func evaluate(ctx context.Context, cfg Config, params []float32, samples []evalS
 	if err != nil {
 		return EvalResult{}, err
 	}
-	e.load(params)
+	if err := e.load(params); err != nil {
+		return EvalResult{}, err
+	}
 	r, err := e.evaluate(ctx, samples, nil)
 	r.SeqLen = evalSeqLen(cfg)
 	return r, err
@@ -594,7 +603,9 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ev.load(em.params)
+	if err := ev.load(em.params); err != nil {
+		return err
+	}
 	em.params = nil
 	ss, err := loadEvalSamples(*dataPath, cfg.Data, em.tok, bos, *seqLen, mc.VocabSize, *samples)
 	if err != nil {

@@ -146,7 +146,9 @@ func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluator, eva
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.load(em.params)
+	if err := ev.load(em.params); err != nil {
+		t.Fatal(err)
+	}
 	return ev, em
 }
 
@@ -477,9 +479,47 @@ func TestEvaluateForTrain(t *testing.T) {
 	if relDiff(r4.Loss, r1.Loss) > 1e-6 || r4.Tokens != r1.Tokens || r4.SequenceParallel != 4 {
 		t.Errorf("4 ranks: %+v; one worker %+v", r4, r1)
 	}
+	if _, err := evaluate(context.Background(), cfg, params[1:], ss); err == nil || !strings.Contains(err.Error(), "parameter values") {
+		t.Errorf("short params: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := evaluate(ctx, cfg, params, ss); err == nil || !strings.Contains(err.Error(), "stopped after 0 of 4") {
 		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// BenchmarkEval times the forward pass of eval on one 2048-token sample of the tiny model
+// (configs/tiny.toml's shape, untrained) on one worker and on 4 in-process ranks
+// (distflash schedule), in predicted tokens per second.
+func BenchmarkEval(b *testing.B) {
+	for _, P := range []int{1, 4} {
+		b.Run(fmt.Sprintf("P%d", P), func(b *testing.B) {
+			cfg := DefaultConfig()
+			cfg.Parallelism.WorldSize, cfg.Parallelism.SequenceParallelDegree = P, P
+			if err := cfg.Validate(); err != nil {
+				b.Fatal(err)
+			}
+			ev, err := newEvaluator(cfg.Model, cfg.Parallelism)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := ev.load(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)); err != nil {
+				b.Fatal(err)
+			}
+			doc := bytes.Repeat([]byte("func main() { fmt.Println(\"hello, world\") }\n"), 64)
+			s, _, err := newEvalSample(doc, data.ByteTokenizer{}, -1, 2048, 256)
+			if err != nil {
+				b.Fatal(err)
+			}
+			samples := []evalSample{s}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := ev.evaluate(context.Background(), samples, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(s.targets)*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
 	}
 }

@@ -15,6 +15,10 @@ Usage
         i.e. this script's parent's parent).  Deterministic: two runs produce
         byte-identical files.
 
+    /usr/bin/python3 scripts/reference.py hf
+        Regenerate ckpt/testdata/hf/ (deterministic; see "Hugging Face
+        fixtures" below).
+
     /usr/bin/python3 scripts/reference.py bench --threads 2 --dim 128 \\
         --n-layers 4 --n-heads 4 --n-kv-heads 2 --ffn-dim 352 --vocab 256 \\
         --seq-len 128 --batch 8 --steps 10
@@ -130,6 +134,31 @@ Cases (q,k,v,do ~ N(0,1), q additionally multiplied by 2):
                      Nk=24 with k_pos a seeded shuffle of 0..23
     cross_noncausal: Nq=5, Nk=7, H=3, K=1, hd=6, non-causal,
                      q_pos 0..4, k_pos 0..6 (unused by the mask)
+
+Hugging Face fixtures: ckpt/testdata/hf/
+    llama-sharded/  config.json (LlamaConfig keys), model.safetensors.index.json,
+                    model-00001-of-00002.safetensors (F32: embed_tokens, layer 0),
+                    model-00002-of-00002.safetensors (BF16: layer 1, norm, lm_head)
+                    D=32, L=2, H=4, K=2, hd=8, F=64, V=256, eps=1e-5, theta=1e4
+    llama-tied/     config.json (tie_word_embeddings true, head_dim given),
+                    model.safetensors (F16, no lm_head, plus a rotary_emb.inv_freq
+                    buffer that loaders must skip)
+                    D=48, L=2, H=6, K=2, hd=8, F=96, V=256, eps=1e-6, theta=5e5
+    docs/doc<i>.txt five UTF-8 documents (44, 107, 78, 1, 45 bytes)
+    expected.json   per model: the shape, per-tensor checksums of the stored
+                    values (sum, sum of squares, first 3 values, in float64) and,
+                    for (seq_len, samples) in (40, 4), (512, 5): loss, perplexity,
+                    bits_per_byte, tokens, bytes and per-document loss sums.
+    permute.safetensors  meta_q/meta_k (Meta's interleaved-RoPE row order) and
+                    hf_q/hf_k (the permute of transformers'
+                    convert_llama_weights_to_hf.py); the script asserts that both
+                    give the same attention scores under their own RoPE.
+Weights are drawn as for the golden files (init_params) and rounded to the
+shard's dtype; the reference computes in float64 with exactly the stored values.
+Evaluation: token ids are the UTF-8 bytes with bos_token_id = 1 prepended; each
+document is cut to seq_len + 1 tokens and every token after the first is
+predicted; loss = summed cross-entropy / predicted tokens, bits per byte =
+summed cross-entropy / ln 2 / predicted bytes (one byte per token).
 """
 
 import argparse
