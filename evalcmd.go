@@ -373,9 +373,10 @@ type evalModel struct {
 	source string         // "hf", "safetensors" or "checkpoint"
 }
 
-// loadEvalModel loads --model: a Hugging Face LLaMA directory (config.json with model_type or
-// hidden_size, and safetensors weights), a .safetensors file holding distflash's parameter
-// names for the config's [model] shape, or a checkpoint directory of this program.
+// loadEvalModel loads --model: a Hugging Face LLaMA directory (a config.json that is not
+// distflash's own, see ckpt.IsHFDir, and safetensors weights), a .safetensors file holding
+// distflash's parameter names for the config's [model] shape, or a checkpoint directory of
+// this program.
 func loadEvalModel(path string, cfg Config) (evalModel, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -411,7 +412,7 @@ func loadEvalModel(path string, cfg Config) (evalModel, error) {
 // loadCheckpointParams reads a checkpoint directory written by distflash train: the model's
 // shape and its parameters in model.NewLayout order.
 func loadCheckpointParams(path string) (model.Config, []float32, error) {
-	return model.Config{}, nil, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json with model_type or hidden_size), and reading distflash's own checkpoints is not yet supported in this build", path)
+	return model.Config{}, nil, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json of one), and reading distflash's own checkpoints is not yet supported in this build", path)
 }
 
 // configTokenizer is the tokenizer named by data.tokenizer.

@@ -98,7 +98,7 @@ func ReadHFConfig(path string) (HFConfig, error) {
 	if act != "silu" {
 		r.fail("hidden_act = %q: distflash's MLP is SwiGLU, which needs \"silu\"", act)
 	}
-	if v, ok := m["rope_scaling"]; ok && !isNull(v) {
+	if v, ok := m["rope_scaling"]; ok && !isNull(v) && !defaultRope(v) {
 		r.fail("rope_scaling = %s: scaled RoPE (linear, dynamic, yarn, llama3) is not implemented; want null", compact(v))
 	}
 	for _, key := range []string{"attention_bias", "mlp_bias"} {
@@ -234,6 +234,20 @@ func (r *hfReader) positive(key string, v int) {
 	}
 }
 
+// defaultRope reports whether a rope_scaling value asks for plain RoPE:
+// {"rope_type": "default"} (or "type"), with nothing else.
+func defaultRope(v json.RawMessage) bool {
+	var m map[string]any
+	if json.Unmarshal(v, &m) != nil || len(m) != 1 {
+		return false
+	}
+	t, ok := m["rope_type"]
+	if !ok {
+		t = m["type"]
+	}
+	return t == "default"
+}
+
 func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
 
 // compact shortens a JSON value for an error message.
@@ -261,9 +275,10 @@ type HFModel struct {
 	Files map[string]string
 }
 
-// IsHFDir reports whether dir looks like a Hugging Face model directory: it has a
-// config.json whose object has a "model_type" or "hidden_size" key. (distflash writes a
-// config.json of its own into run directories; that one has neither.)
+// IsHFDir reports whether dir is meant as a Hugging Face model directory: it has a
+// config.json that is not distflash's own (the resolved TOML config train writes into a run
+// directory, an object with "run" and "model" sections). A broken config.json counts, so that
+// OpenHF reports what is wrong with it.
 func IsHFDir(dir string) bool {
 	raw, err := os.ReadFile(filepath.Join(dir, HFConfigFile))
 	if err != nil {
@@ -271,11 +286,11 @@ func IsHFDir(dir string) bool {
 	}
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil {
-		return false
+		return true
 	}
-	_, a := m["model_type"]
-	_, b := m["hidden_size"]
-	return a || b
+	_, run := m["run"]
+	_, mod := m["model"]
+	return !(run && mod)
 }
 
 // OpenHF reads dir's config.json and finds its weights: the shards that

@@ -165,6 +165,7 @@ func TestReadHFConfigDefaults(t *testing.T) {
 		{"num_key_value_heads", "1", func(c HFConfig) bool { return c.NumKeyValueHeads == 1 }},
 		{"head_dim", "16", func(c HFConfig) bool { return c.HeadDim == 16 }},
 		{"rope_scaling", "null", func(c HFConfig) bool { return true }},
+		{"rope_scaling", `{"rope_type": "default"}`, func(c HFConfig) bool { return true }},
 		{"tie_word_embeddings", "true", func(c HFConfig) bool { return c.TieWordEmbeddings }},
 		{"rope_theta", "500000.0", func(c HFConfig) bool { return c.RopeTheta == 5e5 }},
 		{"max_position_embeddings", "4096", func(c HFConfig) bool { return c.MaxPositionEmbeddings == 4096 }},
@@ -194,6 +195,7 @@ func TestReadHFConfigErrors(t *testing.T) {
 		{"num_hidden_layers", "2.5", []string{"num_hidden_layers = 2.5", "integer"}},
 		{"intermediate_size", "0", []string{"intermediate_size = 0", "> 0"}},
 		{"rope_scaling", `{"type": "linear", "factor": 2.0}`, []string{`rope_scaling = {"type":"linear","factor":2.0}`, "want null"}},
+		{"rope_scaling", `{"rope_type": "default", "factor": 2.0}`, []string{`rope_scaling = {"rope_type":"default","factor":2.0}`}},
 		{"hidden_act", `"gelu"`, []string{`hidden_act = "gelu"`, "silu"}},
 		{"attention_bias", "true", []string{"attention_bias = true"}},
 		{"mlp_bias", "true", []string{"mlp_bias = true"}},
@@ -358,8 +360,12 @@ func TestIsHFDir(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(own, "config.json"), []byte(`{"run": {}, "model": {"dim": 128}}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	broken := t.TempDir() // meant as HF: OpenHF says what is wrong
+	if err := os.WriteFile(filepath.Join(broken, "config.json"), []byte(`{"hidden_size": 3`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for dir, want := range map[string]bool{"testdata/hf/llama-sharded": true, "testdata/hf/llama-tied": true,
-		"testdata/hf": false, own: false, "testdata/nonexistent": false} {
+		"testdata/hf": false, own: false, broken: true, "testdata/nonexistent": false} {
 		if got := IsHFDir(dir); got != want {
 			t.Errorf("IsHFDir(%s) = %v, want %v", dir, got, want)
 		}
