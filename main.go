@@ -6,6 +6,7 @@
 //
 //	distflash train --config configs/tiny.toml [--set section.key=value ...]
 //	distflash plan --config configs/llama7b-512k.toml [--cluster 2x8xA100-80GB] [--sweep seq_len=8K..512K] [--attention all]
+//	distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048]
 //
 // See README.md and ../shared/DESIGN.md for the configuration and the design.
 package main
@@ -25,10 +26,12 @@ Usage:
   distflash train --config FILE [--set section.key=value ...] [--progress=false]
   distflash plan --config FILE [--set k=v ...] [--cluster 2x8xA100-80GB] [--format text|json]
                  [--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu 0.5]
+  distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]
 
 Commands:
   train   train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)
   plan    predict memory, communication and step time of a config on a GPU cluster
+  eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text
 
 Run 'distflash COMMAND -h' for the flags of a command.
 `
@@ -53,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runTrain(args[1:], stdout, stderr)
 	case "plan":
 		return runPlan(args[1:], stdout, stderr)
+	case "eval":
+		return runEval(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -20,6 +20,10 @@ Usage
         bfloat16 / float16 conversions and products of bf16 / fp16-rounded
         operands (see "Mixed-precision files" below).  Deterministic.
 
+    /usr/bin/python3 scripts/reference.py hf
+        Regenerate ckpt/testdata/hf/ (deterministic; see "Hugging Face
+        fixtures" below).
+
     /usr/bin/python3 scripts/reference.py bench --threads 2 --dim 128 \\
         --n-layers 4 --n-heads 4 --n-kv-heads 2 --ffn-dim 352 --vocab 256 \\
         --seq-len 128 --batch 8 --steps 10
@@ -158,6 +162,31 @@ matmul_<case>.safetensors
                      error scale of a float32-accumulated product
     __metadata__: "config" = JSON {"m", "n", "k", "trans_a", "trans_b",
         "beta", "precision"}; "generator"; "torch"; "case".
+
+Hugging Face fixtures: ckpt/testdata/hf/
+    llama-sharded/  config.json (LlamaConfig keys), model.safetensors.index.json,
+                    model-00001-of-00002.safetensors (F32: embed_tokens, layer 0),
+                    model-00002-of-00002.safetensors (BF16: layer 1, norm, lm_head)
+                    D=32, L=2, H=4, K=2, hd=8, F=64, V=256, eps=1e-5, theta=1e4
+    llama-tied/     config.json (tie_word_embeddings true, head_dim given),
+                    model.safetensors (F16, no lm_head, plus a rotary_emb.inv_freq
+                    buffer that loaders must skip)
+                    D=48, L=2, H=6, K=2, hd=8, F=96, V=256, eps=1e-6, theta=5e5
+    docs/doc<i>.txt five UTF-8 documents (44, 107, 78, 1, 45 bytes)
+    expected.json   per model: the shape, per-tensor checksums of the stored
+                    values (sum, sum of squares, first 3 values, in float64) and,
+                    for (seq_len, samples) in (40, 4), (512, 5): loss, perplexity,
+                    bits_per_byte, tokens, bytes and per-document loss sums.
+    permute.safetensors  meta_q/meta_k (Meta's interleaved-RoPE row order) and
+                    hf_q/hf_k (the permute of transformers'
+                    convert_llama_weights_to_hf.py); the script asserts that both
+                    give the same attention scores under their own RoPE.
+Weights are drawn as for the golden files (init_params) and rounded to the
+shard's dtype; the reference computes in float64 with exactly the stored values.
+Evaluation: token ids are the UTF-8 bytes with bos_token_id = 1 prepended; each
+document is cut to seq_len + 1 tokens and every token after the first is
+predicted; loss = summed cross-entropy / predicted tokens, bits per byte =
+summed cross-entropy / ln 2 / predicted bytes (one byte per token).
 """
 
 import argparse
@@ -181,6 +210,8 @@ ATTN_DIR = os.path.join(REPO_ROOT, "kernels", "testdata", "attn")
 # safetensors writer
 
 _DTYPES = {np.dtype("float32"): "F32", np.dtype("int32"): "I32"}
+# Half-precision torch tensors are written as their raw 16-bit patterns (numpy has no bf16).
+_HALF = {torch.bfloat16: "BF16", torch.float16: "F16"}
 
 
 def save_safetensors(path, tensors, metadata):
@@ -191,16 +222,23 @@ def save_safetensors(path, tensors, metadata):
     blobs = []
     off = 0
     for name, arr in tensors:
-        if isinstance(arr, torch.Tensor):
-            arr = arr.detach().cpu().numpy()
-        arr = np.asarray(arr)
-        if arr.dtype not in _DTYPES:
-            raise ValueError("%s: unsupported dtype %s" % (name, arr.dtype))
         if name in header:
             raise ValueError("duplicate tensor " + name)
-        data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+        if isinstance(arr, torch.Tensor) and arr.dtype in _HALF:
+            dtype = _HALF[arr.dtype]
+            bits = arr.detach().cpu().contiguous().view(torch.int16).numpy()
+            data = bits.astype("<i2", copy=False).tobytes()
+            arr = bits
+        else:
+            if isinstance(arr, torch.Tensor):
+                arr = arr.detach().cpu().numpy()
+            arr = np.asarray(arr)
+            if arr.dtype not in _DTYPES:
+                raise ValueError("%s: unsupported dtype %s" % (name, arr.dtype))
+            dtype = _DTYPES[arr.dtype]
+            data = np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
         header[name] = {
-            "dtype": _DTYPES[arr.dtype],
+            "dtype": dtype,
             "shape": [int(s) for s in arr.shape],
             "data_offsets": [off, off + len(data)],
         }
@@ -227,8 +265,12 @@ def load_safetensors(path):
     data = raw[8 + n:]
     out = {}
     for name, info in header.items():
-        dt = {"F32": "<f4", "I32": "<i4"}[info["dtype"]]
         b, e = info["data_offsets"]
+        if info["dtype"] == "BF16":  # the top 16 bits of a float32
+            bits = np.frombuffer(data[b:e], dtype="<u2").astype(np.uint32) << 16
+            out[name] = bits.view(np.float32).reshape(info["shape"])
+            continue
+        dt = {"F32": "<f4", "I32": "<i4", "F16": "<f2"}[info["dtype"]]
         out[name] = np.frombuffer(data[b:e], dtype=dt).reshape(info["shape"])
     return out, meta
 
@@ -639,6 +681,239 @@ def cmd_half(_args):
     for path in paths:
         print("%-60s %8d bytes" % (os.path.relpath(path, REPO_ROOT), os.path.getsize(path)))
 
+# Hugging Face LLaMA directories (ckpt/testdata/hf)
+
+HF_DIR = os.path.join(REPO_ROOT, "ckpt", "testdata", "hf")
+
+# Token ids are the UTF-8 bytes of the text (distflash's "byte" tokenizer, vocabulary 256), with
+# bos_token_id = 1 (LLaMA's) prepended to every document.
+HF_BOS = 1
+
+# Evaluation text: one document per file, docs/doc<i>.txt, in this order (the order of their
+# sorted paths). Lengths in bytes straddle the seq_len of the first evaluation below, so some
+# documents are truncated and some are not; multi-byte UTF-8 is included on purpose.
+HF_DOCS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Ring attention passes key and value blocks around the ranks; "
+    "each rank folds them into its running softmax.",
+    "Caf\u00e9 cr\u00e8me br\u00fbl\u00e9e, na\u00efve r\u00e9sum\u00e9 \u2014 "
+    "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 and \u00fcber.",
+    "a",
+    "func main() {\n\tfmt.Println(\"hello, world\")\n}\n",
+]
+
+# (seq_len, samples): what `distflash eval --seq-len N --samples S` is checked against.
+HF_EVALS = [(40, 4), (512, 5)]
+
+# name, model shape, seed, tie_word_embeddings, shards: [(file, dtype, tensor-name predicate)]
+# (one file and no index when there is one shard), extra HF config keys.
+HF_MODELS = [
+    ("llama-sharded",
+     dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=64, vocab_size=256,
+          norm_eps=1e-5, rope_theta=10000.0),
+     3001, False,
+     [("model-00001-of-00002.safetensors", torch.float32,
+       lambda n: n == "model.embed_tokens.weight" or n.startswith("model.layers.0.")),
+      ("model-00002-of-00002.safetensors", torch.bfloat16, lambda n: True)],
+     {"torch_dtype": "bfloat16"}),
+    ("llama-tied",
+     dict(dim=48, n_layers=2, n_heads=6, n_kv_heads=2, head_dim=8, ffn_dim=96, vocab_size=256,
+          norm_eps=1e-6, rope_theta=500000.0),
+     3002, True,
+     [("model.safetensors", torch.float16, lambda n: True)],
+     {"torch_dtype": "float16", "head_dim": 8}),
+]
+
+
+def hf_config_json(c, tied, extra):
+    """config.json of a LlamaForCausalLM with shape c (keys as transformers' LlamaConfig)."""
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": c["dim"],
+        "intermediate_size": c["ffn_dim"],
+        "num_hidden_layers": c["n_layers"],
+        "num_attention_heads": c["n_heads"],
+        "num_key_value_heads": c["n_kv_heads"],
+        "rms_norm_eps": c["norm_eps"],
+        "rope_theta": c["rope_theta"],
+        "vocab_size": c["vocab_size"],
+        "max_position_embeddings": 512,
+        "tie_word_embeddings": tied,
+        "hidden_act": "silu",
+        "rope_scaling": None,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": HF_BOS,
+        "eos_token_id": 2,
+        "pretraining_tp": 1,
+        "initializer_range": 0.02,
+        "use_cache": True,
+    }
+    cfg.update(extra)
+    return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
+
+
+def hf_eval(c, P64, seq_len, samples):
+    """Mean next-token cross-entropy over the first `samples` documents, each tokenized as
+    [BOS] + UTF-8 bytes and cut to seq_len + 1 tokens (seq_len inputs, seq_len targets)."""
+    V = c["vocab_size"]
+    sums, counts = [], []
+    for doc in HF_DOCS[:samples]:
+        ids = ([HF_BOS] + list(doc.encode("utf-8")))[:seq_len + 1]
+        inp = torch.tensor([ids[:-1]], dtype=torch.int64)
+        tgt = torch.tensor([ids[1:]], dtype=torch.int64)
+        with torch.no_grad():
+            logits = forward(c, P64, inp)
+            s = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), reduction="sum")
+        sums.append(float(s))
+        counts.append(len(ids) - 1)
+    total, n = sum(sums), sum(counts)
+    loss = total / n
+    return {
+        "seq_len": seq_len, "samples": samples,
+        "loss": loss, "perplexity": math.exp(loss),
+        "tokens": n, "bytes": n,  # one byte per predicted token
+        "bits_per_byte": total / math.log(2) / n,
+        "sample_loss_sums": sums, "sample_tokens": counts,
+    }
+
+
+def gen_hf_model(name, over, seed, tied, shards, extra):
+    c = dict(over)
+    gen = torch.Generator().manual_seed(seed)
+    P32 = init_params(c, gen)
+    names = [n for n, _ in param_shapes(c)]
+    if tied:
+        # The embedding is also the output head: N(0, 0.1^2) keeps the logits O(1), as in
+        # trained models, where N(0, 1) would make them O(sqrt(dim)).
+        names.remove("lm_head.weight")
+        P32["model.embed_tokens.weight"] = P32["model.embed_tokens.weight"] * 0.1
+    # Each tensor is stored in its shard's dtype; the reference computes with exactly the
+    # stored values (dequantized to float64), as distflash does after converting to float32.
+    where, stored = {}, {}
+    for n in names:
+        for fname, dtype, pick in shards:
+            if pick(n):
+                where[n] = (fname, dtype)
+                stored[n] = P32[n].to(dtype)
+                break
+    P64 = {n: stored[n].to(torch.float64) for n in names}
+    if tied:
+        P64["lm_head.weight"] = P64["model.embed_tokens.weight"]
+    d = os.path.join(HF_DIR, name)
+    os.makedirs(d, exist_ok=True)
+    for f in os.listdir(d):
+        os.remove(os.path.join(d, f))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write(hf_config_json(c, tied, extra))
+    for fname, _, _ in shards:
+        tensors = [(n, stored[n]) for n in names if where[n][0] == fname]
+        if tied:  # older checkpoints carry RoPE's inverse frequencies; loaders ignore them
+            hd = c["head_dim"]
+            inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+            tensors.append(("model.layers.0.self_attn.rotary_emb.inv_freq", inv))
+        save_safetensors(os.path.join(d, fname), tensors, {"format": "pt"})
+    if len(shards) > 1:
+        index = {
+            "metadata": {"total_size": sum(stored[n].numel() * stored[n].element_size() for n in names)},
+            "weight_map": {n: where[n][0] for n in sorted(names)},
+        }
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            f.write(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    # Self-check: the files read back (by this script's own reader) are the stored values.
+    for fname, _, _ in shards:
+        back, _ = load_safetensors(os.path.join(d, fname))
+        for n, arr in back.items():
+            if n in stored:
+                assert np.array_equal(arr.astype(np.float32), stored[n].to(torch.float32).numpy()), n
+    tensors = {}
+    for n in names:
+        w = P64[n]
+        tensors[n] = {"shape": list(w.shape), "dtype": {torch.float32: "F32", torch.bfloat16: "BF16",
+                                                          torch.float16: "F16"}[where[n][1]],
+                      "sum": float(w.sum()), "sum_sq": float((w * w).sum()),
+                      "head": [float(x) for x in w.reshape(-1)[:3]]}
+    return {
+        "config": c, "tie_word_embeddings": tied,
+        "evals": [hf_eval(c, P64, L, S) for L, S in HF_EVALS],
+        "tensors": tensors,
+    }
+
+
+def hf_permute(w, n_heads, dim1, dim2):
+    """Meta (interleaved RoPE pairs) -> Hugging Face (rotate-half) row order of a q or k
+    projection, as transformers' convert_llama_weights_to_hf.py writes it."""
+    return w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2).reshape(dim1, dim2)
+
+
+def meta_rope(x, theta):
+    """Meta's LLaMA RoPE (llama/model.py apply_rotary_emb): consecutive pairs (x[2i], x[2i+1])
+    as complex numbers times exp(i*p*theta^(-2i/hd)). x: [T, heads, hd] float64."""
+    T, _, hd = x.shape
+    freqs = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    ang = torch.outer(torch.arange(T, dtype=torch.float64), freqs)
+    cis = torch.polar(torch.ones_like(ang), ang)                       # [T, hd/2]
+    xc = torch.view_as_complex(x.reshape(T, x.shape[1], hd // 2, 2).contiguous())
+    return torch.view_as_real(xc * cis[:, None, :]).reshape(T, x.shape[1], hd)
+
+
+def gen_hf_permute():
+    H, K, hd, D, T, theta = 4, 2, 6, 24, 5, 10000.0
+    gen = torch.Generator().manual_seed(3003)
+    meta_q = torch.randn(H * hd, D, generator=gen, dtype=torch.float32)
+    meta_k = torch.randn(K * hd, D, generator=gen, dtype=torch.float32)
+    hf_q = hf_permute(meta_q, H, H * hd, D)
+    hf_k = hf_permute(meta_k, K, K * hd, D)
+    # Self-check: Meta's interleaved RoPE on Meta's weights and HF's rotate-half RoPE on the
+    # permuted weights give the same attention scores (the rows are a per-head permutation).
+    x = torch.randn(T, D, generator=gen, dtype=torch.float64)
+    cos, sin = rope_cos_sin(T, hd, theta, torch.float64)
+    def scores(q, k):
+        q, k = q.transpose(0, 1), k.repeat_interleave(H // K, dim=1).transpose(0, 1)
+        return q @ k.transpose(-1, -2)
+    qm = meta_rope((x @ meta_q.double().T).view(T, H, hd), theta)
+    km = meta_rope((x @ meta_k.double().T).view(T, K, hd), theta)
+    qh = apply_rope((x @ hf_q.double().T).view(T, H, hd).transpose(0, 1), cos, sin).transpose(0, 1)
+    kh = apply_rope((x @ hf_k.double().T).view(T, K, hd).transpose(0, 1), cos, sin).transpose(0, 1)
+    assert torch.allclose(scores(qm, km), scores(qh, kh), atol=1e-9)
+    cfg = {"n_heads": H, "n_kv_heads": K, "head_dim": hd, "dim": D}
+    path = os.path.join(HF_DIR, "permute.safetensors")
+    save_safetensors(path, [("meta_q", meta_q), ("hf_q", hf_q.contiguous()),
+                            ("meta_k", meta_k), ("hf_k", hf_k.contiguous())],
+                     {"config": json.dumps(cfg, separators=(",", ":")), "generator": "scripts/reference.py"})
+    return path
+
+
+def cmd_hf(_args):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(os.path.join(HF_DIR, "docs"), exist_ok=True)
+    for f in os.listdir(os.path.join(HF_DIR, "docs")):
+        os.remove(os.path.join(HF_DIR, "docs", f))
+    for i, doc in enumerate(HF_DOCS):
+        with open(os.path.join(HF_DIR, "docs", "doc%d.txt" % i), "wb") as f:
+            f.write(doc.encode("utf-8"))
+    expected = {
+        "generator": "scripts/reference.py hf",
+        "torch": torch.__version__,
+        "bos_token_id": HF_BOS,
+        "docs": "docs/*.txt",
+        "models": {},
+    }
+    for name, over, seed, tied, shards, extra in HF_MODELS:
+        expected["models"][name] = gen_hf_model(name, over, seed, tied, shards, extra)
+        for e in expected["models"][name]["evals"]:
+            print("%-16s seq_len %4d samples %d: loss %.6f over %d tokens" % (
+                name, e["seq_len"], e["samples"], e["loss"], e["tokens"]))
+    with open(os.path.join(HF_DIR, "expected.json"), "w") as f:
+        f.write(json.dumps(expected, indent=2, sort_keys=True) + "\n")
+    gen_hf_permute()
+    total = 0
+    for root, _, files in os.walk(HF_DIR):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    print("%s: %d bytes in all" % (os.path.relpath(HF_DIR, REPO_ROOT), total))
+
 
 # --------------------------------------------------------------------------
 # benchmarks (fp32)
@@ -741,6 +1016,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("golden", help="regenerate golden safetensors files")
     sub.add_parser("half", help="regenerate the bf16 / fp16 test vectors")
+    sub.add_parser("hf", help="regenerate the Hugging Face LLaMA fixtures in ckpt/testdata/hf")
     b = sub.add_parser("bench", help="fp32 training-step throughput")
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--dim", type=int, default=128)
@@ -762,7 +1038,7 @@ def main(argv=None):
     ba.add_argument("--steps", type=int, default=5)
     ba.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
-    {"golden": cmd_golden, "half": cmd_half, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
+    {"golden": cmd_golden, "half": cmd_half, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,532 @@
+package ckpt
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Hugging Face LLaMA import.
+//
+// A Hugging Face LLaMA directory (what transformers' save_pretrained writes and the Hub
+// serves) holds config.json (LlamaConfig), the weights as one model.safetensors or as shards
+// listed by model.safetensors.index.json, and usually tokenizer.model (SentencePiece) and/or
+// tokenizer.json. Tensor names are LlamaForCausalLM's, which are distflash's own parameter
+// names (model.NewLayout), so import is a copy by name with a dtype conversion.
+//
+// Layout of the q and k projections. RoPE rotates pairs of features of each head. Meta's
+// original LLaMA code (consolidated.*.pth) pairs neighbours (2i, 2i+1) and treats them as one
+// complex number; Hugging Face's LlamaAttention pairs i with i+head_dim/2 (rotate_half), and
+// transformers' convert_llama_weights_to_hf.py permutes the rows of q_proj and k_proj of every
+// head so both give the same attention. distflash's RoPE (kernels.Backend.RoPE) is the
+// rotate-half one, so:
+//
+//   - Hugging Face directories (and distflash's own checkpoints, which use the same names
+//     and layout) load as they are;
+//   - Meta's original checkpoints need PermuteQK on every q and k projection (UnpermuteQK
+//     goes back).
+
+// HFConfig is the part of a Hugging Face LLaMA config.json (transformers' LlamaConfig) that
+// distflash reads. Keys other than these are ignored, except the ones that change the
+// architecture, which ReadHFConfig refuses (see there).
+type HFConfig struct {
+	HiddenSize            int     // hidden_size (required)
+	IntermediateSize      int     // intermediate_size (required)
+	NumHiddenLayers       int     // num_hidden_layers (required)
+	NumAttentionHeads     int     // num_attention_heads (required)
+	NumKeyValueHeads      int     // num_key_value_heads; absent or null: num_attention_heads
+	HeadDim               int     // head_dim; absent or null: hidden_size / num_attention_heads
+	VocabSize             int     // vocab_size (required)
+	RMSNormEps            float64 // rms_norm_eps; absent: 1e-6 (LlamaConfig's default)
+	RopeTheta             float64 // rope_theta; absent: 10000
+	MaxPositionEmbeddings int     // max_position_embeddings; absent: 2048
+	TieWordEmbeddings     bool    // tie_word_embeddings: lm_head.weight is embed_tokens.weight
+	TorchDtype            string  // torch_dtype, informational ("bfloat16", "float16", "float32")
+	BOSTokenID            int     // bos_token_id; absent: 1 (LlamaConfig's default); null: -1, none
+}
+
+// HF file names inside a model directory.
+const (
+	HFConfigFile = "config.json"
+	HFIndexFile  = "model.safetensors.index.json"
+)
+
+// ReadHFConfig reads a Hugging Face LLaMA config.json. A required key that is missing, a
+// value of the wrong type or out of range, and a setting distflash's LLaMA does not
+// implement (model_type other than "llama", hidden_act other than "silu", rope_scaling,
+// attention_bias or mlp_bias true) is an error naming the file, the key and the value.
+func ReadHFConfig(path string) (HFConfig, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return HFConfig{}, fmt.Errorf("ckpt: read %s: %w", path, err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return HFConfig{}, fmt.Errorf("ckpt: %s: %w", path, err)
+	}
+	r := hfReader{path: path, m: m}
+	c := HFConfig{
+		HiddenSize:            r.int("hidden_size", -1),
+		IntermediateSize:      r.int("intermediate_size", -1),
+		NumHiddenLayers:       r.int("num_hidden_layers", -1),
+		NumAttentionHeads:     r.int("num_attention_heads", -1),
+		VocabSize:             r.int("vocab_size", -1),
+		NumKeyValueHeads:      r.int("num_key_value_heads", 0),
+		HeadDim:               r.int("head_dim", 0),
+		MaxPositionEmbeddings: r.int("max_position_embeddings", 2048),
+		RMSNormEps:            r.float("rms_norm_eps", 1e-6),
+		RopeTheta:             r.float("rope_theta", 10000),
+		TieWordEmbeddings:     r.bool("tie_word_embeddings", false),
+		TorchDtype:            r.string("torch_dtype", ""),
+		BOSTokenID:            r.int("bos_token_id", 1),
+	}
+	if mt := r.string("model_type", "llama"); mt != "llama" {
+		r.fail("model_type = %q: distflash implements LLaMA (model_type \"llama\")", mt)
+	}
+	act := r.string("hidden_act", "silu")
+	if act != "silu" {
+		r.fail("hidden_act = %q: distflash's MLP is SwiGLU, which needs \"silu\"", act)
+	}
+	if v, ok := m["rope_scaling"]; ok && !isNull(v) && !defaultRope(v) {
+		r.fail("rope_scaling = %s: scaled RoPE (linear, dynamic, yarn, llama3) is not implemented; want null", compact(v))
+	}
+	for _, key := range []string{"attention_bias", "mlp_bias"} {
+		if r.bool(key, false) {
+			r.fail("%s = true: distflash's LLaMA has no biases; want false", key)
+		}
+	}
+	r.positive("hidden_size", c.HiddenSize)
+	r.positive("intermediate_size", c.IntermediateSize)
+	r.positive("num_hidden_layers", c.NumHiddenLayers)
+	r.positive("num_attention_heads", c.NumAttentionHeads)
+	r.positive("num_key_value_heads", c.NumKeyValueHeads)
+	r.positive("head_dim", c.HeadDim)
+	r.positive("vocab_size", c.VocabSize)
+	r.positive("max_position_embeddings", c.MaxPositionEmbeddings)
+	if c.NumKeyValueHeads <= 0 {
+		c.NumKeyValueHeads = c.NumAttentionHeads
+	}
+	if c.HeadDim <= 0 && c.NumAttentionHeads > 0 {
+		c.HeadDim = c.HiddenSize / c.NumAttentionHeads
+	}
+	if v, ok := m["bos_token_id"]; ok && isNull(v) {
+		c.BOSTokenID = -1
+	}
+	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		r.fail("num_attention_heads = %d is not a multiple of num_key_value_heads = %d", c.NumAttentionHeads, c.NumKeyValueHeads)
+	}
+	if c.NumAttentionHeads > 0 && (c.HeadDim <= 0 || c.HeadDim%2 != 0 || c.HeadDim*c.NumAttentionHeads != c.HiddenSize) {
+		r.fail("head_dim = %d with num_attention_heads = %d and hidden_size = %d: distflash needs an even head_dim with num_attention_heads × head_dim = hidden_size",
+			c.HeadDim, c.NumAttentionHeads, c.HiddenSize)
+	}
+	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
+		r.fail("rms_norm_eps = %g: must be a positive number", c.RMSNormEps)
+	}
+	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
+		r.fail("rope_theta = %g: must be a number > 1", c.RopeTheta)
+	}
+	if c.BOSTokenID < -1 || c.BOSTokenID >= c.VocabSize && c.VocabSize > 0 {
+		r.fail("bos_token_id = %d: must be in [0, vocab_size = %d) or null", c.BOSTokenID, c.VocabSize)
+	}
+	if len(r.errs) > 0 {
+		return HFConfig{}, errors.Join(r.errs...)
+	}
+	return c, nil
+}
+
+// hfReader reads typed keys of a config.json object, collecting one error per bad key.
+type hfReader struct {
+	path string
+	m    map[string]json.RawMessage
+	errs []error
+}
+
+func (r *hfReader) fail(format string, args ...any) {
+	r.errs = append(r.errs, fmt.Errorf("ckpt: %s: "+format, append([]any{r.path}, args...)...))
+}
+
+// get returns the raw value of key, or nil when it is absent or null. A required key
+// (required true) that is absent or null is an error.
+func (r *hfReader) get(key string, required bool) json.RawMessage {
+	v, ok := r.m[key]
+	if !ok || isNull(v) {
+		if required {
+			if ok {
+				r.fail("%s is null: it is required", key)
+			} else {
+				r.fail("key %q is missing: it is required", key)
+			}
+		}
+		return nil
+	}
+	return v
+}
+
+// int reads an integer key; def < 0 marks the key required.
+func (r *hfReader) int(key string, def int) int {
+	v := r.get(key, def < 0)
+	if v == nil {
+		return max(def, 0)
+	}
+	var f float64
+	if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		r.fail("%s = %s: want an integer", key, compact(v))
+		return max(def, 0)
+	}
+	return int(f)
+}
+
+func (r *hfReader) float(key string, def float64) float64 {
+	v := r.get(key, false)
+	if v == nil {
+		return def
+	}
+	var f float64
+	if err := json.Unmarshal(v, &f); err != nil {
+		r.fail("%s = %s: want a number", key, compact(v))
+		return def
+	}
+	return f
+}
+
+func (r *hfReader) bool(key string, def bool) bool {
+	v := r.get(key, false)
+	if v == nil {
+		return def
+	}
+	var b bool
+	if err := json.Unmarshal(v, &b); err != nil {
+		r.fail("%s = %s: want true or false", key, compact(v))
+		return def
+	}
+	return b
+}
+
+func (r *hfReader) string(key string, def string) string {
+	v := r.get(key, false)
+	if v == nil {
+		return def
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		r.fail("%s = %s: want a string", key, compact(v))
+		return def
+	}
+	return s
+}
+
+// positive reports a key that is present with a value <= 0 (absent keys are reported, or
+// defaulted, where they are read).
+func (r *hfReader) positive(key string, v int) {
+	if raw, ok := r.m[key]; ok && !isNull(raw) && v <= 0 {
+		r.fail("%s = %d: must be > 0", key, v)
+	}
+}
+
+// defaultRope reports whether a rope_scaling value asks for plain RoPE:
+// {"rope_type": "default"} (or "type"), with nothing else.
+func defaultRope(v json.RawMessage) bool {
+	var m map[string]any
+	if json.Unmarshal(v, &m) != nil || len(m) != 1 {
+		return false
+	}
+	t, ok := m["rope_type"]
+	if !ok {
+		t = m["type"]
+	}
+	return t == "default"
+}
+
+func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
+
+// compact shortens a JSON value for an error message.
+func compact(v json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, v) != nil {
+		return string(v)
+	}
+	s := b.String()
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+// HFModel is a Hugging Face LLaMA directory opened by OpenHF: its config, which file holds
+// each tensor, and its tokenizer file.
+type HFModel struct {
+	Dir    string
+	Config HFConfig
+	// Tokenizer is the path of the directory's tokenizer.model (SentencePiece), else of its
+	// tokenizer.json, else "".
+	Tokenizer string
+	// Files maps each tensor name to the safetensors file that holds it.
+	Files map[string]string
+}
+
+// IsHFDir reports whether dir is meant as a Hugging Face model directory: it has a
+// config.json that is not distflash's own (the resolved TOML config train writes into a run
+// directory, an object with "run" and "model" sections). A broken config.json counts, so that
+// OpenHF reports what is wrong with it.
+func IsHFDir(dir string) bool {
+	raw, err := os.ReadFile(filepath.Join(dir, HFConfigFile))
+	if err != nil {
+		return false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil {
+		return true
+	}
+	_, run := m["run"]
+	_, mod := m["model"]
+	return !(run && mod)
+}
+
+// OpenHF reads dir's config.json and finds its weights: the shards that
+// model.safetensors.index.json lists when it exists (each must exist and hold the tensors
+// the index puts there), otherwise every *.safetensors file in dir. Only the safetensors
+// headers are read here; Load reads the data.
+func OpenHF(dir string) (*HFModel, error) {
+	cfg, err := ReadHFConfig(filepath.Join(dir, HFConfigFile))
+	if err != nil {
+		return nil, err
+	}
+	h := &HFModel{Dir: dir, Config: cfg, Files: map[string]string{}}
+	for _, name := range []string{"tokenizer.model", "tokenizer.json"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() {
+			h.Tokenizer = filepath.Join(dir, name)
+			break
+		}
+	}
+	indexPath := filepath.Join(dir, HFIndexFile)
+	raw, err := os.ReadFile(indexPath)
+	switch {
+	case err == nil:
+		var index struct {
+			WeightMap map[string]string `json:"weight_map"`
+		}
+		if err := json.Unmarshal(raw, &index); err != nil {
+			return nil, fmt.Errorf("ckpt: %s: %w", indexPath, err)
+		}
+		if len(index.WeightMap) == 0 {
+			return nil, fmt.Errorf("ckpt: %s: weight_map is empty or missing", indexPath)
+		}
+		byFile := map[string][]string{}
+		for name, file := range index.WeightMap {
+			if file == "" || filepath.Base(file) != file {
+				return nil, fmt.Errorf("ckpt: %s: tensor %q is in %q: want a file name in the same directory", indexPath, name, file)
+			}
+			byFile[file] = append(byFile[file], name)
+		}
+		for _, file := range slices.Sorted(maps.Keys(byFile)) {
+			path := filepath.Join(dir, file)
+			names, err := safetensorsNames(path)
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil, fmt.Errorf("ckpt: %s lists shard %s (for %d tensors, e.g. %q), which is missing: %w",
+						indexPath, file, len(byFile[file]), slices.Min(byFile[file]), err)
+				}
+				return nil, err
+			}
+			for _, name := range byFile[file] {
+				if !slices.Contains(names, name) {
+					return nil, fmt.Errorf("ckpt: %s puts tensor %q in %s, which does not hold it", indexPath, name, path)
+				}
+				h.Files[name] = path
+			}
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+		if len(files) == 0 {
+			return nil, fmt.Errorf("ckpt: %s: no model.safetensors, %s or other *.safetensors file (PyTorch .bin weights are not read: convert them to safetensors)", dir, HFIndexFile)
+		}
+		sort.Strings(files)
+		for _, path := range files {
+			names, err := safetensorsNames(path)
+			if err != nil {
+				return nil, err
+			}
+			for _, name := range names {
+				if prev, dup := h.Files[name]; dup {
+					return nil, fmt.Errorf("ckpt: %s: tensor %q is in both %s and %s", dir, name, prev, path)
+				}
+				h.Files[name] = path
+			}
+		}
+	default:
+		return nil, fmt.Errorf("ckpt: read %s: %w", indexPath, err)
+	}
+	return h, nil
+}
+
+// Dest is a tensor to fill: the name to load, the shape it must have, and where its values go
+// (len(Data) = the product of Shape).
+type Dest struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+// ignoredHFTensor reports whether a tensor of a Hugging Face checkpoint carries no weights
+// (older LLaMA checkpoints store RoPE's inverse frequencies, which are computed, not learned).
+func ignoredHFTensor(name string) bool { return strings.HasSuffix(name, ".rotary_emb.inv_freq") }
+
+// Load fills every dest from the model's files, converting F32, F16, BF16 and F64 values to
+// float32; with tie_word_embeddings, lm_head.weight is read from model.embed_tokens.weight.
+// Each file is read once. A tensor that is missing, has another shape or an integer dtype is
+// an error naming the file, as is a tensor of the files that no dest asks for (a bias, say,
+// which would mean an architecture distflash does not implement); RoPE's rotary_emb.inv_freq
+// buffers are skipped.
+func (h *HFModel) Load(dsts []Dest) error {
+	byFile := map[string][]int{} // file → indexes into dsts
+	src := make([]string, len(dsts))
+	wanted := map[string]bool{}
+	for i, d := range dsts {
+		src[i] = d.Name
+		if d.Name == "lm_head.weight" && h.Config.TieWordEmbeddings {
+			if _, ok := h.Files[d.Name]; !ok {
+				src[i] = "model.embed_tokens.weight"
+			}
+		}
+		file, ok := h.Files[src[i]]
+		if !ok {
+			msg := fmt.Sprintf("ckpt: %s: no tensor %q in its safetensors files", h.Dir, src[i])
+			if d.Name == "lm_head.weight" {
+				msg += " (and tie_word_embeddings is false)"
+			}
+			return errors.New(msg)
+		}
+		if n := shapeSize(d.Shape); len(d.Data) != n {
+			return fmt.Errorf("ckpt: Load %s: %d values for shape %v", d.Name, len(d.Data), d.Shape)
+		}
+		byFile[file] = append(byFile[file], i)
+		wanted[src[i]] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(h.Files)) {
+		if !wanted[name] && !ignoredHFTensor(name) {
+			return fmt.Errorf("ckpt: %s: tensor %q is not a parameter of the model (a bias, or another architecture?)", h.Files[name], name)
+		}
+	}
+	for _, file := range slices.Sorted(maps.Keys(byFile)) {
+		st, err := ReadSafetensors(file)
+		if err != nil {
+			return err
+		}
+		for _, i := range byFile[file] {
+			if err := st.load(src[i], dsts[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// load copies tensor name of s into d, checking its dtype and shape.
+func (s *Safetensors) load(name string, d Dest) error {
+	t, ok := s.Tensors[name]
+	if !ok {
+		return fmt.Errorf("ckpt: %s: no tensor %q", s.Path, name)
+	}
+	switch t.DType {
+	case "F32", "F16", "BF16", "F64":
+	default:
+		return fmt.Errorf("ckpt: %s: tensor %q has dtype %s: want a floating-point dtype (F32, F16, BF16, F64)", s.Path, name, t.DType)
+	}
+	if !slices.Equal(t.Shape, d.Shape) {
+		return fmt.Errorf("ckpt: %s: tensor %q has shape %v, the model (from config.json) needs %v", s.Path, name, t.Shape, d.Shape)
+	}
+	v, _, err := s.Float32(name)
+	if err != nil {
+		return err
+	}
+	copy(d.Data, v)
+	return nil
+}
+
+func shapeSize(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// safetensorsNames reads only the header of a safetensors file and returns its tensor names.
+func safetensorsNames(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("ckpt: %w", err)
+	}
+	defer f.Close()
+	var lenBuf [8]byte
+	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
+		return nil, fmt.Errorf("ckpt: %s: too short for a safetensors header: %w", path, err)
+	}
+	hl := binary.LittleEndian.Uint64(lenBuf[:])
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("ckpt: %w", err)
+	}
+	if hl > uint64(fi.Size()-8) {
+		return nil, fmt.Errorf("ckpt: %s: header length %d exceeds the file (%d bytes): truncated or not safetensors", path, hl, fi.Size())
+	}
+	header := make([]byte, hl)
+	if _, err := io.ReadFull(f, header); err != nil {
+		return nil, fmt.Errorf("ckpt: read %s: %w", path, err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(header, &m); err != nil {
+		return nil, fmt.Errorf("ckpt: %s: header: %w", path, err)
+	}
+	delete(m, "__metadata__")
+	return slices.Sorted(maps.Keys(m)), nil
+}
+
+// PermuteQK converts the rows of a q or k projection ([heads·headDim, in], row-major) from
+// Meta's original LLaMA layout, where RoPE rotates neighbouring features (2i, 2i+1) of a head,
+// to the Hugging Face layout distflash uses, where it rotates i and i+headDim/2 (rotate-half):
+// row h·headDim + 2i + c moves to h·headDim + c·headDim/2 + i (c = 0, 1). It is the permute of
+// transformers' convert_llama_weights_to_hf.py. heads is n_heads for q_proj and n_kv_heads
+// for k_proj. It returns a new slice; UnpermuteQK is its inverse.
+func PermuteQK(w []float32, heads, headDim, in int) []float32 {
+	return permuteQK(w, heads, headDim, in, false)
+}
+
+// UnpermuteQK is the inverse of PermuteQK: Hugging Face (rotate-half) rows to Meta's
+// interleaved ones.
+func UnpermuteQK(w []float32, heads, headDim, in int) []float32 {
+	return permuteQK(w, heads, headDim, in, true)
+}
+
+func permuteQK(w []float32, heads, headDim, in int, inverse bool) []float32 {
+	if heads <= 0 || headDim <= 0 || headDim%2 != 0 || in <= 0 || len(w) != heads*headDim*in {
+		panic(fmt.Sprintf("ckpt: PermuteQK of %d values as %d heads × %d (even) × %d", len(w), heads, headDim, in))
+	}
+	out := make([]float32, len(w))
+	half := headDim / 2
+	for h := 0; h < heads; h++ {
+		for i := 0; i < half; i++ {
+			for c := 0; c < 2; c++ {
+				meta := h*headDim + 2*i + c
+				hf := h*headDim + c*half + i
+				from, to := meta, hf
+				if inverse {
+					from, to = hf, meta
+				}
+				copy(out[to*in:(to+1)*in], w[from*in:(from+1)*in])
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,661 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"distflash/ckpt"
+	"distflash/data"
+	"distflash/kernels"
+	"distflash/model"
+	"distflash/parallel"
+)
+
+// Evaluation: `distflash eval` and the evaluate function that train calls every eval.interval
+// steps.
+//
+// What is measured. Each sample is one document: its tokens, with the model's BOS token
+// prepended when it has one, cut to seq_len+1 tokens; the model reads the first seq_len (or
+// fewer) and predicts each next token. The loss is the mean next-token cross-entropy, in nats,
+// over every predicted token of every sample; perplexity is exp(loss); bits per byte is the
+// summed cross-entropy / ln 2 / the UTF-8 bytes that the predicted tokens decode to (the
+// document's scored text: for the byte tokenizer exactly the first seq_len bytes with a BOS,
+// or bytes 2..seq_len+1 without one, since the first token is then not predicted). The BOS
+// token itself is never predicted and never counted.
+//
+// Sequence parallelism. With parallelism.sequence_parallel_degree P > 1, P in-process ranks
+// share every sample, as in training: each holds its tokens of the configured schedule's
+// layout and runs the schedule's attention. A sample of n tokens is padded to a multiple of
+// the layout's divisor (P, or 2P for zig-zag) with targets -1, which the loss ignores; the
+// padding sits after the sample, so causal attention keeps the real tokens from seeing it.
+
+// EvalResult is what one evaluation measured.
+type EvalResult struct {
+	Loss             float64 `json:"loss"`                     // mean next-token cross-entropy, nats per predicted token
+	Perplexity       float64 `json:"perplexity"`               // exp(loss)
+	BitsPerByte      float64 `json:"bits_per_byte"`            // summed cross-entropy / ln 2 / Bytes
+	Tokens           int64   `json:"tokens"`                   // predicted tokens
+	Bytes            int64   `json:"bytes"`                    // UTF-8 bytes the predicted tokens decode to
+	Samples          int     `json:"samples"`                  // documents evaluated
+	SeqLen           int     `json:"seq_len"`                  // tokens read per sample at most (the caller's limit)
+	SequenceParallel int     `json:"sequence_parallel_degree"` // ranks sharing each sample
+	Attention        string  `json:"attention,omitempty"`      // the schedule, when SequenceParallel > 1
+	ElapsedSec       float64 `json:"elapsed_s"`
+	TokensPerSec     float64 `json:"tokens_per_s"`
+}
+
+// evalSample is one document prepared for evaluation.
+type evalSample struct {
+	ids, targets []int32 // model inputs and next-token targets, the same length (<= seq_len)
+	bytes        int     // UTF-8 bytes the targets decode to
+}
+
+// newEvalSample tokenizes doc into a sample: bos (when >= 0) and the document's tokens, cut to
+// seqLen+1 tokens. It reports false for a document too short to predict any token.
+func newEvalSample(doc []byte, tok data.Tokenizer, bos int32, seqLen, vocab int) (evalSample, bool, error) {
+	ids := tok.Encode(doc)
+	if bos >= 0 {
+		ids = append([]int32{bos}, ids...)
+	}
+	ids = ids[:min(len(ids), seqLen+1)]
+	if len(ids) < 2 {
+		return evalSample{}, false, nil
+	}
+	for _, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			return evalSample{}, false, fmt.Errorf("token id %d (tokenizer %s) is outside the model's vocabulary of %d", id, tok.Name(), vocab)
+		}
+	}
+	s := evalSample{ids: ids[:len(ids)-1], targets: ids[1:]}
+	s.bytes = len(tok.Decode(s.targets))
+	return s, true, nil
+}
+
+// collectSamples turns documents into at most n samples, skipping documents that predict no
+// token.
+func collectSamples(docs iter.Seq2[[]byte, error], tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]evalSample, error) {
+	var out []evalSample
+	for doc, err := range docs {
+		if err != nil {
+			return nil, err
+		}
+		s, ok, err := newEvalSample(doc, tok, bos, seqLen, vocab)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", len(out)+1, err)
+		}
+		if ok {
+			out = append(out, s)
+		}
+		if len(out) == n {
+			break
+		}
+	}
+	return out, nil
+}
+
+// loadEvalSamples reads the first n documents of the evaluation data at path (data.eval for
+// train, --data for eval) and makes samples of them.
+func loadEvalSamples(path string, d DataConfig, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]evalSample, error) {
+	docs, err := evalDocuments(path, d.Format, d.Include)
+	if err != nil {
+		return nil, err
+	}
+	samples, err := collectSamples(docs, tok, bos, seqLen, vocab, n)
+	if err != nil {
+		return nil, fmt.Errorf("eval: %s: %w", path, err)
+	}
+	if len(samples) == 0 {
+		return nil, fmt.Errorf("eval: %s: no document with a token to predict", path)
+	}
+	return samples, nil
+}
+
+// evalDocuments returns the documents of the evaluation data at path, in order. Format "text"
+// reads each file as one document: path is a file, a directory (its files matching include,
+// walked recursively as data.LoadTokens does) or a glob (every file it matches, whatever its
+// name), in the order of their sorted paths.
+func evalDocuments(path, format string, include []string) (iter.Seq2[[]byte, error], error) {
+	p, err := data.ExpandPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("eval: data %q: %w", path, err)
+	}
+	switch format {
+	case "", "text":
+	default:
+		return nil, fmt.Errorf("eval: data.format = %q: eval reads \"text\" documents (one per file) in this build; jsonl and c4 documents come with their readers", format)
+	}
+	files, err := evalFiles(p, include)
+	if err != nil {
+		return nil, err
+	}
+	return func(yield func([]byte, error) bool) {
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				yield(nil, fmt.Errorf("eval: %w", err))
+				return
+			}
+			if len(b) > 0 && !yield(b, nil) {
+				return
+			}
+		}
+	}, nil
+}
+
+// evalFiles lists the files of path: itself, a directory's files matching include, or the
+// files (and directories' files) a glob matches, sorted.
+func evalFiles(path string, include []string) ([]string, error) {
+	if len(include) == 0 {
+		include = data.DefaultInclude
+	}
+	roots := []string{path}
+	if _, err := os.Stat(path); err != nil {
+		matches, gerr := filepath.Glob(path)
+		if gerr != nil || len(matches) == 0 {
+			return nil, fmt.Errorf("eval: data: %w", err)
+		}
+		roots = matches
+	}
+	var files []string
+	for _, root := range roots {
+		fi, err := os.Stat(root)
+		if err != nil {
+			return nil, fmt.Errorf("eval: data: %w", err)
+		}
+		if !fi.IsDir() {
+			files = append(files, root)
+			continue
+		}
+		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			name := d.Name()
+			if d.IsDir() {
+				if p != root && (name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			for _, pat := range include {
+				if ok, _ := filepath.Match(pat, name); ok && d.Type().IsRegular() {
+					files = append(files, p)
+					break
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("eval: data: walk %s: %w", root, err)
+		}
+	}
+	slices.Sort(files)
+	files = slices.Compact(files)
+	if len(files) == 0 {
+		return nil, fmt.Errorf("eval: data %s: no file matches include patterns %q", path, include)
+	}
+	return files, nil
+}
+
+// evaluator runs forward passes of one model on P in-process sequence-parallel ranks, each
+// with its own backend and copy of the parameters, as train's ranks.
+type evaluator struct {
+	cfg    model.Config
+	P      int
+	attn   string // schedule, when P > 1
+	layout parallel.Layout
+	world  *parallel.World
+	models []*model.Model
+}
+
+// newEvaluator builds the ranks for model mc under the [parallelism] section par (P =
+// sequence_parallel_degree; world_size beyond it would be data-parallel replicas, which an
+// evaluation does not need). The models keep only each block's input (the forward never
+// needs more), so activation memory is that of CheckpointLayer.
+func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
+	if par.Backend != "inproc" {
+		return nil, fmt.Errorf("eval: parallelism.backend = %q: this build evaluates on in-process ranks (\"inproc\")", par.Backend)
+	}
+	if err := mc.Resolve(); err != nil {
+		return nil, fmt.Errorf("eval: %w", err)
+	}
+	P := max(par.SequenceParallelDegree, 1)
+	e := &evaluator{cfg: mc, P: P, world: parallel.NewWorld(P)}
+	if P > 1 {
+		if err := parallel.Check(par.Attention, model.Heads{N: mc.NHeads, KV: mc.NKVHeads, Dim: mc.HeadDim}, P); err != nil {
+			return nil, fmt.Errorf("eval: parallelism.attention = %q on %d sequence-parallel ranks: %w", par.Attention, P, err)
+		}
+		l, err := parallel.LayoutOf(par.Attention)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		e.attn, e.layout = par.Attention, l
+	}
+	for r := 0; r < P; r++ {
+		be := kernels.NewCPU()
+		m := model.New(mc, model.CheckpointLayer, be)
+		if P > 1 {
+			a, err := parallel.NewAttention(par.Attention, e.world.Comm(r), be, parallel.Options{Overlap: par.OverlapComm})
+			if err != nil {
+				return nil, fmt.Errorf("eval: %w", err)
+			}
+			m.Attn = a
+		}
+		e.models = append(e.models, m)
+	}
+	return e, nil
+}
+
+// load copies params (in model.NewLayout order) into every rank.
+func (e *evaluator) load(params []float32) error {
+	if n := e.models[0].Layout.Size; len(params) != n {
+		return fmt.Errorf("eval: %d parameter values for a model of %d", len(params), n)
+	}
+	for _, m := range e.models {
+		m.LoadParams(params)
+	}
+	return nil
+}
+
+// sample returns the summed loss of one sample's targets and their count.
+func (e *evaluator) sample(s evalSample) (lossSum float64, count int, err error) {
+	n := len(s.ids)
+	if e.P == 1 {
+		lossSum, count = e.models[0].Forward(s.ids, s.targets, 1, model.Positions(n))
+		return lossSum, count, nil
+	}
+	d := e.layout.Divisor(e.P)
+	T := (n + d - 1) / d * d
+	ids := make([]int32, T) // padding: token 0, target -1 (ignored)
+	targets := slices.Repeat([]int32{-1}, T)
+	copy(ids, s.ids)
+	copy(targets, s.targets)
+	sums := make([]float64, e.P)
+	counts := make([]int, e.P)
+	err = e.world.Run(func(c parallel.Comm) error {
+		r := c.Rank()
+		pos, err := e.layout.Positions(T, e.P, r)
+		if err != nil {
+			return err
+		}
+		sums[r], counts[r] = e.models[r].Forward(parallel.Shard(ids, 1, T, 1, pos), parallel.Shard(targets, 1, T, 1, pos), 1, pos)
+		return nil
+	})
+	for r := range sums { // in rank order: deterministic
+		lossSum += sums[r]
+		count += counts[r]
+	}
+	return lossSum, count, err
+}
+
+// evaluate runs every sample and returns the result; progress, when not nil, is called after
+// each sample with the number done and the running mean loss. A cancelled ctx stops it between
+// samples with an error.
+func (e *evaluator) evaluate(ctx context.Context, samples []evalSample, progress func(done int, loss float64)) (EvalResult, error) {
+	start := time.Now()
+	var lossSum float64
+	var tokens, nbytes int64
+	for i, s := range samples {
+		if err := ctx.Err(); err != nil {
+			return EvalResult{}, fmt.Errorf("eval: stopped after %d of %d samples: %w", i, len(samples), err)
+		}
+		l, n, err := e.sample(s)
+		if err != nil {
+			return EvalResult{}, fmt.Errorf("eval: sample %d: %w", i+1, err)
+		}
+		if n != len(s.targets) {
+			return EvalResult{}, fmt.Errorf("eval: sample %d: %d targets scored, want %d", i+1, n, len(s.targets))
+		}
+		lossSum += l
+		tokens += int64(n)
+		nbytes += int64(s.bytes)
+		if progress != nil {
+			progress(i+1, lossSum/float64(tokens))
+		}
+	}
+	if tokens == 0 {
+		return EvalResult{}, errors.New("eval: no tokens to evaluate")
+	}
+	elapsed := time.Since(start).Seconds()
+	loss := lossSum / float64(tokens)
+	r := EvalResult{Loss: loss, Perplexity: math.Exp(loss), Tokens: tokens, Bytes: nbytes,
+		Samples: len(samples), SequenceParallel: e.P, Attention: e.attn,
+		ElapsedSec: elapsed, TokensPerSec: float64(tokens) / elapsed}
+	if nbytes > 0 {
+		r.BitsPerByte = lossSum / math.Ln2 / float64(nbytes)
+	}
+	return r, nil
+}
+
+// evaluate is the held-out evaluation for train (every eval.interval steps on data.eval):
+// the loss of params, in the layout of cfg.Model, on samples (loadEvalSamples with
+// evalSeqLen(cfg)), on cfg's sequence-parallel world.
+func evaluate(ctx context.Context, cfg Config, params []float32, samples []evalSample) (EvalResult, error) {
+	e, err := newEvaluator(cfg.Model, cfg.Parallelism)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	if err := e.load(params); err != nil {
+		return EvalResult{}, err
+	}
+	r, err := e.evaluate(ctx, samples, nil)
+	r.SeqLen = evalSeqLen(cfg)
+	return r, err
+}
+
+// evalSeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
+func evalSeqLen(cfg Config) int { return cmp.Or(cfg.Eval.SeqLen, cfg.Data.SeqLen) }
+
+// evalModel is a model ready to evaluate.
+type evalModel struct {
+	cfg    model.Config
+	params []float32      // in model.NewLayout(cfg) order
+	tok    data.Tokenizer // the model's tokenizer
+	bos    int32          // BOS token prepended to every sample; -1: none
+	source string         // "hf", "safetensors" or "checkpoint"
+}
+
+// loadEvalModel loads --model: a Hugging Face LLaMA directory (a config.json that is not
+// distflash's own, see ckpt.IsHFDir, and safetensors weights), a .safetensors file holding
+// distflash's parameter names for the config's [model] shape, or a checkpoint directory of
+// this program.
+func loadEvalModel(path string, cfg Config) (evalModel, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return evalModel{}, fmt.Errorf("eval: --model: %w", err)
+	}
+	switch {
+	case fi.IsDir() && ckpt.IsHFDir(path):
+		return loadHFModel(path, cfg)
+	case fi.IsDir():
+		mc, params, err := loadCheckpointParams(path)
+		if err != nil {
+			return evalModel{}, err
+		}
+		tok, err := configTokenizer(cfg)
+		if err != nil {
+			return evalModel{}, err
+		}
+		return evalModel{cfg: mc, params: params, tok: tok, bos: -1, source: "checkpoint"}, nil
+	case strings.HasSuffix(path, ".safetensors"):
+		params, err := loadSafetensorsParams(path, cfg.Model)
+		if err != nil {
+			return evalModel{}, err
+		}
+		tok, err := configTokenizer(cfg)
+		if err != nil {
+			return evalModel{}, err
+		}
+		return evalModel{cfg: cfg.Model, params: params, tok: tok, bos: -1, source: "safetensors"}, nil
+	}
+	return evalModel{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
+}
+
+// loadCheckpointParams reads a checkpoint directory written by distflash train: the model's
+// shape and its parameters in model.NewLayout order.
+func loadCheckpointParams(path string) (model.Config, []float32, error) {
+	return model.Config{}, nil, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json of one), and reading distflash's own checkpoints is not yet supported in this build", path)
+}
+
+// configTokenizer is the tokenizer named by data.tokenizer.
+func configTokenizer(cfg Config) (data.Tokenizer, error) {
+	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("eval: data.tokenizer: %w", err)
+	}
+	return tok, nil
+}
+
+// hfModelConfig is the model.Config of a Hugging Face LLaMA config.
+func hfModelConfig(h ckpt.HFConfig) model.Config {
+	return model.Config{Dim: h.HiddenSize, NLayers: h.NumHiddenLayers, NHeads: h.NumAttentionHeads,
+		NKVHeads: h.NumKeyValueHeads, HeadDim: h.HeadDim, FFNDim: h.IntermediateSize, VocabSize: h.VocabSize,
+		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.MaxPositionEmbeddings}
+}
+
+// loadHFModel loads a Hugging Face LLaMA directory: the shape from config.json, the weights
+// as they are (HF's q/k layout is distflash's, see package ckpt), the directory's tokenizer
+// when it has one (else data.tokenizer), and config.json's bos_token_id.
+func loadHFModel(dir string, cfg Config) (evalModel, error) {
+	h, err := ckpt.OpenHF(dir)
+	if err != nil {
+		return evalModel{}, err
+	}
+	mc := hfModelConfig(h.Config)
+	if err := mc.Resolve(); err != nil {
+		return evalModel{}, fmt.Errorf("eval: %s: %w", filepath.Join(dir, ckpt.HFConfigFile), err)
+	}
+	layout := model.NewLayout(mc)
+	params := make([]float32, layout.Size)
+	dsts := make([]ckpt.Dest, len(layout.Tensors))
+	for i, t := range layout.Tensors {
+		dsts[i] = ckpt.Dest{Name: t.Name, Shape: t.Shape, Data: params[t.Off : t.Off+t.Size()]}
+	}
+	if err := h.Load(dsts); err != nil {
+		return evalModel{}, err
+	}
+	tokName := cfg.Data.Tokenizer
+	if h.Tokenizer != "" {
+		tokName = h.Tokenizer
+	}
+	tok, err := data.NewTokenizer(tokName)
+	if err != nil {
+		return evalModel{}, fmt.Errorf("eval: tokenizer %s: %w", tokName, err)
+	}
+	return evalModel{cfg: mc, params: params, tok: tok, bos: int32(h.Config.BOSTokenID), source: "hf"}, nil
+}
+
+// loadSafetensorsParams reads a safetensors file holding every parameter of the model shape
+// mc under distflash's (Hugging Face) names, and nothing else.
+func loadSafetensorsParams(path string, mc model.Config) ([]float32, error) {
+	st, err := ckpt.ReadSafetensors(path)
+	if err != nil {
+		return nil, err
+	}
+	layout := model.NewLayout(mc)
+	params := make([]float32, layout.Size)
+	for _, t := range layout.Tensors {
+		v, shape, err := st.Float32(t.Name)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w (the config's [model] must be the file's shape)", err)
+		}
+		if !slices.Equal(shape, t.Shape) {
+			return nil, fmt.Errorf("eval: %s: tensor %q has shape %v, the config's [model] needs %v", path, t.Name, shape, t.Shape)
+		}
+		copy(params[t.Off:], v)
+	}
+	for _, name := range st.Names() {
+		if _, ok := layout.Lookup(name); !ok {
+			return nil, fmt.Errorf("eval: %s: tensor %q is not a parameter of the config's [model]", path, name)
+		}
+	}
+	return params, nil
+}
+
+// evalReport is the JSON file eval writes: the result and what produced it.
+type evalReport struct {
+	EvalResult
+	Model     string `json:"model"`
+	Source    string `json:"source"` // hf | safetensors | checkpoint
+	Data      string `json:"data"`
+	Tokenizer string `json:"tokenizer"`
+	BOS       int32  `json:"bos_token_id"` // -1: none
+	Params    int64  `json:"params"`
+}
+
+// loadEvalConfig is LoadConfig, or the built-in defaults with the overrides when path is "".
+func loadEvalConfig(path string, sets []string) (Config, error) {
+	if path != "" {
+		return LoadConfig(path, sets)
+	}
+	cfg := DefaultConfig()
+	for _, o := range sets {
+		if err := cfg.Set(o); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// parseBOS reads --bos: "auto" (def), "none" or a token id.
+func parseBOS(s string, def int32) (int32, error) {
+	switch s {
+	case "auto":
+		return def, nil
+	case "none":
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("eval: --bos %q: want auto, none or a token id >= 0", s)
+	}
+	return int32(n), nil
+}
+
+// runEval is `distflash eval`.
+func runEval(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "TOML config file: [parallelism], [data] tokenizer and format, [eval] (default: the built-in defaults, as configs/tiny.toml)")
+	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint directory, or .safetensors file with the config's [model] shape (required)")
+	dataPath := fs.String("data", "", "evaluation text: file, directory or glob, one document per file (default: data.eval)")
+	samples := fs.Int("samples", 0, "documents evaluated, the first ones in path order (default: eval.samples)")
+	seqLen := fs.Int("seq-len", 0, "tokens read per sample at most; longer documents are cut (default: eval.seq_len, else data.seq_len)")
+	out := fs.String("out", "", "JSON result file (default: <run.output_dir>/<run.name>/eval.json)")
+	bosFlag := fs.String("bos", "auto", "BOS token prepended to each sample: auto (a Hugging Face model's bos_token_id; none for distflash's own models, which train without one), none, or an id")
+	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
+	var sets setFlags
+	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("eval: unexpected arguments %q", fs.Args())
+	}
+	if *modelPath == "" {
+		return errors.New("eval: --model is required: a Hugging Face LLaMA directory, a checkpoint directory or a .safetensors file")
+	}
+	cfg, err := loadEvalConfig(*configPath, sets)
+	if err != nil {
+		return err
+	}
+	if cfg.Device.Kind != "cpu" {
+		return fmt.Errorf("eval: device.kind = %q needs a build with -tags %s (this build runs on the CPU)", cfg.Device.Kind, cfg.Device.Kind)
+	}
+	if *dataPath == "" {
+		*dataPath = cfg.Data.Eval
+	}
+	if *dataPath == "" {
+		return errors.New("eval: no evaluation data: pass --data FILE or set data.eval in the config")
+	}
+	if *samples == 0 {
+		*samples = cfg.Eval.Samples
+	}
+	if *seqLen == 0 {
+		*seqLen = evalSeqLen(cfg)
+	}
+	if *samples < 1 || *seqLen < 1 {
+		return fmt.Errorf("eval: --samples %d, --seq-len %d: both must be >= 1", *samples, *seqLen)
+	}
+	if *out == "" {
+		*out = filepath.Join(cfg.Run.OutputDir, cfg.Run.Name, "eval.json")
+	}
+
+	em, err := loadEvalModel(*modelPath, cfg)
+	if err != nil {
+		return err
+	}
+	bos, err := parseBOS(*bosFlag, em.bos)
+	if err != nil {
+		return err
+	}
+	mc := em.cfg
+	if *seqLen > mc.MaxSeqLen {
+		return fmt.Errorf("eval: --seq-len %d exceeds the model's longest sequence, %d (max_seq_len / max_position_embeddings)", *seqLen, mc.MaxSeqLen)
+	}
+	if v := em.tok.VocabSize(); v > mc.VocabSize {
+		return fmt.Errorf("eval: tokenizer %s has %d tokens, the model's vocabulary only %d", em.tok.Name(), v, mc.VocabSize)
+	}
+	if bos >= int32(mc.VocabSize) {
+		return fmt.Errorf("eval: BOS token %d is outside the model's vocabulary of %d", bos, mc.VocabSize)
+	}
+	ev, err := newEvaluator(mc, cfg.Parallelism)
+	if err != nil {
+		return err
+	}
+	if err := ev.load(em.params); err != nil {
+		return err
+	}
+	em.params = nil
+	ss, err := loadEvalSamples(*dataPath, cfg.Data, em.tok, bos, *seqLen, mc.VocabSize, *samples)
+	if err != nil {
+		return err
+	}
+	if len(ss) < *samples {
+		fmt.Fprintf(stderr, "eval: %s has %d documents to evaluate, fewer than --samples %d\n", *dataPath, len(ss), *samples)
+	}
+	world := "1 worker"
+	if ev.P > 1 {
+		world = fmt.Sprintf("%d sequence-parallel ranks (%s)", ev.P, ev.attn)
+	}
+	fmt.Fprintf(stderr, "eval: %s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d) on %d samples of %s, seq_len %d, %s\n",
+		*modelPath, em.source, count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize,
+		len(ss), *dataPath, *seqLen, world)
+
+	bar := progressbar.NewOptions(len(ss),
+		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetVisibility(*progress),
+		progressbar.OptionSetWidth(24),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetElapsedTime(true),
+		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionClearOnFinish())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := ev.evaluate(ctx, ss, func(done int, loss float64) {
+		bar.Describe(fmt.Sprintf("loss %.4f", loss))
+		_ = bar.Add(1)
+	})
+	_ = bar.Finish()
+	if err != nil {
+		return err
+	}
+	res.SeqLen = *seqLen
+	rep := evalReport{EvalResult: res, Model: *modelPath, Source: em.source, Data: *dataPath,
+		Tokenizer: em.tok.Name(), BOS: bos, Params: mc.NumParams()}
+	js, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("eval: encode result: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	if err := os.WriteFile(*out, append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("eval: write result: %w", err)
+	}
+	fmt.Fprintf(stdout, "eval: loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples in %.1fs (%.0f tokens/s); wrote %s\n",
+		res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens, res.Bytes, res.Samples, res.ElapsedSec, res.TokensPerSec, *out)
+	return nil
+}
