@@ -559,6 +559,9 @@ func (c *Config) Validate() error {
 	atLeast("eval.samples", e.Samples, 1)
 	atLeast("eval.seq_len", e.SeqLen, 0)
 	atLeast("eval.interval", e.Interval, 0)
+	if e.Interval > 0 && c.Data.Eval == "" {
+		fail("eval.interval = %d: evaluating during training needs held-out data: set data.eval", e.Interval)
+	}
 	if modelOK && e.SeqLen > c.Model.MaxSeqLen {
 		fail("eval.seq_len = %d exceeds model.max_seq_len = %d", e.SeqLen, c.Model.MaxSeqLen)
 	}
@@ -651,12 +654,6 @@ func (c Config) Requirements() []string {
 	}
 	if f := c.Data.Format; f != "text" {
 		reqs = append(reqs, fmt.Sprintf("data.format = %q comes in a later version (this version reads \"text\")", f))
-	}
-	if c.Checkpoint.Interval > 0 {
-		reqs = append(reqs, fmt.Sprintf("checkpoint.interval = %d: saving checkpoints comes in a later version", c.Checkpoint.Interval))
-	}
-	if c.Eval.Interval > 0 {
-		reqs = append(reqs, fmt.Sprintf("eval.interval = %d: evaluation during training comes in a later version", c.Eval.Interval))
 	}
 	n := c.Model.NumParams()
 	if state := n * stateBytesPerParam; state > memoryNoteBytes {

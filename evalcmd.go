@@ -386,15 +386,15 @@ func loadEvalModel(path string, cfg Config) (evalModel, error) {
 	case fi.IsDir() && ckpt.IsHFDir(path):
 		return loadHFModel(path, cfg)
 	case fi.IsDir():
-		mc, params, err := loadCheckpointParams(path)
+		saved, params, err := loadCheckpointParams(path)
 		if err != nil {
 			return evalModel{}, err
 		}
-		tok, err := configTokenizer(cfg)
+		tok, err := configTokenizer(saved) // the tokenizer the model was trained with
 		if err != nil {
 			return evalModel{}, err
 		}
-		return evalModel{cfg: mc, params: params, tok: tok, bos: -1, source: "checkpoint"}, nil
+		return evalModel{cfg: saved.Model, params: params, tok: tok, bos: -1, source: "checkpoint"}, nil
 	case strings.HasSuffix(path, ".safetensors"):
 		params, err := loadSafetensorsParams(path, cfg.Model)
 		if err != nil {
@@ -409,10 +409,30 @@ func loadEvalModel(path string, cfg Config) (evalModel, error) {
 	return evalModel{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
 }
 
-// loadCheckpointParams reads a checkpoint directory written by distflash train: the model's
-// shape and its parameters in model.NewLayout order.
-func loadCheckpointParams(path string) (model.Config, []float32, error) {
-	return model.Config{}, nil, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json of one), and reading distflash's own checkpoints is not yet supported in this build", path)
+// loadCheckpointParams reads a checkpoint written by distflash train (a step directory, or a
+// run directory, meaning its latest): the config it was trained with and its parameters in
+// model.NewLayout order, verified (every shard's checksum) before use.
+func loadCheckpointParams(path string) (Config, []float32, error) {
+	c, err := ckpt.Open(path)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
+	}
+	defer c.Close()
+	saved := DefaultConfig()
+	if err := json.Unmarshal(c.Manifest().Config, &saved); err != nil {
+		return Config{}, nil, fmt.Errorf("eval: %s: config in the manifest: %w", c.Dir(), err)
+	}
+	if err := saved.Model.Resolve(); err != nil {
+		return Config{}, nil, fmt.Errorf("eval: %s: model in the manifest: %w", c.Dir(), err)
+	}
+	params, err := c.ReadTensor("params")
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("eval: %w", err)
+	}
+	if want := model.NewLayout(saved.Model).Size; len(params) != want {
+		return Config{}, nil, fmt.Errorf("eval: %s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
+	}
+	return saved, params, nil
 }
 
 // configTokenizer is the tokenizer named by data.tokenizer.

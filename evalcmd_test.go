@@ -82,10 +82,7 @@ func TestEvalMatchesPyTorch(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "distflash")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	for name, evals := range readHFEvals(t) {
 		for _, want := range evals {
 			for _, P := range []int{1, 4} {

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/signal"
@@ -37,6 +40,10 @@ type Metrics struct {
 	Skipped      bool     `json:"skipped,omitempty"`    // fp16: gradients overflowed, the update was skipped
 	LossScale    float64  `json:"loss_scale,omitempty"` // fp16: the scale this step's loss was multiplied by
 	Memory       []Memory `json:"memory"`               // per rank
+	// Held-out evaluation, on the steps where it runs (eval.interval).
+	EvalLoss        float64 `json:"eval_loss,omitempty"`
+	EvalPerplexity  float64 `json:"eval_perplexity,omitempty"`
+	EvalBitsPerByte float64 `json:"eval_bits_per_byte,omitempty"`
 }
 
 // runTrain is `distflash train`.
@@ -45,6 +52,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "configs/tiny.toml", "TOML config file")
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
+	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
+	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint (for jobs with a time limit); 0 = run to training.steps")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -63,7 +72,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return train(ctx, cfg, stdout, stderr, *progress)
+	return train(ctx, cfg, stdout, stderr, trainOptions{progress: *progress, resume: *resume, stopAfter: *stopAfter})
 }
 
 // trainer holds the pieces of a run: the data, the schedule, and the ranks this process
@@ -398,9 +407,17 @@ func (t *trainer) step(step int) (Metrics, error) {
 	return out, nil
 }
 
-// train runs the configured number of steps, writing metrics.jsonl and a progress bar; a
-// cancelled ctx (Ctrl-C, SIGTERM) stops after the current step.
-func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgress bool) error {
+// trainOptions are train's command-line choices that are not part of the config.
+type trainOptions struct {
+	progress  bool   // draw a progress bar (else log lines)
+	resume    string // "", "auto" or a checkpoint path
+	stopAfter int    // stop (with a checkpoint) after this step; 0 = run to training.steps
+}
+
+// train runs the configured number of steps, writing metrics.jsonl, a progress bar and
+// checkpoints (every checkpoint.interval steps and at the end). A cancelled ctx (Ctrl-C,
+// SIGTERM) stops after the current step and saves a checkpoint there.
+func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainOptions) error {
 	runDir := filepath.Join(cfg.Run.OutputDir, cfg.Run.Name)
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return fmt.Errorf("train: create run directory: %w", err)
@@ -417,29 +434,57 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 	if err != nil {
 		return err
 	}
+	var st trainState
+	if opt.resume != "" {
+		if st, _, err = t.restore(opt.resume, stderr); err != nil {
+			return err
+		}
+	}
+	var evalSet []evalSample
+	if cfg.Eval.Interval > 0 {
+		if evalSet, err = trainEvalSamples(cfg); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(evalSet), evalSeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
+	}
 	metricsPath := filepath.Join(runDir, "metrics.jsonl")
-	mf, err := os.Create(metricsPath)
+	mf, err := openMetrics(metricsPath, st.Step)
 	if err != nil {
-		return fmt.Errorf("train: %w", err)
+		return err
 	}
 	defer mf.Close()
 	enc := json.NewEncoder(mf) // one write per step, so a reader tailing the file sees every step at once
 
 	steps := cfg.Training.Steps
+	end := steps
+	if opt.stopAfter > 0 && opt.stopAfter < steps {
+		end = opt.stopAfter
+	}
 	bar := progressbar.NewOptions(steps,
 		progressbar.OptionSetWriter(stderr),
-		progressbar.OptionSetVisibility(showProgress),
+		progressbar.OptionSetVisibility(opt.progress),
 		progressbar.OptionSetWidth(24),
 		progressbar.OptionShowCount(),
 		progressbar.OptionSetPredictTime(true),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish())
+	_ = bar.Set(st.Step)
 	start := time.Now()
-	var tokens int64
+	tokens := st.Tokens
 	var first, last Metrics
-	done := 0
-	for s := 0; s < steps; s++ {
+	done, saved := st.Step, st.Step
+	checkpoint := func(step int) error {
+		path, err := t.save(trainState{Step: step, Tokens: tokens, Elapsed: st.Elapsed + time.Since(start).Seconds()}, stderr)
+		if err != nil {
+			return err
+		}
+		saved = step
+		bar.Clear()
+		fmt.Fprintf(stderr, "checkpoint: step %d saved to %s\n", step, path)
+		return nil
+	}
+	for s := st.Step; s < end; s++ {
 		if ctx.Err() != nil {
 			break
 		}
@@ -449,46 +494,124 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, showProgre
 			return err
 		}
 		tokens += m.Tokens
-		m.ElapsedSec = time.Since(start).Seconds()
+		m.ElapsedSec = st.Elapsed + time.Since(start).Seconds()
 		m.TokensPerSec = float64(m.Tokens) / time.Since(stepStart).Seconds()
 		m.Tokens = tokens
 		if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
 			return fmt.Errorf("train: loss is %v at step %d (lr %g, grad norm %g): lower training.lr or check the data", m.Loss, m.Step, m.LR, m.GradNorm)
-		}
-		if err := enc.Encode(m); err != nil {
-			return fmt.Errorf("train: write %s: %w", metricsPath, err)
 		}
 		if m.Skipped {
 			bar.Clear()
 			fmt.Fprintf(stderr, "step %d: fp16 gradients overflowed at loss scale %g: update skipped, scale now %g\n",
 				m.Step, m.LossScale, t.scaler.Scale)
 		}
-		if s == 0 {
+		if cfg.Eval.Interval > 0 && (m.Step%cfg.Eval.Interval == 0 || m.Step == steps) {
+			r, err := evaluate(ctx, cfg, t.fullParams(), evalSet)
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("train: eval at step %d: %w", m.Step, err)
+			}
+			if err == nil {
+				m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte = r.Loss, r.Perplexity, r.BitsPerByte
+				bar.Clear()
+				fmt.Fprintf(stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n", m.Step, r.Loss, r.Perplexity, r.BitsPerByte, r.Tokens)
+			}
+		}
+		if err := enc.Encode(m); err != nil {
+			return fmt.Errorf("train: write %s: %w", metricsPath, err)
+		}
+		if first.Step == 0 {
 			first = m
 		}
 		last, done = m, s+1
-		bar.Describe(fmt.Sprintf("loss %.4f  lr %.2e  %.0f tok/s", m.Loss, m.LR, float64(tokens)/m.ElapsedSec))
+		bar.Describe(fmt.Sprintf("loss %.4f  lr %.2e  %.0f tok/s", m.Loss, m.LR, float64(tokens-st.Tokens)/time.Since(start).Seconds()))
 		_ = bar.Add(1)
-		if !showProgress && cfg.Run.LogInterval > 0 && (m.Step%cfg.Run.LogInterval == 0 || m.Step == steps) {
+		if !opt.progress && cfg.Run.LogInterval > 0 && (m.Step%cfg.Run.LogInterval == 0 || m.Step == steps) {
 			fmt.Fprintf(stderr, "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s\n", m.Step, steps, m.Loss, m.LR, m.GradNorm, m.TokensPerSec)
+		}
+		if k := cfg.Checkpoint.Interval; k > 0 && m.Step%k == 0 && m.Step < end {
+			if err := checkpoint(m.Step); err != nil {
+				return err
+			}
 		}
 	}
 	_ = bar.Finish()
+	// A checkpoint where the run stops: at the end (when checkpointing is on), and always when
+	// stopped early by a signal or --stop-after, so that --resume auto continues from here.
+	if done > saved && (done < steps || cfg.Checkpoint.Interval > 0) {
+		if err := checkpoint(done); err != nil {
+			return err
+		}
+	}
 	if err := mf.Close(); err != nil {
 		return fmt.Errorf("train: write %s: %w", metricsPath, err)
 	}
 	elapsed := time.Since(start).Seconds()
-	if done < steps {
-		fmt.Fprintf(stdout, "interrupted after step %d of %d; metrics in %s\n", done, steps, metricsPath)
-	} else {
+	switch {
+	case done < steps:
+		fmt.Fprintf(stdout, "stopped after step %d of %d; checkpoint in %s; continue with --resume auto; metrics in %s\n",
+			done, steps, t.runDir(), metricsPath)
+	case first.Step == 0:
+		fmt.Fprintf(stdout, "nothing to train: the checkpoint is at step %d of %d\n", done, steps)
+	default:
 		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); metrics in %s\n",
-			done, elapsed, float64(tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
+			done-st.Step, elapsed, float64(tokens-st.Tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
 	}
 	if t.scaler != nil && t.scaler.Skipped > 0 {
 		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)
 	}
 	writeMemory(stdout, last.Memory)
 	return nil
+}
+
+// openMetrics opens metrics.jsonl for a run that starts after step done: a fresh run
+// truncates it; a resumed one keeps the lines of steps up to done (a crashed run may have
+// written later ones, which the resumed run writes again) and appends.
+func openMetrics(path string, done int) (*os.File, error) {
+	if done == 0 {
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		return f, nil
+	}
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	var keep []byte
+	for _, line := range bytes.SplitAfter(old, []byte("\n")) {
+		var m struct {
+			Step int `json:"step"`
+		}
+		if json.Unmarshal(line, &m) == nil && m.Step >= 1 && m.Step <= done {
+			keep = append(keep, line...)
+		}
+	}
+	if err := os.WriteFile(path, keep, 0o644); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	return f, nil
+}
+
+// trainEvalSamples loads the held-out samples train evaluates every eval.interval steps.
+func trainEvalSamples(cfg Config) ([]evalSample, error) {
+	tok, err := configTokenizer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	path, err := data.ExpandPath(cfg.Data.Eval)
+	if err != nil {
+		return nil, fmt.Errorf("%s: data.eval = %q: %w", cfg.Path, cfg.Data.Eval, err)
+	}
+	samples, err := loadEvalSamples(path, cfg.Data, tok, -1, evalSeqLen(cfg), cfg.Model.VocabSize, cfg.Eval.Samples)
+	if err != nil {
+		return nil, fmt.Errorf("%s: data.eval: %w", cfg.Path, err)
+	}
+	return samples, nil
 }
 
 // writeMemory prints the per-rank memory table of the end of a run.

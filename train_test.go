@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"distflash/ckpt"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -105,16 +106,14 @@ func TestTrainBadConfig(t *testing.T) {
 }
 
 // TestTrainInterrupt builds the real binary, sends it SIGINT during training and expects a
-// clean exit (status 0) after the current step with the metrics written so far.
+// clean exit (status 0) after the current step, with the metrics written so far and a
+// checkpoint of that step, from which --resume auto continues.
 func TestTrainInterrupt(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "distflash")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	cmd := exec.Command(bin, "train", "--config", "configs/tiny.toml", "--progress=false",
 		"--set", "run.output_dir="+dir, "--set", "training.steps=100000", "--set", "run.log_interval=1")
 	var stdout bytes.Buffer
@@ -164,11 +163,29 @@ wait:
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGINT: %v\nstderr: %s", err, stderr.String())
 	}
-	if !strings.Contains(stdout.String(), "interrupted after step") {
-		t.Errorf("stdout: %q", stdout.String())
+	var done int
+	if _, err := fmt.Sscanf(stdout.String(), "stopped after step %d", &done); err != nil || done < 2 {
+		t.Fatalf("stdout %q: want \"stopped after step N\" with N >= 2", stdout.String())
 	}
-	if n := len(readMetrics(t, metrics)); n < 2 {
-		t.Errorf("%d metric lines after interrupt", n)
+	if n := len(readMetrics(t, metrics)); n != done {
+		t.Errorf("%d metric lines after interrupt at step %d", n, done)
+	}
+	// The interrupt saved a checkpoint at that step, and --resume auto continues from it.
+	c, err := ckpt.Open(filepath.Join(dir, "tiny"))
+	if err != nil {
+		t.Fatalf("checkpoint after SIGINT: %v", err)
+	}
+	c.Close()
+	if c.Manifest().Step != done {
+		t.Errorf("checkpoint at step %d, interrupted after %d", c.Manifest().Step, done)
+	}
+	out, err := exec.Command(bin, "train", "--config", "configs/tiny.toml", "--progress=false", "--resume", "auto",
+		"--stop-after", fmt.Sprint(done+2), "--set", "run.output_dir="+dir, "--set", "training.steps=100000").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("resume: step %d from", done)) {
+		t.Fatalf("resume after SIGINT: %v\n%s", err, out)
+	}
+	if ms := readMetrics(t, metrics); len(ms) != done+2 || ms[done].Step != done+1 {
+		t.Errorf("after resuming: %d metric lines, want %d in order", len(ms), done+2)
 	}
 }
 

@@ -81,7 +81,19 @@ var commitStages = []string{stageSidecarsRead, stageManifestTmp, stageManifest, 
 // Commit at once, leaving the files as a kill at that point would. Tests use it.
 var commitHook func(stage string) error
 
+// KillAtEnv names an environment variable for crash tests of whole programs: when it holds
+// the name of a save stage ("shard written" — after a rank's shard and index are on disk —
+// or one of Commit's stages, such as "manifest" or "latest renamed"), the process kills
+// itself with SIGKILL on reaching that stage, as a machine failure would.
+const KillAtEnv = "DISTFLASH_CKPT_KILL_AT"
+
+// stageShardWritten is reached when WriteShard has written and synced a rank's files.
+const stageShardWritten = "shard written"
+
 func hook(stage string) error {
+	if os.Getenv(KillAtEnv) == stage {
+		killSelf()
+	}
 	if commitHook != nil {
 		return commitHook(stage)
 	}

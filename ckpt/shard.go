@@ -221,6 +221,9 @@ func WriteShard(dir string, rank int, pieces []Piece, opt Options) (ShardInfo, e
 	if err := syncDir(dir); err != nil {
 		return ShardInfo{}, err
 	}
+	if err := hook(stageShardWritten); err != nil {
+		return ShardInfo{}, err
+	}
 	return info, nil
 }
 
