@@ -112,17 +112,18 @@ func (w *bpeWork) merge(left, right int32) {
 }
 
 // splitLines calls f for each part of text that ends just after a '\n' (the last part ends
-// with the text). Encoders whose pieces never contain a newline encode each line on its
-// own, which gives the same ids as the whole text at once (no merge can cross the newline
-// symbol) while keeping the scratch space per line.
-func splitLines(text []byte, split bool, f func(start, end int)) {
+// with the text), or once for all of text if split is false. Encoders whose pieces never
+// contain a newline encode each line on its own, which gives the same ids as the whole
+// text at once (no merge can cross the newline symbol) while keeping the scratch space
+// per line.
+func splitLines[T ~string | ~[]byte](text T, split bool, f func(start, end int)) {
 	if !split {
 		f(0, len(text))
 		return
 	}
 	start := 0
-	for i, b := range text {
-		if b == '\n' {
+	for i := 0; i < len(text); i++ {
+		if text[i] == '\n' {
 			f(start, i+1)
 			start = i + 1
 		}

@@ -866,3 +866,5 @@ func (r *protoReader) skip(wire int) error {
 	}
 	return fmt.Errorf("protobuf: unsupported wire type %d before byte %d", wire, r.off)
 }
+
+func (t *SentencePiece) setName(n string) { t.name = n }

@@ -23,6 +23,9 @@ Independent references, none of them part of distflash:
     (its Node.js binding, the npm package `tokenizers`, which runs the Rust code), with
     add_special_tokens=false and skip_special_tokens=true. The script installs that
     package into a temporary directory with npm when NODE_PATH does not already hold it.
+    llama.hf-metaspace.json and llama.hf-split.json do the same for two rewrites of
+    llama.tokenizer.json (see hf_variant) that exercise the Metaspace pre-tokenizer and
+    decoder and the array form of merges.
 
 Run from the repository root:
 
@@ -143,9 +146,12 @@ def make_corpus(path):
 
 
 def train(corpus, prefix, args):
-    cmd = ["spm_train", "--input=" + corpus, "--model_prefix=" + prefix, "--model_type=bpe",
-           "--num_threads=1", "--minloglevel=2"] + args
-    subprocess.run(cmd, check=True)
+    # Relative paths in the working directory: the model records them in its trainer_spec,
+    # so that the committed file does not change with the temporary directory's name.
+    cwd = os.path.dirname(prefix)
+    cmd = ["spm_train", "--input=" + os.path.basename(corpus), "--model_prefix=" + os.path.basename(prefix),
+           "--model_type=bpe", "--num_threads=1", "--minloglevel=2"] + args
+    subprocess.run(cmd, check=True, cwd=cwd)
     return prefix + ".model"
 
 
@@ -241,6 +247,29 @@ def hf_tokenizer_json(model_path):
     }
 
 
+def hf_variant(base, variant):
+    """Rewrites tokenizer.json the way hfVariant in data/hftokenizer_test.go does (the
+    variants are not committed, only their vectors):
+      metaspace  the form transformers writes for LLaMA with legacy=False: no normalizer, a
+                 Metaspace pre-tokenizer (prepend_scheme "first", no split); merges in the
+                 ["a", "b"] array form.
+      split      a Metaspace pre-tokenizer that splits words (prepend_scheme "always") and
+                 a Metaspace decoder.
+    """
+    t = json.loads(json.dumps(base))
+    t["normalizer"] = None
+    if variant == "metaspace":
+        t["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+        t["model"]["merges"] = [m.split(" ") for m in t["model"]["merges"]]
+    elif variant == "split":
+        meta = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+        t["pre_tokenizer"] = meta
+        t["decoder"] = meta
+    else:
+        raise ValueError(variant)
+    return t
+
+
 HF_JS = r"""
 const fs = require('fs');
 const { Tokenizer } = require('tokenizers');
@@ -268,8 +297,9 @@ def hf_vectors(tok_json, decode_ids, out, tmp):
     probe = subprocess.run(["node", "-e", "require('tokenizers')"], env=env, capture_output=True)
     if probe.returncode != 0:
         npm_dir = os.path.join(tmp, "npm")
-        os.makedirs(npm_dir)
-        subprocess.run(["npm", "install", "--silent", "--prefix", npm_dir, "tokenizers@0.23.2"], check=True)
+        if not os.path.isdir(npm_dir):
+            os.makedirs(npm_dir)
+            subprocess.run(["npm", "install", "--silent", "--prefix", npm_dir, "tokenizers@0.23.2"], check=True)
         env["NODE_PATH"] = os.path.join(npm_dir, "node_modules")
     sent = os.path.join(tmp, "sentences.json")
     with open(sent, "w", encoding="utf-8") as f:
@@ -332,7 +362,7 @@ def main():
         rules = os.path.join(tmp, "rules.tsv")
         write_rules(rules)
         opts = train(corpus, os.path.join(tmp, "opts"), [
-            "--normalization_rule_tsv=" + rules, "--vocab_size=400", "--character_coverage=0.995", "--user_defined_symbols=[SEP],☃",
+            "--normalization_rule_tsv=" + os.path.basename(rules), "--vocab_size=400", "--character_coverage=0.995", "--user_defined_symbols=[SEP],☃",
             "--control_symbols=<ctrl>", "--bos_id=-1", "--eos_id=1", "--unk_id=2", "--pad_id=0",
         ])
         for model in (llama, opts):
@@ -340,9 +370,14 @@ def main():
             shutil.copy(model, os.path.join(OUT, name + ".model"))
             write_json(os.path.join(OUT, name + ".json"), spm_vectors(model))
         tok_json = os.path.join(OUT, "llama.tokenizer.json")
-        write_tokenizer_json(tok_json, hf_tokenizer_json(llama))
+        base = hf_tokenizer_json(llama)
+        write_tokenizer_json(tok_json, base)
         sp = spm.SentencePieceProcessor(model_file=llama)
         hf_vectors(tok_json, decode_cases(sp), os.path.join(OUT, "llama.hf.json"), tmp)
+        for variant in ("metaspace", "split"):
+            path = os.path.join(tmp, variant + ".tokenizer.json")
+            write_tokenizer_json(path, hf_variant(base, variant))
+            hf_vectors(path, decode_cases(sp), os.path.join(OUT, "llama.hf-%s.json" % variant), tmp)
     finally:
         shutil.rmtree(tmp)
 
