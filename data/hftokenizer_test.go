@@ -25,8 +25,14 @@ func hfVariant(t testing.TB, variant string) string {
 	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
-	f["normalizer"] = nil
+	if variant != "unk" && variant != "unk-nofuse" {
+		f["normalizer"] = nil
+	}
 	switch variant {
+	case "unk", "unk-nofuse":
+		model := f["model"].(map[string]any)
+		model["byte_fallback"] = false
+		model["fuse_unk"] = variant == "unk"
 	case "metaspace":
 		f["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false}
 		model := f["model"].(map[string]any)
@@ -54,10 +60,11 @@ func hfVariant(t testing.TB, variant string) string {
 
 // TestHFTokenizerVectors compares Encode and Decode with Hugging Face's tokenizers library
 // (Rust, through its npm binding) on the tokenizer.json converted from llama.model as
-// transformers' LlamaConverter does, and on two rewrites of it (Metaspace pre-tokenizer
-// with array merges; splitting Metaspace with its decoder).
+// transformers' LlamaConverter does, and on rewrites of it (Metaspace pre-tokenizer with
+// array merges; splitting Metaspace with its decoder; no byte fallback, with and without
+// fusing unknown tokens).
 func TestHFTokenizerVectors(t *testing.T) {
-	for _, variant := range []string{"", "metaspace", "split"} {
+	for _, variant := range []string{"", "metaspace", "split", "unk", "unk-nofuse"} {
 		name := "llama.hf.json"
 		if variant != "" {
 			name = "llama.hf-" + variant + ".json"

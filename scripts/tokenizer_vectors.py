@@ -106,6 +106,7 @@ SENTENCES = [
     "the\u2581lower one eighth block \u2581 in the input",
     "full-width ＡＢＣ１２３ and ligature ﬁ and Ⅻ",
     "replacement char \ufffd in the text",
+    "roman \u2160\u2161 and \u2160 \u2161 numerals",
     "composed e\u0301 and zero\u200bwidth and no-break\u00a0space and ideographic\u3000space",
     "control \u0001\u0002 chars and NUL \u0000 too",
     "tokenizertokenizertokenizertokenizer",
@@ -255,8 +256,14 @@ def hf_variant(base, variant):
                  ["a", "b"] array form.
       split      a Metaspace pre-tokenizer that splits words (prepend_scheme "always") and
                  a Metaspace decoder.
+      unk        no byte fallback: unknown characters become <unk>, runs of them fused.
+      unk-nofuse no byte fallback, no fusing: one <unk> per unknown character.
     """
     t = json.loads(json.dumps(base))
+    if variant.startswith("unk"):
+        t["model"]["byte_fallback"] = False
+        t["model"]["fuse_unk"] = variant == "unk"
+        return t
     t["normalizer"] = None
     if variant == "metaspace":
         t["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
@@ -321,6 +328,9 @@ def write_rules(path):
         "3000\t20",  # ideographic space -> space
         "9\t20",  # tab -> space
         "200B\t",  # zero-width space -> nothing
+        "2160\t49",  # Ⅰ -> I
+        "2161\t49 49",  # Ⅱ -> II
+        "2160 2161\t58",  # ⅠⅡ -> X: the longest rule wins
     ]
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
@@ -374,7 +384,7 @@ def main():
         write_tokenizer_json(tok_json, base)
         sp = spm.SentencePieceProcessor(model_file=llama)
         hf_vectors(tok_json, decode_cases(sp), os.path.join(OUT, "llama.hf.json"), tmp)
-        for variant in ("metaspace", "split"):
+        for variant in ("metaspace", "split", "unk", "unk-nofuse"):
             path = os.path.join(tmp, variant + ".tokenizer.json")
             write_tokenizer_json(path, hf_variant(base, variant))
             hf_vectors(path, decode_cases(sp), os.path.join(OUT, "llama.hf-%s.json" % variant), tmp)
