@@ -13,7 +13,7 @@ package data
 type bpeSymbol struct {
 	start, end int32 // byte span in the text
 	prev, next int32 // neighbour indices, -1 at the ends
-	id         int32 // token id (Hugging Face: the merged id; SentencePiece: unused)
+	id         int32 // token id
 	frozen     bool  // never merged (SentencePiece user-defined symbols)
 }
 
@@ -24,6 +24,7 @@ type bpeCand struct {
 	left  int32
 	right int32
 	aux   int32 // SentencePiece: byte length of the merged piece; Hugging Face: the merged id
+	id    int32 // SentencePiece: the merged piece's id
 }
 
 // bpeQueue is a binary max-heap of candidates by priority, then by lower left index, the

@@ -34,7 +34,8 @@ type HFTokenizer struct {
 	fuseUnk      bool
 	byteFallback bool
 	ignoreMerges bool
-	byteIDs      [256]int32 // -1 where the vocabulary has no <0xNN>
+	byteIDs      [256]int32  // -1 where the vocabulary has no <0xNN>
+	byteChar     [0x80]int32 // vocabulary id of the one-byte character c, or -1
 
 	added      []hfAdded // sorted longest first
 	addedFirst [256]bool
@@ -195,6 +196,12 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 		t.byteIDs[i] = -1
 		if id, ok := m.Vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
 			t.byteIDs[i] = id
+		}
+	}
+	for c := range t.byteChar {
+		t.byteChar[c] = -1
+		if id, ok := m.Vocab[string(rune(c))]; ok {
+			t.byteChar[c] = id
 		}
 	}
 	if m.UnkToken != nil {
@@ -597,6 +604,12 @@ func (t *HFTokenizer) encodeWord(dst []int32, word string, w *bpeWork) []int32 {
 		}
 	}
 	for i := 0; i < len(word); {
+		if b := word[i]; b < 0x80 && t.byteChar[b] >= 0 {
+			flushUnk()
+			w.add(i, i+1, t.byteChar[b], false)
+			i++
+			continue
+		}
 		_, n := utf8.DecodeRuneInString(word[i:])
 		c := word[i : i+n]
 		if id, ok := t.vocab[c]; ok {

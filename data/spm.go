@@ -45,6 +45,13 @@ type SentencePiece struct {
 	userMax   int
 
 	splitLines bool // no piece contains '\n', so lines encode independently
+
+	// byteChar[c] is pieceID of the one-byte character c (c < 0x80), so that the common
+	// case of splitting text into characters needs no map lookup.
+	byteChar [0x80]int32
+	// shadowed: some normal piece has the text of a reserved one, which pieceID prefers,
+	// so the id a merge found must be looked up again by text.
+	shadowed bool
 }
 
 // spmPiece is one vocabulary entry.
@@ -245,6 +252,14 @@ func parseSentencePiece(b []byte) (*SentencePiece, error) {
 			if id < 0 {
 				return nil, fmt.Errorf("trainer_spec.byte_fallback is true but byte piece <0x%02X> is missing", v)
 			}
+		}
+	}
+	for c := range t.byteChar {
+		t.byteChar[c] = t.pieceID(string(rune(c)))
+	}
+	for p := range t.pieceIDs {
+		if _, ok := t.reserved[p]; ok {
+			t.shadowed = true
 		}
 	}
 	t.bos = t.controlID(spec.bosPiece)
@@ -457,8 +472,13 @@ func (t *SentencePiece) encodeSegment(dst []int32, s []byte, w *bpeWork, prevUnk
 	w.reset()
 	// Split into characters; a user-defined symbol is one frozen symbol.
 	for i := 0; i < len(s); {
+		if c := s[i]; c < 0x80 && !t.userFirst[c] {
+			w.add(i, i+1, t.byteChar[c], false)
+			i++
+			continue
+		}
 		n, user := t.prefixMatch(s[i:])
-		w.add(i, i+n, 0, user)
+		w.add(i, i+n, t.pieceID(string(s[i:i+n])), user)
 		i += n
 	}
 	// sentencepiece's rev_merge: how an unused piece that BPE formed splits back.
@@ -477,7 +497,7 @@ func (t *SentencePiece) encodeSegment(dst []int32, s []byte, w *bpeWork, prevUnk
 			return
 		}
 		p := &t.pieces[id]
-		w.queue.push(bpeCand{prio: float64(p.score), left: l, right: r, aux: int32(len(piece))})
+		w.queue.push(bpeCand{prio: float64(p.score), left: l, right: r, aux: int32(len(piece)), id: id})
 		if p.typ == spmUnused {
 			if revMerge == nil {
 				revMerge = make(map[string][2]string)
@@ -495,32 +515,37 @@ func (t *SentencePiece) encodeSegment(dst []int32, s []byte, w *bpeWork, prevUnk
 			continue // stale: one side has changed since the candidate was made
 		}
 		w.merge(c.left, c.right)
+		w.syms[c.left].id = c.id
 		try(w.syms[c.left].prev, c.left)
 		try(c.left, w.syms[c.left].next)
 	}
 	for i := int32(0); i >= 0; i = w.syms[i].next {
 		sym := w.syms[i]
-		dst, prevUnk = t.emit(dst, string(s[sym.start:sym.end]), revMerge, prevUnk)
+		id := sym.id
+		if t.shadowed {
+			id = t.pieceID(string(s[sym.start:sym.end]))
+		}
+		dst, prevUnk = t.emit(dst, id, s[sym.start:sym.end], revMerge, prevUnk)
 	}
 	return dst, prevUnk
 }
 
-// emit appends the id(s) of one final BPE symbol: unused pieces split back, unknown ones
-// as byte pieces or a (merged) unknown id.
-func (t *SentencePiece) emit(dst []int32, piece string, revMerge map[string][2]string, prevUnk bool) ([]int32, bool) {
-	id := t.pieceID(piece)
+// emit appends the id(s) of one final BPE symbol, piece with id pieceID(piece): unused
+// pieces split back, unknown ones as byte pieces or a (merged) unknown id.
+func (t *SentencePiece) emit(dst []int32, id int32, piece []byte, revMerge map[string][2]string, prevUnk bool) ([]int32, bool) {
 	if t.pieces[id].typ == spmUnused {
-		if parts, ok := revMerge[piece]; ok {
-			dst, prevUnk = t.emit(dst, parts[0], revMerge, prevUnk)
-			return t.emit(dst, parts[1], revMerge, prevUnk)
+		if parts, ok := revMerge[string(piece)]; ok {
+			l, r := []byte(parts[0]), []byte(parts[1])
+			dst, prevUnk = t.emit(dst, t.pieceID(parts[0]), l, revMerge, prevUnk)
+			return t.emit(dst, t.pieceID(parts[1]), r, revMerge, prevUnk)
 		}
 	}
 	if id != t.unk {
 		return append(dst, id), false
 	}
 	if t.byteFallback {
-		for i := 0; i < len(piece); i++ {
-			dst = append(dst, t.byteIDs[piece[i]])
+		for _, c := range piece {
+			dst = append(dst, t.byteIDs[c])
 		}
 		return dst, false
 	}
