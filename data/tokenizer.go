@@ -14,7 +14,9 @@ import (
 //
 // Implementations must be deterministic and safe for concurrent use, must not keep the
 // slices they are given, and Decode(Encode(text)) must return text for any text the
-// tokenizer's normalization leaves unchanged (for ByteTokenizer, any bytes at all).
+// tokenizer represents exactly: for ByteTokenizer any bytes; for a SentencePiece or
+// tokenizer.json with LLaMA's settings, valid UTF-8 that holds neither U+2581 ("▁", which
+// stands for a space) nor the text of an added token such as "<s>" (tokenizer.json only).
 type Tokenizer interface {
 	// Encode returns the token ids of text.
 	Encode(text []byte) []int32
