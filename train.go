@@ -141,6 +141,10 @@ func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
 	}
+	if tok.VocabSize() > cfg.Model.VocabSize {
+		return nil, fmt.Errorf("%s: data.tokenizer %q has %d tokens but model.vocab_size = %d: set model.vocab_size to at least %d",
+			cfg.Path, cfg.Data.Tokenizer, tok.VocabSize(), cfg.Model.VocabSize, tok.VocabSize())
+	}
 	path, err := data.ExpandPath(cfg.Data.Train)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.train = %q: %w", cfg.Path, cfg.Data.Train, err)

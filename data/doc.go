@@ -8,8 +8,10 @@
 //   - [LoadTokens] reads a [Source] (a file, a directory walked recursively, or a glob),
 //     chooses and orders its files from a seed, and tokenizes them into one stream with a
 //     newline between documents.
-//   - A [Tokenizer] maps bytes to token ids and back; [ByteTokenizer] (one token per byte,
-//     vocabulary 256) is the one this version has, chosen by name with [NewTokenizer].
+//   - A [Tokenizer] maps bytes to token ids and back: [ByteTokenizer] (one token per byte,
+//     vocabulary 256, the default), [SentencePiece] (a LLaMA-style tokenizer.model) or
+//     [HFTokenizer] (a Hugging Face tokenizer.json with a BPE model), chosen by
+//     [NewTokenizer].
 //   - A [Loader] packs the stream into windows of seqLen+1 tokens, visits them in a seeded
 //     permutation per epoch and yields [Batch] values of inputs and next-token targets. Its
 //     position is a small [LoaderState] that restores exactly, without replaying history.

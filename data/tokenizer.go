@@ -1,7 +1,11 @@
 package data
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"unicode/utf8"
 )
@@ -9,7 +13,10 @@ import (
 // Tokenizer turns bytes into token ids and back.
 //
 // Implementations must be deterministic and safe for concurrent use, must not keep the
-// slices they are given, and Decode(Encode(text)) must return text.
+// slices they are given, and Decode(Encode(text)) must return text for any text the
+// tokenizer represents exactly: for ByteTokenizer any bytes; for a SentencePiece or
+// tokenizer.json with LLaMA's settings, valid UTF-8 that holds neither U+2581 ("▁", which
+// stands for a space) nor the text of an added token such as "<s>" (tokenizer.json only).
 type Tokenizer interface {
 	// Encode returns the token ids of text.
 	Encode(text []byte) []int32
@@ -22,17 +29,69 @@ type Tokenizer interface {
 	Name() string
 }
 
+// SpecialTokens is implemented by tokenizers that have beginning- and end-of-sequence
+// tokens ([SentencePiece], [HFTokenizer]); an id is -1 where the tokenizer has none.
+// Encode never adds them: LLaMA-style evaluation prepends BOS itself.
+type SpecialTokens interface {
+	Specials() (bos, eos int32)
+}
+
 // tokenizerNames lists the names NewTokenizer accepts, for error messages.
-const tokenizerNames = `"byte"`
+const tokenizerNames = `"byte", or the path of a SentencePiece tokenizer.model, a Hugging Face tokenizer.json, or a directory holding one`
 
 // NewTokenizer returns the tokenizer called name: "byte" (also "", the default) gives a
-// ByteTokenizer. SentencePiece and Hugging Face tokenizer.json come in a later version.
+// ByteTokenizer; anything else is a path (expanded by [ExpandPath]) to a SentencePiece
+// model ([LoadSentencePiece]) or a Hugging Face tokenizer.json ([LoadHFTokenizer]), told
+// apart by content (JSON or not), or to a directory holding tokenizer.json or
+// tokenizer.model (tokenizer.json first, as transformers prefers it). The tokenizer's Name
+// is the path as given.
 func NewTokenizer(name string) (Tokenizer, error) {
 	switch name {
 	case "", "byte":
 		return ByteTokenizer{}, nil
 	}
-	return nil, fmt.Errorf("data: unknown tokenizer %q: accepted: %s (sentencepiece and tokenizer.json come in a later version)", name, tokenizerNames)
+	path, err := ExpandPath(name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: unknown tokenizer %q: accepted: %s: %w", name, tokenizerNames, err)
+	}
+	if st.IsDir() {
+		found := ""
+		for _, f := range []string{"tokenizer.json", "tokenizer.model"} {
+			if _, err := os.Stat(filepath.Join(path, f)); err == nil {
+				found = filepath.Join(path, f)
+				break
+			}
+		}
+		if found == "" {
+			return nil, fmt.Errorf("data: tokenizer %q: directory %s holds neither tokenizer.json nor tokenizer.model", name, path)
+		}
+		path = found
+	}
+	head := make([]byte, 64)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: tokenizer %q: %w", name, err)
+	}
+	n, _ := io.ReadFull(f, head)
+	f.Close()
+	var tok interface {
+		Tokenizer
+		setName(string)
+	}
+	if t := bytes.TrimLeft(head[:n], " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		tok, err = LoadHFTokenizer(path)
+	} else {
+		tok, err = LoadSentencePiece(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tok.setName(name)
+	return tok, nil
 }
 
 // ByteTokenizer is the tokenizer with one token per byte: the id of a byte is its value, so

@@ -2,6 +2,9 @@ package data
 
 import (
 	"bytes"
+	"cmp"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -55,15 +58,54 @@ func TestByteTokenizerDecodeOutOfRange(t *testing.T) {
 }
 
 func TestNewTokenizer(t *testing.T) {
+	tokDir, err := filepath.Abs(filepath.Join("testdata", "tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DISTFLASH_TOK_DIR", tokDir)
+	hfDir := t.TempDir() // a model directory as Hugging Face lays it out: both files
+	spDir := t.TempDir() // only tokenizer.model
+	for _, c := range []struct{ src, dir, dst string }{
+		{"llama.tokenizer.json", hfDir, "tokenizer.json"},
+		{"llama.model", hfDir, "tokenizer.model"},
+		{"llama.model", spDir, "tokenizer.model"},
+	} {
+		b, err := os.ReadFile(filepath.Join(tokDir, c.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(c.dir, c.dst), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	empty := t.TempDir()
+	junk := filepath.Join(empty, "junk.model")
+	if err := os.WriteFile(junk, []byte{0x0a, 0x7f, 1}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badJSON := filepath.Join(empty, "bad.json")
+	if err := os.WriteFile(badJSON, []byte(`  {"model": {"type": "WordPiece"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		name    string
-		wantErr []string // substrings of the error; nil = success
+		name      string
+		wantType  string // "byte", "spm", "hf"
+		wantVocab int
+		wantErr   []string // substrings of the error; nil = success
 	}{
-		{"byte", nil},
-		{"", nil},
-		{"bpe", []string{`"bpe"`, `"byte"`}},
-		{"Byte", []string{`"Byte"`, `"byte"`}},
-		{"sentencepiece", []string{`"sentencepiece"`, `"byte"`, "later version"}},
+		{"byte", "byte", 256, nil},
+		{"", "byte", 256, nil},
+		{filepath.Join(tokDir, "llama.model"), "spm", 1000, nil},
+		{"$DISTFLASH_TOK_DIR/opts.model", "spm", 400, nil},
+		{filepath.Join(tokDir, "llama.tokenizer.json"), "hf", 1000, nil},
+		{hfDir, "hf", 1000, nil},
+		{spDir, "spm", 1000, nil},
+		{"bpe", "", 0, []string{`"bpe"`, `"byte"`, "tokenizer.model", "tokenizer.json"}},
+		{"Byte", "", 0, []string{`"Byte"`, `"byte"`}},
+		{"$DISTFLASH_NO_SUCH_VAR/tokenizer.model", "", 0, []string{"DISTFLASH_NO_SUCH_VAR", "not set"}},
+		{empty, "", 0, []string{empty, "neither tokenizer.json nor tokenizer.model"}},
+		{junk, "", 0, []string{"sentencepiece model " + junk, "protobuf"}},
+		{badJSON, "", 0, []string{badJSON, `model.type "WordPiece"`, "only BPE"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,8 +114,24 @@ func TestNewTokenizer(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if tok.Name() != "byte" || tok.VocabSize() != 256 {
-					t.Errorf("got %s with vocab %d, want byte with 256", tok.Name(), tok.VocabSize())
+				var typ string
+				switch tok.(type) {
+				case ByteTokenizer:
+					typ = "byte"
+				case *SentencePiece:
+					typ = "spm"
+				case *HFTokenizer:
+					typ = "hf"
+				}
+				if typ != tt.wantType || tok.VocabSize() != tt.wantVocab {
+					t.Errorf("got %T with vocab %d, want %s with %d", tok, tok.VocabSize(), tt.wantType, tt.wantVocab)
+				}
+				if want := cmp.Or(tt.name, "byte"); tok.Name() != want {
+					t.Errorf("Name = %q, want %q", tok.Name(), want)
+				}
+				_, special := tok.(SpecialTokens)
+				if special != (typ != "byte") {
+					t.Errorf("%T implements SpecialTokens: %v", tok, special)
 				}
 				return
 			}

@@ -1,0 +1,769 @@
+package data
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// HFTokenizer is a Hugging Face tokenizer read from a tokenizer.json file whose model is
+// BPE, the kind LLaMA-2, TinyLlama and Mistral ship. It encodes as the tokenizers library
+// does with add_special_tokens=false: added tokens are split out of the raw text first, each
+// remaining part goes through the normalizer and pre-tokenizer, then BPE merges by rank with
+// byte fallback. Decode skips special tokens and runs the file's decoder.
+//
+// Supported: normalizer null, Prepend, Replace (string patterns) and Sequence of them;
+// pre_tokenizer null or Metaspace; decoder Replace, ByteFallback, Fuse, Strip, Metaspace and
+// Sequence of them; added tokens with normalized, lstrip, rstrip and single_word false.
+// Anything else is refused by [LoadHFTokenizer] with an error that names it.
+type HFTokenizer struct {
+	name string
+
+	vocab        map[string]int32
+	tokens       []string // by id: added tokens over the model's vocabulary
+	special      []bool   // by id: an added token marked special
+	merges       map[uint64]hfMerge
+	unk          int32 // -1: none
+	fuseUnk      bool
+	byteFallback bool
+	ignoreMerges bool
+	byteIDs      [256]int32  // -1 where the vocabulary has no <0xNN>
+	byteChar     [0x80]int32 // vocabulary id of the one-byte character c, or -1
+
+	added      []hfAdded // sorted longest first
+	addedFirst [256]bool
+
+	normalizers []hfStep
+	meta        *hfMetaspace // pre-tokenizer
+	decoders    []hfStep
+
+	bos, eos   int32
+	splitLines bool
+}
+
+// hfMerge is what a pair of ids merges into and the merge's rank (lower merges first).
+type hfMerge struct {
+	rank  int32
+	newID int32
+}
+
+// hfAdded is an added token matched in the raw text.
+type hfAdded struct {
+	content string
+	id      int32
+}
+
+// hfStep is one normalizer or decoder step.
+type hfStep struct {
+	kind        string // Prepend, Replace, ByteFallback, Fuse, Strip, Metaspace
+	from, to    string
+	strip       rune
+	start, stop int
+	meta        hfMetaspace
+}
+
+// hfMetaspace is the Metaspace pre-tokenizer or decoder.
+type hfMetaspace struct {
+	replacement string
+	scheme      string // always, first, never
+	split       bool
+}
+
+// hfJSON is the part of tokenizer.json the tokenizer reads.
+type hfJSON struct {
+	AddedTokens []struct {
+		ID         int32  `json:"id"`
+		Content    string `json:"content"`
+		SingleWord bool   `json:"single_word"`
+		LStrip     bool   `json:"lstrip"`
+		RStrip     bool   `json:"rstrip"`
+		Normalized bool   `json:"normalized"`
+		Special    bool   `json:"special"`
+	} `json:"added_tokens"`
+	Normalizer   json.RawMessage `json:"normalizer"`
+	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+	Decoder      json.RawMessage `json:"decoder"`
+	Model        *struct {
+		Type                    string            `json:"type"`
+		Dropout                 *float64          `json:"dropout"`
+		UnkToken                *string           `json:"unk_token"`
+		ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+		FuseUnk                 bool              `json:"fuse_unk"`
+		ByteFallback            bool              `json:"byte_fallback"`
+		IgnoreMerges            bool              `json:"ignore_merges"`
+		Vocab                   map[string]int32  `json:"vocab"`
+		Merges                  []json.RawMessage `json:"merges"`
+	} `json:"model"`
+}
+
+// hfComponent is any normalizer, pre-tokenizer or decoder object.
+type hfComponent struct {
+	Type    string `json:"type"`
+	Pattern *struct {
+		String *string `json:"String"`
+		Regex  *string `json:"Regex"`
+	} `json:"pattern"`
+	Content        string            `json:"content"`
+	Prepend        string            `json:"prepend"`
+	Start          int               `json:"start"`
+	Stop           int               `json:"stop"`
+	Replacement    string            `json:"replacement"`
+	PrependScheme  string            `json:"prepend_scheme"`
+	AddPrefixSpace *bool             `json:"add_prefix_space"`
+	Split          *bool             `json:"split"`
+	Normalizers    []json.RawMessage `json:"normalizers"`
+	PreTokenizers  []json.RawMessage `json:"pretokenizers"`
+	Decoders       []json.RawMessage `json:"decoders"`
+}
+
+// LoadHFTokenizer reads a Hugging Face tokenizer.json whose model is BPE. BOS and EOS come
+// from tokenizer_config.json in the same directory (bos_token, eos_token) when that file
+// exists, else from the added tokens "<s>" and "</s>".
+func LoadHFTokenizer(path string) (*HFTokenizer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: tokenizer.json: %w", err)
+	}
+	t, err := parseHFTokenizer(b)
+	if err != nil {
+		return nil, fmt.Errorf("data: tokenizer.json %s: %w", path, err)
+	}
+	t.name = path
+	cfg := filepath.Join(filepath.Dir(path), "tokenizer_config.json")
+	if err := t.readConfig(cfg); err != nil {
+		return nil, fmt.Errorf("data: %s: %w", cfg, err)
+	}
+	return t, nil
+}
+
+func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
+	var f hfJSON
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, err
+	}
+	m := f.Model
+	switch {
+	case m == nil:
+		return nil, errors.New("no model")
+	case m.Type != "BPE":
+		return nil, fmt.Errorf("model.type %q is not supported: only BPE (as LLaMA-2 and TinyLlama ship)", m.Type)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return nil, fmt.Errorf("model.dropout = %v is not supported: only null (deterministic encoding)", *m.Dropout)
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
+		return nil, fmt.Errorf("model.continuing_subword_prefix = %q is not supported: only null", *m.ContinuingSubwordPrefix)
+	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return nil, fmt.Errorf("model.end_of_word_suffix = %q is not supported: only null", *m.EndOfWordSuffix)
+	case len(m.Vocab) == 0:
+		return nil, errors.New("model.vocab is empty")
+	}
+	t := &HFTokenizer{
+		vocab:        m.Vocab,
+		merges:       make(map[uint64]hfMerge, len(m.Merges)),
+		unk:          -1,
+		fuseUnk:      m.FuseUnk,
+		byteFallback: m.ByteFallback,
+		ignoreMerges: m.IgnoreMerges,
+		bos:          -1,
+		eos:          -1,
+	}
+	size := 0
+	for tok, id := range m.Vocab {
+		if id < 0 {
+			return nil, fmt.Errorf("model.vocab[%q] = %d is negative", tok, id)
+		}
+		size = max(size, int(id)+1)
+	}
+	for _, a := range f.AddedTokens {
+		if a.ID < 0 {
+			return nil, fmt.Errorf("added token %q has negative id %d", a.Content, a.ID)
+		}
+		size = max(size, int(a.ID)+1)
+	}
+	t.tokens = make([]string, size)
+	t.special = make([]bool, size)
+	for tok, id := range m.Vocab {
+		t.tokens[id] = tok
+	}
+	for i := range t.byteIDs {
+		t.byteIDs[i] = -1
+		if id, ok := m.Vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
+			t.byteIDs[i] = id
+		}
+	}
+	for c := range t.byteChar {
+		t.byteChar[c] = -1
+		if id, ok := m.Vocab[string(rune(c))]; ok {
+			t.byteChar[c] = id
+		}
+	}
+	if m.UnkToken != nil {
+		id, ok := m.Vocab[*m.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("model.unk_token %q is not in model.vocab", *m.UnkToken)
+		}
+		t.unk = id
+	}
+	for i, raw := range m.Merges {
+		a, b, err := parseHFMerge(raw)
+		if err != nil {
+			return nil, fmt.Errorf("model.merges[%d]: %w", i, err)
+		}
+		ia, oka := m.Vocab[a]
+		ib, okb := m.Vocab[b]
+		in, okn := m.Vocab[a+b]
+		switch {
+		case !oka:
+			return nil, fmt.Errorf("model.merges[%d]: %q is not in model.vocab", i, a)
+		case !okb:
+			return nil, fmt.Errorf("model.merges[%d]: %q is not in model.vocab", i, b)
+		case !okn:
+			return nil, fmt.Errorf("model.merges[%d]: merged token %q is not in model.vocab", i, a+b)
+		}
+		// As tokenizers builds its merge map, a repeated pair keeps its last rank.
+		t.merges[pairKey(ia, ib)] = hfMerge{rank: int32(i), newID: in}
+	}
+	for i, a := range f.AddedTokens {
+		switch {
+		case a.Content == "":
+			return nil, fmt.Errorf("added_tokens[%d] (id %d) is empty", i, a.ID)
+		case a.Normalized || a.LStrip || a.RStrip || a.SingleWord:
+			return nil, fmt.Errorf("added token %q: normalized, lstrip, rstrip and single_word must be false (the only kind supported; got %v, %v, %v, %v)",
+				a.Content, a.Normalized, a.LStrip, a.RStrip, a.SingleWord)
+		}
+		t.tokens[a.ID] = a.Content
+		t.special[a.ID] = a.Special
+		t.added = append(t.added, hfAdded{a.Content, a.ID})
+		t.addedFirst[a.Content[0]] = true
+	}
+	// Longest first, so the first match at a position is the longest.
+	slices.SortStableFunc(t.added, func(x, y hfAdded) int { return len(y.content) - len(x.content) })
+	var err error
+	if t.normalizers, err = parseHFSteps(f.Normalizer, "normalizer", "normalizers"); err != nil {
+		return nil, err
+	}
+	if t.decoders, err = parseHFSteps(f.Decoder, "decoder", "decoders"); err != nil {
+		return nil, err
+	}
+	if t.meta, err = parseHFPreTokenizer(f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	t.splitLines = t.newlinesIndependent()
+	if id, ok := t.addedID("<s>"); ok {
+		t.bos = id
+	}
+	if id, ok := t.addedID("</s>"); ok {
+		t.eos = id
+	}
+	return t, nil
+}
+
+// newlinesIndependent reports whether a newline never takes part in a merge, so that
+// lines can be merged one at a time: its token (the vocabulary's "\n" or the byte token
+// <0x0A> with every byte token present, so that no unknown token is fused across it) is in
+// no merge pair.
+func (t *HFTokenizer) newlinesIndependent() bool {
+	if t.ignoreMerges {
+		return false
+	}
+	nl, ok := t.vocab["\n"]
+	if !ok {
+		if !t.byteFallback || slices.Contains(t.byteIDs[:], -1) {
+			return false
+		}
+		nl = t.byteIDs['\n']
+	}
+	for k := range t.merges {
+		if int32(k>>32) == nl || int32(uint32(k)) == nl {
+			return false
+		}
+	}
+	return true
+}
+
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// parseHFMerge reads a merge in either form: "a b" or ["a", "b"].
+func parseHFMerge(raw json.RawMessage) (string, string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		a, b, ok := strings.Cut(s, " ")
+		if !ok || strings.Contains(b, " ") {
+			return "", "", fmt.Errorf("%q is not two tokens separated by one space", s)
+		}
+		return a, b, nil
+	}
+	var p []string
+	if err := json.Unmarshal(raw, &p); err != nil || len(p) != 2 {
+		return "", "", fmt.Errorf("%s is neither \"a b\" nor [\"a\", \"b\"]", raw)
+	}
+	return p[0], p[1], nil
+}
+
+// parseHFSteps reads a normalizer or decoder (what says which) into a flat list of steps.
+func parseHFSteps(raw json.RawMessage, what, list string) ([]hfStep, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var c hfComponent
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	supported := "Sequence, Prepend, Replace"
+	if what == "decoder" {
+		supported = "Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace"
+	}
+	bad := func(why string) error {
+		return fmt.Errorf("%s %s %s (supported: %s)", what, c.Type, why, supported)
+	}
+	switch c.Type {
+	case "Sequence":
+		children := c.Normalizers
+		if what == "decoder" {
+			children = c.Decoders
+		}
+		var steps []hfStep
+		for _, r := range children {
+			s, err := parseHFSteps(r, what, list)
+			if err != nil {
+				return nil, err
+			}
+			steps = append(steps, s...)
+		}
+		return steps, nil
+	case "Replace":
+		if c.Pattern == nil || c.Pattern.String == nil {
+			return nil, bad("with a regular expression is not supported, only a String pattern")
+		}
+		if *c.Pattern.String == "" {
+			return nil, bad("with an empty pattern is not supported")
+		}
+		return []hfStep{{kind: c.Type, from: *c.Pattern.String, to: c.Content}}, nil
+	case "Prepend":
+		if what == "normalizer" {
+			return []hfStep{{kind: c.Type, to: c.Prepend}}, nil
+		}
+	case "ByteFallback", "Fuse":
+		if what == "decoder" {
+			return []hfStep{{kind: c.Type}}, nil
+		}
+	case "Strip":
+		if what == "decoder" {
+			r, n := utf8.DecodeRuneInString(c.Content)
+			if n == 0 || n != len(c.Content) {
+				return nil, bad(fmt.Sprintf("content %q is not one character", c.Content))
+			}
+			return []hfStep{{kind: c.Type, strip: r, start: c.Start, stop: c.Stop}}, nil
+		}
+	case "Metaspace":
+		if what == "decoder" {
+			m, err := parseHFMetaspace(c)
+			if err != nil {
+				return nil, fmt.Errorf("decoder Metaspace: %w", err)
+			}
+			return []hfStep{{kind: c.Type, meta: m}}, nil
+		}
+	}
+	return nil, bad("is not supported")
+}
+
+// parseHFPreTokenizer reads a pre_tokenizer: null or Metaspace (also alone in a Sequence).
+func parseHFPreTokenizer(raw json.RawMessage) (*hfMetaspace, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var c hfComponent
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	if c.Type == "Sequence" && len(c.PreTokenizers) == 1 {
+		return parseHFPreTokenizer(c.PreTokenizers[0])
+	}
+	if c.Type != "Metaspace" {
+		return nil, fmt.Errorf("pre_tokenizer %s is not supported (supported: null, Metaspace)", c.Type)
+	}
+	m, err := parseHFMetaspace(c)
+	if err != nil {
+		return nil, fmt.Errorf("pre_tokenizer Metaspace: %w", err)
+	}
+	return &m, nil
+}
+
+func parseHFMetaspace(c hfComponent) (hfMetaspace, error) {
+	m := hfMetaspace{replacement: c.Replacement, scheme: c.PrependScheme, split: c.Split == nil || *c.Split}
+	if utf8.RuneCountInString(m.replacement) != 1 {
+		return m, fmt.Errorf("replacement %q is not one character", m.replacement)
+	}
+	if m.scheme == "" { // files from before prepend_scheme
+		m.scheme = "never"
+		if c.AddPrefixSpace == nil || *c.AddPrefixSpace {
+			m.scheme = "always"
+		}
+	}
+	switch m.scheme {
+	case "always", "first", "never":
+		return m, nil
+	}
+	return m, fmt.Errorf("prepend_scheme %q is not one of always, first, never", m.scheme)
+}
+
+// readConfig takes BOS and EOS from tokenizer_config.json, if the file exists.
+func (t *HFTokenizer) readConfig(path string) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return err
+	}
+	for key, dst := range map[string]*int32{"bos_token": &t.bos, "eos_token": &t.eos} {
+		raw, ok := cfg[key]
+		if !ok {
+			continue
+		}
+		var s string
+		var obj struct {
+			Content string `json:"content"`
+		}
+		switch {
+		case string(raw) == "null":
+			*dst = -1
+			continue
+		case json.Unmarshal(raw, &s) == nil:
+		case json.Unmarshal(raw, &obj) == nil && obj.Content != "":
+			s = obj.Content
+		default:
+			return fmt.Errorf("%s = %s: want a string or {\"content\": ...}", key, raw)
+		}
+		id, ok := t.addedID(s)
+		if !ok {
+			return fmt.Errorf("%s = %q is not a token of %s", key, s, t.name)
+		}
+		*dst = id
+	}
+	return nil
+}
+
+// addedID is the id of token s: an added token, else one of the vocabulary.
+func (t *HFTokenizer) addedID(s string) (int32, bool) {
+	for _, a := range t.added {
+		if a.content == s {
+			return a.id, true
+		}
+	}
+	id, ok := t.vocab[s]
+	return id, ok
+}
+
+// Name returns the path the tokenizer was loaded from.
+func (t *HFTokenizer) Name() string { return t.name }
+
+// VocabSize is one more than the largest id of the vocabulary and the added tokens.
+func (t *HFTokenizer) VocabSize() int { return len(t.tokens) }
+
+// Specials returns the ids of BOS and EOS, -1 for one the tokenizer does not have.
+func (t *HFTokenizer) Specials() (bos, eos int32) { return t.bos, t.eos }
+
+// Piece returns the token of id, or "" if id is out of range.
+func (t *HFTokenizer) Piece(id int32) string {
+	if id < 0 || int(id) >= len(t.tokens) {
+		return ""
+	}
+	return t.tokens[id]
+}
+
+// Encode returns the ids of text, without BOS or EOS (add_special_tokens=false). Text that
+// is not valid UTF-8 is read with U+FFFD for each malformed byte.
+func (t *HFTokenizer) Encode(text []byte) []int32 {
+	return t.AppendEncode(nil, text)
+}
+
+// AppendEncode appends the ids of text to dst and returns the extended slice.
+func (t *HFTokenizer) AppendEncode(dst []int32, text []byte) []int32 {
+	if !utf8.Valid(text) {
+		text = validUTF8(text)
+	}
+	var w bpeWork
+	start := 0
+	for i := 0; i < len(text); {
+		if !t.addedFirst[text[i]] {
+			i++
+			continue
+		}
+		a, ok := t.matchAdded(text[i:])
+		if !ok {
+			i++
+			continue
+		}
+		dst = t.encodeSplit(dst, text[start:i], start == 0, &w)
+		dst = append(dst, a.id)
+		i += len(a.content)
+		start = i
+	}
+	return t.encodeSplit(dst, text[start:], start == 0, &w)
+}
+
+// matchAdded returns the longest added token s starts with.
+func (t *HFTokenizer) matchAdded(s []byte) (hfAdded, bool) {
+	for _, a := range t.added {
+		if bytes.HasPrefix(s, []byte(a.content)) {
+			return a, true
+		}
+	}
+	return hfAdded{}, false
+}
+
+// validUTF8 replaces each byte of b that is not part of a valid UTF-8 sequence with U+FFFD.
+func validUTF8(b []byte) []byte {
+	out := make([]byte, 0, len(b)+8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n <= 1 {
+			out = append(out, replacementChar...)
+			n = 1
+		} else {
+			out = append(out, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return out
+}
+
+// encodeSplit normalizes, pre-tokenizes and BPE-encodes one part of the text between added
+// tokens; atStart says whether it begins the text (Metaspace's prepend_scheme "first").
+func (t *HFTokenizer) encodeSplit(dst []int32, part []byte, atStart bool, w *bpeWork) []int32 {
+	if len(part) == 0 {
+		return dst
+	}
+	s := string(part)
+	for _, n := range t.normalizers {
+		switch n.kind {
+		case "Prepend":
+			if s != "" {
+				s = n.to + s
+			}
+		case "Replace":
+			s = strings.ReplaceAll(s, n.from, n.to)
+		}
+	}
+	if s == "" {
+		return dst
+	}
+	if m := t.meta; m != nil {
+		s = strings.ReplaceAll(s, " ", m.replacement)
+		if (m.scheme == "always" || m.scheme == "first" && atStart) && !strings.HasPrefix(s, m.replacement) {
+			s = m.replacement + s
+		}
+		if m.split {
+			// Split before each replacement character (it starts the next word).
+			for s != "" {
+				i := strings.Index(s[1:], m.replacement)
+				if i < 0 {
+					break
+				}
+				dst = t.encodeWord(dst, s[:i+1], w)
+				s = s[i+1:]
+			}
+		}
+	}
+	if t.splitLines {
+		splitLines(s, true, func(start, end int) { dst = t.encodeWord(dst, s[start:end], w) })
+		return dst
+	}
+	return t.encodeWord(dst, s, w)
+}
+
+// encodeWord is tokenizers' BPE on one word: a symbol per character (or its byte tokens,
+// or a fused unknown token), then merges by lowest rank, leftmost first.
+func (t *HFTokenizer) encodeWord(dst []int32, word string, w *bpeWork) []int32 {
+	if word == "" {
+		return dst
+	}
+	if t.ignoreMerges {
+		if id, ok := t.vocab[word]; ok {
+			return append(dst, id)
+		}
+	}
+	w.reset()
+	unkStart, unkEnd := -1, -1
+	flushUnk := func() {
+		if unkStart >= 0 {
+			w.add(unkStart, unkEnd, t.unk, false)
+			unkStart = -1
+		}
+	}
+	for i := 0; i < len(word); {
+		if b := word[i]; b < 0x80 && t.byteChar[b] >= 0 {
+			flushUnk()
+			w.add(i, i+1, t.byteChar[b], false)
+			i++
+			continue
+		}
+		_, n := utf8.DecodeRuneInString(word[i:])
+		c := word[i : i+n]
+		if id, ok := t.vocab[c]; ok {
+			flushUnk()
+			w.add(i, i+n, id, false)
+		} else if t.byteFallback && t.hasBytes(c) {
+			flushUnk()
+			for k := 0; k < n; k++ {
+				w.add(i+k, i+k+1, t.byteIDs[c[k]], false)
+			}
+		} else if t.unk >= 0 {
+			if unkStart >= 0 && !t.fuseUnk {
+				flushUnk()
+			}
+			if unkStart < 0 {
+				unkStart = i
+			}
+			unkEnd = i + n
+		}
+		i += n
+	}
+	flushUnk()
+	if len(w.syms) == 0 {
+		return dst
+	}
+	try := func(l, r int32) {
+		if l < 0 || r < 0 {
+			return
+		}
+		if m, ok := t.merges[pairKey(w.syms[l].id, w.syms[r].id)]; ok {
+			w.queue.push(bpeCand{prio: -float64(m.rank), left: l, right: r, aux: m.newID})
+		}
+	}
+	for i := int32(1); i < int32(len(w.syms)); i++ {
+		try(i-1, i)
+	}
+	for len(w.queue) > 0 {
+		c := w.queue.pop()
+		a := w.syms[c.left]
+		if a.start == a.end || a.next < 0 {
+			continue
+		}
+		// tokenizers' staleness test: the pair there now must still merge into this id.
+		if m, ok := t.merges[pairKey(a.id, w.syms[a.next].id)]; !ok || m.newID != c.aux {
+			continue
+		}
+		w.merge(c.left, a.next)
+		w.syms[c.left].id = c.aux
+		try(w.syms[c.left].prev, c.left)
+		try(c.left, w.syms[c.left].next)
+	}
+	for i := int32(0); i >= 0; i = w.syms[i].next {
+		dst = append(dst, w.syms[i].id)
+	}
+	return dst
+}
+
+// hasBytes reports whether every byte of c has a byte token.
+func (t *HFTokenizer) hasBytes(c string) bool {
+	for i := 0; i < len(c); i++ {
+		if t.byteIDs[c[i]] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Decode returns the text of ids as tokenizers decodes it with skip_special_tokens=true:
+// special added tokens are dropped, the others become their tokens and pass through the
+// decoder (without one, tokens are joined by spaces). An id outside the vocabulary decodes
+// to U+FFFD (tokenizers drops it).
+func (t *HFTokenizer) Decode(ids []int32) []byte {
+	toks := make([]string, 0, len(ids))
+	for _, id := range ids {
+		switch {
+		case id < 0 || int(id) >= len(t.tokens):
+			toks = append(toks, "\uFFFD")
+		case !t.special[id]:
+			toks = append(toks, t.tokens[id])
+		}
+	}
+	if t.decoders == nil {
+		return []byte(strings.Join(toks, " "))
+	}
+	for _, d := range t.decoders {
+		toks = d.decode(toks)
+	}
+	return []byte(strings.Join(toks, ""))
+}
+
+// decode applies one decoder step to the tokens, as tokenizers' decode_chain.
+func (d hfStep) decode(toks []string) []string {
+	switch d.kind {
+	case "Replace":
+		for i, s := range toks {
+			toks[i] = strings.ReplaceAll(s, d.from, d.to)
+		}
+	case "Fuse":
+		return []string{strings.Join(toks, "")}
+	case "Strip":
+		for i, s := range toks {
+			r := []rune(s)
+			a := 0
+			for a < d.start && a < len(r) && r[a] == d.strip {
+				a++
+			}
+			b := len(r)
+			for len(r)-b < d.stop && b > a && r[b-1] == d.strip {
+				b--
+			}
+			toks[i] = string(r[a:b])
+		}
+	case "Metaspace":
+		repl, _ := utf8.DecodeRuneInString(d.meta.replacement)
+		for i, s := range toks {
+			drop := i == 0 && d.meta.scheme != "never"
+			toks[i] = strings.Map(func(r rune) rune {
+				switch {
+				case r != repl:
+					return r
+				case drop:
+					return -1
+				}
+				return ' '
+			}, s)
+		}
+	case "ByteFallback":
+		var out []string
+		var run []byte
+		flush := func() {
+			if len(run) == 0 {
+				return
+			}
+			if utf8.Valid(run) {
+				out = append(out, string(run))
+			} else {
+				for range run {
+					out = append(out, "\uFFFD")
+				}
+			}
+			run = run[:0]
+		}
+		for _, s := range toks {
+			if v, ok := pieceByte(s); ok {
+				run = append(run, v)
+				continue
+			}
+			flush()
+			out = append(out, s)
+		}
+		flush()
+		return out
+	}
+	return toks
+}
+
+func (t *HFTokenizer) setName(n string) { t.name = n }
