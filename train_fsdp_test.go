@@ -176,3 +176,47 @@ func TestFP16OverflowSkipsThatStep(t *testing.T) {
 }
 
 var _ = kernels.FP32
+
+// TestMixedPrecisionTrains: bf16 and fp16 (compute copies of the weights and matmul operands
+// rounded to 16 bits, fp32 master weights, optimizer state and accumulation) train the default
+// model like fp32: over 100 steps the mean loss of the last 20 is within 0.05 nats of fp32's
+// for bf16 and 0.1 for fp16, and far below the starting ln 256; also with FSDP on 2 ranks,
+// whose gathers then carry 16-bit values. fp16's margin is wider because dynamic loss scaling
+// does what it should: at the loss spike of step 18 the scaled gradients overflow fp16, that
+// update is skipped (scale 65536 → 32768) and the run follows a different path, measured
+// +0.04…+0.06 nats from fp32 afterwards; bf16 stays within 0.01.
+func TestMixedPrecisionTrains(t *testing.T) {
+	tail := func(ms []Metrics) float64 {
+		var s float64
+		for _, m := range ms[len(ms)-20:] {
+			s += m.Loss
+		}
+		return s / 20
+	}
+	const steps = 100
+	ref, _ := trainSteps(t, steps, "training.warmup_steps=10")
+	want := tail(ref)
+	for _, sets := range [][]string{
+		{"training.mixed_precision=bf16"},
+		{"training.mixed_precision=fp16"},
+		{"training.mixed_precision=bf16", "parallelism.world_size=2", "parallelism.sequence_parallel_degree=2", "parallelism.fsdp=true"},
+		{"training.mixed_precision=fp16", "parallelism.world_size=2", "parallelism.sequence_parallel_degree=2", "parallelism.fsdp=true"},
+	} {
+		ms, _ := trainSteps(t, steps, append(sets, "training.warmup_steps=10")...)
+		got := tail(ms)
+		skipped := 0
+		for _, m := range ms {
+			if m.Skipped {
+				skipped++
+			}
+		}
+		margin := 0.05
+		if sets[0] == "training.mixed_precision=fp16" {
+			margin = 0.1
+		}
+		if math.Abs(got-want) > margin || got > math.Log(256)-1.5 {
+			t.Errorf("%v: mean loss of the last 20 steps %.4f, fp32 %.4f (want within %g)", sets, got, want, margin)
+		}
+		t.Logf("%v: last-20 mean loss %.4f vs fp32 %.4f (diff %+.4f), %d steps skipped", sets, got, want, got-want, skipped)
+	}
+}
