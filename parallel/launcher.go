@@ -19,6 +19,12 @@ type MPIOptions struct {
 	// with the lock released. It is what InitMPI falls back to on a library without
 	// MPI_THREAD_MULTIPLE; asking for it exercises that path.
 	Serialized bool
+	// SyncSend makes every Isend synchronous (MPI_Issend): a send then completes only once
+	// its receiver has posted the receive, whatever the message size, as with NCCL. Code
+	// that waits for a send before posting the receive its peer waits for (correct only with
+	// the in-process world's eager sends) then stops at once, and the watchdog names the
+	// send, instead of stopping only above MPI's eager size. For tests.
+	SyncSend bool
 }
 
 // DefaultMPITimeout is MPIOptions.Timeout when DISTFLASH_MPI_TIMEOUT is not set: far longer
@@ -27,8 +33,9 @@ type MPIOptions struct {
 const DefaultMPITimeout = 10 * time.Minute
 
 // MPIOptionsFromEnv reads MPIOptions from DISTFLASH_MPI_TIMEOUT (a Go duration such as 90s or
-// 10m; 0 waits forever; default DefaultMPITimeout) and DISTFLASH_MPI_THREAD (multiple, the
-// default, or serialized), naming the variable when its value is not one of those.
+// 10m; 0 waits forever; default DefaultMPITimeout), DISTFLASH_MPI_THREAD (multiple, the
+// default, or serialized) and DISTFLASH_MPI_SYNC_SEND (a boolean, default false), naming the
+// variable when its value is not one of those.
 func MPIOptionsFromEnv() (MPIOptions, error) { return mpiOptionsFrom(os.Getenv) }
 
 func mpiOptionsFrom(getenv func(string) string) (MPIOptions, error) {
@@ -46,6 +53,13 @@ func mpiOptionsFrom(getenv func(string) string) (MPIOptions, error) {
 		o.Serialized = true
 	default:
 		return o, fmt.Errorf("parallel: environment variable DISTFLASH_MPI_THREAD=%q: want multiple or serialized", s)
+	}
+	if s := getenv("DISTFLASH_MPI_SYNC_SEND"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return o, fmt.Errorf("parallel: environment variable DISTFLASH_MPI_SYNC_SEND=%q: want true or false (1 or 0)", s)
+		}
+		o.SyncSend = b
 	}
 	return o, nil
 }

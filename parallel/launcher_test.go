@@ -132,6 +132,9 @@ func TestMPIOptionsFromEnv(t *testing.T) {
 		{map[string]string{"DISTFLASH_MPI_TIMEOUT": "ten"}, MPIOptions{}, `DISTFLASH_MPI_TIMEOUT="ten"`},
 		{map[string]string{"DISTFLASH_MPI_TIMEOUT": "-5s"}, MPIOptions{}, `DISTFLASH_MPI_TIMEOUT="-5s"`},
 		{map[string]string{"DISTFLASH_MPI_THREAD": "funneled"}, MPIOptions{}, `DISTFLASH_MPI_THREAD="funneled"`},
+		{map[string]string{"DISTFLASH_MPI_SYNC_SEND": "1"}, MPIOptions{Timeout: DefaultMPITimeout, SyncSend: true}, ""},
+		{map[string]string{"DISTFLASH_MPI_SYNC_SEND": "false"}, MPIOptions{Timeout: DefaultMPITimeout}, ""},
+		{map[string]string{"DISTFLASH_MPI_SYNC_SEND": "yes"}, MPIOptions{}, `DISTFLASH_MPI_SYNC_SEND="yes"`},
 	}
 	for _, tc := range cases {
 		got, err := mpiOptionsFrom(func(k string) string { return tc.env[k] })

@@ -206,6 +206,9 @@ func MPIInfo() string {
 	if e.opt.Timeout > 0 {
 		wd = fmt.Sprintf("a wait longer than %v aborts the job", e.opt.Timeout)
 	}
+	if e.opt.SyncSend {
+		wd += ", synchronous sends"
+	}
 	return fmt.Sprintf("%s, %d ranks, %s, %s", e.library, mpi.world.size, lvl, wd)
 }
 
@@ -504,6 +507,11 @@ func (c *mpiComm) Isend(buf kernels.Buf, dst, tag int, site string) Request {
 	p := r.ptr(h)
 	n := cint(len(h), "send")
 	c.e.ctr.add(site, int64(4*len(h)))
+	if c.e.opt.SyncSend {
+		return r.start(c.e.call(func() C.int {
+			return C.MPI_Issend(p, n, c.e.float, C.int(dst), C.int(tag), c.comm, &r.req)
+		}))
+	}
 	return r.start(c.e.call(func() C.int {
 		return C.MPI_Isend(p, n, c.e.float, C.int(dst), C.int(tag), c.comm, &r.req)
 	}))
