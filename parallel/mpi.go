@@ -126,9 +126,11 @@ func InitMPIWith(opt MPIOptions) (Comm, error) {
 	if mpi.world != nil {
 		return mpi.world, nil
 	}
-	// Open MPI installs handlers for SIGSEGV, SIGBUS, SIGFPE and SIGILL that print a stack
-	// and exit; they would replace the Go runtime's, which turns a nil dereference into a
-	// panic. Keep Go's unless the user set this on purpose.
+	// Open MPI can install handlers for SIGSEGV, SIGBUS, SIGFPE and SIGILL that print a
+	// stack and exit; in place of the Go runtime's they would turn a nil dereference into a
+	// crash instead of a panic. Open MPI 4.1 leaves alone a signal that has a handler
+	// already (as the Go runtime's have); this keeps Go's with any version, unless the user
+	// set the parameter on purpose.
 	if _, ok := os.LookupEnv("OMPI_MCA_opal_signal"); !ok {
 		os.Setenv("OMPI_MCA_opal_signal", "")
 	}
@@ -190,7 +192,9 @@ func InitMPIWith(opt MPIOptions) (Comm, error) {
 	return mpi.world, nil
 }
 
-// MPIInfo describes the MPI in use, for a log line: library, thread level, watchdog.
+// MPIInfo describes the MPI in use, for a log line: library, ranks, thread level, watchdog,
+// and GOMAXPROCS (mpirun binds each rank to one core by default on 2 ranks, to a socket
+// above: a rank then uses only those cores; see the README for --bind-to none).
 func MPIInfo() string {
 	mpi.mu.Lock()
 	defer mpi.mu.Unlock()
@@ -209,7 +213,7 @@ func MPIInfo() string {
 	if e.opt.SyncSend {
 		wd += ", synchronous sends"
 	}
-	return fmt.Sprintf("%s, %d ranks, %s, %s", e.library, mpi.world.size, lvl, wd)
+	return fmt.Sprintf("%s, %d ranks, %s, %s, GOMAXPROCS %d", e.library, mpi.world.size, lvl, wd, runtime.GOMAXPROCS(0))
 }
 
 // FinalizeMPI ends MPI (MPI_Finalize), after which no communicator may be used. Every rank
