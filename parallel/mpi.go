@@ -164,6 +164,9 @@ func InitMPIWith(opt MPIOptions) (Comm, error) {
 		e.multiple = true
 	case got >= C.df_thread_serialized():
 	default:
+		onThread(func() { C.MPI_Finalize() })
+		close(mpi.thread)
+		mpi.finalized = true
 		return nil, fmt.Errorf("parallel: the MPI library offers thread level %d, below MPI_THREAD_SERIALIZED (%d): goroutines move between OS threads, so distflash needs SERIALIZED or MULTIPLE (Open MPI ≥ 3.0 and MPICH offer MULTIPLE)", int(got), int(C.df_thread_serialized()))
 	}
 	world := C.df_world()
@@ -464,7 +467,7 @@ func (r *mpiRequest) wait() {
 // is stuck, or the ranks disagree on the order of their calls. It says so and ends the job.
 func (r *mpiRequest) hang() {
 	e := r.c.e
-	fmt.Fprintf(os.Stderr, "parallel: MPI rank %d (rank %d of group %s) waited %v for a %s; a rank has died or stopped, or the ranks disagree on the order of calls: aborting the job (set DISTFLASH_MPI_TIMEOUT to wait longer)\n",
+	fmt.Fprintf(os.Stderr, "parallel: MPI rank %d (rank %d of group %s) waited %v for the %s; a rank has died or stopped, or the ranks disagree on the order of calls: aborting the job (set DISTFLASH_MPI_TIMEOUT to wait longer)\n",
 		e.worldRank, r.c.rank, r.c.id, e.opt.Timeout, r.describe())
 	e.abort(124)
 }

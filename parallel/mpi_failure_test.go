@@ -34,7 +34,7 @@ func TestMPIFailure(t *testing.T) {
 	}{
 		{"kill", "0", []string{"rank 1", "signal 9"}},
 		{"panic", "0", []string{"rank 1 fails on purpose", "non-zero status"}},
-		{"hang", "2s", []string{"MPI rank 0", "waited 2s for a all-reduce", `site "loop"`, "aborting the job", "MPI_ABORT was invoked on rank 0"}},
+		{"hang", "2s", []string{"MPI rank 0", "waited 2s for the all-reduce (reduce-scatter phase) of 1000 values", `site "loop"`, "aborting the job", "MPI_ABORT was invoked on rank 0"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			env := []string{"DISTFLASH_MPI_FAIL=" + tc.mode, "DISTFLASH_MPI_TIMEOUT=" + tc.timeout}

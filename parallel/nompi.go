@@ -24,3 +24,6 @@ func FinalizeMPI() error { return nil }
 
 // AbortMPI ends every rank of the job with code; without MPI there is only this process.
 func AbortMPI(code int) { os.Exit(code) }
+
+// MPIInfo describes the MPI in use, for a log line; without MPI it says so.
+func MPIInfo() string { return "built without MPI (-tags mpi)" }
