@@ -290,6 +290,9 @@ func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []i
 			if !s.opt.Overlap { // fetch block t and its accumulator, then compute
 				kvReqs = s.shift(t, curK, curV, ringTagBwdK, ringTagBwdV, s.site.bwdKV)
 				accIn = ringReqs{s.c.Irecv(sc.acc[t%2], prev, tagDKV, s.site.bwdDKV)}
+				// The previous step's send completes only once its receiver has posted
+				// this step's receive (true MPI/NCCL sends need not be eager).
+				accOut.wait()
 			}
 			kvReqs.wait()
 			curK, curV = sc.k[t%2], sc.v[t%2]
@@ -317,9 +320,6 @@ func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []i
 		accOut = ringReqs{s.c.Isend(acc, next, tagDKV, s.site.bwdDKV)}
 		if s.opt.Overlap || t == P-1 { // block t+1's accumulator (after step P−1: our own, home)
 			accIn = ringReqs{s.c.Irecv(sc.acc[(t+1)%2], prev, tagDKV, s.site.bwdDKV)}
-		}
-		if !s.opt.Overlap {
-			accOut.wait()
 		}
 	}
 	kvReqs.wait()

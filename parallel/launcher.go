@@ -1,0 +1,136 @@
+package parallel
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// MPIOptions tunes the MPI communicator (InitMPIWith).
+type MPIOptions struct {
+	// Timeout bounds every wait for a message or a collective: a rank that waits longer
+	// prints what it waited for and aborts the whole job (MPI_Abort), so a hang (a rank
+	// stopped or stuck, or ranks disagreeing on the order of calls) ends the job instead of
+	// holding the machines. 0 waits forever.
+	Timeout time.Duration
+	// Serialized asks for MPI_THREAD_SERIALIZED even when the library offers
+	// MPI_THREAD_MULTIPLE: every MPI call then runs under one lock and waits poll MPI_Test
+	// with the lock released. It is what InitMPI falls back to on a library without
+	// MPI_THREAD_MULTIPLE; asking for it exercises that path.
+	Serialized bool
+	// SyncSend makes every Isend synchronous (MPI_Issend): a send then completes only once
+	// its receiver has posted the receive, whatever the message size, as with NCCL. Code
+	// that waits for a send before posting the receive its peer waits for (correct only with
+	// the in-process world's eager sends) then stops at once, and the watchdog names the
+	// send, instead of stopping only above MPI's eager size. For tests.
+	SyncSend bool
+}
+
+// DefaultMPITimeout is MPIOptions.Timeout when DISTFLASH_MPI_TIMEOUT is not set: far longer
+// than any wait of a healthy step (a checkpoint write included), far shorter than a lost
+// allocation.
+const DefaultMPITimeout = 10 * time.Minute
+
+// MPIOptionsFromEnv reads MPIOptions from DISTFLASH_MPI_TIMEOUT (a Go duration such as 90s or
+// 10m; 0 waits forever; default DefaultMPITimeout), DISTFLASH_MPI_THREAD (multiple, the
+// default, or serialized) and DISTFLASH_MPI_SYNC_SEND (a boolean, default false), naming the
+// variable when its value is not one of those.
+func MPIOptionsFromEnv() (MPIOptions, error) { return mpiOptionsFrom(os.Getenv) }
+
+func mpiOptionsFrom(getenv func(string) string) (MPIOptions, error) {
+	o := MPIOptions{Timeout: DefaultMPITimeout}
+	if s := getenv("DISTFLASH_MPI_TIMEOUT"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return o, fmt.Errorf("parallel: environment variable DISTFLASH_MPI_TIMEOUT=%q: want a duration ≥ 0 such as 90s or 10m (0 waits forever)", s)
+		}
+		o.Timeout = d
+	}
+	switch s := getenv("DISTFLASH_MPI_THREAD"); s {
+	case "", "multiple":
+	case "serialized":
+		o.Serialized = true
+	default:
+		return o, fmt.Errorf("parallel: environment variable DISTFLASH_MPI_THREAD=%q: want multiple or serialized", s)
+	}
+	if s := getenv("DISTFLASH_MPI_SYNC_SEND"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return o, fmt.Errorf("parallel: environment variable DISTFLASH_MPI_SYNC_SEND=%q: want true or false (1 or 0)", s)
+		}
+		o.SyncSend = b
+	}
+	return o, nil
+}
+
+// Launch is what the environment says about how this process was started by an MPI launcher
+// (mpirun, mpiexec, srun).
+type Launch struct {
+	// Launcher names what started the process, for messages ("Open MPI's mpirun", "srun", …).
+	Launcher string
+	// Rank is this process's rank among the processes launched together.
+	Rank int
+	// Size is the number of processes launched together; 0 when the environment does not say.
+	Size int
+	// Vars are the variables the rank and size were read from, as NAME=value.
+	Vars []string
+}
+
+// launchVars are the launchers MPIEnv recognises, first match wins: each sets a rank
+// variable and (except PMIx) a size variable in every process it starts. Slurm's SLURM_PROCID
+// and SLURM_NTASKS are also set in a batch script that srun did not start (SLURM_PROCID=0), so
+// srun is recognised by SLURM_STEP_NUM_TASKS, which only srun sets.
+var launchVars = []struct{ launcher, rank, size string }{
+	{"Open MPI's mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+	{"a PMI launcher (MPICH or Intel MPI mpiexec, srun --mpi=pmi2)", "PMI_RANK", "PMI_SIZE"},
+	{"srun", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
+	{"a PMIx launcher", "PMIX_RANK", ""},
+}
+
+// MPIEnv reports how this process was launched, from the variables that Open MPI's mpirun,
+// MPICH's and Intel MPI's mpiexec, PMIx launchers and Slurm's srun set in every process they
+// start. It returns nil when none is set (the process was started on its own), and an error
+// naming the variable when one holds something that is not a rank or size.
+func MPIEnv() (*Launch, error) { return mpiEnvFrom(os.Getenv) }
+
+func mpiEnvFrom(getenv func(string) string) (*Launch, error) {
+	for _, v := range launchVars {
+		rs := getenv(v.rank)
+		if rs == "" || (v.size != "" && getenv(v.size) == "") {
+			continue
+		}
+		l := &Launch{Launcher: v.launcher, Vars: []string{v.rank + "=" + rs}}
+		var err error
+		if l.Rank, err = strconv.Atoi(rs); err != nil || l.Rank < 0 {
+			return nil, fmt.Errorf("parallel: environment variable %s=%q: want a rank ≥ 0", v.rank, rs)
+		}
+		if v.size != "" {
+			ss := getenv(v.size)
+			l.Vars = append(l.Vars, v.size+"="+ss)
+			if l.Size, err = strconv.Atoi(ss); err != nil || l.Size < 1 || l.Rank >= l.Size {
+				return nil, fmt.Errorf("parallel: environment variable %s=%q (with %s=%s): want a process count > rank", v.size, ss, v.rank, rs)
+			}
+		}
+		return l, nil
+	}
+	return nil, nil
+}
+
+// CheckLaunch returns an error when this process is one of several started by an MPI launcher
+// but the binary was built without MPI (without -tags mpi): each process would otherwise train
+// alone and they would overwrite each other's output. It also returns MPIEnv's error.
+func CheckLaunch() error {
+	l, err := MPIEnv()
+	if err != nil || l == nil || MPIBuilt {
+		return err
+	}
+	if l.Size > 1 || (l.Size == 0 && l.Rank > 0) {
+		n := "several"
+		if l.Size > 0 {
+			n = strconv.Itoa(l.Size)
+		}
+		return fmt.Errorf("parallel: this process was started by %s as rank %d of %s (%v), but this binary was built without MPI; rebuild with -tags mpi (go build -tags mpi .), which needs an MPI library (Debian: apt-get install openmpi-bin libopenmpi-dev)", l.Launcher, l.Rank, n, l.Vars)
+	}
+	return nil
+}

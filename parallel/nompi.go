@@ -1,0 +1,29 @@
+//go:build !mpi
+
+package parallel
+
+import (
+	"errors"
+	"os"
+)
+
+// MPIBuilt reports whether this binary has the MPI communicator (built with -tags mpi).
+const MPIBuilt = false
+
+var errNoMPI = errors.New("parallel: parallelism.backend = \"mpi\" needs a binary built with MPI: rebuild with -tags mpi (go build -tags mpi .), which needs an MPI library (Debian: apt-get install openmpi-bin libopenmpi-dev)")
+
+// InitMPI returns the MPI communicator; this binary was built without MPI, so it returns an
+// error that says how to rebuild.
+func InitMPI() (Comm, error) { return nil, errNoMPI }
+
+// InitMPIWith is InitMPI with explicit options; without MPI it returns the same error.
+func InitMPIWith(MPIOptions) (Comm, error) { return nil, errNoMPI }
+
+// FinalizeMPI ends MPI; without MPI there is nothing to end.
+func FinalizeMPI() error { return nil }
+
+// AbortMPI ends every rank of the job with code; without MPI there is only this process.
+func AbortMPI(code int) { os.Exit(code) }
+
+// MPIInfo describes the MPI in use, for a log line; without MPI it says so.
+func MPIInfo() string { return "built without MPI (-tags mpi)" }
