@@ -633,21 +633,17 @@ const stateBytesPerParam = 16
 // memoryNoteBytes is the model-state size above which Requirements mentions it.
 const memoryNoteBytes = 16 << 30
 
-// Requirements lists, one sentence each, what the config needs that a single-process fp32 CPU
-// run of this version does not have: more ranks, a communication backend, a GPU build, a
-// precision or data format or feature that comes in a later version, and the memory of the
-// model state when it exceeds 16 GiB. It is empty for configs/tiny.toml. It reports facts; the
+// Requirements lists, one sentence each, what the config needs that this (CPU) build does not
+// have: the NCCL backend, a GPU build, a data format that comes in a later version, and the
+// memory of the model state when it exceeds 16 GiB. It is empty for configs/tiny.toml. It reports facts; the
 // caller decides whether to refuse.
 func (c Config) Requirements() []string {
 	c = c.resolved()
 	var reqs []string
 	p := c.Parallelism
-	switch {
-	case p.WorldSize > 1 && p.Backend != "inproc":
-		reqs = append(reqs, fmt.Sprintf("parallelism.world_size = %d needs %d ranks (backend %q comes in a later version)",
-			p.WorldSize, p.WorldSize, p.Backend))
-	case p.Backend != "inproc":
-		reqs = append(reqs, fmt.Sprintf("parallelism.backend = %q comes in a later version", p.Backend))
+	if p.Backend == "nccl" {
+		reqs = append(reqs, fmt.Sprintf("parallelism.backend = \"nccl\" (world_size %d) needs the CUDA build and an NCCL communicator, which come in a later version; on CPUs use \"mpi\" (mpirun -np %d) or \"inproc\"",
+			p.WorldSize, p.WorldSize))
 	}
 	if c.Device.Kind != "cpu" {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))

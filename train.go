@@ -44,6 +44,8 @@ type Metrics struct {
 	EvalLoss        float64 `json:"eval_loss,omitempty"`
 	EvalPerplexity  float64 `json:"eval_perplexity,omitempty"`
 	EvalBitsPerByte float64 `json:"eval_bits_per_byte,omitempty"`
+
+	stop bool // some rank was asked to stop after this step (all ranks stop together)
 }
 
 // runTrain is `distflash train`.
@@ -67,12 +69,53 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if reqs := cfg.Requirements(); len(reqs) > 0 {
-		return fmt.Errorf("%s is a valid config, but this build trains in fp32 on the CPU, with in-process sequence-parallel ranks, and this config needs:\n  - %s",
+		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))
+	}
+	opt := trainOptions{progress: *progress, resume: *resume, stopAfter: *stopAfter}
+	comm, err := launchWorld(&cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if comm != nil {
+		opt.comm = comm
+		defer parallel.FinalizeMPI()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return train(ctx, cfg, stdout, stderr, trainOptions{progress: *progress, resume: *resume, stopAfter: *stopAfter})
+	return train(ctx, cfg, stdout, stderr, opt)
+}
+
+// launchWorld starts MPI when the config asks for it (parallelism.backend = "mpi") or when
+// this process was started by an MPI launcher (mpirun, srun) together with others, and
+// returns this process's communicator; nil means the in-process world.
+func launchWorld(cfg *Config, stderr io.Writer) (parallel.Comm, error) {
+	launch, err := parallel.MPIEnv()
+	if err != nil {
+		return nil, err
+	}
+	started := launch != nil && (launch.Size > 1 || launch.Rank > 0)
+	if cfg.Parallelism.Backend != "mpi" && !started {
+		return nil, nil
+	}
+	if cfg.Parallelism.Backend == "inproc" {
+		if launch.Rank == 0 {
+			fmt.Fprintf(stderr, "mpi: started by %s; using parallelism.backend = \"mpi\" instead of %q\n", launch.Launcher, cfg.Parallelism.Backend)
+		}
+		cfg.Parallelism.Backend = "mpi"
+	}
+	if cfg.Parallelism.Backend != "mpi" {
+		return nil, fmt.Errorf("%s: parallelism.backend = %q, but this process was started by %s (%v): use \"mpi\"",
+			cfg.Path, cfg.Parallelism.Backend, launch.Launcher, launch.Vars)
+	}
+	if err := parallel.CheckLaunch(); err != nil {
+		return nil, err
+	}
+	comm, err := parallel.InitMPI()
+	if err != nil {
+		return nil, fmt.Errorf("%s: parallelism.backend = \"mpi\": %w", cfg.Path, err)
+	}
+	return comm, nil
 }
 
 // trainer holds the pieces of a run: the data, the schedule, and the ranks this process
@@ -94,6 +137,9 @@ type trainer struct {
 	// beforeUpdate, when set (tests), runs on every rank after the gradients are complete and
 	// before they are checked and applied.
 	beforeUpdate func(step int, r *rank)
+	// stopRequested reports whether this process was asked to stop (SIGINT, SIGTERM). Ranks
+	// exchange it with each step's statistics, so all stop after the same step.
+	stopRequested func() bool
 }
 
 // rank is one worker's state.
@@ -126,7 +172,8 @@ const (
 	statOptim   = 11
 	statCompute = 13
 	statActs    = 15
-	statLen     = 17
+	statStop    = 17 // 1 slot: 1 when this rank was asked to stop (a signal)
+	statLen     = 18
 )
 
 func putStat(s []float32, at int, v float64) {
@@ -136,7 +183,15 @@ func putStat(s []float32, at int, v float64) {
 
 func getStat(s []float32, at int) float64 { return float64(s[at]) + float64(s[at+1]) }
 
+// newTrainer builds a trainer whose ranks all run in this process (the in-process world).
 func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
+	return newTrainerOn(cfg, stderr, nil)
+}
+
+// newTrainerOn builds a trainer. With comm nil it runs every rank of the world in this
+// process; otherwise this process is the one rank comm.Rank() of a world of comm.Size()
+// processes (MPI), which must equal parallelism.world_size.
+func newTrainerOn(cfg Config, stderr io.Writer, comm parallel.Comm) (*trainer, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
@@ -175,9 +230,21 @@ func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
 			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 		}
 	}
+	params0 := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
+	if comm != nil {
+		if comm.Size() != tr.size {
+			return nil, fmt.Errorf("%s: parallelism.world_size = %d, but the launcher started %d processes: make them equal (mpirun -np %d)",
+				cfg.Path, tr.size, comm.Size(), tr.size)
+		}
+		r, err := tr.newRank(comm, params0)
+		if err != nil {
+			return nil, fmt.Errorf("%s: rank %d: %w", cfg.Path, comm.Rank(), err)
+		}
+		tr.ranks = []*rank{r}
+		return tr, nil
+	}
 	tr.world = parallel.NewWorld(tr.size)
 	tr.ranks = make([]*rank, tr.size)
-	params0 := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
 	err = tr.world.Run(func(c parallel.Comm) error {
 		r, err := tr.newRank(c, params0)
 		tr.ranks[c.Rank()] = r
@@ -260,6 +327,12 @@ func segments(l model.Layout) []optim.Segment {
 
 // run calls fn on every rank of this process, concurrently, and returns the first error.
 func (t *trainer) run(fn func(r *rank) error) error {
+	if t.world == nil {
+		if err := fn(t.ranks[0]); err != nil {
+			return fmt.Errorf("rank %d: %w", t.ranks[0].id, err)
+		}
+		return nil
+	}
 	return t.world.Run(func(c parallel.Comm) error { return fn(t.ranks[c.Rank()]) })
 }
 
@@ -285,22 +358,23 @@ type Memory struct {
 	Activations int64 `json:"activations"` // the model's activation buffers of the step (peak)
 }
 
-// fullParams returns the whole parameter vector in Layout order, assembled from the ranks of
-// this process (all of them must be local).
+// fullParams returns the whole parameter vector in Layout order on this process's first
+// rank (nil on the others). It is collective: with FSDP every rank sends its chunks.
 func (t *trainer) fullParams() []float32 {
-	r0 := t.ranks[0]
-	out := make([]float32, r0.model.Layout.Size)
-	if r0.fsdp == nil {
-		r0.be.Download(out, r0.params)
-		return out
-	}
-	for _, r := range t.ranks {
-		host := make([]float32, r.params.Len())
-		r.be.Download(host, r.params)
-		for _, g := range r.fsdp.Owned() {
-			copy(out[g.Off:g.Off+g.N], host[g.Local:g.Local+g.N])
+	var out []float32
+	_ = t.run(func(r *rank) error {
+		var p []float32
+		if r.fsdp != nil {
+			p = r.fsdp.FullParams()
+		} else if r == t.ranks[0] {
+			p = make([]float32, r.params.Len())
+			r.be.Download(p, r.params)
 		}
-	}
+		if r == t.ranks[0] {
+			out = p
+		}
+		return nil
+	})
 	return out
 }
 
@@ -361,6 +435,9 @@ func (t *trainer) step(step int) (Metrics, error) {
 		if !r.be.AllFinite(r.grads) {
 			s[statBad] = 1
 		}
+		if t.stopRequested != nil && t.stopRequested() {
+			s[statStop] = 1
+		}
 		mem := r.memory()
 		putStat(s, statParams, float64(mem.Params))
 		putStat(s, statGrads, float64(mem.Grads))
@@ -372,7 +449,7 @@ func (t *trainer) step(step int) (Metrics, error) {
 		all := make([]float32, statLen*t.size)
 		r.be.Download(all, r.statAll)
 		var loss, tokens, sumsq float64
-		bad := false
+		bad, stop := false, false
 		mems := make([]Memory, t.size)
 		for q := range t.size {
 			st := all[q*statLen : (q+1)*statLen]
@@ -380,6 +457,7 @@ func (t *trainer) step(step int) (Metrics, error) {
 			tokens += getStat(st, statCount)
 			sumsq += getStat(st, statSumSq)
 			bad = bad || st[statBad] != 0
+			stop = stop || st[statStop] != 0
 			mems[q] = Memory{Params: int64(getStat(st, statParams)), Grads: int64(getStat(st, statGrads)),
 				Optimizer: int64(getStat(st, statOptim)), Compute: int64(getStat(st, statCompute)),
 				Activations: int64(getStat(st, statActs))}
@@ -397,7 +475,7 @@ func (t *trainer) step(step int) (Metrics, error) {
 		}
 		if r == t.ranks[0] {
 			out = Metrics{Step: step + 1, Loss: loss / tokens, LR: lr, GradNorm: norm, Tokens: int64(tokens),
-				AttnForwards: m.Stats.AttnForwards, Skipped: bad, Memory: mems}
+				AttnForwards: m.Stats.AttnForwards, Skipped: bad, Memory: mems, stop: stop}
 		}
 		return nil
 	})
@@ -416,25 +494,37 @@ type trainOptions struct {
 	progress  bool   // draw a progress bar (else log lines)
 	resume    string // "", "auto" or a checkpoint path
 	stopAfter int    // stop (with a checkpoint) after this step; 0 = run to training.steps
+	// comm, when set, makes this process one rank of a world of processes (MPI). Only rank 0
+	// prints and writes the run's shared files; every rank writes its checkpoint shard.
+	comm parallel.Comm
 }
 
 // train runs the configured number of steps, writing metrics.jsonl, a progress bar and
 // checkpoints (every checkpoint.interval steps and at the end). A cancelled ctx (Ctrl-C,
 // SIGTERM) stops after the current step and saves a checkpoint there.
 func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainOptions) error {
+	leader := opt.comm == nil || opt.comm.Rank() == 0
+	if !leader {
+		stdout, stderr, opt.progress = io.Discard, io.Discard, false
+	}
 	runDir := filepath.Join(cfg.Run.OutputDir, cfg.Run.Name)
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return fmt.Errorf("train: create run directory: %w", err)
 	}
-	resolved, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return fmt.Errorf("train: encode config: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(runDir, "config.json"), append(resolved, '\n'), 0o644); err != nil {
-		return fmt.Errorf("train: write config: %w", err)
+	if leader {
+		resolved, err := json.MarshalIndent(cfg, "", "  ")
+		if err != nil {
+			return fmt.Errorf("train: encode config: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(runDir, "config.json"), append(resolved, '\n'), 0o644); err != nil {
+			return fmt.Errorf("train: write config: %w", err)
+		}
 	}
 	fmt.Fprintf(stderr, "%s\n", cfg.Summary())
-	t, err := newTrainer(cfg, stderr)
+	if opt.comm != nil {
+		fmt.Fprintf(stderr, "mpi: %d processes; %s\n", opt.comm.Size(), parallel.MPIInfo())
+	}
+	t, err := newTrainerOn(cfg, stderr, opt.comm)
 	if err != nil {
 		return err
 	}
@@ -452,9 +542,13 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(evalSet), evalSeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
 	}
 	metricsPath := filepath.Join(runDir, "metrics.jsonl")
-	mf, err := openMetrics(metricsPath, st.Step)
-	if err != nil {
-		return err
+	var mf io.WriteCloser = nopCloser{io.Discard}
+	if leader {
+		f, err := openMetrics(metricsPath, st.Step)
+		if err != nil {
+			return err
+		}
+		mf = f
 	}
 	defer mf.Close()
 	enc := json.NewEncoder(mf) // one write per step, so a reader tailing the file sees every step at once
@@ -488,10 +582,8 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		fmt.Fprintf(stderr, "checkpoint: step %d saved to %s\n", step, path)
 		return nil
 	}
+	t.stopRequested = func() bool { return ctx.Err() != nil }
 	for s := st.Step; s < end; s++ {
-		if ctx.Err() != nil {
-			break
-		}
 		stepStart := time.Now()
 		m, err := t.step(s)
 		if err != nil {
@@ -510,11 +602,15 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 				m.Step, m.LossScale, t.scaler.Scale)
 		}
 		if cfg.Eval.Interval > 0 && (m.Step%cfg.Eval.Interval == 0 || m.Step == steps) {
-			r, err := evaluate(ctx, cfg, t.fullParams(), evalSet)
+			params := t.fullParams() // collective
+			r, err := EvalResult{}, error(nil)
+			if t.isLeader() {
+				r, err = evaluate(ctx, cfg, params, evalSet)
+			}
 			if err != nil && ctx.Err() == nil {
 				return fmt.Errorf("train: eval at step %d: %w", m.Step, err)
 			}
-			if err == nil {
+			if err == nil && t.isLeader() {
 				m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte = r.Loss, r.Perplexity, r.BitsPerByte
 				bar.Clear()
 				fmt.Fprintf(stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n", m.Step, r.Loss, r.Perplexity, r.BitsPerByte, r.Tokens)
@@ -531,6 +627,9 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		_ = bar.Add(1)
 		if !opt.progress && cfg.Run.LogInterval > 0 && (m.Step%cfg.Run.LogInterval == 0 || m.Step == steps) {
 			fmt.Fprintf(stderr, "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s\n", m.Step, steps, m.Loss, m.LR, m.GradNorm, m.TokensPerSec)
+		}
+		if m.stop { // a signal on any rank: every rank stops after this step
+			break
 		}
 		if k := cfg.Checkpoint.Interval; k > 0 && m.Step%k == 0 && m.Step < end {
 			if err := checkpoint(m.Step); err != nil {
@@ -566,6 +665,11 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	writeMemory(stdout, last.Memory)
 	return nil
 }
+
+// nopCloser is a writer with a Close that does nothing.
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
 
 // openMetrics opens metrics.jsonl for a run that starts after step done: a fresh run
 // truncates it; a resumed one keeps the lines of steps up to done (a crashed run may have

@@ -311,3 +311,24 @@ func (f *FSDP) GradDone(u int) {
 	mine := f.be.Slice(f.MasterGrads, f.offset[u], n)
 	f.be.Add(mine, mine, part)
 }
+
+// FullParams returns the whole fp32 parameter vector in Layout order, from every rank's
+// master chunks. It is collective: every rank of the group must call it.
+func (f *FSDP) FullParams() []float32 {
+	P, total := f.comm.Size(), f.Master.Len()
+	all := f.be.Alloc(P * total)
+	f.comm.AllGather(all, f.Master, "fsdp.full_params")
+	host := make([]float32, P*total)
+	f.be.Download(host, all)
+	last := f.units[len(f.units)-1]
+	out := make([]float32, last.Off+last.N)
+	for i, u := range f.units {
+		for r := 0; r < P; r++ {
+			lo := r * f.chunk[i]
+			if n := min(f.chunk[i], u.N-lo); n > 0 {
+				copy(out[u.Off+lo:u.Off+lo+n], host[r*total+f.offset[i]:])
+			}
+		}
+	}
+	return out
+}
