@@ -53,7 +53,7 @@ type DataConfig struct {
 	Train     string   `toml:"train" json:"train"`         // file, directory or glob; $VARS are expanded ($GOROOT too)
 	Eval      string   `toml:"eval" json:"eval"`           // held-out data for the eval command; "" = none
 	Format    string   `toml:"format" json:"format"`       // text | jsonl | c4 | tokens
-	Include   []string `toml:"include" json:"include"`     // file name patterns read when train is a directory
+	Include   []string `toml:"include" json:"include"`     // file name patterns read when train is a directory; [] = by format (data.DefaultInclude)
 	MaxBytes  int64    `toml:"max_bytes" json:"max_bytes"` // bytes of text read at most; 0 = no limit
 	Tokenizer string   `toml:"tokenizer" json:"tokenizer"` // tokenizer name ("byte": one token per byte)
 	SeqLen    int      `toml:"seq_len" json:"seq_len"`     // tokens per sequence (global, before sequence parallelism)
@@ -127,7 +127,7 @@ func DefaultConfig() Config {
 	return Config{
 		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10},
 		Model: model.DefaultConfig(),
-		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{"*.go"},
+		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{},
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
@@ -623,7 +623,7 @@ const memoryNoteBytes = 16 << 30
 
 // Requirements lists, one sentence each, what the config needs that a single-process fp32 CPU
 // run of this version does not have: more ranks, a communication backend, a GPU build, a
-// precision or data format or feature that comes in a later version, and the memory of the
+// precision or feature that comes in a later version, and the memory of the
 // model state when it exceeds 16 GiB. It is empty for configs/tiny.toml. It reports facts; the
 // caller decides whether to refuse.
 func (c Config) Requirements() []string {
@@ -648,9 +648,6 @@ func (c Config) Requirements() []string {
 	}
 	if mp := c.Training.MixedPrecision; mp != "fp32" {
 		reqs = append(reqs, fmt.Sprintf("training.mixed_precision = %q comes in a later version (this version trains in fp32)", mp))
-	}
-	if f := c.Data.Format; f != "text" {
-		reqs = append(reqs, fmt.Sprintf("data.format = %q comes in a later version (this version reads \"text\")", f))
 	}
 	if c.Checkpoint.Interval > 0 {
 		reqs = append(reqs, fmt.Sprintf("checkpoint.interval = %d: saving checkpoints comes in a later version", c.Checkpoint.Interval))

@@ -93,8 +93,10 @@ type docWalk struct {
 	include []string
 	files   []string
 	// onRead, when set, is called with the number of bytes read from disk (before
-	// decompression) as the walk reads them, for progress reports.
+	// decompression) as the walk reads them, and onFile as it opens each file, for
+	// progress reports.
 	onRead func(n int64)
+	onFile func()
 }
 
 // newDocWalk validates src and lists its files: sorted by path, then shuffled with src.Seed
@@ -166,6 +168,9 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 		limit := budget()
 		if limit == 0 {
 			break
+		}
+		if w.onFile != nil {
+			w.onFile()
 		}
 		var err error
 		if w.format == "text" {

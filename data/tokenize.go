@@ -151,6 +151,7 @@ type ShardOptions struct {
 // TokenizeProgress is how far WriteShards has come.
 type TokenizeProgress struct {
 	Files      int   // files to read
+	FilesRead  int   // files opened so far (fewer than Files when MaxBytes ends the read)
 	InputBytes int64 // bytes read from the files (compressed bytes for compressed files)
 	InputTotal int64 // the files' sizes
 	TextBytes  int64 // bytes of text tokenized, DocSeparators between documents included
@@ -181,7 +182,7 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		return st, err
 	}
 	if format == "tokens" {
-		return st, fmt.Errorf("data: WriteShards: the source %s is already token shards (format \"tokens\"); tokenize the text, jsonl or c4 files they came from", src.Path)
+		return st, fmt.Errorf("data: write shards: the source %s is already token shards (format \"tokens\"); tokenize the text, jsonl or c4 files they came from", src.Path)
 	}
 	if opt.ShardTokens < 0 {
 		return st, fmt.Errorf("data: WriteShards: ShardTokens = %d: must be >= 0 (0 = %d)", opt.ShardTokens, DefaultShardTokens)
@@ -212,6 +213,11 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 	w.onRead = func(n int64) {
 		mu.Lock()
 		st.InputBytes += n
+		mu.Unlock()
+	}
+	w.onFile = func() {
+		mu.Lock()
+		st.FilesRead++
 		mu.Unlock()
 	}
 	report := func() {
@@ -288,31 +294,31 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 // shardNamer checks out and returns the function that names each next shard.
 func shardNamer(out string, single bool, shardTokens int64) (func() string, error) {
 	if out == "" {
-		return nil, fmt.Errorf("data: WriteShards: no output: name a directory, or a file ending in .tokens")
+		return nil, fmt.Errorf("data: write shards: no output named: a directory, or a file ending in .tokens")
 	}
 	if single {
 		if shardTokens != 0 {
-			return nil, fmt.Errorf("data: WriteShards: %s names one shard file, so a shard size (%d tokens) does not apply; name a directory to split the tokens into shards", out, shardTokens)
+			return nil, fmt.Errorf("data: write shards: %s names one shard file, so a shard size (%d tokens) does not apply; name a directory to split the tokens into shards", out, shardTokens)
 		}
 		if _, err := os.Lstat(out); err == nil {
-			return nil, fmt.Errorf("data: WriteShards: %s exists; remove it or write elsewhere", out)
+			return nil, fmt.Errorf("data: write shards: %s exists; remove it or write elsewhere", out)
 		}
 		if dir := filepath.Dir(out); dir != "" {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, fmt.Errorf("data: WriteShards: %w", err)
+				return nil, fmt.Errorf("data: write shards: %w", err)
 			}
 		}
 		return func() string { return out }, nil
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, fmt.Errorf("data: WriteShards: %w", err)
+		return nil, fmt.Errorf("data: write shards: %w", err)
 	}
 	old, err := filepath.Glob(filepath.Join(out, "*.tokens"))
 	if err != nil {
-		return nil, fmt.Errorf("data: WriteShards: %w", err)
+		return nil, fmt.Errorf("data: write shards: %w", err)
 	}
 	if len(old) > 0 {
-		return nil, fmt.Errorf("data: WriteShards: %s already holds %d token shards (%s, …); remove them or write elsewhere, so that old and new shards do not mix",
+		return nil, fmt.Errorf("data: write shards: %s already holds %d token shards (%s, …); remove them or write elsewhere, so that old and new shards do not mix",
 			out, len(old), filepath.Base(old[0]))
 	}
 	i := 0

@@ -104,7 +104,7 @@ func TestWriteShards(t *testing.T) {
 			if docs != 300 || st.Documents != 300 || st.Tokens != int64(len(want)) || st.TextBytes != int64(len(want)) || textBytes != st.TextBytes {
 				t.Errorf("stats %+v, shards hold %d documents and %d text bytes; want 300 documents and %d tokens and bytes", st.TokenizeProgress, docs, textBytes, len(want))
 			}
-			if fi, _ := os.Stat(filepath.Join(dir, "c4-a.json.gz")); st.InputBytes != fi.Size() || st.InputTotal != fi.Size() || st.Files != 1 {
+			if fi, _ := os.Stat(filepath.Join(dir, "c4-a.json.gz")); st.InputBytes != fi.Size() || st.InputTotal != fi.Size() || st.Files != 1 || st.FilesRead != 1 {
 				t.Errorf("input bytes %d of %d in %d files, want the file's %d", st.InputBytes, st.InputTotal, st.Files, fi.Size())
 			}
 			if len(reports) < 2 || reports[0].Documents != 0 || reports[len(reports)-1] != st.TokenizeProgress {
@@ -138,8 +138,8 @@ func TestWriteShardsSingleFileAndMaxBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(st.Shards, []string{out}) || st.TextBytes != 777 {
-		t.Errorf("wrote %q with %d text bytes, want [%s] with 777", st.Shards, st.TextBytes, out)
+	if !slices.Equal(st.Shards, []string{out}) || st.TextBytes != 777 || st.Files != 20 || st.FilesRead != 8 {
+		t.Errorf("wrote %q with %d text bytes from %d of %d files, want [%s] with 777 from 8 of 20", st.Shards, st.TextBytes, st.FilesRead, st.Files, out)
 	}
 	// MaxBytes 777 reads them; a smaller limit cannot be applied to tokens.
 	got, err := LoadTokens(Source{Path: out, Format: "tokens", MaxBytes: 777}, upperTokenizer{})
@@ -157,7 +157,7 @@ func TestWriteShardsSingleFileAndMaxBytes(t *testing.T) {
 	}{
 		{"file exists", src, ShardOptions{Out: out}, "exists"},
 		{"file with a shard size", src, ShardOptions{Out: out + "2.tokens", ShardTokens: 10}, "does not apply"},
-		{"no output", src, ShardOptions{}, "no output"},
+		{"no output", src, ShardOptions{}, "no output named"},
 		{"negative shard size", src, ShardOptions{Out: t.TempDir(), ShardTokens: -1}, "ShardTokens = -1"},
 		{"tokens source", Source{Path: out, Format: "tokens"}, ShardOptions{Out: t.TempDir()}, "already token shards"},
 		{"no documents", Source{Path: t.TempDir()}, ShardOptions{Out: t.TempDir()}, "no file matches"},
