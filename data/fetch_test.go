@@ -370,3 +370,21 @@ func TestC4FileName(t *testing.T) {
 		}
 	}
 }
+
+// The Hub answers with a redirect to a CDN host; the Range header must survive it.
+func TestFetchC4ResumeThroughRedirect(t *testing.T) {
+	cdn := newC4Server(t)
+	cdn.handle = cutHalf
+	hub := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, cdn.URL+r.URL.Path, http.StatusFound)
+	}))
+	defer hub.Close()
+	dir := t.TempDir()
+	if _, err := FetchC4(context.Background(), FetchOptions{Split: "validation", Shards: 1, Dir: dir, BaseURL: hub.URL, Retries: 1, RetryWait: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{val0, fmt.Sprintf("%s bytes=%d-", val0, len(cdn.files[val0])/2)}; !slices.Equal(cdn.seen(), want) {
+		t.Errorf("CDN requests %q, want %q", cdn.seen(), want)
+	}
+	checkFetched(t, cdn, dir, val0)
+}

@@ -341,56 +341,68 @@ func jsonText(line []byte) ([]byte, error) {
 // pair and each byte of invalid UTF-8 replaced by U+FFFD.
 func unquoteJSON(body []byte) []byte {
 	out := make([]byte, 0, len(body))
-	for i := 0; i < len(body); {
-		c := body[i]
-		switch {
-		case c == '\\':
-			switch e := body[i+1]; e {
-			case 'b':
-				out = append(out, '\b')
-			case 'f':
-				out = append(out, '\f')
-			case 'n':
-				out = append(out, '\n')
-			case 'r':
-				out = append(out, '\r')
-			case 't':
-				out = append(out, '\t')
-			case 'u':
-				r := hex4(body[i+2:])
-				i += 6
-				if utf16.IsSurrogate(r) {
-					r2 := rune(-1)
-					if i+6 <= len(body) && body[i] == '\\' && body[i+1] == 'u' {
-						r2 = hex4(body[i+2:])
-					}
-					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-						r = d
-						i += 6
-					} else {
-						r = utf8.RuneError
-					}
-				}
-				out = utf8.AppendRune(out, r)
-				continue
-			default: // " \ /
-				out = append(out, e)
-			}
-			i += 2
-		case c < utf8.RuneSelf:
-			out = append(out, c)
-			i++
-		default:
-			r, n := utf8.DecodeRune(body[i:])
-			if r == utf8.RuneError && n == 1 {
-				out = utf8.AppendRune(out, utf8.RuneError)
-			} else {
-				out = append(out, body[i:i+n]...)
-			}
-			i += n
+	for len(body) > 0 {
+		// The bytes up to the next escape, in one piece when they are valid UTF-8.
+		n := bytes.IndexByte(body, '\\')
+		if n < 0 {
+			n = len(body)
 		}
+		out = appendValidUTF8(out, body[:n])
+		body = body[n:]
+		if len(body) == 0 {
+			break
+		}
+		switch e := body[1]; e {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hex4(body[2:])
+			body = body[6:]
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if len(body) >= 6 && body[0] == '\\' && body[1] == 'u' {
+					r2 = hex4(body[2:])
+				}
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					r = d
+					body = body[6:]
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+			continue
+		default: // " \\ /
+			out = append(out, e)
+		}
+		body = body[2:]
 	}
 	return out
+}
+
+// appendValidUTF8 appends b to dst with each byte of invalid UTF-8 replaced by U+FFFD.
+func appendValidUTF8(dst, b []byte) []byte {
+	if utf8.Valid(b) {
+		return append(dst, b...)
+	}
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return dst
 }
 
 // hex4 returns the value of the four hex digits at the start of b.

@@ -389,6 +389,9 @@ var jsonTextCases = []struct {
 	{`{"te\u0078t":"escaped key"}`, "escaped key", ""},
 	{"{\"text\":\"bad \xff utf8\"}", "bad \uFFFD utf8", ""},
 	{`{"text":"lone \ud800 surrogate"}`, "lone \uFFFD surrogate", ""},
+	{`{"text":"\ud83d\u0041"}`, "\uFFFDA", ""},
+	{`{"text":"\udc00x\ud83d"}`, "\uFFFDx\uFFFD", ""},
+	{"{\"text\":\"a\xffb\\nc\xc3\"}", "a\uFFFDb\nc\uFFFD", ""},
 	{`{"text":"x","n":0.5,"e":1E9,"z":-0}`, "x", ""},
 	{`{}`, "", `no "text" field`},
 	{`{"Text":"x"}`, "", `no "text" field`},
@@ -472,4 +475,41 @@ func BenchmarkReadC4(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkJSONText compares the scanner with encoding/json on C4-like lines (2 KB of text
+// with newlines and quotes to unescape); SetBytes counts the JSON.
+func BenchmarkJSONText(b *testing.B) {
+	var docs []string
+	for i := range 200 {
+		docs = append(docs, strings.Repeat(fmt.Sprintf("Sentence %d of a \"web\" page, café.\n", i), 50))
+	}
+	lines := bytes.Split(bytes.TrimSpace(c4Lines(b, docs...)), []byte("\n"))
+	size := 0
+	for _, l := range lines {
+		size += len(l)
+	}
+	b.Run("scanner", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			for _, l := range lines {
+				if _, err := jsonText(l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			for _, l := range lines {
+				var obj struct {
+					Text *string `json:"text"`
+				}
+				if err := json.Unmarshal(l, &obj); err != nil || obj.Text == nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
 }
