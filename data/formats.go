@@ -55,7 +55,7 @@ func checkFormat(format string) (string, error) {
 	return format, nil
 }
 
-// ReadDocuments returns the first max documents of src (all of them when max <= 0), for
+// ReadDocuments returns the first n documents of src (all of them when n <= 0), for
 // evaluation: C4's validation loss is the loss on its first N documents.
 //
 // Unlike LoadTokens it reads the files in path order, not in the order Source.Seed gives,
@@ -63,19 +63,23 @@ func checkFormat(format string) (string, error) {
 // whatever the seed. Documents within a file come in file order; empty documents are
 // skipped and not counted. MaxBytes bounds the text as in LoadTokens (separators counted,
 // the last document cut to fit). The format must be a text format (text, jsonl or c4).
-func ReadDocuments(src Source, max int) ([][]byte, error) {
-	w, err := newDocWalk(src, false)
+func ReadDocuments(src Source, n int) ([][]byte, error) {
+	format, err := checkFormat(src.Format)
 	if err != nil {
 		return nil, err
 	}
-	if w.format == "tokens" {
+	if format == "tokens" {
 		return nil, fmt.Errorf("data: ReadDocuments reads text, and format \"tokens\" holds token ids: use the text, jsonl or c4 files the shards were made from")
+	}
+	w, err := newDocWalk(src, false)
+	if err != nil {
+		return nil, err
 	}
 	var docs [][]byte
 	errEnough := errors.New("enough documents")
 	_, err = w.each(func(d []byte) error {
 		docs = append(docs, bytes.Clone(d))
-		if max > 0 && len(docs) == max {
+		if n > 0 && len(docs) == n {
 			return errEnough
 		}
 		return nil
