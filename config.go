@@ -53,7 +53,7 @@ type DataConfig struct {
 	Train     string   `toml:"train" json:"train"`         // file, directory or glob; $VARS are expanded ($GOROOT too)
 	Eval      string   `toml:"eval" json:"eval"`           // held-out data for the eval command; "" = none
 	Format    string   `toml:"format" json:"format"`       // text | jsonl | c4 | tokens
-	Include   []string `toml:"include" json:"include"`     // file name patterns read when train is a directory
+	Include   []string `toml:"include" json:"include"`     // file name patterns read when train is a directory; [] = by format (data.DefaultInclude)
 	MaxBytes  int64    `toml:"max_bytes" json:"max_bytes"` // bytes of text read at most; 0 = no limit
 	Tokenizer string   `toml:"tokenizer" json:"tokenizer"` // tokenizer name ("byte": one token per byte)
 	SeqLen    int      `toml:"seq_len" json:"seq_len"`     // tokens per sequence (global, before sequence parallelism)
@@ -131,7 +131,7 @@ func DefaultConfig() Config {
 	return Config{
 		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10},
 		Model: model.DefaultConfig(),
-		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{"*.go"},
+		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{},
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
@@ -634,9 +634,9 @@ const stateBytesPerParam = 16
 const memoryNoteBytes = 16 << 30
 
 // Requirements lists, one sentence each, what the config needs that this (CPU) build does not
-// have: the NCCL backend, a GPU build, a data format that comes in a later version, and the
-// memory of the model state when it exceeds 16 GiB. It is empty for configs/tiny.toml. It reports facts; the
-// caller decides whether to refuse.
+// have: the NCCL backend, a GPU build, and the memory of the model state when it exceeds
+// 16 GiB. It is empty for configs/tiny.toml. It reports facts; the caller decides whether to
+// refuse.
 func (c Config) Requirements() []string {
 	c = c.resolved()
 	var reqs []string
@@ -647,9 +647,6 @@ func (c Config) Requirements() []string {
 	}
 	if c.Device.Kind != "cpu" {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))
-	}
-	if f := c.Data.Format; f != "text" {
-		reqs = append(reqs, fmt.Sprintf("data.format = %q comes in a later version (this version reads \"text\")", f))
 	}
 	n := c.Model.NumParams()
 	if state := n * stateBytesPerParam; state > memoryNoteBytes {

@@ -8,8 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"iter"
 	"math"
 	"os"
 	"os/signal"
@@ -91,15 +89,12 @@ func newEvalSample(doc []byte, tok data.Tokenizer, bos int32, seqLen, vocab int)
 
 // collectSamples turns documents into at most n samples, skipping documents that predict no
 // token.
-func collectSamples(docs iter.Seq2[[]byte, error], tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]evalSample, error) {
+func collectSamples(docs [][]byte, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]evalSample, error) {
 	var out []evalSample
-	for doc, err := range docs {
-		if err != nil {
-			return nil, err
-		}
+	for i, doc := range docs {
 		s, ok, err := newEvalSample(doc, tok, bos, seqLen, vocab)
 		if err != nil {
-			return nil, fmt.Errorf("document %d: %w", len(out)+1, err)
+			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
 		if ok {
 			out = append(out, s)
@@ -112,107 +107,31 @@ func collectSamples(docs iter.Seq2[[]byte, error], tok data.Tokenizer, bos int32
 }
 
 // loadEvalSamples reads the first n documents of the evaluation data at path (data.eval for
-// train, --data for eval) and makes samples of them.
+// train, --data for eval) in data.format, in path order (data.ReadDocuments), and makes
+// samples of them. Documents with no token to predict are passed over, so it reads on
+// until it has n samples or the data ends.
 func loadEvalSamples(path string, d DataConfig, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]evalSample, error) {
-	docs, err := evalDocuments(path, d.Format, d.Include)
-	if err != nil {
-		return nil, err
-	}
-	samples, err := collectSamples(docs, tok, bos, seqLen, vocab, n)
-	if err != nil {
-		return nil, fmt.Errorf("eval: %s: %w", path, err)
-	}
-	if len(samples) == 0 {
-		return nil, fmt.Errorf("eval: %s: no document with a token to predict", path)
-	}
-	return samples, nil
-}
-
-// evalDocuments returns the documents of the evaluation data at path, in order. Format "text"
-// reads each file as one document: path is a file, a directory (its files matching include,
-// walked recursively as data.LoadTokens does) or a glob (every file it matches, whatever its
-// name), in the order of their sorted paths.
-func evalDocuments(path, format string, include []string) (iter.Seq2[[]byte, error], error) {
 	p, err := data.ExpandPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("eval: data %q: %w", path, err)
 	}
-	switch format {
-	case "", "text":
-	default:
-		return nil, fmt.Errorf("eval: data.format = %q: eval reads \"text\" documents (one per file) in this build; jsonl and c4 documents come with their readers", format)
-	}
-	files, err := evalFiles(p, include)
-	if err != nil {
-		return nil, err
-	}
-	return func(yield func([]byte, error) bool) {
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				yield(nil, fmt.Errorf("eval: %w", err))
-				return
-			}
-			if len(b) > 0 && !yield(b, nil) {
-				return
-			}
-		}
-	}, nil
-}
-
-// evalFiles lists the files of path: itself, a directory's files matching include, or the
-// files (and directories' files) a glob matches, sorted.
-func evalFiles(path string, include []string) ([]string, error) {
-	if len(include) == 0 {
-		include = data.DefaultInclude
-	}
-	roots := []string{path}
-	if _, err := os.Stat(path); err != nil {
-		matches, gerr := filepath.Glob(path)
-		if gerr != nil || len(matches) == 0 {
-			return nil, fmt.Errorf("eval: data: %w", err)
-		}
-		roots = matches
-	}
-	var files []string
-	for _, root := range roots {
-		fi, err := os.Stat(root)
+	src := data.Source{Path: p, Format: d.Format, Include: d.Include}
+	for k := n; ; k *= 2 {
+		docs, err := data.ReadDocuments(src, k)
 		if err != nil {
-			return nil, fmt.Errorf("eval: data: %w", err)
+			return nil, fmt.Errorf("eval: %w", err)
 		}
-		if !fi.IsDir() {
-			files = append(files, root)
-			continue
-		}
-		err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			name := d.Name()
-			if d.IsDir() {
-				if p != root && (name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			for _, pat := range include {
-				if ok, _ := filepath.Match(pat, name); ok && d.Type().IsRegular() {
-					files = append(files, p)
-					break
-				}
-			}
-			return nil
-		})
+		samples, err := collectSamples(docs, tok, bos, seqLen, vocab, n)
 		if err != nil {
-			return nil, fmt.Errorf("eval: data: walk %s: %w", root, err)
+			return nil, fmt.Errorf("eval: %s: %w", path, err)
+		}
+		if len(samples) >= n || len(docs) < k {
+			if len(samples) == 0 {
+				return nil, fmt.Errorf("eval: %s: no document with a token to predict", path)
+			}
+			return samples, nil
 		}
 	}
-	slices.Sort(files)
-	files = slices.Compact(files)
-	if len(files) == 0 {
-		return nil, fmt.Errorf("eval: data %s: no file matches include patterns %q", path, include)
-	}
-	return files, nil
 }
 
 // evaluator runs forward passes of one model on P in-process sequence-parallel ranks, each

@@ -260,12 +260,9 @@ func TestEvalSamples(t *testing.T) {
 	if _, _, err := newEvalSample([]byte("é"), tok, 1, 10, 128); err == nil || !strings.Contains(err.Error(), "vocabulary of 128") {
 		t.Errorf("byte 0xc3 with a vocabulary of 128: %v", err)
 	}
-	docs := func(yield func([]byte, error) bool) {
-		for _, d := range []string{"x", "hello", "y", "world", "again"} {
-			if !yield([]byte(d), nil) {
-				return
-			}
-		}
+	var docs [][]byte
+	for _, d := range []string{"x", "hello", "y", "world", "again"} {
+		docs = append(docs, []byte(d))
 	}
 	ss, err := collectSamples(docs, tok, -1, 8, 256, 2)
 	if err != nil || len(ss) != 2 || string(tok.Decode(ss[1].targets)) != "orld" {
@@ -417,7 +414,7 @@ func TestEvalErrors(t *testing.T) {
 			[]string{"config.json", "rope_scaling", "dynamic"}},
 		{"hidden_act", []string{"--model", broken(func(d string) { setKey(d, "hidden_act", `"gelu_pytorch_tanh"`) })},
 			[]string{"config.json", `hidden_act = "gelu_pytorch_tanh"`}},
-		{"not a model", []string{"--model", notModel}, []string{notModel, "not yet supported"}},
+		{"not a model", []string{"--model", notModel}, []string{notModel, "nor a readable distflash checkpoint"}},
 		{"no such model", []string{"--model", filepath.Join(notModel, "nope")}, []string{"nope", "no such file"}},
 		{"seq-len too long", []string{"--model", sharded, "--seq-len", "1024"}, []string{"--seq-len 1024", "512"}},
 		{"no data", []string{"--model", sharded, "--data", ""}, []string{"--data"}},

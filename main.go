@@ -27,11 +27,14 @@ Usage:
   distflash plan --config FILE [--set k=v ...] [--cluster 2x8xA100-80GB] [--format text|json]
                  [--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu 0.5]
   distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]
+  distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
+  distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR]
 
 Commands:
   train   train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)
   plan    predict memory, communication and step time of a config on a GPU cluster
   eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text
+  data    tokenize data.train into token shards; download C4
 
 Run 'distflash COMMAND -h' for the flags of a command.
 `
@@ -58,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runPlan(args[1:], stdout, stderr)
 	case "eval":
 		return runEval(args[1:], stdout, stderr)
+	case "data":
+		return runData(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -213,5 +214,39 @@ func TestResumeDamage(t *testing.T) {
 	out, err = runBin(t, nil, "--set", "run.output_dir="+dir, "--set", "model.dim=96", "--resume", "auto")
 	if err == nil || !strings.Contains(out, "model.dim") {
 		t.Errorf("resume with another model shape: %v\n%s", err, out)
+	}
+}
+
+// TestEvalDuringTrainingAndOfCheckpoint: eval.interval evaluates on data.eval during training
+// (logged, and in metrics.jsonl), and `distflash eval` of the checkpoint saved at that step
+// gives the same loss, from the checkpoint's own weights, through the real binary.
+func TestEvalDuringTrainingAndOfCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	out := mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=4", "--set", "eval.interval=4",
+		"--set", "data.eval=$GOROOT/src/strings", "--set", "eval.samples=3")
+	if !strings.Contains(out, "eval step 4: loss") || !strings.Contains(out, "eval step 8: loss") {
+		t.Fatalf("no eval lines in the log:\n%s", out)
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if ms[3].EvalLoss == 0 || ms[7].EvalLoss == 0 || ms[4].EvalLoss != 0 {
+		t.Fatalf("eval_loss in metrics at steps 4 and 8 only: %v %v %v", ms[3].EvalLoss, ms[4].EvalLoss, ms[7].EvalLoss)
+	}
+	res := filepath.Join(dir, "eval.json")
+	cmd := exec.Command(buildBinary(t), "eval", "--model", filepath.Join(dir, "tiny", "step-000004"),
+		"--data", "$GOROOT/src/strings", "--samples", "3", "--out", res)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("eval of the checkpoint: %v\n%s", err, b)
+	}
+	var r EvalResult
+	raw, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.Loss-ms[3].EvalLoss) > 1e-9*ms[3].EvalLoss {
+		t.Errorf("eval of step-000004: loss %.9f, eval during training at step 4: %.9f", r.Loss, ms[3].EvalLoss)
 	}
 }

@@ -1,13 +1,19 @@
 // Package data turns text on disk into batches of token ids for training.
 //
-// The path from disk to batch has four steps:
+// The path from disk to batch:
 //
 //   - [ExpandPath] resolves a configured path: $GOROOT (so the default corpus, the Go
 //     toolchain's own sources, exists on any machine that can build distflash), other
 //     environment variables and a leading ~/.
 //   - [LoadTokens] reads a [Source] (a file, a directory walked recursively, or a glob),
 //     chooses and orders its files from a seed, and tokenizes them into one stream with a
-//     newline between documents.
+//     newline between documents. Source.Format says what a document is: a whole file
+//     (text), or the "text" field of each JSON line (jsonl, and c4 for allenai/c4's files,
+//     gzip or zstd compressed); or the files are token shards (tokens).
+//   - [WriteShards] writes that stream as token shards (a small header, then uint16 or
+//     uint32 tokens; [ReadShard]), which LoadTokens reads back without tokenizing again.
+//   - [ReadDocuments] returns a source's first N documents in file order, for evaluation;
+//     [FetchC4] downloads C4's files, resuming interrupted downloads.
 //   - A [Tokenizer] maps bytes to token ids and back: [ByteTokenizer] (one token per byte,
 //     vocabulary 256, the default), [SentencePiece] (a LLaMA-style tokenizer.model) or
 //     [HFTokenizer] (a Hugging Face tokenizer.json with a BPE model), chosen by

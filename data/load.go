@@ -2,10 +2,12 @@ package data
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,136 +20,201 @@ type Source struct {
 	// syntax) naming files or directories, already expanded by ExpandPath. A path that
 	// exists is never treated as a pattern.
 	Path string
-	// Format is how the files are read. "text" (also "", the default) reads each file's
-	// bytes as one document. jsonl, c4 (json.gz) and pre-tokenized shards ("tokens") come
-	// in a later version and are an error here.
+	// Format is how the files are read (Formats lists the names):
+	//
+	//   - "text" (also "", the default): each file's bytes are one document.
+	//   - "jsonl": one JSON object per line, its string field "text" one document; blank
+	//     lines are skipped, and a line that is not such an object is an error naming the
+	//     file and line.
+	//   - "c4": the same objects (C4's own files: "text", "timestamp", "url"), in files
+	//     named c4-*.json, c4-*.json.gz or c4-*.json.zst.
+	//   - "tokens": token shards written by WriteShards (distflash data tokenize); see
+	//     LoadTokens.
+	//
+	// jsonl and c4 files may be gzip- or zstd-compressed, which is told by the file's
+	// first bytes (its magic number), not its name; a corrupt or truncated stream is an
+	// error naming the file. The two formats differ only in DefaultInclude.
 	Format string
 	// Include holds filename patterns (filepath.Match syntax) matched against the base name
-	// of each file found inside a directory; nil or empty means DefaultInclude. Files that
-	// Path names directly, itself or through a glob, are read whatever their name.
+	// of each file found inside a directory; nil or empty means DefaultInclude(Format).
+	// Files that Path names directly, itself or through a glob, are read whatever their
+	// name.
 	Include []string
-	// MaxBytes bounds the text read, separators included; 0 means no limit. The last file
-	// read is cut to fit, so with the byte tokenizer the stream is MaxBytes tokens long
-	// (or one less) whenever there is that much text. A truncated read is a prefix of the
-	// full read with the same Seed.
+	// MaxBytes bounds the text read, separators included; 0 means no limit. The last
+	// document read is cut to fit, so with the byte tokenizer the stream is MaxBytes tokens
+	// long (or one less) whenever there is that much text. A truncated read is a prefix of
+	// the full read with the same Seed. Token shards record the bytes of text they encode;
+	// reading shards that encode more than MaxBytes is an error, since tokens cannot be cut
+	// at a byte count.
 	MaxBytes int64
 	// Seed orders the files: they are sorted by path, shuffled with Seed and read in that
-	// order until MaxBytes, so the seed picks which files a truncated read sees.
+	// order until MaxBytes, so the seed picks which files a truncated read sees. Documents
+	// within a file keep their order. Token shards are read in path order whatever the
+	// seed: their order was fixed when they were written.
 	Seed uint64
 }
-
-// DefaultInclude is the include pattern list used when Source.Include is empty.
-var DefaultInclude = []string{"*.go"}
 
 // DocSeparator is the byte LoadTokens puts between consecutive documents, so that the
 // last line of one file never runs into the first line of the next unmarked. Go files end
 // in a newline already, so there a boundary reads as a blank line.
 const DocSeparator = '\n'
 
-// LoadTokens reads src and tokenizes it with tok into one stream: the documents (files) in
-// the order Source.Seed gives, each encoded on its own, with the encoding of DocSeparator
-// between consecutive ones. Empty files are skipped.
+// LoadTokens reads src and tokenizes it with tok into one stream: the documents in the
+// order Source.Seed gives, each encoded on its own, with the encoding of DocSeparator
+// between consecutive ones. Empty documents (and files) are skipped.
 //
 // Directories are walked recursively, skipping (as the go command does) any directory
 // below the root whose name is testdata or starts with "." or "_": Go test data is often
 // deliberately malformed or machine-generated and is not the text we want to model.
 // Symbolic links to files are read; links to directories are not followed.
 //
+// With format "tokens" the stream is the shards' tokens, shard after shard in path order
+// with the encoding of DocSeparator between them: the stream LoadTokens gave for the source
+// the shards were written from. Every shard must have been written by tok (same name,
+// vocabulary and TokenizerFingerprint); the error for one that was not names both
+// tokenizers.
+//
 // It is an error if no text is found; the message names the path and the include patterns.
 func LoadTokens(src Source, tok Tokenizer) ([]int32, error) {
 	if tok == nil {
 		return nil, errors.New("data: LoadTokens: nil Tokenizer")
 	}
-	switch src.Format {
-	case "", "text":
-	case "jsonl", "c4", "tokens":
-		return nil, fmt.Errorf("data: format %q comes in a later version: this version reads \"text\"", src.Format)
-	default:
-		return nil, fmt.Errorf("data: unknown format %q: accepted: text (jsonl, c4 and tokens come in a later version)", src.Format)
-	}
-	if src.MaxBytes < 0 {
-		return nil, fmt.Errorf("data: MaxBytes = %d: must be >= 0 (0 = no limit)", src.MaxBytes)
-	}
-	include := src.Include
-	if len(include) == 0 {
-		include = DefaultInclude
-	}
-	for _, p := range include {
-		if _, err := filepath.Match(p, ""); err != nil {
-			return nil, fmt.Errorf("data: include pattern %q: %w", p, err)
-		}
-	}
-	files, err := listFiles(src.Path, include)
+	format, err := checkFormat(src.Format)
 	if err != nil {
 		return nil, err
 	}
-	newRNG(src.Seed, domainFiles, 0).shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
-
-	// Read first, then encode: the text is a quarter of the size of its tokens, and knowing
-	// its length lets a one-token-per-byte tokenizer fill an exactly sized slice.
+	if format == "tokens" {
+		return loadShards(src, tok)
+	}
+	w, err := newDocWalk(src, true)
+	if err != nil {
+		return nil, err
+	}
+	// The stream is built in parts and joined at the end: one copy, where growing one slice
+	// would copy it several times over.
 	var (
-		text []byte
-		docs [][2]int // [start, end) of each document in text
+		parts [][]int32
+		cur   []int32
+		total int
 	)
-	for _, f := range files {
-		limit := int64(-1)
-		if src.MaxBytes > 0 {
-			limit = src.MaxBytes - int64(len(text))
-			if len(docs) > 0 {
-				limit-- // the separator
-			}
-			if limit <= 0 {
-				break
-			}
-		}
-		start := len(text)
-		if len(docs) > 0 {
-			text = append(text, DocSeparator)
-		}
-		n := len(text)
-		text, err = readFile(f, limit, text)
-		if err != nil {
-			return nil, err
-		}
-		if len(text) == n { // empty file: take back its separator
-			text = text[:start]
-			continue
-		}
-		docs = append(docs, [2]int{n, len(text)})
+	if _, ok := tok.(ByteTokenizer); ok && format == "text" {
+		// One token per byte: the files' sizes bound the stream, so one part holds it.
+		cur = make([]int32, 0, w.textBound())
 	}
-	if len(docs) == 0 {
-		if len(files) == 0 {
-			return nil, fmt.Errorf("data: no text in %s: no file matches include patterns %q (directories named testdata or starting with . or _ are skipped)", src.Path, include)
+	add := func(t []int32) {
+		total += len(t)
+		for len(t) > 0 {
+			if len(cur) == cap(cur) {
+				if len(cur) > 0 {
+					parts = append(parts, cur)
+				}
+				cur = make([]int32, 0, max(4<<20, total/4))
+			}
+			n := copy(cur[len(cur):cap(cur)], t)
+			cur, t = cur[:len(cur)+n], t[n:]
 		}
-		return nil, fmt.Errorf("data: no text in %s: all %d files matching include patterns %q are empty", src.Path, len(files), include)
 	}
-	return encodeDocs(tok, text, docs), nil
+	sep := tok.Encode([]byte{DocSeparator})
+	docs := 0
+	err = encodeDocs(context.Background(), w, tok, 0, func(d []int32, _ int) error {
+		if docs > 0 {
+			add(sep)
+		}
+		docs++
+		add(d)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 0 {
+		return slices.Clip(cur), nil
+	}
+	tokens := make([]int32, 0, total)
+	for _, p := range append(parts, cur) {
+		tokens = append(tokens, p...)
+	}
+	return tokens, nil
 }
 
-// encodeDocs encodes each document of text on its own, with the encoding of DocSeparator
-// between consecutive ones.
-func encodeDocs(tok Tokenizer, text []byte, docs [][2]int) []int32 {
-	sep := []byte{DocSeparator}
+// textBound returns an upper bound of the bytes of text a text-format walk reads: the sizes
+// of its files and a separator between each, capped by MaxBytes.
+func (w *docWalk) textBound() int64 {
+	var n int64
+	for _, f := range w.files {
+		if fi, err := os.Stat(f); err == nil {
+			n += fi.Size() + 1
+		}
+		if w.src.MaxBytes > 0 && n >= w.src.MaxBytes {
+			return w.src.MaxBytes
+		}
+	}
+	return n
+}
+
+// appendEncoder returns a function that appends the encoding of text to dst: the
+// tokenizer's own AppendEncode when it has one, else Encode and append.
+func appendEncoder(tok Tokenizer) func(dst []int32, text []byte) []int32 {
 	if a, ok := tok.(interface {
 		AppendEncode(dst []int32, text []byte) []int32
 	}); ok {
-		tokens := make([]int32, 0, len(text)) // exact for one token per byte
-		for i, d := range docs {
-			if i > 0 {
-				tokens = a.AppendEncode(tokens, sep)
-			}
-			tokens = a.AppendEncode(tokens, text[d[0]:d[1]])
-		}
-		return slices.Clip(tokens)
+		return a.AppendEncode
 	}
-	var tokens []int32
-	for i, d := range docs {
+	return func(dst []int32, text []byte) []int32 { return append(dst, tok.Encode(text)...) }
+}
+
+// loadShards is LoadTokens for format "tokens".
+func loadShards(src Source, tok Tokenizer) ([]int32, error) {
+	w, err := newDocWalk(src, false)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		paths          []string
+		total, textLen int64
+	)
+	for _, f := range w.files {
+		h, err := ReadShardHeader(f)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkShardTokenizer(h, f, tok); err != nil {
+			return nil, err
+		}
+		if h.Documents == 0 {
+			continue
+		}
+		if len(paths) > 0 {
+			textLen++
+		}
+		paths = append(paths, f)
+		total += h.Tokens
+		textLen += h.TextBytes
+	}
+	if len(paths) == 0 {
+		if len(w.files) == 0 {
+			return nil, fmt.Errorf("data: no token shards in %s: no file matches include patterns %q (directories named testdata or starting with . or _ are skipped)", src.Path, w.include)
+		}
+		return nil, fmt.Errorf("data: no tokens in %s: all %d shards matching include patterns %q are empty", src.Path, len(w.files), w.include)
+	}
+	if src.MaxBytes > 0 && textLen > src.MaxBytes {
+		return nil, fmt.Errorf("data: the %d token shards in %s encode %d bytes of text, more than MaxBytes = %d, and tokens cannot be cut at a byte count: read them all with MaxBytes = 0 (data.max_bytes = 0), or write the shards with the limit (distflash data tokenize applies data.max_bytes)",
+			len(paths), src.Path, textLen, src.MaxBytes)
+	}
+	sep := tok.Encode([]byte{DocSeparator})
+	if total > int64(math.MaxInt)/2 {
+		return nil, fmt.Errorf("data: the token shards in %s hold %d tokens, too many for memory", src.Path, total)
+	}
+	tokens := make([]int32, 0, int(total)+(len(paths)-1)*len(sep))
+	for i, f := range paths {
 		if i > 0 {
-			tokens = append(tokens, tok.Encode(sep)...)
+			tokens = append(tokens, sep...)
 		}
-		tokens = append(tokens, tok.Encode(text[d[0]:d[1]])...)
+		if _, tokens, err = appendShard(tokens, f); err != nil {
+			return nil, err
+		}
 	}
-	return slices.Clip(tokens)
+	return tokens, nil
 }
 
 // listFiles returns the files src names, sorted by path and without duplicates.

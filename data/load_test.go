@@ -212,7 +212,7 @@ func TestLoadTokensErrors(t *testing.T) {
 		{"glob matches nothing", Source{Path: filepath.Join(empty, "*.txt")}, ByteTokenizer{}, []string{filepath.Join(empty, "*.txt"), "glob"}},
 		{"empty path", Source{}, ByteTokenizer{}, []string{"path is empty"}},
 		{"bad include", Source{Path: good, Include: []string{"[*.go"}}, ByteTokenizer{}, []string{`"[*.go"`, "syntax"}},
-		{"later format", Source{Path: good, Format: "jsonl"}, ByteTokenizer{}, []string{`"jsonl"`, "later version", `"text"`}},
+		{"jsonl default include", Source{Path: good, Format: "jsonl"}, ByteTokenizer{}, []string{good, `"*.jsonl"`, `"*.jsonl.gz"`, "no file matches"}},
 		{"unknown format", Source{Path: good, Format: "parquet"}, ByteTokenizer{}, []string{`"parquet"`, "text", "c4"}},
 		{"negative max bytes", Source{Path: good, MaxBytes: -1}, ByteTokenizer{}, []string{"MaxBytes = -1"}},
 		{"nil tokenizer", Source{Path: good}, nil, []string{"nil Tokenizer"}},

@@ -1,0 +1,722 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Formats lists the values Source.Format accepts, in the order error messages list them;
+// "" reads as "text".
+var Formats = []string{"text", "jsonl", "c4", "tokens"}
+
+// DefaultInclude returns the file name patterns read from a directory when Source.Include is
+// empty, which depend on the format:
+//
+//	text    *.go (the default corpus is the Go source tree)
+//	jsonl   *.jsonl *.jsonl.gz *.jsonl.zst
+//	c4      c4-*.json c4-*.json.gz c4-*.json.zst (the names of allenai/c4's files)
+//	tokens  *.tokens (the shards WriteShards writes)
+//
+// None of them matches the .part files of an unfinished FetchC4 or the .tmp file of an
+// unfinished shard. An unknown format gets the text patterns.
+func DefaultInclude(format string) []string {
+	switch format {
+	case "jsonl":
+		return []string{"*.jsonl", "*.jsonl.gz", "*.jsonl.zst"}
+	case "c4":
+		return []string{"c4-*.json", "c4-*.json.gz", "c4-*.json.zst"}
+	case "tokens":
+		return []string{"*.tokens"}
+	}
+	return []string{"*.go"}
+}
+
+// checkFormat returns the canonical name of format ("" is "text") or an error listing the
+// accepted ones.
+func checkFormat(format string) (string, error) {
+	if format == "" {
+		return "text", nil
+	}
+	if !slices.Contains(Formats, format) {
+		return "", fmt.Errorf("data: unknown format %q: accepted: text, jsonl, c4, tokens", format)
+	}
+	return format, nil
+}
+
+// ReadDocuments returns the first n documents of src (all of them when n <= 0), for
+// evaluation: C4's validation loss is the loss on its first N documents.
+//
+// Unlike LoadTokens it reads the files in path order, not in the order Source.Seed gives,
+// and returns each document on its own (no DocSeparator), so the same N documents come back
+// whatever the seed. Documents within a file come in file order; empty documents are
+// skipped and not counted. MaxBytes bounds the text as in LoadTokens (separators counted,
+// the last document cut to fit). The format must be a text format (text, jsonl or c4).
+func ReadDocuments(src Source, n int) ([][]byte, error) {
+	format, err := checkFormat(src.Format)
+	if err != nil {
+		return nil, err
+	}
+	if format == "tokens" {
+		return nil, fmt.Errorf("data: ReadDocuments reads text, and format \"tokens\" holds token ids: use the text, jsonl or c4 files the shards were made from")
+	}
+	w, err := newDocWalk(src, false)
+	if err != nil {
+		return nil, err
+	}
+	var docs [][]byte
+	errEnough := errors.New("enough documents")
+	_, err = w.each(func(d []byte) error {
+		docs = append(docs, bytes.Clone(d))
+		if n > 0 && len(docs) == n {
+			return errEnough
+		}
+		return nil
+	})
+	if err != nil && err != errEnough {
+		return nil, err
+	}
+	return docs, nil
+}
+
+// docWalk reads the documents of a Source: its files in reading order and how to read them.
+type docWalk struct {
+	src     Source
+	format  string
+	include []string
+	files   []string
+	// onRead, when set, is called with the number of bytes read from disk (before
+	// decompression) as the walk reads them, and onFile as it opens each file, for
+	// progress reports.
+	onRead func(n int64)
+	onFile func()
+}
+
+// newDocWalk validates src and lists its files: sorted by path, then shuffled with src.Seed
+// when shuffle is set.
+func newDocWalk(src Source, shuffle bool) (*docWalk, error) {
+	format, err := checkFormat(src.Format)
+	if err != nil {
+		return nil, err
+	}
+	if src.MaxBytes < 0 {
+		return nil, fmt.Errorf("data: MaxBytes = %d: must be >= 0 (0 = no limit)", src.MaxBytes)
+	}
+	include := src.Include
+	if len(include) == 0 {
+		include = DefaultInclude(format)
+	}
+	for _, p := range include {
+		if _, err := filepath.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("data: include pattern %q: %w", p, err)
+		}
+	}
+	files, err := listFiles(src.Path, include)
+	if err != nil {
+		return nil, err
+	}
+	if shuffle {
+		newRNG(src.Seed, domainFiles, 0).shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
+	}
+	return &docWalk{src: src, format: format, include: include, files: files}, nil
+}
+
+// errStopWalk ends a walk early without an error: the byte budget is spent.
+var errStopWalk = errors.New("stop walk")
+
+// each calls fn with every non-empty document in reading order, the last one cut so that
+// the documents and the separators between them fit in MaxBytes. fn must not keep d, whose
+// storage is reused; an error from fn ends the walk and is returned. It returns the number
+// of documents read and is an error when there were none (naming the path and the
+// include patterns).
+func (w *docWalk) each(fn func(d []byte) error) (int, error) {
+	var (
+		used int64 // bytes of text passed to fn, separators included
+		docs int
+		buf  []byte
+	)
+	// budget is how many bytes the next document may have (-1: no limit); 0 ends the walk.
+	budget := func() int64 {
+		if w.src.MaxBytes == 0 {
+			return -1
+		}
+		b := w.src.MaxBytes - used
+		if docs > 0 {
+			b-- // the separator
+		}
+		return max(b, 0)
+	}
+	emit := func(d []byte) error {
+		if len(d) == 0 {
+			return nil
+		}
+		if docs > 0 {
+			used++
+		}
+		used += int64(len(d))
+		docs++
+		return fn(d)
+	}
+	for _, f := range w.files {
+		limit := budget()
+		if limit == 0 {
+			break
+		}
+		if w.onFile != nil {
+			w.onFile()
+		}
+		var err error
+		if w.format == "text" {
+			buf, err = readFile(f, limit, buf[:0])
+			if err == nil && w.onRead != nil {
+				w.onRead(int64(len(buf)))
+			}
+			if err == nil {
+				err = emit(buf)
+			}
+		} else {
+			err = w.eachJSON(f, func(d []byte) error {
+				limit := budget()
+				if limit == 0 {
+					return errStopWalk
+				}
+				if limit > 0 && int64(len(d)) > limit {
+					d = d[:limit]
+				}
+				return emit(d)
+			})
+		}
+		if err == errStopWalk {
+			break
+		}
+		if err != nil {
+			return docs, err
+		}
+	}
+	if docs == 0 {
+		if len(w.files) == 0 {
+			return 0, fmt.Errorf("data: no text in %s: no file matches include patterns %q (directories named testdata or starting with . or _ are skipped)", w.src.Path, w.include)
+		}
+		return 0, fmt.Errorf("data: no text in %s: all %d files matching include patterns %q are empty", w.src.Path, len(w.files), w.include)
+	}
+	return docs, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r      io.Reader
+	onRead func(int64)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 && c.onRead != nil {
+		c.onRead(int64(n))
+	}
+	return n, err
+}
+
+// Magic numbers at the start of compressed files.
+var (
+	gzipMagic = []byte{0x1f, 0x8b}
+	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+)
+
+// eachJSON opens path, decompresses it if it starts with the gzip or zstd magic number
+// (whatever its name), and calls fn with the "text" field of the JSON object on each line
+// that is not blank. Errors from fn come back unchanged.
+func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	r, kind, closeR, err := decompress(&countingReader{r: f, onRead: w.onRead}, path)
+	if err != nil {
+		return err
+	}
+	defer closeR()
+	var long []byte // a line longer than r's buffer
+	for n := 1; ; n++ {
+		line, err := r.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			long = append(long[:0], line...)
+			for err == bufio.ErrBufferFull {
+				line, err = r.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			line = long
+		}
+		if err != nil && err != io.EOF {
+			if kind != "" {
+				return fmt.Errorf("data: %s: corrupt or truncated %s stream: %w", path, kind, err)
+			}
+			return fmt.Errorf("data: read %s: %w", path, err)
+		}
+		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'})
+		if len(bytes.TrimSpace(line)) > 0 {
+			text, jerr := jsonText(line)
+			if jerr != nil {
+				return fmt.Errorf("data: %s:%d: %w", path, n, jerr)
+			}
+			if ferr := fn(text); ferr != nil {
+				return ferr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+	}
+}
+
+// decompress returns a buffered reader of r's content, decompressed when it starts with the
+// gzip or zstd magic number, the name of the compression ("" for none) and a function that
+// releases the decompressor.
+func decompress(r io.Reader, path string) (*bufio.Reader, string, func(), error) {
+	br := bufio.NewReaderSize(r, 256<<10)
+	head, err := br.Peek(4)
+	if err != nil && err != io.EOF {
+		return nil, "", nil, fmt.Errorf("data: read %s: %w", path, err)
+	}
+	switch {
+	case bytes.HasPrefix(head, gzipMagic):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("data: %s: not a valid gzip file: %w", path, err)
+		}
+		return bufio.NewReaderSize(zr, 256<<10), "gzip", func() { zr.Close() }, nil
+	case bytes.HasPrefix(head, zstdMagic):
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("data: %s: not a valid zstd file: %w", path, err)
+		}
+		return bufio.NewReaderSize(zr, 256<<10), "zstd", zr.Close, nil
+	}
+	return br, "", func() {}, nil
+}
+
+// jsonText returns the "text" field of the JSON object in line, which must be a string;
+// when the object has several, the last counts (as when decoding into a map). The key must
+// be "text" exactly, not "Text". The result may share line's storage.
+//
+// A small scanner validates line and finds the field; only a string with escapes or
+// invalid UTF-8 is decoded by encoding/json (which also writes the error messages), so
+// reading C4 runs at the speed of the scan, not of the general decoder.
+func jsonText(line []byte) ([]byte, error) {
+	s := jsonScanner{b: line}
+	raw, kind, ok := s.object()
+	if !ok {
+		var v any
+		err := json.Unmarshal(line, &v)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("not valid JSON: %w", err)
+		case s.notObject:
+			return nil, fmt.Errorf("%s, not a JSON object (C4 and jsonl documents are {\"text\": \"...\", ...})", jsonKind(bytes.TrimSpace(line)))
+		}
+		return nil, errors.New("not valid JSON") // unreachable while the scanner agrees with encoding/json
+	}
+	switch {
+	case raw == nil:
+		return nil, errors.New(`the object has no "text" field (C4 and jsonl documents are {"text": "...", ...})`)
+	case kind != '"':
+		return nil, fmt.Errorf(`"text" is %s, want a string`, jsonKind(raw))
+	}
+	body := raw[1 : len(raw)-1]
+	if !s.escaped && utf8.Valid(body) {
+		return body, nil
+	}
+	return unquoteJSON(body), nil
+}
+
+// unquoteJSON decodes the body of a JSON string that jsonScanner has validated, as
+// encoding/json does: escapes resolved, a \u escape of a surrogate that is not half of a
+// pair and each byte of invalid UTF-8 replaced by U+FFFD.
+func unquoteJSON(body []byte) []byte {
+	out := make([]byte, 0, len(body))
+	for len(body) > 0 {
+		// The bytes up to the next escape, in one piece when they are valid UTF-8.
+		n := bytes.IndexByte(body, '\\')
+		if n < 0 {
+			n = len(body)
+		}
+		out = appendValidUTF8(out, body[:n])
+		body = body[n:]
+		if len(body) == 0 {
+			break
+		}
+		switch e := body[1]; e {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hex4(body[2:])
+			body = body[6:]
+			if utf16.IsSurrogate(r) {
+				r2 := rune(-1)
+				if len(body) >= 6 && body[0] == '\\' && body[1] == 'u' {
+					r2 = hex4(body[2:])
+				}
+				if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+					r = d
+					body = body[6:]
+				} else {
+					r = utf8.RuneError
+				}
+			}
+			out = utf8.AppendRune(out, r)
+			continue
+		default: // " \\ /
+			out = append(out, e)
+		}
+		body = body[2:]
+	}
+	return out
+}
+
+// appendValidUTF8 appends b to dst with each byte of invalid UTF-8 replaced by U+FFFD.
+func appendValidUTF8(dst, b []byte) []byte {
+	if utf8.Valid(b) {
+		return append(dst, b...)
+	}
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			dst = utf8.AppendRune(dst, utf8.RuneError)
+		} else {
+			dst = append(dst, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return dst
+}
+
+// hex4 returns the value of the four hex digits at the start of b.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// jsonKind names the kind of the JSON value v for error messages.
+func jsonKind(v []byte) string {
+	if len(v) == 0 {
+		return "missing"
+	}
+	switch v[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
+// jsonMaxDepth is the deepest nesting jsonScanner accepts, encoding/json's limit.
+const jsonMaxDepth = 10000
+
+// jsonScanner validates JSON text (RFC 8259, as encoding/json accepts it: any bytes but
+// control characters inside strings) and finds the top-level "text" member of an object.
+type jsonScanner struct {
+	b         []byte
+	i         int
+	depth     int
+	escaped   bool // the last top-level "text" string has a backslash escape
+	notObject bool // the text is valid JSON but not an object
+}
+
+// object scans b as one JSON object with optional surrounding whitespace. It returns the
+// raw value of the last top-level "text" member (nil if none) and its first byte, and
+// whether b is valid.
+func (s *jsonScanner) object() (raw []byte, kind byte, ok bool) {
+	s.ws()
+	if s.i == len(s.b) || s.b[s.i] != '{' {
+		s.notObject = s.value() && s.end()
+		return nil, 0, false
+	}
+	s.i++
+	s.depth = 1
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == '}' {
+		s.i++
+		return nil, 0, s.end()
+	}
+	for {
+		s.ws()
+		keyStart := s.i
+		keyEscaped, okKey := s.str()
+		if !okKey {
+			return nil, 0, false
+		}
+		key := s.b[keyStart:s.i]
+		s.ws()
+		if s.i == len(s.b) || s.b[s.i] != ':' {
+			return nil, 0, false
+		}
+		s.i++
+		s.ws()
+		valStart := s.i
+		valEscaped, okVal := false, false
+		if s.i < len(s.b) && s.b[s.i] == '"' {
+			valEscaped, okVal = s.str()
+		} else {
+			okVal = s.value()
+		}
+		if !okVal {
+			return nil, 0, false
+		}
+		if isTextKey(key, keyEscaped) {
+			raw, kind = s.b[valStart:s.i], s.b[valStart]
+			s.escaped = valEscaped
+		}
+		s.ws()
+		if s.i == len(s.b) {
+			return nil, 0, false
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return raw, kind, s.end()
+		default:
+			return nil, 0, false
+		}
+	}
+}
+
+// isTextKey reports whether the raw (quoted) key is "text".
+func isTextKey(key []byte, escaped bool) bool {
+	if !escaped {
+		return string(key) == `"text"`
+	}
+	var k string
+	return json.Unmarshal(key, &k) == nil && k == "text"
+}
+
+// end reports whether only whitespace is left.
+func (s *jsonScanner) end() bool {
+	s.ws()
+	return s.i == len(s.b)
+}
+
+// ws skips whitespace.
+func (s *jsonScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// value scans one JSON value.
+func (s *jsonScanner) value() bool {
+	if s.i == len(s.b) {
+		return false
+	}
+	switch c := s.b[s.i]; {
+	case c == '"':
+		_, ok := s.str()
+		return ok
+	case c == '{' || c == '[':
+		return s.container(c)
+	case c == '-' || c >= '0' && c <= '9':
+		return s.number()
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	}
+	return false
+}
+
+// container scans an object or array (open is its first byte) below the top level.
+func (s *jsonScanner) container(open byte) bool {
+	if s.depth++; s.depth > jsonMaxDepth {
+		return false
+	}
+	defer func() { s.depth-- }()
+	close := byte(']')
+	if open == '{' {
+		close = '}'
+	}
+	s.i++
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == close {
+		s.i++
+		return true
+	}
+	for {
+		s.ws()
+		if open == '{' {
+			if s.i == len(s.b) || s.b[s.i] != '"' {
+				return false
+			}
+			if _, ok := s.str(); !ok {
+				return false
+			}
+			s.ws()
+			if s.i == len(s.b) || s.b[s.i] != ':' {
+				return false
+			}
+			s.i++
+			s.ws()
+		}
+		if !s.value() {
+			return false
+		}
+		s.ws()
+		if s.i == len(s.b) {
+			return false
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+		case close:
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// str scans a string and reports whether it has a backslash escape.
+func (s *jsonScanner) str() (escaped, ok bool) {
+	if s.i == len(s.b) || s.b[s.i] != '"' {
+		return false, false
+	}
+	s.i++
+	for s.i < len(s.b) {
+		// Skip the bytes that need no attention in one step.
+		j := s.i
+		for j < len(s.b) && s.b[j] >= 0x20 && s.b[j] != '"' && s.b[j] != '\\' {
+			j++
+		}
+		s.i = j
+		if j == len(s.b) {
+			return false, false
+		}
+		switch c := s.b[j]; {
+		case c == '"':
+			s.i++
+			return escaped, true
+		case c < 0x20:
+			return false, false
+		}
+		// A backslash.
+		escaped = true
+		if j+1 == len(s.b) {
+			return false, false
+		}
+		switch s.b[j+1] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			s.i = j + 2
+		case 'u':
+			if j+6 > len(s.b) {
+				return false, false
+			}
+			for _, h := range s.b[j+2 : j+6] {
+				if !isHex(h) {
+					return false, false
+				}
+			}
+			s.i = j + 6
+		default:
+			return false, false
+		}
+	}
+	return false, false
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// number scans a number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *jsonScanner) number() bool {
+	if s.b[s.i] == '-' {
+		s.i++
+	}
+	if s.i == len(s.b) {
+		return false
+	}
+	if s.b[s.i] == '0' {
+		s.i++
+	} else if !s.digits() {
+		return false
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if !s.digits() {
+			return false
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if !s.digits() {
+			return false
+		}
+	}
+	return true
+}
+
+// digits scans one or more decimal digits.
+func (s *jsonScanner) digits() bool {
+	j := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > j
+}
+
+// literal scans the literal lit.
+func (s *jsonScanner) literal(lit string) bool {
+	if !bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
+		return false
+	}
+	s.i += len(lit)
+	return true
+}

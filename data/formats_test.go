@@ -1,0 +1,515 @@
+package data
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// gzipData returns b gzip-compressed.
+func gzipData(t testing.TB, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// zstdData returns b zstd-compressed.
+func zstdData(t testing.TB, b []byte) []byte {
+	t.Helper()
+	zw, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zw.Close()
+	return zw.EncodeAll(b, nil)
+}
+
+// c4Lines returns docs as C4 writes them: one JSON object per line with text, timestamp
+// and url, each line ending in a newline.
+func c4Lines(t testing.TB, docs ...string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	for i, d := range docs {
+		line, err := json.Marshal(struct {
+			Text      string `json:"text"`
+			Timestamp string `json:"timestamp"`
+			URL       string `json:"url"`
+		}{d, fmt.Sprintf("2019-04-%02dT12:00:00Z", i%28+1), fmt.Sprintf("https://example.com/%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes()
+}
+
+// writeFiles writes name -> content under a new temporary directory and returns it.
+func writeFiles(t testing.TB, files map[string][]byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// formatDocs are documents with what JSON must escape: quotes, backslashes, newlines, tabs,
+// HTML (which encoding/json writes as \u003c), and multi-byte UTF-8.
+var formatDocs = []string{
+	"Beginners BBQ Class Taking Place in Missoula!\nDo you want to get better at making delicious BBQ?",
+	`He said "hello" and C:\path\to\file`,
+	"tabs\tand\r\nCRLF lines\n\nand a blank one",
+	"<script>alert('x & y')</script>",
+	"Ünïcödé, 日本語, emoji 😀 and a lone é",
+	"last document, no final newline",
+}
+
+func TestLoadTokensFormatsAgree(t *testing.T) {
+	// Each document in a file of its own, so every format has as many files, sorted in the
+	// same order, and the seed shuffles them alike.
+	text, jsonl, c4, c4gz, c4zst, mixed := map[string][]byte{}, map[string][]byte{}, map[string][]byte{}, map[string][]byte{}, map[string][]byte{}, map[string][]byte{}
+	for i, d := range formatDocs {
+		line := c4Lines(t, d)
+		text[fmt.Sprintf("f%d.go", i)] = []byte(d)
+		jsonl[fmt.Sprintf("f%d.jsonl", i)] = line
+		c4[fmt.Sprintf("c4-%d.json", i)] = line
+		c4gz[fmt.Sprintf("c4-%d.json.gz", i)] = gzipData(t, line)
+		c4zst[fmt.Sprintf("c4-%d.json.zst", i)] = zstdData(t, line)
+		// Compression told by content, not name: gzip and zstd under every c4 name.
+		mixed[fmt.Sprintf("c4-%d%s", i, []string{".json", ".json.gz", ".json.zst"}[i%3])] = [][]byte{gzipData(t, line), zstdData(t, line), line}[i%3]
+	}
+	sources := []struct {
+		name   string
+		format string
+		files  map[string][]byte
+	}{
+		{"jsonl", "jsonl", jsonl},
+		{"c4 json", "c4", c4},
+		{"c4 json.gz", "c4", c4gz},
+		{"c4 json.zst", "c4", c4zst},
+		{"c4 misnamed", "c4", mixed},
+	}
+	for _, tok := range []Tokenizer{ByteTokenizer{}, upperTokenizer{}} {
+		for _, seed := range []uint64{0, 5} {
+			want, err := LoadTokens(Source{Path: writeFiles(t, text), Seed: seed}, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range sources {
+				t.Run(fmt.Sprintf("%s/seed%d/%s", tok.Name(), seed, s.name), func(t *testing.T) {
+					src := Source{Path: writeFiles(t, s.files), Format: s.format, Seed: seed}
+					got, err := LoadTokens(src, tok)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(got, want) {
+						t.Fatalf("%d tokens differ from the %d of the same documents as text", len(got), len(want))
+					}
+					// The shards of this source read back as the same stream.
+					out := filepath.Join(t.TempDir(), "shards")
+					if _, err := WriteShards(context.Background(), src, tok, ShardOptions{Out: out, ShardTokens: 150}); err != nil {
+						t.Fatal(err)
+					}
+					got, err = LoadTokens(Source{Path: out, Format: "tokens", Seed: seed + 1}, tok)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(got, want) {
+						t.Fatalf("tokens from shards (%d) differ from the same documents as text (%d)", len(got), len(want))
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestLoadTokensJSONLines(t *testing.T) {
+	// One file, several documents: blank lines, CRLF endings, an empty text and no final
+	// newline.
+	var buf bytes.Buffer
+	buf.WriteString("\n")
+	for i, line := range bytes.SplitAfter(c4Lines(t, formatDocs[:3]...), []byte("\n")) {
+		buf.Write(bytes.TrimSuffix(line, []byte("\n")))
+		if i == 1 {
+			buf.WriteString("\r\n   \n" + `{"text": ""}` + "\n")
+		} else if len(line) > 0 {
+			buf.WriteString("\n")
+		}
+	}
+	buf.WriteString(`{"text": "tail"}`)
+	want := strings.Join(append(slices.Clone(formatDocs[:3]), "tail"), "\n")
+	for _, tt := range []struct {
+		name    string
+		content []byte
+	}{
+		{"plain", buf.Bytes()},
+		{"gzip", gzipData(t, buf.Bytes())},
+		{"zstd", zstdData(t, buf.Bytes())},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeFiles(t, map[string][]byte{"docs.jsonl": tt.content})
+			got := loadString(t, Source{Path: filepath.Join(dir, "docs.jsonl"), Format: "jsonl"})
+			if got != want {
+				t.Errorf("got %q\nwant %q", got, want)
+			}
+		})
+	}
+}
+
+// A multi-stream gzip file (concatenated members, as some tools write) reads as one.
+func TestLoadTokensGzipMultistream(t *testing.T) {
+	content := append(gzipData(t, c4Lines(t, "one")), gzipData(t, c4Lines(t, "two"))...)
+	dir := writeFiles(t, map[string][]byte{"c4-a.json.gz": content})
+	if got := loadString(t, Source{Path: dir, Format: "c4"}); got != "one\ntwo" {
+		t.Errorf("got %q, want %q", got, "one\ntwo")
+	}
+}
+
+func TestLoadTokensJSONMaxBytes(t *testing.T) {
+	var docs []string
+	for i := range 12 {
+		d := fmt.Sprintf("doc %02d ", i)
+		docs = append(docs, d+strings.Repeat(string(rune('a'+i)), 99-len(d))+".")
+	}
+	dir := writeFiles(t, map[string][]byte{
+		"c4-a.json.gz":  gzipData(t, c4Lines(t, docs[:5]...)),
+		"c4-b.json.zst": zstdData(t, c4Lines(t, docs[5:]...)),
+	})
+	full := loadString(t, Source{Path: dir, Format: "c4", Seed: 2})
+	if want := 12*100 + 11; len(full) != want {
+		t.Fatalf("unlimited read has %d bytes, want %d", len(full), want)
+	}
+	for _, tt := range []struct {
+		maxBytes int64
+		wantLen  int
+		wantDocs int
+	}{{1, 1, 1}, {100, 100, 1}, {101, 100, 1}, {102, 102, 2}, {650, 650, 7}, {1211, 1211, 12}, {5000, 1211, 12}} {
+		got := loadString(t, Source{Path: dir, Format: "c4", MaxBytes: tt.maxBytes, Seed: 2})
+		if len(got) != tt.wantLen || !strings.HasPrefix(full, got) {
+			t.Errorf("MaxBytes %d: read %d bytes (prefix of the full read: %v), want %d", tt.maxBytes, len(got), strings.HasPrefix(full, got), tt.wantLen)
+		}
+		if n := len(docOrder(t, got, docs, true)); n != tt.wantDocs {
+			t.Errorf("MaxBytes %d: read %d documents, want %d", tt.maxBytes, n, tt.wantDocs)
+		}
+	}
+}
+
+func TestLoadTokensDefaultInclude(t *testing.T) {
+	line := c4Lines(t, "doc")
+	dir := writeFiles(t, map[string][]byte{
+		"a.go":                                  []byte("go"),
+		"a.jsonl":                               c4Lines(t, "jsonl"),
+		"b.jsonl.gz":                            gzipData(t, c4Lines(t, "jsonl.gz")),
+		"c.jsonl.zst":                           zstdData(t, c4Lines(t, "jsonl.zst")),
+		"c4-validation.00000-of-00008.json.gz":  gzipData(t, c4Lines(t, "c4 gz")),
+		"c4-validation.00001-of-00008.json":     c4Lines(t, "c4 json"),
+		"c4-validation.00002-of-00008.json.zst": zstdData(t, c4Lines(t, "c4 zst")),
+		"c4-validation.00003-of-00008.json.gz.part": line[:len(line)/2], // an unfinished download
+		"other.json":                          line,
+		"sub/c4-train.00000-of-01024.json.gz": gzipData(t, c4Lines(t, "c4 sub")),
+		"shard-000000.tokens.tmp":             []byte("unfinished shard"),
+	})
+	for _, tt := range []struct {
+		format string
+		want   []string
+	}{
+		{"text", []string{"go"}},
+		{"jsonl", []string{"jsonl", "jsonl.gz", "jsonl.zst"}},
+		{"c4", []string{"c4 gz", "c4 json", "c4 zst", "c4 sub"}},
+	} {
+		t.Run(tt.format, func(t *testing.T) {
+			docs, err := ReadDocuments(Source{Path: dir, Format: tt.format}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, d := range docs {
+				got = append(got, string(d))
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("read %q, want %q", got, tt.want)
+			}
+		})
+	}
+	if got := DefaultInclude("tokens"); !slices.Equal(got, []string{"*.tokens"}) {
+		t.Errorf("DefaultInclude(tokens) = %q", got)
+	}
+}
+
+func TestReadDocuments(t *testing.T) {
+	var docs []string
+	for i := range 10 {
+		docs = append(docs, fmt.Sprintf("document %d", i))
+	}
+	dir := writeFiles(t, map[string][]byte{
+		"c4-validation.00000-of-00002.json.gz": gzipData(t, c4Lines(t, docs[:4]...)),
+		"c4-validation.00001-of-00002.json.gz": gzipData(t, append(c4Lines(t, docs[4:6]...), c4Lines(t, "", docs[6], docs[7], docs[8], docs[9])...)),
+	})
+	for _, tt := range []struct {
+		max  int
+		seed uint64
+		want []string
+	}{
+		{3, 1, docs[:3]},
+		{3, 99, docs[:3]}, // the seed does not change which documents eval sees
+		{6, 1, docs[:6]},
+		{7, 1, docs[:7]}, // the empty document is skipped, not counted
+		{0, 1, docs},
+		{-1, 1, docs},
+		{100, 1, docs},
+	} {
+		got, err := ReadDocuments(Source{Path: dir, Format: "c4", Seed: tt.seed}, tt.max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, d := range got {
+			s = append(s, string(d))
+		}
+		if !slices.Equal(s, tt.want) {
+			t.Errorf("max %d seed %d: got %q, want %q", tt.max, tt.seed, s, tt.want)
+		}
+	}
+	// Documents do not share storage: a long read keeps every one intact.
+	got, _ := ReadDocuments(Source{Path: dir, Format: "c4"}, 0)
+	got[0][0] = 'X'
+	if string(got[1]) != docs[1] {
+		t.Errorf("documents share storage")
+	}
+	// MaxBytes cuts as in LoadTokens: 10 + 1 + 10 + 1 + 3.
+	got, err := ReadDocuments(Source{Path: dir, Format: "c4", MaxBytes: 25}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 || string(got[2]) != "doc" {
+		t.Errorf("MaxBytes 25: got %q, want the first two documents and %q", got, "doc")
+	}
+	if _, err := ReadDocuments(Source{Path: dir, Format: "tokens"}, 3); err == nil || !strings.Contains(err.Error(), `"tokens"`) {
+		t.Errorf("ReadDocuments of format tokens: error %v, want one that names the format", err)
+	}
+}
+
+func TestLoadTokensFormatErrors(t *testing.T) {
+	good := c4Lines(t, "fine")
+	gz := gzipData(t, bytes.Repeat(good, 200))
+	badCRC := bytes.Clone(gz)
+	badCRC[len(badCRC)-6] ^= 0xff // the CRC-32 in the trailer
+	zs := zstdData(t, bytes.Repeat(good, 200))
+	corruptZstd := bytes.Clone(zs)
+	for i := 12; i < len(corruptZstd)-4; i++ {
+		corruptZstd[i] ^= 0x5a
+	}
+	tests := []struct {
+		name    string
+		content []byte
+		want    []string // substrings of the error, besides the file name
+	}{
+		{"invalid JSON", []byte(`{"text": "a"}` + "\n" + `{"text": "b"}` + "\n" + `{"text": "c"` + "\n"), []string{":3: ", "not valid JSON"}},
+		{"trailing garbage", []byte(`{"text": "a"} x` + "\n"), []string{":1: ", "not valid JSON"}},
+		{"no text", []byte(`{"text": "a"}` + "\n" + `{"url": "b"}` + "\n"), []string{":2: ", `no "text" field`}},
+		{"text is a number", []byte(`{"text": 12}`), []string{":1: ", `"text" is a number, want a string`}},
+		{"text is null", []byte("\n\n" + `{"text": null}`), []string{":3: ", `"text" is null`}},
+		{"text is an object", []byte(`{"text": {"a": 1}}`), []string{":1: ", `"text" is an object`}},
+		{"array line", []byte(`["text", "a"]`), []string{":1: ", "an array, not a JSON object"}},
+		{"string line", []byte(`"text"`), []string{":1: ", "a string, not a JSON object"}},
+		{"plain text line", []byte("just some words\n"), []string{":1: ", "not valid JSON", "invalid character"}},
+		{"gzip truncated", gz[:len(gz)/2], []string{"gzip", "unexpected EOF"}},
+		{"gzip bad checksum", badCRC, []string{"gzip", "checksum"}},
+		{"gzip header only", gzipMagic, []string{"gzip"}},
+		{"zstd truncated", zs[:len(zs)/2], []string{"zstd"}},
+		{"zstd corrupt", corruptZstd, []string{"zstd"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeFiles(t, map[string][]byte{"c4-x.json.gz": tt.content})
+			path := filepath.Join(dir, "c4-x.json.gz")
+			toks, err := LoadTokens(Source{Path: dir, Format: "c4"}, ByteTokenizer{})
+			if err == nil {
+				t.Fatalf("no error; read %d tokens", len(toks))
+			}
+			for _, s := range append([]string{"data: ", path}, tt.want...) {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			if _, err := ReadDocuments(Source{Path: dir, Format: "jsonl", Include: []string{"*"}}, 0); err == nil {
+				t.Errorf("ReadDocuments: no error")
+			}
+		})
+	}
+}
+
+// jsonTextOracle is what encoding/json makes of a line: the string value of its "text" key,
+// decoding the line as an object (last duplicate wins).
+func jsonTextOracle(line []byte) (string, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(line, &m) != nil || m == nil {
+		return "", false
+	}
+	var s string
+	if raw, ok := m["text"]; !ok || !bytes.HasPrefix(raw, []byte(`"`)) || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+var jsonTextCases = []struct {
+	line string
+	want string // "" when an error is wanted
+	err  string // substring of the error
+}{
+	{`{"text":"hello"}`, "hello", ""},
+	{` {"text" : "spaced" , "url":"x"} ` + "\t", "spaced", ""},
+	{`{"text": "a\"b\\c\/d\n\t\u00e9\ud83d\ude00 \u003cb\u003e"}`, "a\"b\\c/d\n\té😀 <b>", ""},
+	{`{"url":"x","text":"first","text":"second"}`, "second", ""},
+	{`{"meta":{"text":"nested"},"list":[1,-2.5e+3,true,false,null,{"text":1}],"text":"top"}`, "top", ""},
+	{`{"te\u0078t":"escaped key"}`, "escaped key", ""},
+	{"{\"text\":\"bad \xff utf8\"}", "bad \uFFFD utf8", ""},
+	{`{"text":"lone \ud800 surrogate"}`, "lone \uFFFD surrogate", ""},
+	{`{"text":"\ud83d\u0041"}`, "\uFFFDA", ""},
+	{`{"text":"\udc00x\ud83d"}`, "\uFFFDx\uFFFD", ""},
+	{"{\"text\":\"a\xffb\\nc\xc3\"}", "a\uFFFDb\nc\uFFFD", ""},
+	{`{"text":"x","n":0.5,"e":1E9,"z":-0}`, "x", ""},
+	{`{}`, "", `no "text" field`},
+	{`{"Text":"x"}`, "", `no "text" field`},
+	{`{"meta":{"text":"nested"}}`, "", `no "text" field`},
+	{`{"text":1}`, "", `"text" is a number`},
+	{`{"text":true}`, "", `"text" is a boolean`},
+	{`{"text":null}`, "", `"text" is null`},
+	{`{"text":["a"]}`, "", `"text" is an array`},
+	{`["text"]`, "", "an array, not a JSON object"},
+	{`null`, "", "null, not a JSON object"},
+	{`{"text":"x"`, "", "not valid JSON"},
+	{`{"text":"x",}`, "", "not valid JSON"},
+	{`{"text":"x"}}`, "", "not valid JSON"},
+	{`{"text":"x" "url":"y"}`, "", "not valid JSON"},
+	{"{\"text\":\"raw\ttab\"}", "", "not valid JSON"},
+	{`{"text":"\x"}`, "", "not valid JSON"},
+	{`{"text":"\u12"}`, "", "not valid JSON"},
+	{`{"text":"x","n":01}`, "", "not valid JSON"},
+	{`{"text":"x","n":1.}`, "", "not valid JSON"},
+	{`{"text":"x","n":-}`, "", "not valid JSON"},
+	{`{"text":"x","n":1e}`, "", "not valid JSON"},
+	{`{"text":"x","b":tru}`, "", "not valid JSON"},
+	{`{"text":"x","a":[1,]}`, "", "not valid JSON"},
+	{`{text:"x"}`, "", "not valid JSON"},
+	{`{"text":'x'}`, "", "not valid JSON"},
+}
+
+func TestJSONText(t *testing.T) {
+	for _, tt := range jsonTextCases {
+		got, err := jsonText([]byte(tt.line))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("%s: %v", tt.line, err)
+		case tt.err == "" && string(got) != tt.want:
+			t.Errorf("%s: got %q, want %q", tt.line, got, tt.want)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s: error %v, want one mentioning %q", tt.line, err, tt.err)
+		}
+		if want, ok := jsonTextOracle([]byte(tt.line)); ok != (err == nil) || ok && want != string(got) {
+			t.Errorf("%s: encoding/json gives %q (ok %v), jsonText %q (error %v)", tt.line, want, ok, got, err)
+		}
+	}
+}
+
+// FuzzJSONText checks the scanner against encoding/json: it accepts exactly the lines that
+// encoding/json decodes as an object with a string "text", and returns the same text. go test
+// runs the seeds; go test -fuzz FuzzJSONText ./data explores.
+func FuzzJSONText(f *testing.F) {
+	for _, tt := range jsonTextCases {
+		f.Add([]byte(tt.line))
+	}
+	f.Add(c4Lines(f, formatDocs...))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		got, err := jsonText(line)
+		want, ok := jsonTextOracle(line)
+		if ok != (err == nil) || ok && want != string(got) {
+			t.Errorf("%q: encoding/json gives %q (ok %v), jsonText %q (error %v)", line, want, ok, got, err)
+		}
+	})
+}
+
+// BenchmarkReadC4 measures reading C4-like lines (2 KB documents) from an uncompressed
+// and a gzip-compressed file; SetBytes counts the JSON.
+func BenchmarkReadC4(b *testing.B) {
+	var docs []string
+	for i := range 2000 {
+		docs = append(docs, strings.Repeat(fmt.Sprintf("Sentence %d of a \"web\" page, café.\n", i), 50))
+	}
+	lines := c4Lines(b, docs...)
+	for _, tt := range []struct {
+		name    string
+		content []byte
+	}{{"json", lines}, {"json.gz", gzipData(b, lines)}} {
+		b.Run(tt.name, func(b *testing.B) {
+			dir := writeFiles(b, map[string][]byte{"c4-a." + tt.name: tt.content})
+			b.SetBytes(int64(len(lines)))
+			for b.Loop() {
+				if _, err := LoadTokens(Source{Path: dir, Format: "c4"}, ByteTokenizer{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkJSONText compares the scanner with encoding/json on C4-like lines (2 KB of text
+// with newlines and quotes to unescape); SetBytes counts the JSON.
+func BenchmarkJSONText(b *testing.B) {
+	var docs []string
+	for i := range 200 {
+		docs = append(docs, strings.Repeat(fmt.Sprintf("Sentence %d of a \"web\" page, café.\n", i), 50))
+	}
+	lines := bytes.Split(bytes.TrimSpace(c4Lines(b, docs...)), []byte("\n"))
+	size := 0
+	for _, l := range lines {
+		size += len(l)
+	}
+	b.Run("scanner", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			for _, l := range lines {
+				if _, err := jsonText(l); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			for _, l := range lines {
+				var obj struct {
+					Text *string `json:"text"`
+				}
+				if err := json.Unmarshal(l, &obj); err != nil || obj.Text == nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,387 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"unicode/utf8"
+)
+
+// A token shard is a file of token ids with a small header, written by ShardWriter (and by
+// WriteShards, for `distflash data tokenize`) and read by ReadShard and by LoadTokens with
+// format "tokens". All integers are little-endian:
+//
+//	offset  size  field
+//	0       8     magic "DFTOK1\x00\x00"
+//	8       4     version (1)
+//	12      4     bytes per token: 2 (uint16, vocabularies up to 65536) or 4 (uint32)
+//	16      4     vocabulary size: every token is below it
+//	20      4     header size: offset of the first token, a multiple of 8
+//	24      8     number of tokens
+//	32      8     number of documents
+//	40      8     bytes of text the tokens encode, a DocSeparator between documents included
+//	48      8     tokenizer fingerprint (TokenizerFingerprint)
+//	56      2     length n of the tokenizer name
+//	58      n     tokenizer name (Tokenizer.Name), UTF-8
+//	58+n          zero bytes up to the header size
+//	header  ...   the tokens, bytes per token each
+//
+// A shard holds whole documents: their tokens, with the encoding of DocSeparator between
+// consecutive ones, exactly as LoadTokens would put them in its stream. The file size is
+// the header size plus tokens × bytes per token; anything else is a truncated or foreign
+// file.
+const (
+	shardMagic      = "DFTOK1\x00\x00"
+	shardVersion    = 1
+	shardFixedSize  = 58   // header bytes before the tokenizer name
+	maxShardNameLen = 1024 // longest tokenizer name a shard header holds
+)
+
+// ShardHeader describes a token shard; see ReadShardHeader.
+type ShardHeader struct {
+	Version     int    // format version (1)
+	TokenBytes  int    // bytes per token on disk: 2 (uint16) or 4 (uint32)
+	VocabSize   int    // vocabulary size of the tokenizer; every token is below it
+	HeaderSize  int64  // offset of the first token
+	Tokens      int64  // number of tokens
+	Documents   int64  // number of documents
+	TextBytes   int64  // bytes of text the tokens encode, DocSeparators between documents included
+	Fingerprint uint64 // TokenizerFingerprint of the tokenizer that wrote the shard
+	Tokenizer   string // Name of the tokenizer that wrote the shard
+}
+
+// tokenBytes returns the bytes per token of a shard for a vocabulary: 2 up to 65536 ids,
+// else 4.
+func tokenBytes(vocab int) int {
+	if vocab <= 1<<16 {
+		return 2
+	}
+	return 4
+}
+
+// fingerprintProbe is the text TokenizerFingerprint encodes: ASCII words, digits, runs of
+// spaces, tabs and newlines, punctuation, code, and multi-byte UTF-8 (accents, CJK, emoji).
+const fingerprintProbe = "The quick brown fox jumps over the lazy dog. 0123456789 3.14159\n" +
+	"    indented\tTabbed  double  spaced\r\n\n" +
+	"func main() { fmt.Println(\"héllo, wörld\") } // x += y[i] * 2;\n" +
+	"Ünïcödé naïveté café — 日本語のテキスト, 中文文本, 한국어 텍스트 😀🚀 ∑∫√∞ ﬁ\n" +
+	"<html><body class=\"x\">&amp;</body></html> https://example.com/a?b=c&d=e#f"
+
+// TokenizerFingerprint is a 64-bit FNV-1a hash of a tokenizer's name, its vocabulary size and
+// the tokens it encodes a fixed probe text into. Two tokenizers that agree on all three
+// almost surely tokenize alike; two SentencePiece models with the same name and vocabulary
+// size but different pieces get different fingerprints.
+func TokenizerFingerprint(tok Tokenizer) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	h.Write([]byte(tok.Name()))
+	h.Write([]byte{0})
+	binary.LittleEndian.PutUint64(b[:], uint64(tok.VocabSize()))
+	h.Write(b[:])
+	for _, id := range tok.Encode([]byte(fingerprintProbe)) {
+		binary.LittleEndian.PutUint32(b[:4], uint32(id))
+		h.Write(b[:4])
+	}
+	return h.Sum64()
+}
+
+// encode returns the header's bytes, padded to h.HeaderSize.
+func (h ShardHeader) encode() []byte {
+	b := make([]byte, h.HeaderSize)
+	copy(b, shardMagic)
+	le := binary.LittleEndian
+	le.PutUint32(b[8:], uint32(h.Version))
+	le.PutUint32(b[12:], uint32(h.TokenBytes))
+	le.PutUint32(b[16:], uint32(h.VocabSize))
+	le.PutUint32(b[20:], uint32(h.HeaderSize))
+	le.PutUint64(b[24:], uint64(h.Tokens))
+	le.PutUint64(b[32:], uint64(h.Documents))
+	le.PutUint64(b[40:], uint64(h.TextBytes))
+	le.PutUint64(b[48:], h.Fingerprint)
+	le.PutUint16(b[56:], uint16(len(h.Tokenizer)))
+	copy(b[shardFixedSize:], h.Tokenizer)
+	return b
+}
+
+// headerSize returns the header size for a tokenizer name of n bytes.
+func headerSize(n int) int64 {
+	return int64(shardFixedSize+n+7) &^ 7
+}
+
+// ReadShardHeader reads and checks the header of the token shard at path, and checks that
+// the file's size is what the header says: a file that is not a shard, of another version,
+// truncated or with bytes after its tokens is an error that says which.
+func ReadShardHeader(path string) (ShardHeader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return ShardHeader{}, fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	return readShardHeader(f, path)
+}
+
+// readShardHeader reads the header of the shard open as f, leaving f at its first token.
+func readShardHeader(f *os.File, path string) (ShardHeader, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return ShardHeader{}, fmt.Errorf("data: %w", err)
+	}
+	size := fi.Size()
+	fixed := make([]byte, shardFixedSize)
+	n, err := io.ReadFull(f, fixed)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return ShardHeader{}, fmt.Errorf("data: read token shard %s: %w", path, err)
+	}
+	if n < len(shardMagic) || string(fixed[:len(shardMagic)]) != shardMagic {
+		what := ""
+		switch head := fixed[:n]; {
+		case bytes.HasPrefix(head, gzipMagic):
+			what = " (it is gzip-compressed: format \"c4\" or \"jsonl\" reads it)"
+		case bytes.HasPrefix(head, zstdMagic):
+			what = " (it is zstd-compressed: format \"c4\" or \"jsonl\" reads it)"
+		case bytes.HasPrefix(bytes.TrimSpace(head), []byte("{")):
+			what = " (it looks like JSON: format \"c4\" or \"jsonl\" reads it)"
+		}
+		return ShardHeader{}, fmt.Errorf("data: %s is not a token shard: it starts with %q, want the magic %q%s; shards are written by distflash data tokenize",
+			path, fixed[:min(n, len(shardMagic))], shardMagic, what)
+	}
+	if n < shardFixedSize {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than the %d-byte header", path, size, shardFixedSize)
+	}
+	le := binary.LittleEndian
+	h := ShardHeader{
+		Version:     int(le.Uint32(fixed[8:])),
+		TokenBytes:  int(le.Uint32(fixed[12:])),
+		VocabSize:   int(le.Uint32(fixed[16:])),
+		HeaderSize:  int64(le.Uint32(fixed[20:])),
+		Fingerprint: le.Uint64(fixed[48:]),
+	}
+	if h.Version != shardVersion {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s has version %d: this build reads version %d", path, h.Version, shardVersion)
+	}
+	counts := [3]uint64{le.Uint64(fixed[24:]), le.Uint64(fixed[32:]), le.Uint64(fixed[40:])}
+	for i, name := range []string{"token", "document", "text byte"} {
+		if counts[i] > math.MaxInt64 {
+			return ShardHeader{}, fmt.Errorf("data: token shard %s: header's %s count %d is out of range", path, name, counts[i])
+		}
+	}
+	h.Tokens, h.Documents, h.TextBytes = int64(counts[0]), int64(counts[1]), int64(counts[2])
+	nameLen := int(le.Uint16(fixed[56:]))
+	switch {
+	case h.TokenBytes != 2 && h.TokenBytes != 4:
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: %d bytes per token: want 2 (uint16) or 4 (uint32)", path, h.TokenBytes)
+	case h.VocabSize <= 0:
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: vocabulary size %d: must be > 0", path, h.VocabSize)
+	case h.TokenBytes == 2 && h.VocabSize > 1<<16:
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: vocabulary size %d does not fit 2-byte tokens (at most 65536)", path, h.VocabSize)
+	case nameLen == 0 || nameLen > maxShardNameLen:
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: tokenizer name of %d bytes: want 1 to %d", path, nameLen, maxShardNameLen)
+	case h.HeaderSize != headerSize(nameLen):
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: header size %d, want %d for a %d-byte tokenizer name", path, h.HeaderSize, headerSize(nameLen), nameLen)
+	case size < h.HeaderSize:
+		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than its %d-byte header", path, size, h.HeaderSize)
+	}
+	rest := make([]byte, h.HeaderSize-shardFixedSize)
+	if _, err := io.ReadFull(f, rest); err != nil {
+		return ShardHeader{}, fmt.Errorf("data: read token shard %s: %w", path, err)
+	}
+	h.Tokenizer = string(rest[:nameLen])
+	if !utf8.ValidString(h.Tokenizer) {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: tokenizer name %q is not UTF-8", path, h.Tokenizer)
+	}
+	if h.Tokens > (math.MaxInt64-h.HeaderSize)/int64(h.TokenBytes) {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: header's token count %d is out of range", path, h.Tokens)
+	}
+	want := h.HeaderSize + h.Tokens*int64(h.TokenBytes)
+	if size < want {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: its header says %d tokens of %d bytes after a %d-byte header, %d bytes in all, but the file has %d",
+			path, h.Tokens, h.TokenBytes, h.HeaderSize, want, size)
+	}
+	if size > want {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s has %d bytes after its last token: its header says %d tokens of %d bytes after a %d-byte header, %d bytes in all",
+			path, size-want, h.Tokens, h.TokenBytes, h.HeaderSize, want)
+	}
+	return h, nil
+}
+
+// ReadShard reads the token shard at path: its header (checked as by ReadShardHeader) and
+// its tokens, each of which must be below the header's vocabulary size.
+func ReadShard(path string) (ShardHeader, []int32, error) {
+	return appendShard(nil, path)
+}
+
+// appendShard reads the shard at path and appends its tokens to dst.
+func appendShard(dst []int32, path string) (ShardHeader, []int32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return ShardHeader{}, dst, fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	h, err := readShardHeader(f, path)
+	if err != nil {
+		return h, dst, err
+	}
+	if h.Tokens > int64(math.MaxInt-len(dst)) {
+		return h, dst, fmt.Errorf("data: token shard %s: %d tokens do not fit in memory", path, h.Tokens)
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, int(h.Tokens))[:start+int(h.Tokens)]
+	out := dst[start:]
+	buf := make([]byte, min(1<<20, len(out)*h.TokenBytes))
+	for i := 0; i < len(out); {
+		n := min(len(out)-i, len(buf)/h.TokenBytes)
+		chunk := buf[:n*h.TokenBytes]
+		if _, err := io.ReadFull(f, chunk); err != nil {
+			return h, dst[:start], fmt.Errorf("data: read token shard %s: %w", path, err)
+		}
+		if h.TokenBytes == 2 {
+			for j := range n {
+				out[i+j] = int32(binary.LittleEndian.Uint16(chunk[2*j:]))
+			}
+		} else {
+			for j := range n {
+				out[i+j] = int32(binary.LittleEndian.Uint32(chunk[4*j:]))
+			}
+		}
+		i += n
+	}
+	for i, id := range out {
+		if id < 0 || int(id) >= h.VocabSize {
+			return h, dst[:start], fmt.Errorf("data: token shard %s: token %d (at byte %d) is %d, outside the vocabulary [0, %d)",
+				path, i, h.HeaderSize+int64(i)*int64(h.TokenBytes), uint32(id), h.VocabSize)
+		}
+	}
+	return h, dst, nil
+}
+
+// ShardWriter writes one token shard. It writes to path+".tmp" and renames the file to path
+// in Close, so a shard under its own name is always complete.
+type ShardWriter struct {
+	path string
+	f    *os.File
+	w    *bufio.Writer
+	h    ShardHeader
+	sep  []int32
+	buf  []byte
+}
+
+// CreateShard starts a token shard at path for tokens of tok. The file must not exist.
+func CreateShard(path string, tok Tokenizer) (*ShardWriter, error) {
+	name := tok.Name()
+	vocab := tok.VocabSize()
+	if name == "" || len(name) > maxShardNameLen || !utf8.ValidString(name) {
+		return nil, fmt.Errorf("data: create token shard %s: tokenizer name %q: want 1 to %d bytes of UTF-8", path, name, maxShardNameLen)
+	}
+	if vocab <= 0 || int64(vocab) > math.MaxUint32 {
+		return nil, fmt.Errorf("data: create token shard %s: vocabulary size %d: want 1 to %d", path, vocab, uint32(math.MaxUint32))
+	}
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("data: create token shard %s: the file exists; remove it or write elsewhere", path)
+	}
+	h := ShardHeader{Version: shardVersion, TokenBytes: tokenBytes(vocab), VocabSize: vocab,
+		HeaderSize: headerSize(len(name)), Fingerprint: TokenizerFingerprint(tok), Tokenizer: name}
+	f, err := os.OpenFile(path+".tmp", os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("data: create token shard: %w", err)
+	}
+	w := &ShardWriter{path: path, f: f, w: bufio.NewWriterSize(f, 1<<20), h: h, sep: tok.Encode([]byte{DocSeparator})}
+	if _, err := w.w.Write(h.encode()); err != nil { // counts are filled in by Close
+		w.Abort()
+		return nil, fmt.Errorf("data: write token shard %s: %w", w.f.Name(), err)
+	}
+	return w, nil
+}
+
+// WriteDocument appends a document: the encoding of DocSeparator when the shard already
+// holds a document, then tokens, the encoding of textBytes bytes of text. Every token must be
+// in [0, VocabSize).
+func (w *ShardWriter) WriteDocument(tokens []int32, textBytes int) error {
+	for i, id := range tokens {
+		if id < 0 || int(id) >= w.h.VocabSize {
+			return fmt.Errorf("data: write token shard %s: token %d of document %d is %d, outside the vocabulary [0, %d) of tokenizer %q",
+				w.path, i, w.h.Documents, id, w.h.VocabSize, w.h.Tokenizer)
+		}
+	}
+	if w.h.Documents > 0 {
+		if err := w.write(w.sep); err != nil {
+			return err
+		}
+		w.h.TextBytes++
+	}
+	if err := w.write(tokens); err != nil {
+		return err
+	}
+	w.h.Documents++
+	w.h.TextBytes += int64(textBytes)
+	return nil
+}
+
+// write appends tokens to the file.
+func (w *ShardWriter) write(tokens []int32) error {
+	w.buf = w.buf[:0]
+	for _, id := range tokens {
+		if w.h.TokenBytes == 2 {
+			w.buf = binary.LittleEndian.AppendUint16(w.buf, uint16(id))
+		} else {
+			w.buf = binary.LittleEndian.AppendUint32(w.buf, uint32(id))
+		}
+	}
+	if _, err := w.w.Write(w.buf); err != nil {
+		return fmt.Errorf("data: write token shard %s: %w", w.f.Name(), err)
+	}
+	w.h.Tokens += int64(len(tokens))
+	return nil
+}
+
+// Header returns the header the shard has so far: its counts grow with each document.
+func (w *ShardWriter) Header() ShardHeader { return w.h }
+
+// Close writes the header's counts, closes the file and renames it to its path. On error
+// the temporary file is removed.
+func (w *ShardWriter) Close() error {
+	err := w.w.Flush()
+	if err == nil {
+		_, err = w.f.WriteAt(w.h.encode(), 0)
+	}
+	if err == nil {
+		err = w.f.Sync()
+	}
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(w.f.Name(), w.path)
+	}
+	if err != nil {
+		os.Remove(w.f.Name())
+		return fmt.Errorf("data: close token shard %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// Abort closes and removes the unfinished shard.
+func (w *ShardWriter) Abort() {
+	w.f.Close()
+	os.Remove(w.f.Name())
+}
+
+// checkShardTokenizer returns an error, naming both tokenizers, when the shard h was not
+// written by tok.
+func checkShardTokenizer(h ShardHeader, path string, tok Tokenizer) error {
+	if h.Fingerprint == TokenizerFingerprint(tok) && h.VocabSize == tok.VocabSize() && h.Tokenizer == tok.Name() {
+		return nil
+	}
+	why := ""
+	if h.Tokenizer == tok.Name() && h.VocabSize == tok.VocabSize() {
+		why = ": the names and vocabulary sizes agree, but the two tokenize a probe text differently (fingerprints %016x and %016x)"
+		why = fmt.Sprintf(why, h.Fingerprint, TokenizerFingerprint(tok))
+	}
+	return fmt.Errorf("data: token shard %s was written by tokenizer %q (vocabulary %d), but the configured tokenizer is %q (vocabulary %d)%s; re-run distflash data tokenize with this tokenizer, or configure the shard's",
+		path, h.Tokenizer, h.VocabSize, tok.Name(), tok.VocabSize(), why)
+}

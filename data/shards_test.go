@@ -1,0 +1,309 @@
+package data
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// wideTokenizer has a vocabulary above 65536, so its shards hold 4-byte tokens.
+type wideTokenizer struct{}
+
+func (wideTokenizer) Encode(text []byte) []int32 {
+	ids := make([]int32, len(text))
+	for i, b := range text {
+		ids[i] = 70000 + int32(b)
+	}
+	return ids
+}
+func (wideTokenizer) Decode(ids []int32) []byte { panic("unused") }
+func (wideTokenizer) VocabSize() int            { return 70256 }
+func (wideTokenizer) Name() string              { return "wide" }
+
+// impostorTokenizer calls itself "byte" and has 256 ids, but encodes differently.
+type impostorTokenizer struct{ ByteTokenizer }
+
+func (impostorTokenizer) Encode(text []byte) []int32 {
+	ids := ByteTokenizer{}.Encode(text)
+	for i := range ids {
+		ids[i] ^= 1
+	}
+	return ids
+}
+
+// writeShard writes docs as one shard of tok at path and returns the tokens of the stream.
+func writeShard(t *testing.T, path string, tok Tokenizer, docs ...string) []int32 {
+	t.Helper()
+	w, err := CreateShard(path, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream []int32
+	for i, d := range docs {
+		if i > 0 {
+			stream = append(stream, tok.Encode([]byte{DocSeparator})...)
+		}
+		ids := tok.Encode([]byte(d))
+		stream = append(stream, ids...)
+		if err := w.WriteDocument(ids, len(d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Errorf("%s exists before Close", path)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + ".tmp"); err == nil {
+		t.Errorf("%s.tmp is left after Close", path)
+	}
+	return stream
+}
+
+func TestShardRoundTrip(t *testing.T) {
+	docs := []string{"first document", "second, ünïcödé", "x"}
+	for _, tt := range []struct {
+		tok        Tokenizer
+		tokenBytes int
+	}{
+		{ByteTokenizer{}, 2},
+		{upperTokenizer{}, 2},
+		{wideTokenizer{}, 4},
+	} {
+		t.Run(tt.tok.Name(), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "a.tokens")
+			want := writeShard(t, path, tt.tok, docs...)
+			h, got, err := ReadShard(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("tokens %v, want %v", got, want)
+			}
+			wantH := ShardHeader{Version: 1, TokenBytes: tt.tokenBytes, VocabSize: tt.tok.VocabSize(),
+				HeaderSize: headerSize(len(tt.tok.Name())), Tokens: int64(len(want)), Documents: 3,
+				TextBytes: int64(len(strings.Join(docs, "\n"))), Fingerprint: TokenizerFingerprint(tt.tok), Tokenizer: tt.tok.Name()}
+			if h != wantH {
+				t.Errorf("header %+v\nwant   %+v", h, wantH)
+			}
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size := h.HeaderSize + int64(len(want)*tt.tokenBytes); fi.Size() != size {
+				t.Errorf("file has %d bytes, want %d", fi.Size(), size)
+			}
+			if h.HeaderSize%8 != 0 {
+				t.Errorf("header size %d is not a multiple of 8", h.HeaderSize)
+			}
+			// LoadTokens reads it as the tokenizer's stream.
+			loaded, err := LoadTokens(Source{Path: path, Format: "tokens"}, tt.tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(loaded, want) {
+				t.Errorf("LoadTokens gives %v, want %v", loaded, want)
+			}
+		})
+	}
+}
+
+// TestShardLayout pins the bytes of a shard to the layout documented in shards.go.
+func TestShardLayout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.tokens")
+	writeShard(t, path, ByteTokenizer{}, "hi", "A")
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	le := binary.LittleEndian
+	want = append(want, "DFTOK1\x00\x00"...)
+	want = le.AppendUint32(want, 1)   // version
+	want = le.AppendUint32(want, 2)   // bytes per token
+	want = le.AppendUint32(want, 256) // vocabulary
+	want = le.AppendUint32(want, 64)  // header size: 58 + 4 rounded up to 8
+	want = le.AppendUint64(want, 4)   // tokens: h i \n A
+	want = le.AppendUint64(want, 2)   // documents
+	want = le.AppendUint64(want, 4)   // text bytes: "hi\nA"
+	want = le.AppendUint64(want, TokenizerFingerprint(ByteTokenizer{}))
+	want = le.AppendUint16(want, 4)
+	want = append(want, "byte\x00\x00"...)
+	for _, c := range "hi\nA" {
+		want = le.AppendUint16(want, uint16(c))
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("shard bytes\n% x\nwant\n% x", got, want)
+	}
+}
+
+func TestTokenizerFingerprint(t *testing.T) {
+	fp := TokenizerFingerprint(ByteTokenizer{})
+	if fp != TokenizerFingerprint(ByteTokenizer{}) {
+		t.Error("fingerprint is not deterministic")
+	}
+	for _, other := range []Tokenizer{upperTokenizer{}, wideTokenizer{}, impostorTokenizer{}} {
+		if TokenizerFingerprint(other) == fp {
+			t.Errorf("%T has the byte tokenizer's fingerprint", other)
+		}
+	}
+}
+
+func TestReadShardErrors(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.tokens")
+	writeShard(t, good, ByteTokenizer{}, "hello", "world")
+	orig, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := func(off int, v ...byte) []byte {
+		b := bytes.Clone(orig)
+		copy(b[off:], v)
+		return b
+	}
+	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+	tests := []struct {
+		name    string
+		content []byte
+		want    []string
+	}{
+		{"empty file", nil, []string{"not a token shard", "DFTOK1"}},
+		{"gzip file", gzipData(t, []byte("x")), []string{"not a token shard", "gzip-compressed"}},
+		{"zstd file", zstdData(t, []byte("x")), []string{"not a token shard", "zstd-compressed"}},
+		{"json file", c4Lines(t, "x"), []string{"not a token shard", "looks like JSON"}},
+		{"magic only", orig[:8], []string{"truncated", "8 bytes"}},
+		{"header cut", orig[:60], []string{"truncated", "64-byte header"}},
+		{"last token cut", orig[:len(orig)-1], []string{"truncated", "11 tokens", "86 bytes in all", "file has 85"}},
+		{"trailing byte", append(bytes.Clone(orig), 0), []string{"1 bytes after its last token"}},
+		{"version 2", patch(8, u32(2)...), []string{"version 2", "reads version 1"}},
+		{"3-byte tokens", patch(12, u32(3)...), []string{"3 bytes per token", "want 2 (uint16) or 4 (uint32)"}},
+		{"vocab 0", patch(16, u32(0)...), []string{"vocabulary size 0"}},
+		{"vocab too big for uint16", patch(16, u32(70000)...), []string{"vocabulary size 70000", "2-byte tokens"}},
+		{"header size", patch(20, u32(72)...), []string{"header size 72, want 64"}},
+		{"token count", patch(24, u64(1<<62)...), []string{"out of range"}},
+		{"name length 0", patch(56, 0, 0), []string{"tokenizer name of 0 bytes"}},
+		{"token outside vocabulary", patch(64+2*3, 0x2c, 0x01), []string{"token 3", "is 300", "[0, 256)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "_")+".tokens")
+			if err := os.WriteFile(path, tt.content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, toks, err := ReadShard(path)
+			if err == nil {
+				t.Fatalf("no error; read %d tokens", len(toks))
+			}
+			for _, s := range append([]string{"data: ", path}, tt.want...) {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			if _, err := LoadTokens(Source{Path: path, Format: "tokens"}, ByteTokenizer{}); err == nil {
+				t.Error("LoadTokens: no error")
+			}
+		})
+	}
+}
+
+func TestLoadShardsTokenizerMismatch(t *testing.T) {
+	dir := t.TempDir()
+	writeShard(t, filepath.Join(dir, "a.tokens"), ByteTokenizer{}, "hello")
+	tests := []struct {
+		tok  Tokenizer
+		want []string
+	}{
+		{upperTokenizer{}, []string{`tokenizer "byte" (vocabulary 256)`, `configured tokenizer is "upper" (vocabulary 1256)`}},
+		{wideTokenizer{}, []string{`"byte"`, `"wide"`, "70256"}},
+		{impostorTokenizer{}, []string{`"byte"`, "tokenize a probe text differently"}},
+	}
+	for _, tt := range tests {
+		_, err := LoadTokens(Source{Path: dir, Format: "tokens"}, tt.tok)
+		if err == nil {
+			t.Fatalf("%T: no error", tt.tok)
+		}
+		for _, s := range append(tt.want, filepath.Join(dir, "a.tokens")) {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("%T: error %q does not mention %q", tt.tok, err, s)
+			}
+		}
+	}
+}
+
+func TestLoadShards(t *testing.T) {
+	dir := t.TempDir()
+	a := writeShard(t, filepath.Join(dir, "shard-000000.tokens"), ByteTokenizer{}, "one", "two")
+	b := writeShard(t, filepath.Join(dir, "shard-000001.tokens"), ByteTokenizer{}, "three")
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeShard(t, filepath.Join(dir, "sub", "shard-000002.tokens"), ByteTokenizer{}) // empty: skipped
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("not a shard"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Concat(a, []int32{'\n'}, b)
+	for _, tt := range []struct {
+		name     string
+		src      Source
+		wantErr  []string
+		wantToks []int32
+	}{
+		{"dir", Source{Path: dir}, nil, want},
+		{"seed does not reorder", Source{Path: dir, Seed: 12345}, nil, want},
+		{"glob", Source{Path: filepath.Join(dir, "shard-*")}, nil, want},
+		{"max bytes covers the text", Source{Path: dir, MaxBytes: int64(len("one\ntwo\nthree"))}, nil, want},
+		{"max bytes below the text", Source{Path: dir, MaxBytes: 12}, []string{"encode 13 bytes of text", "MaxBytes = 12", "data.max_bytes = 0"}, nil},
+		{"no shards", Source{Path: filepath.Join(dir, "notes.txt"), Include: nil}, []string{"not a token shard"}, nil},
+		{"only empty shards", Source{Path: filepath.Join(dir, "sub")}, []string{"no tokens", "1 shards", "empty"}, nil},
+		{"no match", Source{Path: t.TempDir()}, []string{"no token shards", `"*.tokens"`}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.src.Format = "tokens"
+			got, err := LoadTokens(tt.src, ByteTokenizer{})
+			if tt.wantErr == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, tt.wantToks) {
+					t.Errorf("got %q, want %q", ByteTokenizer{}.Decode(got), ByteTokenizer{}.Decode(tt.wantToks))
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error")
+			}
+			for _, s := range tt.wantErr {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+func TestShardWriterErrors(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.tokens")
+	writeShard(t, path, ByteTokenizer{}, "x")
+	if _, err := CreateShard(path, ByteTokenizer{}); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("CreateShard over an existing shard: error %v", err)
+	}
+	w, err := CreateShard(filepath.Join(dir, "b.tokens"), ByteTokenizer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteDocument([]int32{1, 256}, 2); err == nil || !strings.Contains(err.Error(), "256") || !strings.Contains(err.Error(), `"byte"`) {
+		t.Errorf("WriteDocument of token 256 with the byte tokenizer: error %v", err)
+	}
+	w.Abort()
+	if m, _ := filepath.Glob(filepath.Join(dir, "b.tokens*")); len(m) > 0 {
+		t.Errorf("Abort left %q", m)
+	}
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"distflash/data"
+)
+
+const dataUsage = `Usage:
+  distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
+  distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR] [--base-url URL]
+
+Subcommands:
+  tokenize  encode data.train (format text, jsonl or c4) with data.tokenizer into token shards,
+            which train reads with --set data.format=tokens --set data.train=DIR
+  fetch c4  download files of the C4 "en" dataset (allenai/c4 on the Hugging Face Hub),
+            resuming interrupted downloads
+
+Run 'distflash data SUBCOMMAND -h' for its flags.
+`
+
+// runData is `distflash data`.
+func runData(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, dataUsage)
+		return errors.New("data: no subcommand given")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch args[0] {
+	case "tokenize":
+		return runTokenize(ctx, args[1:], stdout, stderr)
+	case "fetch":
+		return runFetch(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, dataUsage)
+		return nil
+	}
+	fmt.Fprint(stderr, dataUsage)
+	return fmt.Errorf("data: unknown subcommand %q: want tokenize or fetch", args[0])
+}
+
+// progressLogInterval is how often a command without a progress bar logs a line.
+const progressLogInterval = 10 * time.Second
+
+// runTokenize is `distflash data tokenize`.
+func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("data tokenize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "configs/tiny.toml", "TOML config file: data.train, data.format, data.include, data.max_bytes, data.tokenizer and run.seed say what is read")
+	var sets setFlags
+	fs.Var(&sets, "set", "override a config value, e.g. --set data.train=c4-validation.*.json.gz (repeatable)")
+	out := fs.String("out", "", "output: a directory for shard-NNNNNN.tokens files, or one FILE.tokens")
+	shardTokens := fs.Int64("shard-tokens", 0, fmt.Sprintf("most tokens per shard, ending at a document boundary (default %d); only with a directory", data.DefaultShardTokens))
+	workers := fs.Int("workers", 0, "goroutines that encode (default: GOMAXPROCS)")
+	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every 10s)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("data tokenize: unexpected arguments %q", fs.Args())
+	}
+	if *out == "" {
+		return errors.New("data tokenize: --out is required: a directory for the shards, or a file ending in .tokens")
+	}
+	cfg, err := LoadConfig(*configPath, sets)
+	if err != nil {
+		return err
+	}
+	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
+	if err != nil {
+		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
+	}
+	path, err := data.ExpandPath(cfg.Data.Train)
+	if err != nil {
+		return fmt.Errorf("%s: data.train = %q: %w", cfg.Path, cfg.Data.Train, err)
+	}
+	src := data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed}
+
+	var (
+		bar     *progressbar.ProgressBar
+		lastLog = time.Now()
+		start   = time.Now()
+	)
+	// The bar follows the bytes read from disk, or the text when data.max_bytes stops the
+	// read before the files end.
+	byText := func(p data.TokenizeProgress) bool { return src.MaxBytes > 0 && src.MaxBytes < p.InputTotal }
+	report := func(p data.TokenizeProgress) {
+		if *progress {
+			if bar == nil {
+				total := p.InputTotal
+				if byText(p) {
+					total = src.MaxBytes
+				}
+				bar = progressbar.NewOptions64(total,
+					progressbar.OptionSetWriter(stderr),
+					progressbar.OptionSetDescription("tokenize"),
+					progressbar.OptionSetWidth(24),
+					progressbar.OptionShowBytes(true),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionSetElapsedTime(true),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionClearOnFinish())
+			}
+			if byText(p) {
+				bar.Set64(p.TextBytes)
+			} else {
+				bar.Set64(p.InputBytes)
+			}
+			return
+		}
+		if time.Since(lastLog) >= progressLogInterval {
+			lastLog = time.Now()
+			fmt.Fprintf(stderr, "tokenize: %s documents, %s tokens, %.1f of %.1f MB read (%.1f MB/s of text)\n",
+				count(p.Documents), count(p.Tokens), float64(p.InputBytes)/1e6, float64(p.InputTotal)/1e6,
+				float64(p.TextBytes)/1e6/time.Since(start).Seconds())
+		}
+	}
+	st, err := data.WriteShards(ctx, src, tok, data.ShardOptions{Out: *out, ShardTokens: *shardTokens, Workers: *workers, Progress: report})
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("data tokenize: interrupted; the shards written so far were removed: %w", err)
+		}
+		return fmt.Errorf("%s: data tokenize: %w", cfg.Path, err)
+	}
+	elapsed := time.Since(start).Seconds()
+	where := *out
+	if len(st.Shards) == 1 {
+		where = st.Shards[0]
+	}
+	files := fmt.Sprintf("%d files", st.Files)
+	if st.FilesRead < st.Files {
+		files = fmt.Sprintf("%d of %d files (data.max_bytes = %d)", st.FilesRead, st.Files, src.MaxBytes)
+	}
+	fmt.Fprintf(stdout, "tokenized %s documents from %s, %.1f MB of text, into %s tokens (tokenizer %s) in %d shards in %s: %.1fs, %.1f MB/s of text, %s tokens/s\n",
+		count(st.Documents), files, float64(st.TextBytes)/1e6, count(st.Tokens), tok.Name(), len(st.Shards), where,
+		elapsed, float64(st.TextBytes)/1e6/elapsed, count(int64(float64(st.Tokens)/elapsed)))
+	return nil
+}
+
+// runFetch is `distflash data fetch`.
+func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("data fetch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: distflash data fetch c4 [flags]")
+		fs.PrintDefaults()
+	}
+	split := fs.String("split", "validation", "C4 split: validation (8 files) or train (1024 files)")
+	shards := fs.Int("shards", 1, "number of files to fetch")
+	first := fs.Int("first", 0, "index of the first file")
+	out := fs.String("out", ".", "directory for the files (the shipped configs read C4 from the current directory)")
+	baseURL := fs.String("base-url", data.C4BaseURL, "where the dataset lives: files are at BASE/en/c4-SPLIT.NNNNN-of-TTTTT.json.gz")
+	retries := fs.Int("retries", 5, "times a download is resumed after a network error or an HTTP 429/5xx before giving up")
+	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a line per file)")
+	// The dataset name comes first (distflash data fetch c4 --split ...), but may follow the flags.
+	dataset := ""
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		dataset, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if dataset == "" && fs.NArg() > 0 {
+		dataset = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil { // flags after the name
+			return err
+		}
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("data fetch: unexpected arguments %q", fs.Args())
+	}
+	switch dataset {
+	case "c4":
+	case "":
+		return errors.New("data fetch: name the dataset: distflash data fetch c4 --split validation --shards 1")
+	default:
+		return fmt.Errorf("data fetch: unknown dataset %q: this version fetches c4", dataset)
+	}
+
+	var (
+		bar        *progressbar.ProgressBar
+		barIndex   = -1
+		downloaded int64
+		fileStart  time.Time
+	)
+	start := time.Now()
+	report := func(p data.FetchProgress) {
+		name := filepath.Base(p.File)
+		if p.Index != barIndex {
+			if bar != nil {
+				bar.Finish()
+			}
+			bar, barIndex, fileStart = nil, p.Index, time.Now()
+			if *progress && !p.Skipped {
+				bar = progressbar.NewOptions64(p.Total,
+					progressbar.OptionSetWriter(stderr),
+					progressbar.OptionSetDescription(fmt.Sprintf("[%d/%d] %s", p.Index+1, p.Count, name)),
+					progressbar.OptionSetWidth(24),
+					progressbar.OptionShowBytes(true),
+					progressbar.OptionShowCount(),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionClearOnFinish())
+			}
+		}
+		if bar != nil {
+			if p.Total > 0 && bar.GetMax64() != p.Total {
+				bar.ChangeMax64(p.Total)
+			}
+			bar.Set64(p.Done)
+		}
+		if !p.Final {
+			return
+		}
+		if bar != nil {
+			bar.Finish()
+			bar = nil
+		}
+		switch {
+		case p.Skipped:
+			fmt.Fprintf(stderr, "[%d/%d] %s: complete already (%.1f MB)\n", p.Index+1, p.Count, name, float64(p.Done)/1e6)
+		default:
+			got := p.Done - p.Resumed
+			downloaded += got
+			secs := time.Since(fileStart).Seconds()
+			resumed := ""
+			if p.Resumed > 0 {
+				resumed = fmt.Sprintf(", resumed after %.1f MB", float64(p.Resumed)/1e6)
+			}
+			fmt.Fprintf(stderr, "[%d/%d] %s: %.1f MB in %.1fs (%.1f MB/s%s)\n", p.Index+1, p.Count, name,
+				float64(p.Done)/1e6, secs, float64(got)/1e6/secs, resumed)
+		}
+	}
+	paths, err := data.FetchC4(ctx, data.FetchOptions{Split: *split, First: *first, Shards: *shards, Dir: *out,
+		BaseURL: *baseURL, Retries: *retries, Progress: report})
+	if bar != nil {
+		bar.Exit()
+		fmt.Fprintln(stderr)
+	}
+	if err != nil {
+		return err
+	}
+	secs := time.Since(start).Seconds()
+	fmt.Fprintf(stdout, "fetched %d C4 %s files into %s: %.1f MB downloaded in %.1fs (%.1f MB/s)\n",
+		len(paths), *split, *out, float64(downloaded)/1e6, secs, float64(downloaded)/1e6/secs)
+	return nil
+}
