@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -13,6 +14,9 @@ var (
 	binPath string
 	binErr  error
 	binDir  string
+	// binTags are the build tags of the binary the tests build: those of the test binary
+	// itself (mpi_train_test.go adds "mpi").
+	binTags []string
 )
 
 // TestMain removes the binary the tests built.
@@ -33,7 +37,11 @@ func buildBinary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "distflash")
-		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		args := []string{"build", "-o", binPath}
+		if len(binTags) > 0 {
+			args = append(args, "-tags", strings.Join(binTags, ","))
+		}
+		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
 			binErr = err
 			t.Logf("go build:\n%s", out)
 		}
