@@ -5,6 +5,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -173,6 +174,7 @@ func (c *CUDA) memset32(dst devPtr, v uint32, n int)           { must(c.dev.Mems
 // launch queues a kernel; args must match its C parameters (see kernelArgs).
 func (c *CUDA) launch(name string, gx, gy, bx, smem int, args ...any) {
 	must(c.dev.Launch(name, gx, gy, bx, smem, kernelArgs(args)))
+	runtime.KeepAlive(args) // the buffers among args are reachable until the launch is queued
 }
 
 // setPrecision sets the precision of MatMul operands and of the attention products (see CUDA).
@@ -200,7 +202,13 @@ type cudaBuf struct {
 
 func (b cudaBuf) Len() int { return b.n }
 
-func (b cudaBuf) ptr() devPtr { return b.mem.Ptr + devPtr(4*b.off) }
+// ptr is the device address of the view (0 for the zero value, which stands for a nil Buf).
+func (b cudaBuf) ptr() devPtr {
+	if b.mem == nil {
+		return 0
+	}
+	return b.mem.Ptr + devPtr(4*b.off)
+}
 
 // dbuf returns the device buffer behind b; it panics for a buffer of another backend.
 func dbuf(b Buf) cudaBuf {
@@ -211,16 +219,18 @@ func dbuf(b Buf) cudaBuf {
 	return d
 }
 
-// dptr is dbuf(b).ptr() with a length check; a nil Buf is the null pointer.
-func dptr(what string, b Buf, n int) devPtr {
+// dptr is dbuf(b) with a length check; a nil Buf gives the zero cudaBuf (a null pointer).
+// Kernel launches take the cudaBuf itself, not its address, so that its allocation stays
+// reachable (and is not returned to the pool by its cleanup) until the launch is queued.
+func dptr(what string, b Buf, n int) cudaBuf {
 	if b == nil {
-		return 0
+		return cudaBuf{}
 	}
 	d := dbuf(b)
 	if d.n != n {
 		panic(fmt.Sprintf("kernels: %s has %d elements, want %d", what, d.n, n))
 	}
-	return d.ptr()
+	return d
 }
 
 // grow returns a device allocation of at least bytes, reusing *m when it is large enough.
@@ -268,8 +278,9 @@ func (c *CUDA) Slice(b Buf, off, n int) Buf {
 func (c *CUDA) Upload(dst Buf, src []float32) {
 	p := dptr("upload", dst, len(src))
 	if len(src) > 0 {
-		c.htod(p, unsafe.Pointer(&src[0]), 4*len(src))
+		c.htod(p.ptr(), unsafe.Pointer(&src[0]), 4*len(src))
 	}
+	runtime.KeepAlive(p)
 }
 
 // Download implements Backend.
@@ -279,29 +290,37 @@ func (c *CUDA) Download(dst []float32, src Buf) {
 		must(c.dev.Sync())
 		return
 	}
-	c.dtoh(unsafe.Pointer(&dst[0]), p, 4*len(dst))
+	c.dtoh(unsafe.Pointer(&dst[0]), p.ptr(), 4*len(dst))
+	runtime.KeepAlive(p)
 }
 
 // Zero implements Backend.
-func (c *CUDA) Zero(b Buf) { d := dbuf(b); c.memset32(d.ptr(), 0, d.n) }
+func (c *CUDA) Zero(b Buf) {
+	d := dbuf(b)
+	c.memset32(d.ptr(), 0, d.n)
+	runtime.KeepAlive(d)
+}
 
 // Copy implements Backend.
 func (c *CUDA) Copy(dst, src Buf) {
-	n := dbuf(dst).n
-	must(c.dev.DtoD(dbuf(dst).ptr(), dptr("copy", src, n), 4*n))
+	d := dbuf(dst)
+	s := dptr("copy", src, d.n)
+	must(c.dev.DtoD(d.ptr(), s.ptr(), 4*d.n))
+	runtime.KeepAlive(d)
+	runtime.KeepAlive(s)
 }
 
 // Add implements Backend.
 func (c *CUDA) Add(dst, a, b Buf) {
 	n := dbuf(dst).n
 	pa, pb := dptr("add a", a, n), dptr("add b", b, n)
-	c.launch("df_add", ewGrid(n), 1, ewThreads, 0, dbuf(dst).ptr(), pa, pb, int64(n))
+	c.launch("df_add", ewGrid(n), 1, ewThreads, 0, dbuf(dst), pa, pb, int64(n))
 }
 
 // Scale implements Backend.
 func (c *CUDA) Scale(b Buf, s float32) {
 	d := dbuf(b)
-	c.launch("df_scale", ewGrid(d.n), 1, ewThreads, 0, d.ptr(), s, int64(d.n))
+	c.launch("df_scale", ewGrid(d.n), 1, ewThreads, 0, d, s, int64(d.n))
 }
 
 // SumSquares implements Backend: float64 partial sums over a partition fixed by the length,
@@ -315,7 +334,7 @@ func (c *CUDA) SumSquares(b Buf) float64 {
 	defer c.mu.Unlock()
 	parts := sumsqParts(d.n)
 	p := c.grow(&c.f64s, 8*parts)
-	c.launch("df_sumsq_partial", parts, 1, ewThreads, 0, d.ptr(), int64(d.n), p)
+	c.launch("df_sumsq_partial", parts, 1, ewThreads, 0, d, int64(d.n), p)
 	host := make([]float64, parts)
 	c.dtoh(unsafe.Pointer(&host[0]), p, 8*parts)
 	var s float64
@@ -334,7 +353,7 @@ func (c *CUDA) AllFinite(b Buf) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.memset32(c.flag.Ptr, 0, 1)
-	c.launch("df_allfinite", ewGrid(d.n), 1, ewThreads, 0, d.ptr(), int64(d.n), c.flag.Ptr)
+	c.launch("df_allfinite", ewGrid(d.n), 1, ewThreads, 0, d, int64(d.n), c.flag.Ptr)
 	var bad int32
 	c.dtoh(unsafe.Pointer(&bad), c.flag.Ptr, 4)
 	return bad == 0
@@ -361,7 +380,8 @@ func (c *CUDA) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta flo
 		}
 	}
 	g := cublasPlan(m, n, k, transA, transB)
-	must(c.dev.Gemm(g, B, A, C, 1, beta, cuda.Compute(c.precision())))
+	must(c.dev.Gemm(g, B.ptr(), A.ptr(), C.ptr(), 1, beta, cuda.Compute(c.precision())))
+	runtime.KeepAlive([]cudaBuf{A, B, C})
 }
 
 // Embedding implements Backend.
@@ -376,7 +396,7 @@ func (c *CUDA) Embedding(out, table Buf, ids []int32, dim int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.uploadInts(ids)
-	c.launch("df_embedding", rowGrid(len(ids)), 1, ewThreads, 0, o, t.ptr(), p, int32(len(ids)), int32(dim))
+	c.launch("df_embedding", rowGrid(len(ids)), 1, ewThreads, 0, o, t, p, int32(len(ids)), int32(dim))
 }
 
 // checkIDs panics on a token id outside [0, vocab), with the CPU backend's message.
@@ -404,7 +424,7 @@ func (c *CUDA) EmbeddingBackward(dtable, dout Buf, ids []int32, dim int) {
 	defer c.mu.Unlock()
 	p := c.uploadInts(ints)
 	groups := len(start) - 1
-	c.launch("df_embedding_bwd", rowGrid(groups), 1, ewThreads, 0, dt.ptr(), do,
+	c.launch("df_embedding_bwd", rowGrid(groups), 1, ewThreads, 0, dt, do,
 		p, p+devPtr(4*len(ids)), p+devPtr(4*(len(ids)+len(order))), int32(groups), int32(dim))
 }
 
@@ -467,7 +487,7 @@ func (c *CUDA) RoPE(x Buf, pos []int32, heads, headDim int, theta float64, inver
 func (c *CUDA) SwiGLU(out, gate, up Buf) {
 	n := dbuf(out).n
 	g, u := dptr("swiglu gate", gate, n), dptr("swiglu up", up, n)
-	c.launch("df_swiglu", ewGrid(n), 1, ewThreads, 0, dbuf(out).ptr(), g, u, int64(n))
+	c.launch("df_swiglu", ewGrid(n), 1, ewThreads, 0, dbuf(out), g, u, int64(n))
 }
 
 // SwiGLUBackward implements Backend.
@@ -475,7 +495,7 @@ func (c *CUDA) SwiGLUBackward(dgate, dup, dout, gate, up Buf) {
 	n := dbuf(dout).n
 	dg, du := dptr("swiglu dgate", dgate, n), dptr("swiglu dup", dup, n)
 	g, u := dptr("swiglu gate", gate, n), dptr("swiglu up", up, n)
-	c.launch("df_swiglu_bwd", ewGrid(n), 1, ewThreads, 0, dg, du, dbuf(dout).ptr(), g, u, int64(n))
+	c.launch("df_swiglu_bwd", ewGrid(n), 1, ewThreads, 0, dg, du, dbuf(dout), g, u, int64(n))
 }
 
 // CrossEntropy implements Backend.
@@ -507,7 +527,7 @@ func (c *CUDA) AdamW(pb, gb, mb, vb Buf, hp AdamWStep, decay bool) {
 	if decay {
 		wd = float32(hp.WeightDecay)
 	}
-	c.launch("df_adamw", ewGrid(n), 1, ewThreads, 0, dbuf(pb).ptr(), g, m, v, int64(n),
+	c.launch("df_adamw", ewGrid(n), 1, ewThreads, 0, dbuf(pb), g, m, v, int64(n),
 		float32(hp.Beta1), float32(hp.Beta2), c1, c2, float32(hp.LR), float32(hp.Eps), hp.GradScale, wd)
 }
 
@@ -515,7 +535,7 @@ func (c *CUDA) AdamW(pb, gb, mb, vb Buf, hp AdamWStep, decay bool) {
 // the device side of Backend.Round once kernels.Precision exists.
 func (c *CUDA) round16(b Buf, fp16 bool) {
 	d := dbuf(b)
-	c.launch("df_round", ewGrid(d.n), 1, ewThreads, 0, d.ptr(), int64(d.n), boolInt(fp16))
+	c.launch("df_round", ewGrid(d.n), 1, ewThreads, 0, d, int64(d.n), boolInt(fp16))
 }
 
 // pack16 writes the 16-bit encodings of src two per element of dst (element 2i in the low
@@ -523,14 +543,14 @@ func (c *CUDA) round16(b Buf, fp16 bool) {
 func (c *CUDA) pack16(dst, src Buf, fp16 bool) {
 	s := dbuf(src)
 	d := dptr("pack dst", dst, (s.n+1)/2)
-	c.launch("df_pack_half", ewGrid((s.n+1)/2), 1, ewThreads, 0, d, s.ptr(), int64(s.n), boolInt(fp16))
+	c.launch("df_pack_half", ewGrid((s.n+1)/2), 1, ewThreads, 0, d, s, int64(s.n), boolInt(fp16))
 }
 
 // unpack16 is the inverse of pack16: the device side of Backend.UnpackHalf.
 func (c *CUDA) unpack16(dst, src Buf, fp16 bool) {
 	d := dbuf(dst)
 	s := dptr("unpack src", src, (d.n+1)/2)
-	c.launch("df_unpack_half", ewGrid(d.n), 1, ewThreads, 0, d.ptr(), s, int64(d.n), boolInt(fp16))
+	c.launch("df_unpack_half", ewGrid(d.n), 1, ewThreads, 0, d, s, int64(d.n), boolInt(fp16))
 }
 
 func boolInt(b bool) int32 {

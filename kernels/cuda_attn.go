@@ -13,7 +13,10 @@ package kernels
 // two-kernel backward recomputes S and dP in both kernels, so it executes 14·hd per pair; the
 // counters keep the algorithm's 10·hd so that they compare with the CPU's and the papers'.
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+)
 
 // negInfBits is the float32 bit pattern of −Inf.
 const negInfBits = 0xff800000
@@ -24,13 +27,14 @@ func (c *CUDA) AttnInit(s AttnState) {
 	c.Zero(s.L)
 	m := dbuf(s.M)
 	c.memset32(m.ptr(), negInfBits, m.n)
+	runtime.KeepAlive(m)
 }
 
 // toHalf converts b into the 16-bit scratch slot i and returns its address (c.mu held).
 func (c *CUDA) toHalf(i int, b Buf, fp16 bool) devPtr {
 	d := dbuf(b)
 	p := c.grow(&c.halves[i], 2*d.n)
-	c.launch("df_to_half", ewGrid(d.n), 1, ewThreads, 0, p, d.ptr(), int64(d.n), boolInt(fp16))
+	c.launch("df_to_half", ewGrid(d.n), 1, ewThreads, 0, p, d, int64(d.n), boolInt(fp16))
 	return p
 }
 

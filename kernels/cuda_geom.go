@@ -82,8 +82,8 @@ func cublasPlan(m, n, k int, transA, transB bool) cuda.Gemm {
 	return cuda.Gemm{TransA: transB, TransB: transA, M: n, N: m, K: k, LDA: ldb, LDB: lda, LDC: n}
 }
 
-// kernelArgs encodes kernel parameters one per 64-bit slot, as df_launch passes them: device
-// pointers and int64 (C long long) fill a slot, int32 (C int) and float32 its low half, float64
+// kernelArgs encodes kernel parameters one per 64-bit slot, as Device.Launch passes them: device
+// pointers (devPtr, or a cudaBuf for its address) and int64 (C long long) fill a slot, int32 (C int) and float32 its low half, float64
 // (C double) all of it. Go int is refused: the width of a C int parameter must be explicit.
 func kernelArgs(args []any) []uint64 {
 	out := make([]uint64, len(args))
@@ -91,6 +91,8 @@ func kernelArgs(args []any) []uint64 {
 		switch v := a.(type) {
 		case devPtr:
 			out[i] = uint64(v)
+		case cudaBuf:
+			out[i] = uint64(v.ptr())
 		case int32:
 			out[i] = uint64(uint32(v))
 		case int64:

@@ -80,8 +80,9 @@ func TestCUDAHostCublasPlan(t *testing.T) {
 }
 
 func TestCUDAHostKernelArgs(t *testing.T) {
-	got := kernelArgs([]any{devPtr(0xdeadbeef00), int32(-2), int64(-3), float32(1.5), float64(-0.25)})
-	want := []uint64{0xdeadbeef00, 0xfffffffe, 0xfffffffffffffffd, uint64(math.Float32bits(1.5)), math.Float64bits(-0.25)}
+	view := cudaBuf{mem: &cuda.Mem{Ptr: 0x7000, Bytes: 400}, off: 3, n: 5}
+	got := kernelArgs([]any{devPtr(0xdeadbeef00), int32(-2), int64(-3), float32(1.5), float64(-0.25), view, cudaBuf{}})
+	want := []uint64{0xdeadbeef00, 0xfffffffe, 0xfffffffffffffffd, uint64(math.Float32bits(1.5)), math.Float64bits(-0.25), 0x700c, 0}
 	if !slices.Equal(got, want) {
 		t.Fatalf("kernelArgs = %#x, want %#x", got, want)
 	}
