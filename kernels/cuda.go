@@ -531,6 +531,19 @@ func (c *CUDA) AdamW(pb, gb, mb, vb Buf, hp AdamWStep, decay bool) {
 		float32(hp.Beta1), float32(hp.Beta2), c1, c2, float32(hp.LR), float32(hp.Eps), hp.GradScale, wd)
 }
 
+// Once Backend gains the mixed-precision methods (kernels.Precision: FP32, BF16, FP16, whose
+// values cudaPrec mirrors), *CUDA implements them with the device code already here:
+//
+//	func (c *CUDA) SetMatMulPrecision(p Precision)       { c.setPrecision(cudaPrec(p)) }
+//	func (c *CUDA) MatMulPrecision() Precision           { return Precision(c.precision()) }
+//	func (c *CUDA) Round(b Buf, p Precision)             { if p != FP32 { c.round16(b, p == FP16) } }
+//	func (c *CUDA) PackHalf(dst, src Buf, p Precision)   { c.pack16(dst, src, p == FP16) }
+//	func (c *CUDA) UnpackHalf(dst, src Buf, p Precision) { c.unpack16(dst, src, p == FP16) }
+//
+// (and SetCUDAPrecisionForTest in cuda_export_test.go becomes SetMatMulPrecision). Unlike the
+// CPU backend, whose setting covers MatMul only, the CUDA precision also selects the tensor-core
+// attention kernels.
+
 // round16 rounds every element of b to the nearest bfloat16 (fp16 false) or binary16 value:
 // the device side of Backend.Round once kernels.Precision exists.
 func (c *CUDA) round16(b Buf, fp16 bool) {
