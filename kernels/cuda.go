@@ -34,7 +34,9 @@ import (
 // nevertheless safe to call concurrently.
 type CUDA struct {
 	counters Counters
-	dev      *cuda.Device
+	dev      gpuDevice
+	info     deviceInfo
+	sigs     map[string][]string // parameter types of every kernel, from the PTX (ptxSignatures)
 
 	mu      sync.Mutex // guards the scratch buffers and prec
 	prec    cudaPrec
@@ -89,6 +91,27 @@ func NewCUDA(device int) (Backend, error) {
 	return c, nil
 }
 
+// gpuDevice is what the backend needs of a GPU: a *cuda.Device, or a recording fake in the
+// host-side tests (cuda_fake_test.go).
+type gpuDevice interface {
+	Alloc(bytes int) (*cuda.Mem, error)
+	HtoD(dst cuda.Ptr, src unsafe.Pointer, bytes int) error
+	DtoH(dst unsafe.Pointer, src cuda.Ptr, bytes int) error
+	DtoD(dst, src cuda.Ptr, bytes int) error
+	Memset32(dst cuda.Ptr, v uint32, n int) error
+	Sync() error
+	Launch(name string, gx, gy, bx, smem int, args []uint64) error
+	Gemm(g cuda.Gemm, a, b, c cuda.Ptr, alpha, beta float32, compute cuda.Compute) error
+	Close() error
+}
+
+// deviceInfo describes the GPU.
+type deviceInfo struct {
+	name              string
+	major, minor, sms int
+	smemOptin         int // bytes of shared memory a block may use
+}
+
 func newCUDA(ordinal int) (*CUDA, error) {
 	d, err := cuda.Open(ordinal)
 	if err != nil {
@@ -102,6 +125,7 @@ func newCUDA(ordinal int) (*CUDA, error) {
 	if err != nil {
 		return fail(err)
 	}
+	sigs := map[string][]string{}
 	for _, name := range []string{"elementwise", "attn_f32", "attn_mma"} {
 		file := fmt.Sprintf("%s_%s.ptx", name, arch)
 		ptx, err := cuda.PTX.ReadFile(file)
@@ -111,10 +135,18 @@ func newCUDA(ordinal int) (*CUDA, error) {
 		if err != nil {
 			return fail(err)
 		}
+		for k, sig := range ptxSignatures(string(ptx)) {
+			sigs[k] = sig
+		}
 	}
-	c := &CUDA{dev: d}
+	return newCUDAOn(d, deviceInfo{name: d.Name, major: d.Major, minor: d.Minor, sms: d.SMs, smemOptin: d.SmemOptin}, sigs), nil
+}
+
+// newCUDAOn returns a backend on an opened device whose kernels have the given signatures.
+func newCUDAOn(d gpuDevice, info deviceInfo, sigs map[string][]string) *CUDA {
+	c := &CUDA{dev: d, info: info, sigs: sigs}
 	c.flag = c.alloc(4)
-	return c, nil
+	return c
 }
 
 // ptxArch picks the embedded PTX for a compute capability: sm90 for Hopper and later, sm80 for
@@ -144,7 +176,7 @@ func (c *CUDA) Close() error {
 
 // Device describes the GPU, e.g. "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)".
 func (c *CUDA) Device() string {
-	return fmt.Sprintf("%s (sm_%d%d, %d SMs)", c.dev.Name, c.dev.Major, c.dev.Minor, c.dev.SMs)
+	return fmt.Sprintf("%s (sm_%d%d, %d SMs)", c.info.name, c.info.major, c.info.minor, c.info.sms)
 }
 
 // Sync waits until every queued kernel and copy has finished (for timing).
@@ -171,8 +203,12 @@ func (c *CUDA) htod(dst devPtr, src unsafe.Pointer, bytes int) { must(c.dev.HtoD
 func (c *CUDA) dtoh(dst unsafe.Pointer, src devPtr, bytes int) { must(c.dev.DtoH(dst, src, bytes)) }
 func (c *CUDA) memset32(dst devPtr, v uint32, n int)           { must(c.dev.Memset32(dst, v, n)) }
 
-// launch queues a kernel; args must match its C parameters (see kernelArgs).
+// launch queues a kernel after checking args against the kernel's parameter types in the PTX
+// (a Go argument of the wrong width would otherwise shift every later parameter silently).
 func (c *CUDA) launch(name string, gx, gy, bx, smem int, args ...any) {
+	if err := checkSignature(name, c.sigs[name], args); err != nil {
+		panic(fmt.Sprintf("kernels: cuda: %v", err))
+	}
 	must(c.dev.Launch(name, gx, gy, bx, smem, kernelArgs(args)))
 	runtime.KeepAlive(args) // the buffers among args are reachable until the launch is queued
 }

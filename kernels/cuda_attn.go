@@ -45,9 +45,9 @@ func (c *CUDA) attnPlan(sh AttnShape) attnPlan {
 		panic(err)
 	}
 	p := planAttn(sh.HeadDim, c.precision())
-	if need := max(p.smemFwd, p.smemDQ, p.smemDKDV); need > c.dev.SmemOptin {
+	if need := max(p.smemFwd, p.smemDQ, p.smemDKDV); need > c.info.smemOptin {
 		panic(fmt.Sprintf("kernels: cuda attention with head_dim %d needs %d bytes of shared memory per block, device %s allows %d",
-			sh.HeadDim, need, c.Device(), c.dev.SmemOptin))
+			sh.HeadDim, need, c.Device(), c.info.smemOptin))
 	}
 	return p
 }

@@ -10,6 +10,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 
 	"distflash/kernels/cuda"
@@ -106,6 +107,56 @@ func kernelArgs(args []any) []uint64 {
 		}
 	}
 	return out
+}
+
+// ptxSignatures reads the parameter types of every kernel entry of a PTX module, e.g.
+// df_add → [u64 u64 u64 u64]: pointers and long long are u64, int u32, float f32, double f64.
+func ptxSignatures(ptx string) map[string][]string {
+	sigs := map[string][]string{}
+	for _, m := range ptxEntry.FindAllStringSubmatch(ptx, -1) {
+		var types []string
+		for _, p := range ptxParam.FindAllStringSubmatch(m[2], -1) {
+			types = append(types, p[1])
+		}
+		sigs[m[1]] = types
+	}
+	return sigs
+}
+
+var (
+	ptxEntry = regexp.MustCompile(`\.visible \.entry (\w+)\(([^)]*)\)`)
+	ptxParam = regexp.MustCompile(`\.param \.(\w+) `)
+)
+
+// argKind is the PTX parameter type a Go kernel argument fills.
+func argKind(a any) string {
+	switch a.(type) {
+	case devPtr, cudaBuf, int64:
+		return "u64"
+	case int32:
+		return "u32"
+	case float32:
+		return "f32"
+	case float64:
+		return "f64"
+	}
+	return fmt.Sprintf("Go %T", a)
+}
+
+// checkSignature reports arguments that do not match a kernel's parameter types.
+func checkSignature(name string, sig []string, args []any) error {
+	if sig == nil {
+		return fmt.Errorf("kernel %s: no such kernel in the loaded PTX", name)
+	}
+	if len(args) != len(sig) {
+		return fmt.Errorf("kernel %s takes %d parameters, launched with %d", name, len(sig), len(args))
+	}
+	for i, a := range args {
+		if k := argKind(a); k != sig[i] {
+			return fmt.Errorf("kernel %s: parameter %d is .%s, launched with %s (%T)", name, i, sig[i], k, a)
+		}
+	}
+	return nil
 }
 
 // embedGroups groups the token indices of ids by id for EmbeddingBackward: order lists the
