@@ -1,0 +1,73 @@
+// Shared device helpers of the distflash CUDA kernels (kernels/cuda_*.go loads the PTX built
+// from the .cu files of this directory by scripts/build_cuda.sh).
+//
+// Numerics: every kernel that mirrors a CPU kernel (kernels/cpu.go) follows the CPU's order of
+// float32 operations and uses the _rn intrinsics where nvcc would otherwise contract a*b+c into
+// one fused multiply-add, so that the elementwise kernels agree with the CPU to the last bit or
+// within a few ulps (exp/log/sincos in double differ from Go's math package by at most an ulp
+// of the double, which rarely shows after rounding to float32). Reductions accumulate in double
+// over a fixed tree, so they are bit-reproducible run to run.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define DF_NEG_INF __int_as_float(0xff800000)
+
+// df_block_sum_d returns the sum of v over the block (blockDim.x a multiple of 32, at most
+// 1024) to every thread. sh must hold 32 doubles. The tree is fixed, so the result is
+// reproducible.
+__device__ __forceinline__ double df_block_sum_d(double v, double* sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();  // sh may still be read by a previous call
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+// df_block_max_f returns the maximum of v over the block (same rules as df_block_sum_d).
+__device__ __forceinline__ float df_block_max_f(float v, float* sh) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        v = lane < nw ? sh[lane] : DF_NEG_INF;
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) sh[0] = v;
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+// df_warp_sum_d is the sum of v over the 32 lanes of a warp, to every lane.
+__device__ __forceinline__ double df_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Grid-stride loop over [0, n) with 64-bit indices.
+#define DF_FOR(i, n)                                                                   \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n);      \
+         i += (long long)gridDim.x * blockDim.x)
+
+// 16-bit floating-point formats: fp16 = 0 selects bfloat16, 1 selects IEEE binary16.
+// Conversions round to nearest, ties to even (as kernels.RoundBF16 / RoundFP16 on the CPU).
+__device__ __forceinline__ uint16_t df_to16(float x, int fp16) {
+    if (fp16) return __half_as_ushort(__float2half_rn(x));
+    return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+}
+
+__device__ __forceinline__ float df_from16(uint16_t b, int fp16) {
+    if (fp16) return __half2float(__ushort_as_half(b));
+    return __bfloat162float(__ushort_as_bfloat16(b));
+}

@@ -1,0 +1,461 @@
+//go:build cuda
+
+// Package cuda is the thin layer over the CUDA driver API and cuBLAS that the CUDA backend of
+// package kernels (kernels/cuda*.go, build tag cuda) runs on: device and primary context, one
+// stream, stream-ordered memory, copies, module loading, kernel launches and GEMMs, through cgo.
+// It also holds the backend's CUDA C sources (*.cu) and embeds the PTX that
+// scripts/build_cuda.sh compiles from them (PTX).
+//
+// It is a package of its own because a Go package may not mix cgo with Go assembly, which
+// package kernels has (its CPU GEMM). gorgonia.org/cu, the binding the design first named, is not
+// available from this project's module proxy, so the few driver calls needed are bound here.
+// Every C helper makes the device's context current on the calling OS thread before its driver
+// call, because a goroutine may run each cgo call on a different thread.
+package cuda
+
+/*
+#cgo LDFLAGS: -lcuda -lcublas
+#include <cuda.h>
+#include <cublas_v2.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static CUresult df_alloc(CUcontext c, CUstream s, CUdeviceptr* p, size_t bytes) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuMemAllocAsync(p, bytes, s);
+	if (r != CUDA_SUCCESS) return r;
+	return cuMemsetD32Async(*p, 0, bytes / 4, s);
+}
+
+static CUresult df_free(CUcontext c, CUstream s, CUdeviceptr p) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return cuMemFreeAsync(p, s);
+}
+
+static CUresult df_htod(CUcontext c, CUstream s, CUdeviceptr dst, const void* src, size_t bytes) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return cuMemcpyHtoDAsync(dst, src, bytes, s);
+}
+
+static CUresult df_dtoh(CUcontext c, CUstream s, void* dst, CUdeviceptr src, size_t bytes) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuMemcpyDtoHAsync(dst, src, bytes, s);
+	if (r != CUDA_SUCCESS) return r;
+	return cuStreamSynchronize(s);
+}
+
+static CUresult df_dtod(CUcontext c, CUstream s, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return cuMemcpyDtoDAsync(dst, src, bytes, s);
+}
+
+static CUresult df_memset32(CUcontext c, CUstream s, CUdeviceptr dst, unsigned int v, size_t n) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return cuMemsetD32Async(dst, v, n, s);
+}
+
+static CUresult df_sync(CUcontext c, CUstream s) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return cuStreamSynchronize(s);
+}
+
+// df_launch launches f with its parameters stored one per 64-bit slot of vals (a 32-bit
+// parameter in the low half of its slot, little-endian).
+static CUresult df_launch(CUcontext c, CUstream s, CUfunction f, unsigned gx, unsigned gy, unsigned bx,
+                          unsigned smem, unsigned long long* vals, int n) {
+	void* ptrs[32];
+	if (n > 32) return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < n; i++) ptrs[i] = &vals[i];
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return cuLaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, s, ptrs, NULL);
+}
+
+static CUresult df_load(CUcontext c, CUmodule* m, const void* image, char* log, size_t logSize) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+	void* vals[2] = {log, (void*)(uintptr_t)logSize};
+	return cuModuleLoadDataEx(m, image, 2, opts, vals);
+}
+
+static CUresult df_func(CUcontext c, CUmodule m, CUfunction* f, const char* name, int smemOptin) {
+	CUresult r = cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuModuleGetFunction(f, m, name);
+	if (r != CUDA_SUCCESS) return r;
+	int static_smem = 0;
+	r = cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, *f);
+	if (r != CUDA_SUCCESS) return r;
+	return cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smemOptin - static_smem);
+}
+
+static CUresult df_pool(CUdevice d) {
+	CUmemoryPool pool;
+	CUresult r = cuDeviceGetDefaultMemPool(&pool, d);
+	if (r != CUDA_SUCCESS) return r;
+	cuuint64_t keep = UINT64_MAX;  // keep freed memory in the pool: allocation then costs no driver call
+	return cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+}
+
+static int df_blas_create(CUcontext c, CUstream s, cublasHandle_t* h) {
+	if (cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
+	cublasStatus_t st = cublasCreate(h);
+	if (st != CUBLAS_STATUS_SUCCESS) return st;
+	return cublasSetStream(*h, (cudaStream_t)s);
+}
+
+static int df_blas_destroy(CUcontext c, cublasHandle_t h) {
+	if (cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
+	return cublasDestroy(h);
+}
+
+// df_gemm is one cublasGemmEx call on float32 column-major matrices; compute selects the
+// tensor-core mode: 0 exact float32, 1 operands rounded to bfloat16, 2 to binary16, both with
+// float32 accumulation.
+static int df_gemm(CUcontext c, cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha,
+                   CUdeviceptr A, int lda, CUdeviceptr B, int ldb, float beta, CUdeviceptr C, int ldc,
+                   int compute) {
+	if (cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
+	cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
+	if (compute == 1) ct = CUBLAS_COMPUTE_32F_FAST_16BF;
+	if (compute == 2) ct = CUBLAS_COMPUTE_32F_FAST_16F;
+	return cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
+	                    (const void*)A, CUDA_R_32F, lda, (const void*)B, CUDA_R_32F, ldb, &beta, (void*)C,
+	                    CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+}
+*/
+import "C"
+
+import (
+	"embed"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"unsafe"
+)
+
+// PTX holds the kernels of this directory's .cu files compiled by scripts/build_cuda.sh: one
+// PTX file per source for compute capability 8.0 (NAME_sm80.ptx) and 9.0 (NAME_sm90.ptx). The
+// driver compiles the PTX for the GPU at hand when Device.LoadModule loads it (and caches it).
+//
+//go:embed *.ptx
+var PTX embed.FS
+
+// Error is a failed CUDA driver call.
+type Error struct {
+	Call string // the driver function
+	Code int    // its CUresult
+}
+
+func (e Error) Error() string {
+	var name, desc *C.char
+	C.cuGetErrorName(C.CUresult(e.Code), &name)
+	C.cuGetErrorString(C.CUresult(e.Code), &desc)
+	n, d := fmt.Sprintf("CUresult %d", e.Code), ""
+	if name != nil {
+		n = C.GoString(name)
+	}
+	if desc != nil {
+		d = ": " + C.GoString(desc)
+	}
+	return fmt.Sprintf("%s: %s%s", e.Call, n, d)
+}
+
+// check returns nil for CUDA_SUCCESS and an Error naming call otherwise.
+func check(call string, r C.CUresult) error {
+	if r == C.CUDA_SUCCESS {
+		return nil
+	}
+	return Error{call, int(r)}
+}
+
+// blasError is a failed cuBLAS call (status -1: the context could not be made current).
+func blasError(call string, st C.int) error {
+	if st == 0 {
+		return nil
+	}
+	if st < 0 {
+		return fmt.Errorf("%s: cuCtxSetCurrent failed", call)
+	}
+	return fmt.Errorf("%s: %s: %s", call, C.GoString(C.cublasGetStatusName(C.cublasStatus_t(st))),
+		C.GoString(C.cublasGetStatusString(C.cublasStatus_t(st))))
+}
+
+// Ptr is a device address (CUdeviceptr).
+type Ptr uint64
+
+// Device is one GPU: its primary context, one stream that orders all work queued through
+// this Device, the loaded kernels and a cuBLAS handle bound to the stream. Its methods may be
+// called from any goroutine.
+type Device struct {
+	Ordinal   int    // CUDA device number
+	Name      string // e.g. "NVIDIA H100 80GB HBM3"
+	Major     int    // compute capability
+	Minor     int
+	SMs       int // multiprocessors
+	SmemOptin int // bytes of shared memory a block may use after opting in
+
+	ctx    C.CUcontext
+	dev    C.CUdevice
+	stream C.CUstream
+	blas   C.cublasHandle_t
+	mods   []C.CUmodule
+	funcs  map[string]C.CUfunction
+	closed atomic.Bool
+}
+
+// attr reads one device attribute.
+func attr(d C.CUdevice, a C.CUdevice_attribute) (int, error) {
+	var v C.int
+	if err := check("cuDeviceGetAttribute", C.cuDeviceGetAttribute(&v, a, d)); err != nil {
+		return 0, err
+	}
+	return int(v), nil
+}
+
+// Open initialises the driver and opens GPU ordinal with its primary context, a non-blocking
+// stream, the stream-ordered memory pool (freed memory is kept for reuse) and cuBLAS.
+func Open(ordinal int) (*Device, error) {
+	if err := check("cuInit", C.cuInit(0)); err != nil {
+		return nil, err
+	}
+	var count C.int
+	if err := check("cuDeviceGetCount", C.cuDeviceGetCount(&count)); err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= int(count) {
+		return nil, fmt.Errorf("device %d: the machine has %d CUDA device(s)", ordinal, int(count))
+	}
+	d := &Device{Ordinal: ordinal, funcs: map[string]C.CUfunction{}}
+	if err := check("cuDeviceGet", C.cuDeviceGet(&d.dev, C.int(ordinal))); err != nil {
+		return nil, err
+	}
+	var name [256]C.char
+	if err := check("cuDeviceGetName", C.cuDeviceGetName(&name[0], C.int(len(name)), d.dev)); err != nil {
+		return nil, err
+	}
+	d.Name = C.GoString(&name[0])
+	var pools int
+	attrs := []struct {
+		dst *int
+		a   C.CUdevice_attribute
+	}{
+		{&d.Major, C.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
+		{&d.Minor, C.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
+		{&d.SMs, C.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT},
+		{&d.SmemOptin, C.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN},
+		{&pools, C.CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED},
+	}
+	for _, a := range attrs {
+		var err error
+		if *a.dst, err = attr(d.dev, a.a); err != nil {
+			return nil, err
+		}
+	}
+	if pools == 0 {
+		return nil, fmt.Errorf("device %d (%s): no stream-ordered memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0)", ordinal, d.Name)
+	}
+	if err := check("cuDevicePrimaryCtxRetain", C.cuDevicePrimaryCtxRetain(&d.ctx, d.dev)); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Device, error) {
+		d.Close()
+		return nil, err
+	}
+	if err := check("cuCtxSetCurrent", C.cuCtxSetCurrent(d.ctx)); err != nil {
+		return fail(err)
+	}
+	if err := check("cuStreamCreate", C.cuStreamCreate(&d.stream, C.CU_STREAM_NON_BLOCKING)); err != nil {
+		return fail(err)
+	}
+	if err := check("cuMemPoolSetAttribute", C.df_pool(d.dev)); err != nil {
+		return fail(err)
+	}
+	if err := blasError("cublasCreate", C.df_blas_create(d.ctx, d.stream, &d.blas)); err != nil {
+		d.blas = nil
+		return fail(err)
+	}
+	return d, nil
+}
+
+// LoadModule loads one PTX image (file names it in errors) and looks up the named kernels,
+// letting each use all the shared memory the device allows a block.
+func (d *Device) LoadModule(file string, ptx []byte, kernels []string) error {
+	img := C.CBytes(append(ptx[:len(ptx):len(ptx)], 0)) // the driver reads PTX as a C string
+	defer C.free(img)
+	const logSize = 8192
+	logBuf := (*C.char)(C.calloc(1, logSize))
+	defer C.free(unsafe.Pointer(logBuf))
+	var m C.CUmodule
+	if err := check("cuModuleLoadDataEx", C.df_load(d.ctx, &m, img, logBuf, logSize)); err != nil {
+		return fmt.Errorf("load %s: %w: %s", file, err, C.GoString(logBuf))
+	}
+	d.mods = append(d.mods, m)
+	for _, k := range kernels {
+		cs := C.CString(k)
+		var f C.CUfunction
+		err := check("cuModuleGetFunction", C.df_func(d.ctx, m, &f, cs, C.int(d.SmemOptin)))
+		C.free(unsafe.Pointer(cs))
+		if err != nil {
+			return fmt.Errorf("%s: kernel %s: %w", file, k, err)
+		}
+		d.funcs[k] = f
+	}
+	return nil
+}
+
+// Close releases the cuBLAS handle, modules, stream and the context reference. Memory still
+// allocated becomes invalid.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	var first error
+	keep := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	if d.blas != nil {
+		keep(blasError("cublasDestroy", C.df_blas_destroy(d.ctx, d.blas)))
+	}
+	for _, m := range d.mods {
+		keep(check("cuModuleUnload", C.cuModuleUnload(m)))
+	}
+	if d.stream != nil {
+		keep(check("cuStreamDestroy", C.cuStreamDestroy(d.stream)))
+	}
+	if d.ctx != nil {
+		keep(check("cuDevicePrimaryCtxRelease", C.cuDevicePrimaryCtxRelease(d.dev)))
+	}
+	return first
+}
+
+// Mem is one device allocation. A runtime cleanup returns it to the stream-ordered pool once it
+// is unreachable, queued after all work queued so far, so no kernel still using it is affected.
+type Mem struct {
+	Ptr   Ptr // 0 for an empty allocation
+	Bytes int
+}
+
+type freeArg struct {
+	d   *Device
+	ptr Ptr
+}
+
+func freeMem(a freeArg) {
+	if a.d.closed.Load() {
+		return
+	}
+	C.df_free(a.d.ctx, a.d.stream, C.CUdeviceptr(a.ptr)) // an error here has nowhere to go
+}
+
+// Alloc returns zeroed device memory of the given size (a multiple of 4 bytes).
+func (d *Device) Alloc(bytes int) (*Mem, error) {
+	m := &Mem{Bytes: bytes}
+	if bytes == 0 {
+		return m, nil
+	}
+	var p C.CUdeviceptr
+	if err := check("cuMemAllocAsync", C.df_alloc(d.ctx, d.stream, &p, C.size_t(bytes))); err != nil {
+		return nil, fmt.Errorf("allocating %d bytes on device %d (%s): %w", bytes, d.Ordinal, d.Name, err)
+	}
+	m.Ptr = Ptr(p)
+	runtime.AddCleanup(m, freeMem, freeArg{d, m.Ptr})
+	return m, nil
+}
+
+// HtoD queues a copy of bytes from host memory at src (Go memory holding no Go pointers) to
+// dst. src may be reused when HtoD returns: the driver stages pageable memory before returning.
+func (d *Device) HtoD(dst Ptr, src unsafe.Pointer, bytes int) error {
+	if bytes == 0 {
+		return nil
+	}
+	return check("cuMemcpyHtoDAsync", C.df_htod(d.ctx, d.stream, C.CUdeviceptr(dst), src, C.size_t(bytes)))
+}
+
+// DtoH copies bytes from src to host memory at dst after all queued work and waits for it. The
+// error of an earlier asynchronous kernel surfaces here.
+func (d *Device) DtoH(dst unsafe.Pointer, src Ptr, bytes int) error {
+	if bytes == 0 {
+		return d.Sync()
+	}
+	return check("cuMemcpyDtoHAsync", C.df_dtoh(d.ctx, d.stream, dst, C.CUdeviceptr(src), C.size_t(bytes)))
+}
+
+// DtoD queues a device-to-device copy.
+func (d *Device) DtoD(dst, src Ptr, bytes int) error {
+	if bytes == 0 {
+		return nil
+	}
+	return check("cuMemcpyDtoDAsync", C.df_dtod(d.ctx, d.stream, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(bytes)))
+}
+
+// Memset32 queues setting n 32-bit words at dst to the bit pattern v.
+func (d *Device) Memset32(dst Ptr, v uint32, n int) error {
+	if n == 0 {
+		return nil
+	}
+	return check("cuMemsetD32Async", C.df_memset32(d.ctx, d.stream, C.CUdeviceptr(dst), C.uint(v), C.size_t(n)))
+}
+
+// Sync waits for all work queued on the stream.
+func (d *Device) Sync() error { return check("cuStreamSynchronize", C.df_sync(d.ctx, d.stream)) }
+
+// Launch queues kernel name (loaded by LoadModule) on a gx×gy grid of bx-thread blocks with smem
+// bytes of dynamic shared memory. args holds the kernel's parameters one per 64-bit slot: a
+// pointer, long long or double fills its slot, an int or float the low half (little-endian).
+func (d *Device) Launch(name string, gx, gy, bx, smem int, args []uint64) error {
+	f, ok := d.funcs[name]
+	if !ok {
+		return fmt.Errorf("no kernel %s loaded", name)
+	}
+	if gx == 0 || gy == 0 {
+		return nil
+	}
+	var p *C.ulonglong
+	if len(args) > 0 {
+		p = (*C.ulonglong)(unsafe.Pointer(&args[0]))
+	}
+	return check("cuLaunchKernel "+name, C.df_launch(d.ctx, d.stream, f, C.uint(gx), C.uint(gy), C.uint(bx),
+		C.uint(smem), p, C.int(len(args))))
+}
+
+// Compute is the arithmetic of a GEMM.
+type Compute int
+
+const (
+	ComputeFP32 Compute = iota // exact float32 (CUBLAS_COMPUTE_32F, no TF32)
+	ComputeBF16                // operands rounded to bfloat16, float32 accumulation (tensor cores)
+	ComputeFP16                // operands rounded to binary16, float32 accumulation (tensor cores)
+)
+
+// Gemm is one column-major GEMM: C (M×N, leading dimension LDC) = op(A)·op(B), op(A) M×K.
+type Gemm struct {
+	TransA, TransB bool
+	M, N, K        int
+	LDA, LDB, LDC  int
+}
+
+// Gemm queues C = alpha·op(A)·op(B) + beta·C through cublasGemmEx on float32 matrices.
+func (d *Device) Gemm(g Gemm, a, b, c Ptr, alpha, beta float32, compute Compute) error {
+	st := C.df_gemm(d.ctx, d.blas, cbool(g.TransA), cbool(g.TransB), C.int(g.M), C.int(g.N), C.int(g.K),
+		C.float(alpha), C.CUdeviceptr(a), C.int(g.LDA), C.CUdeviceptr(b), C.int(g.LDB), C.float(beta),
+		C.CUdeviceptr(c), C.int(g.LDC), C.int(compute))
+	return blasError("cublasGemmEx", st)
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,110 @@
+//go:build cuda
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// cudaBenchSeqs are the sequence lengths of BenchmarkCUDAAttn: 4K to 64K, or the comma-separated
+// list in DISTFLASH_BENCH_SEQS (bench/cuda_attn.py passes its own).
+func cudaBenchSeqs(b *testing.B) []int {
+	s := os.Getenv("DISTFLASH_BENCH_SEQS")
+	if s == "" {
+		return []int{4096, 8192, 16384, 32768, 65536}
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("DISTFLASH_BENCH_SEQS=%q: %q is not a positive sequence length", s, f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// BenchmarkCUDAAttn times causal self-attention on one sequence of n tokens, 16 heads of
+// dimension 128 (MHA), on tensor cores (bf16 operands, fp32 accumulation), as one full-sequence
+// call of the block primitive: fwd = AttnInit + AttnForward + AttnFinish (the 16-bit conversion
+// of q, k, v included), bwd = AttnBackwardPrep + AttnBackward. TFLOP/s counts the useful work,
+// 4·n(n+1)/2·hd·H for the forward and 2.5× that for the backward (the convention of the
+// FlashAttention papers and of bench/cuda_attn.py for PyTorch's SDPA).
+func BenchmarkCUDAAttn(b *testing.B) {
+	be := gpu(b)
+	be.setPrecision(precBF16)
+	defer be.setPrecision(precFP32)
+	const H, hd = 16, 128
+	for _, n := range cudaBenchSeqs(b) {
+		r := rand.New(rand.NewPCG(uint64(n), 1))
+		pos := make([]int32, n)
+		for i := range pos {
+			pos[i] = int32(i)
+		}
+		sh := AttnShape{NQ: n, NK: n, Heads: H, KVHeads: H, HeadDim: hd, Causal: true,
+			Scale: float32(1 / math.Sqrt(hd)), QPos: pos, KPos: pos}
+		buf := func(scale float64) Buf {
+			x := be.Alloc(n * H * hd)
+			be.Upload(x, randVec(r, n*H*hd, scale))
+			return x
+		}
+		q, k, v, do := buf(1), buf(1), buf(1), buf(1)
+		o, dq, dk, dv := be.Alloc(n*H*hd), be.Alloc(n*H*hd), be.Alloc(n*H*hd), be.Alloc(n*H*hd)
+		lse, d := be.Alloc(H*n), be.Alloc(H*n)
+		st := AttnState{O: be.Alloc(n * H * hd), M: be.Alloc(H * n), L: be.Alloc(H * n)}
+		fwd := func() {
+			be.AttnInit(st)
+			be.AttnForward(st, q, k, v, sh)
+			be.AttnFinish(o, lse, st, n, H, hd)
+		}
+		flops := attnFLOPs(n, H, hd, true)
+		b.Run(fmt.Sprintf("fwd/n%d", n), func(b *testing.B) {
+			fwd()
+			be.Sync()
+			for b.Loop() {
+				fwd()
+				be.Sync()
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+		})
+		b.Run(fmt.Sprintf("bwd/n%d", n), func(b *testing.B) {
+			fwd()
+			for b.Loop() {
+				be.AttnBackwardPrep(d, o, do, n, H, hd)
+				be.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh)
+				be.Sync()
+			}
+			b.ReportMetric(2.5*flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+		})
+	}
+}
+
+// BenchmarkCUDAMatMul times cuBLAS through MatMul at n×n×n for each precision.
+func BenchmarkCUDAMatMul(b *testing.B) {
+	be := gpu(b)
+	defer be.setPrecision(precFP32)
+	r := rand.New(rand.NewPCG(2, 2))
+	for _, n := range []int{1024, 4096, 8192} {
+		a, x, c := be.Alloc(n*n), be.Alloc(n*n), be.Alloc(n*n)
+		be.Upload(a, randVec(r, n*n, 1))
+		be.Upload(x, randVec(r, n*n, 1))
+		for _, p := range []cudaPrec{precFP32, precBF16, precFP16} {
+			b.Run(fmt.Sprintf("%v/n%d", p, n), func(b *testing.B) {
+				be.setPrecision(p)
+				be.MatMul(c, a, x, n, n, n, false, true, 0)
+				be.Sync()
+				for b.Loop() {
+					be.MatMul(c, a, x, n, n, n, false, true, 0)
+					be.Sync()
+				}
+				b.ReportMetric(2*float64(n)*float64(n)*float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,310 @@
+//go:build cuda
+
+package kernels
+
+// Tests of the CUDA backend's host-side planning (cuda_geom.go). They need no GPU: run them on
+// any machine with the CUDA libraries to link against by
+//
+//	go test -tags cuda -run 'TestCUDAHost' ./kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"distflash/kernels/cuda"
+)
+
+// colMajorGemm executes g the way cuBLAS defines it, on column-major float64 matrices:
+// C[i + j·ldc] = Σ_p op(A)[i,p]·op(B)[p,j].
+func colMajorGemm(g cuda.Gemm, a, b []float32) []float64 {
+	c := make([]float64, g.LDC*g.N)
+	opA := func(i, p int) float64 {
+		if g.TransA {
+			return float64(a[p+i*g.LDA])
+		}
+		return float64(a[i+p*g.LDA])
+	}
+	opB := func(p, j int) float64 {
+		if g.TransB {
+			return float64(b[j+p*g.LDB])
+		}
+		return float64(b[p+j*g.LDB])
+	}
+	for i := 0; i < g.M; i++ {
+		for j := 0; j < g.N; j++ {
+			var s float64
+			for p := 0; p < g.K; p++ {
+				s += opA(i, p) * opB(p, j)
+			}
+			c[i+j*g.LDC] = s
+		}
+	}
+	return c
+}
+
+// TestCUDAHostCublasPlan runs the column-major call that MatMul makes (with MatMul's B as the
+// call's A and A as its B) through a column-major GEMM and compares it with the row-major
+// product MatMul defines, for every transpose combination and non-square shapes.
+func TestCUDAHostCublasPlan(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, s := range []struct{ m, n, k int }{{3, 5, 7}, {1, 9, 4}, {8, 1, 3}, {6, 6, 1}, {17, 11, 13}} {
+		for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+			a, b := randVec(r, s.m*s.k, 1), randVec(r, s.k*s.n, 1)
+			ref := refMatMul(make([]float32, s.m*s.n), a, b, s.m, s.n, s.k, tr[0], tr[1], 0)
+			g := cublasPlan(s.m, s.n, s.k, tr[0], tr[1])
+			if g.M != s.n || g.N != s.m || g.K != s.k || g.LDC != s.n {
+				t.Fatalf("%v trans %v: plan %+v", s, tr, g)
+			}
+			// cuBLAS requires lda ≥ rows of the stored A, and so on.
+			rowsA, rowsB := g.M, g.K
+			if g.TransA {
+				rowsA = g.K
+			}
+			if g.TransB {
+				rowsB = g.N
+			}
+			if g.LDA < max(1, rowsA) || g.LDB < max(1, rowsB) {
+				t.Fatalf("%v trans %v: leading dimensions %+v below the stored rows %d, %d", s, tr, g, rowsA, rowsB)
+			}
+			got := colMajorGemm(g, b, a) // the call's A is MatMul's B
+			if e := relErr64(got, ref); e > 1e-12 {
+				t.Errorf("%v trans %v: column-major call differs from the row-major product by %.2g", s, tr, e)
+			}
+		}
+	}
+}
+
+func TestCUDAHostKernelArgs(t *testing.T) {
+	view := cudaBuf{mem: &cuda.Mem{Ptr: 0x7000, Bytes: 400}, off: 3, n: 5}
+	got := kernelArgs([]any{devPtr(0xdeadbeef00), int32(-2), int64(-3), float32(1.5), float64(-0.25), view, cudaBuf{}})
+	want := []uint64{0xdeadbeef00, 0xfffffffe, 0xfffffffffffffffd, uint64(math.Float32bits(1.5)), math.Float64bits(-0.25), 0x700c, 0}
+	if !slices.Equal(got, want) {
+		t.Fatalf("kernelArgs = %#x, want %#x", got, want)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "parameter 0 has Go type int") {
+			t.Fatalf("a Go int parameter: recovered %v, want a panic naming the parameter", r)
+		}
+	}()
+	kernelArgs([]any{7})
+}
+
+// TestCUDAHostEmbedGroups checks that the groups partition the tokens, share one id each,
+// list their tokens in increasing order (the CPU's order of additions), and are one per id.
+func TestCUDAHostEmbedGroups(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{1, 2, 50, 1000} {
+		ids := make([]int32, n)
+		for i := range ids {
+			ids[i] = int32(r.IntN(max(n/3, 1)))
+		}
+		order, start := embedGroups(ids)
+		seen := make([]bool, n)
+		uniq := map[int32]bool{}
+		for u := 0; u+1 < len(start); u++ {
+			grp := order[start[u]:start[u+1]]
+			if len(grp) == 0 {
+				t.Fatalf("n=%d: empty group %d", n, u)
+			}
+			id := ids[grp[0]]
+			if uniq[id] {
+				t.Fatalf("n=%d: id %d in two groups", n, id)
+			}
+			uniq[id] = true
+			for k, tok := range grp {
+				if ids[tok] != id || seen[tok] || (k > 0 && tok <= grp[k-1]) {
+					t.Fatalf("n=%d: group %d = %v (ids %d) is not the increasing tokens of one id", n, u, grp, id)
+				}
+				seen[tok] = true
+			}
+		}
+		if start[len(start)-1] != int32(n) || slices.Contains(seen, false) {
+			t.Fatalf("n=%d: groups do not cover every token once", n)
+		}
+	}
+}
+
+// TestCUDAHostTileBounds checks the skip rule the attention kernels use against brute force:
+// a tile skipped by max(qpos) < min(kpos) holds no visible pair, a tile kept holds at least
+// one, and visiblePairs counts exactly the pairs of the kept tiles.
+func TestCUDAHostTileBounds(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{1, 31, 64, 100, 257} {
+		for name, qpos := range layouts(n, r) {
+			for _, nk := range []int{1, 33, n} {
+				kpos := make([]int32, nk)
+				for j := range kpos {
+					kpos[j] = int32(r.IntN(n + 8))
+				}
+				sh := AttnShape{NQ: n, NK: nk, Causal: true, QPos: qpos, KPos: kpos}
+				for _, tiles := range [][2]int{{attnT64, attnT64}, {attnT64, attnT32}, {attnT32, attnT64}} {
+					bq, bk := tiles[0], tiles[1]
+					_, qmax := tileBounds(qpos, bq)
+					kmin, _ := tileBounds(kpos, bk)
+					var want int64
+					for ti := range qmax {
+						for tj := range kmin {
+							any := false
+							for i := ti * bq; i < min((ti+1)*bq, n); i++ {
+								for j := tj * bk; j < min((tj+1)*bk, nk); j++ {
+									any = any || qpos[i] >= kpos[j]
+								}
+							}
+							kept := qmax[ti] >= kmin[tj]
+							if kept != any {
+								t.Fatalf("%s n=%d nk=%d tiles %dx%d: tile (%d,%d) kept=%v but has visible pairs=%v", name, n, nk, bq, bk, ti, tj, kept, any)
+							}
+							if kept {
+								want += int64(min(bq, n-ti*bq)) * int64(min(bk, nk-tj*bk))
+							}
+						}
+					}
+					if got := visiblePairs(sh, bq, bk); got != want {
+						t.Fatalf("%s n=%d nk=%d tiles %dx%d: visiblePairs = %d, want %d", name, n, nk, bq, bk, got, want)
+					}
+				}
+			}
+		}
+	}
+	sh := AttnShape{NQ: 5, NK: 7}
+	if got := visiblePairs(sh, 64, 64); got != 35 {
+		t.Fatalf("non-causal: visiblePairs = %d, want 35", got)
+	}
+}
+
+// TestCUDAHostPackAttnInts checks the layout of the uploaded positions and bounds.
+func TestCUDAHostPackAttnInts(t *testing.T) {
+	qpos := []int32{5, 9, 2}
+	kpos := make([]int32, 70)
+	for j := range kpos {
+		kpos[j] = int32(100 - j)
+	}
+	a := packAttnInts(AttnShape{NQ: 3, NK: 70, Causal: true, QPos: qpos, KPos: kpos})
+	part := func(off, n int) []int32 { return a.data[off : off+n] }
+	checks := []struct {
+		name      string
+		got, want []int32
+	}{
+		{"qpos", part(a.qpos, 3), qpos},
+		{"kpos", part(a.kpos, 70), kpos},
+		{"q64min", part(a.q64min, 1), []int32{2}},
+		{"q64max", part(a.q64max, 1), []int32{9}},
+		{"q32max", part(a.q32max, 1), []int32{9}},
+		{"k64min", part(a.k64min, 2), []int32{37, 31}},
+		{"k64max", part(a.k64max, 2), []int32{100, 36}},
+		{"k32min", part(a.k32min, 3), []int32{69, 37, 31}},
+		{"k32max", part(a.k32max, 3), []int32{100, 68, 36}},
+	}
+	for _, c := range checks {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if b := packAttnInts(AttnShape{NQ: 3, NK: 70}); len(b.data) != 0 {
+		t.Errorf("non-causal call uploads %d ints, want none", len(b.data))
+	}
+}
+
+// TestCUDAHostPlanAttn checks which kernels run: tensor cores only at 16-bit precision and
+// for instantiated head dimensions, and that their shared memory fits the opt-in limit of an
+// A100 (163 KiB) and of an H100 (227 KiB) with two blocks per H100 multiprocessor.
+func TestCUDAHostPlanAttn(t *testing.T) {
+	cases := []struct {
+		hd     int
+		p      cudaPrec
+		mma    bool
+		suffix string
+	}{
+		{128, precBF16, true, "bf16_hd128"}, {64, precFP16, true, "f16_hd64"}, {32, precBF16, true, "bf16_hd32"},
+		{128, precFP32, false, ""}, {16, precBF16, false, ""}, {96, precBF16, false, ""}, {6, precFP32, false, ""},
+	}
+	for _, c := range cases {
+		p := planAttn(c.hd, c.p)
+		if p.mma != c.mma || p.suffix != c.suffix {
+			t.Errorf("hd %d %v: plan %+v, want mma=%v suffix %q", c.hd, c.p, p, c.mma, c.suffix)
+		}
+		if !p.mma && (p.fwdBK != attnT32 || p.threads != f32Threads || p.smemFwd != 2*attnT32*c.hd*4) {
+			t.Errorf("hd %d %v: f32 plan %+v", c.hd, c.p, p)
+		}
+	}
+	const a100, h100 = 166912, 232448
+	for _, hd := range mmaHeadDims {
+		p := planAttn(hd, precBF16)
+		for _, s := range []int{p.smemFwd, p.smemDQ, p.smemDKDV} {
+			if s > a100 || 2*s > h100 {
+				t.Errorf("hd %d: %d bytes of shared memory per block", hd, s)
+			}
+		}
+	}
+}
+
+// TestCUDAHostPTX checks the embedded PTX: every module exists for sm_80 and sm_90, targets
+// its architecture, and defines exactly the kernels the backend looks up.
+func TestCUDAHostPTX(t *testing.T) {
+	entry := regexp.MustCompile(`\.visible \.entry (\w+)\(`)
+	for mod, names := range ptxKernels {
+		for _, arch := range []string{"sm80", "sm90"} {
+			file := mod + "_" + arch + ".ptx"
+			ptx, err := cuda.PTX.ReadFile(file)
+			if err != nil {
+				t.Fatalf("embedded PTX: %v", err)
+			}
+			if want := ".target sm_" + arch[2:]; !strings.Contains(string(ptx), want+"\n") {
+				t.Errorf("%s: no %q line", file, want)
+			}
+			var got []string
+			for _, m := range entry.FindAllStringSubmatch(string(ptx), -1) {
+				got = append(got, m[1])
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(names))
+			if !slices.Equal(got, want) {
+				t.Errorf("%s defines %v, the backend loads %v", file, got, want)
+			}
+		}
+	}
+}
+
+func TestCUDAHostPTXArch(t *testing.T) {
+	for _, c := range []struct {
+		major, minor int
+		want         string
+	}{{8, 0, "sm80"}, {8, 6, "sm80"}, {8, 9, "sm80"}, {9, 0, "sm90"}, {10, 0, "sm90"}, {7, 5, ""}} {
+		got, err := ptxArch(c.major, c.minor)
+		if got != c.want || (err != nil) != (c.want == "") {
+			t.Errorf("ptxArch(%d, %d) = %q, %v; want %q", c.major, c.minor, got, err, c.want)
+		}
+	}
+}
+
+// TestCUDAHostBadDevice checks that a device number that cannot exist is an error, not a panic
+// (on a machine without a GPU the driver's own error comes first; either names the cause).
+func TestCUDAHostBadDevice(t *testing.T) {
+	for _, d := range []int{-1, 1 << 20} {
+		be, err := NewCUDA(d)
+		if err == nil || be != nil {
+			t.Fatalf("NewCUDA(%d) = %v, %v; want an error", d, be, err)
+		}
+		if !strings.HasPrefix(err.Error(), "kernels: cuda: ") {
+			t.Errorf("NewCUDA(%d): %q does not say where it comes from", d, err)
+		}
+		t.Logf("NewCUDA(%d): %v", d, err)
+	}
+}
+
+func TestCUDAHostGrids(t *testing.T) {
+	if ewGrid(0) != 1 || ewGrid(256) != 1 || ewGrid(257) != 2 || ewGrid(1<<40) != maxGridX {
+		t.Errorf("ewGrid: %d %d %d %d", ewGrid(0), ewGrid(256), ewGrid(257), ewGrid(1<<40))
+	}
+	if warpRowGrid(8) != 1 || warpRowGrid(9) != 2 {
+		t.Errorf("warpRowGrid(8), (9) = %d, %d", warpRowGrid(8), warpRowGrid(9))
+	}
+	if sumsqParts(1) != 1 || sumsqParts(65537) != 2 || sumsqParts(1<<40) != 1024 {
+		t.Errorf("sumsqParts: %d %d %d", sumsqParts(1), sumsqParts(65537), sumsqParts(1<<40))
+	}
+}
