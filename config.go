@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -645,7 +646,7 @@ func (c Config) Requirements() []string {
 		reqs = append(reqs, fmt.Sprintf("parallelism.backend = \"nccl\" (world_size %d) needs the CUDA build and an NCCL communicator, which come in a later version; on CPUs use \"mpi\" (mpirun -np %d) or \"inproc\"",
 			p.WorldSize, p.WorldSize))
 	}
-	if c.Device.Kind != "cpu" {
+	if c.Device.Kind != "cpu" && !kernels.CUDABuilt {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))
 	}
 	n := c.Model.NumParams()

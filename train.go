@@ -271,7 +271,14 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 		return nil, err
 	}
 	sp := p.SequenceParallelDegree
-	r := &rank{id: c.Rank(), comm: c, be: kernels.NewCPU(), replica: c.Rank() / sp, stats: make([]float32, statLen)}
+	be, err := kernels.NewDevice(cfg.Device.Kind, 0)
+	if err != nil {
+		return nil, err
+	}
+	if be.Name() != "cpu" && c.Size() > 1 {
+		return nil, fmt.Errorf("device.kind = %q with parallelism.world_size = %d: the in-process and MPI communicators move host memory; several GPU ranks need the NCCL communicator, which comes in a later version", cfg.Device.Kind, c.Size())
+	}
+	r := &rank{id: c.Rank(), comm: c, be: be, replica: c.Rank() / sp, stats: make([]float32, statLen)}
 	r.statBuf, r.statAll = r.be.Alloc(statLen), r.be.Alloc(statLen*c.Size())
 	spComm := c
 	if c.Size() > sp {
