@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"distflash/ckpt"
 	"distflash/data"
@@ -115,10 +116,23 @@ func (t *trainer) save(st trainState, stderr io.Writer) (string, error) {
 	return final, nil
 }
 
+// checkpointSize is the bytes of the state tensors as fp32 and of the shard files in dir.
+func checkpointSize(dir string, elems int) (raw, stored int64) {
+	raw = int64(len(stateTensors)) * int64(elems) * 4
+	files, _ := filepath.Glob(filepath.Join(dir, "rank-*.zst"))
+	for _, f := range files {
+		if fi, err := os.Stat(f); err == nil {
+			stored += fi.Size()
+		}
+	}
+	return raw, stored
+}
+
 // restore loads the checkpoint spec names ("auto": the newest intact one of this run, or
 // a path) into every rank and returns the saved state; ok is false when auto finds none.
 // Any world size can load any checkpoint: each rank reads the element ranges it needs.
 func (t *trainer) restore(spec string, stderr io.Writer) (st trainState, ok bool, err error) {
+	start := time.Now()
 	if spec != "auto" && !filepath.IsAbs(spec) {
 		// a step directory of this run may be named by its name alone
 		if _, err := os.Stat(spec); err != nil {
@@ -179,6 +193,8 @@ func (t *trainer) restore(spec string, stderr io.Writer) (st trainState, ok bool
 	if err != nil {
 		return st, false, fmt.Errorf("resume from %s: %w", c.Dir(), err)
 	}
-	fmt.Fprintf(stderr, "resume: step %d from %s (saved by %d ranks, now %d)\n", st.Step, c.Dir(), m.World.Size, t.size)
+	raw, stored := checkpointSize(c.Dir(), t.ranks[0].model.Layout.Size)
+	fmt.Fprintf(stderr, "resume: step %d from %s (saved by %d ranks, now %d; %.1f MB read, %.1f MB of fp32 state, %.0f MB/s)\n",
+		st.Step, c.Dir(), m.World.Size, t.size, float64(stored)/1e6, float64(raw)/1e6, float64(raw)/1e6/time.Since(start).Seconds())
 	return st, true, nil
 }

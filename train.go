@@ -580,13 +580,16 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	var first, last Metrics
 	done, saved := st.Step, st.Step
 	checkpoint := func(step int) error {
+		began := time.Now()
 		path, err := t.save(trainState{Step: step, Tokens: tokens, Elapsed: st.Elapsed + time.Since(start).Seconds()}, stderr)
 		if err != nil {
 			return err
 		}
 		saved = step
 		bar.Clear()
-		fmt.Fprintf(stderr, "checkpoint: step %d saved to %s\n", step, path)
+		raw, stored := checkpointSize(path, t.ranks[0].model.Layout.Size)
+		fmt.Fprintf(stderr, "checkpoint: step %d saved to %s (%.1f MB of fp32 state in %.1f MB, ratio %.3f, %.0f MB/s)\n",
+			step, path, float64(raw)/1e6, float64(stored)/1e6, float64(raw)/float64(max(stored, 1)), float64(raw)/1e6/time.Since(began).Seconds())
 		return nil
 	}
 	t.stopRequested = func() bool { return ctx.Err() != nil }

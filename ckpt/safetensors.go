@@ -1,6 +1,8 @@
 // Package ckpt reads and writes model state: the safetensors format of Hugging Face (the
-// PyTorch reference's test vectors and, later, imported LLaMA weights) and, in a later issue,
-// distflash's own compressed sharded checkpoints.
+// PyTorch reference's test vectors, and Hugging Face LLaMA directories: OpenHF), and
+// distflash's own checkpoints — one zstd file per rank and a checksummed manifest per step,
+// committed atomically behind a `latest` pointer (BeginStep, WriteShard, Commit), verified
+// on Open, readable by any new world size (Checkpoint.Read re-shards).
 package ckpt
 
 import (

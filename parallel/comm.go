@@ -1,8 +1,9 @@
 // Package parallel is how distflash's ranks cooperate: a communicator interface (point-to-point
 // and collectives) with an in-process implementation (one goroutine per rank, real copies
 // between rank-private buffers, bytes counted per rank and call site), the token layouts that
-// split a sequence across ranks, and the sequence-parallel attention schedules of the papers.
-// MPI and NCCL communicators come later behind the same interface.
+// split a sequence across ranks, the sequence-parallel attention schedules of the papers, and
+// FSDP (fsdp.go). The MPI communicator (mpi.go, build tag mpi) carries the same calls between
+// processes and machines; an NCCL one for GPUs comes later behind the same interface.
 package parallel
 
 import (
@@ -23,7 +24,7 @@ type Request interface {
 
 // Comm is one rank's view of a group of ranks. Every method of a collective must be called by
 // all ranks of the group in the same order. Buffers belong to the rank's own kernels.Backend
-// (host memory for the in-process world, device memory for NCCL later); nothing is shared
+// (host memory for the in-process and MPI worlds; device memory for NCCL, later); nothing is shared
 // between ranks except by the copies these calls make.
 //
 // Every call names its call site (site), under which the bytes this rank sends are counted.
