@@ -478,7 +478,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "TOML config file: [parallelism], [data] tokenizer and format, [eval] (default: the built-in defaults, as configs/tiny.toml)")
 	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint directory, or .safetensors file with the config's [model] shape (required)")
-	dataPath := fs.String("data", "", "evaluation text: file, directory or glob, one document per file (default: data.eval)")
+	dataPath := fs.String("data", "", "evaluation data: file, directory or glob in data.format (text: one document per file; jsonl, c4: one per line) (default: data.eval)")
 	samples := fs.Int("samples", 0, "documents evaluated, the first ones in path order (default: eval.samples)")
 	seqLen := fs.Int("seq-len", 0, "tokens read per sample at most; longer documents are cut (default: eval.seq_len, else data.seq_len)")
 	out := fs.String("out", "", "JSON result file (default: <run.output_dir>/<run.name>/eval.json)")
