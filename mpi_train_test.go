@@ -158,3 +158,12 @@ func lastLines(s string, n int) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(l[max(0, len(l)-n):], "\n")
 }
+
+// TestMPIWorldMismatch: a config whose world_size is not the number of processes is refused
+// by every rank, naming both numbers.
+func TestMPIWorldMismatch(t *testing.T) {
+	out, err, _ := mpirunTrain(t, 2, nil, "--set", "run.output_dir="+t.TempDir())
+	if err == nil || !strings.Contains(out, "parallelism.world_size = 4, but the launcher started 2 processes") {
+		t.Errorf("mpirun -np 2 with world_size 4: %v\n%s", err, out)
+	}
+}
