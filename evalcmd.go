@@ -264,22 +264,6 @@ func (e *evaluator) evaluate(ctx context.Context, samples []evalSample, progress
 	return r, nil
 }
 
-// evaluate is the held-out evaluation for train (every eval.interval steps on data.eval):
-// the loss of params, in the layout of cfg.Model, on samples (loadEvalSamples with
-// evalSeqLen(cfg)), on cfg's sequence-parallel world.
-func evaluate(ctx context.Context, cfg Config, params []float32, samples []evalSample) (EvalResult, error) {
-	e, err := newEvaluator(cfg.Model, cfg.Parallelism)
-	if err != nil {
-		return EvalResult{}, err
-	}
-	if err := e.load(params); err != nil {
-		return EvalResult{}, err
-	}
-	r, err := e.evaluate(ctx, samples, nil)
-	r.SeqLen = evalSeqLen(cfg)
-	return r, err
-}
-
 // evalSeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
 func evalSeqLen(cfg Config) int { return cmp.Or(cfg.Eval.SeqLen, cfg.Data.SeqLen) }
 

@@ -517,3 +517,13 @@ func BenchmarkEval(b *testing.B) {
 		})
 	}
 }
+
+// evaluate is the evaluation train runs (trainEval) in one call: the loss of params, in the
+// layout of cfg.Model, on samples, on cfg's sequence-parallel world.
+func evaluate(ctx context.Context, cfg Config, params []float32, samples []evalSample) (EvalResult, error) {
+	ev, err := newEvaluator(cfg.Model, cfg.Parallelism)
+	if err != nil {
+		return EvalResult{}, err
+	}
+	return (&trainEval{ev: ev, samples: samples, seqLen: evalSeqLen(cfg)}).run(ctx, params)
+}

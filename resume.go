@@ -50,16 +50,18 @@ func (t *trainer) pieces(r *rank) []ckpt.Piece {
 	var out []ckpt.Piece
 	for i, b := range r.stateBufs() {
 		name := stateTensors[i]
-		host := make([]float32, b.Len())
-		r.be.Download(host, b)
-		if r.fsdp != nil {
-			for _, g := range r.fsdp.Owned() {
-				out = append(out, ckpt.Piece{Tensor: name, Off: int64(g.Off), Data: host[g.Local : g.Local+g.N]})
-			}
+		if r.fsdp == nil { // replicated: only this rank's share leaves the device
+			lo, hi := ckpt.Chunk(int64(b.Len()), t.size, r.id)
+			host := make([]float32, hi-lo)
+			r.be.Download(host, r.be.Slice(b, int(lo), int(hi-lo)))
+			out = append(out, ckpt.Piece{Tensor: name, Off: lo, Data: host})
 			continue
 		}
-		lo, hi := ckpt.Chunk(int64(len(host)), t.size, r.id)
-		out = append(out, ckpt.Piece{Tensor: name, Off: lo, Data: host[lo:hi]})
+		host := make([]float32, b.Len())
+		r.be.Download(host, b)
+		for _, g := range r.fsdp.Owned() {
+			out = append(out, ckpt.Piece{Tensor: name, Off: int64(g.Off), Data: host[g.Local : g.Local+g.N]})
+		}
 	}
 	return out
 }
@@ -170,17 +172,28 @@ func (t *trainer) restore(spec string, stderr io.Writer) (st trainState, ok bool
 	if t.scaler != nil && st.Scaler != nil {
 		*t.scaler = *st.Scaler
 	}
+	// Replicated ranks all need every element: read (decompress) them once for this process.
+	var whole [][]float32
+	if t.ranks[0].fsdp == nil {
+		for _, name := range stateTensors {
+			host, err := c.ReadTensor(name)
+			if err != nil {
+				return st, false, fmt.Errorf("resume from %s: %w", c.Dir(), err)
+			}
+			whole = append(whole, host)
+		}
+	}
 	err = t.run(func(r *rank) error {
 		for i, buf := range r.stateBufs() {
+			if r.fsdp == nil {
+				r.be.Upload(buf, whole[i])
+				continue
+			}
 			host := make([]float32, buf.Len())
-			if r.fsdp != nil {
-				for _, g := range r.fsdp.Owned() {
-					if err := c.Read(stateTensors[i], int64(g.Off), host[g.Local:g.Local+g.N]); err != nil {
-						return err
-					}
+			for _, g := range r.fsdp.Owned() {
+				if err := c.Read(stateTensors[i], int64(g.Off), host[g.Local:g.Local+g.N]); err != nil {
+					return err
 				}
-			} else if err := c.Read(stateTensors[i], 0, host); err != nil {
-				return err
 			}
 			r.be.Upload(buf, host)
 		}

@@ -541,12 +541,12 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 			return err
 		}
 	}
-	var evalSet []evalSample
-	if cfg.Eval.Interval > 0 {
-		if evalSet, err = trainEvalSamples(cfg); err != nil {
+	var ev *trainEval // rank 0's evaluation every eval.interval steps
+	if cfg.Eval.Interval > 0 && leader {
+		if ev, err = newTrainEval(cfg); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(evalSet), evalSeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
+		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(ev.samples), evalSeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
 	}
 	metricsPath := filepath.Join(runDir, "metrics.jsonl")
 	var mf io.WriteCloser = nopCloser{io.Discard}
@@ -614,13 +614,13 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		if cfg.Eval.Interval > 0 && (m.Step%cfg.Eval.Interval == 0 || m.Step == steps) {
 			params := t.fullParams() // collective
 			r, err := EvalResult{}, error(nil)
-			if t.isLeader() {
-				r, err = evaluate(ctx, cfg, params, evalSet)
+			if ev != nil {
+				r, err = ev.run(ctx, params)
 			}
 			if err != nil && ctx.Err() == nil {
 				return fmt.Errorf("train: eval at step %d: %w", m.Step, err)
 			}
-			if err == nil && t.isLeader() {
+			if err == nil && ev != nil {
 				m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte = r.Loss, r.Perplexity, r.BitsPerByte
 				bar.Clear()
 				fmt.Fprintf(stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n", m.Step, r.Loss, r.Perplexity, r.BitsPerByte, r.Tokens)
@@ -715,21 +715,41 @@ func openMetrics(path string, done int) (*os.File, error) {
 	return f, nil
 }
 
-// trainEvalSamples loads the held-out samples train evaluates every eval.interval steps.
-func trainEvalSamples(cfg Config) ([]evalSample, error) {
+// trainEval is train's held-out evaluation: the samples of data.eval, loaded once, and the
+// ranks that evaluate them (cfg's sequence-parallel world), built once and given the current
+// weights at each evaluation.
+type trainEval struct {
+	ev      *evaluator
+	samples []evalSample
+	seqLen  int
+}
+
+// newTrainEval loads data.eval's first eval.samples documents and builds the evaluator.
+func newTrainEval(cfg Config) (*trainEval, error) {
 	tok, err := configTokenizer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	path, err := data.ExpandPath(cfg.Data.Eval)
-	if err != nil {
-		return nil, fmt.Errorf("%s: data.eval = %q: %w", cfg.Path, cfg.Data.Eval, err)
-	}
-	samples, err := loadEvalSamples(path, cfg.Data, tok, -1, evalSeqLen(cfg), cfg.Model.VocabSize, cfg.Eval.Samples)
+	seqLen := evalSeqLen(cfg)
+	samples, err := loadEvalSamples(cfg.Data.Eval, cfg.Data, tok, -1, seqLen, cfg.Model.VocabSize, cfg.Eval.Samples)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.eval: %w", cfg.Path, err)
 	}
-	return samples, nil
+	ev, err := newEvaluator(cfg.Model, cfg.Parallelism)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	return &trainEval{ev: ev, samples: samples, seqLen: seqLen}, nil
+}
+
+// run evaluates params (model Layout order) on the samples.
+func (e *trainEval) run(ctx context.Context, params []float32) (EvalResult, error) {
+	if err := e.ev.load(params); err != nil {
+		return EvalResult{}, err
+	}
+	r, err := e.ev.evaluate(ctx, e.samples, nil)
+	r.SeqLen = e.seqLen
+	return r, err
 }
 
 // writeMemory prints the per-rank memory table of the end of a run.
