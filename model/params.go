@@ -98,9 +98,7 @@ func NewWeights(be kernels.Backend, layout Layout, nLayers int, flat kernels.Buf
 	}
 	w := Weights{Flat: flat, Embed: views[0], Norm: views[len(views)-2], Head: views[len(views)-1]}
 	for i := 0; i < nLayers; i++ {
-		v := views[1+9*i:]
-		w.Layers = append(w.Layers, LayerWeights{AttnNorm: v[0], Wq: v[1], Wk: v[2], Wv: v[3], Wo: v[4],
-			FFNNorm: v[5], Gate: v[6], Up: v[7], Down: v[8]})
+		w.Layers = append(w.Layers, layerWeights(views[1+9*i:]))
 	}
 	return w
 }

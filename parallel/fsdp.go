@@ -191,10 +191,9 @@ func (f *FSDP) gather(c Comm, u, slot int) {
 	// Each slot has its own 16-bit buffers: the prefetch goroutine gathers into the other slot.
 	send := f.be.Slice(f.packSend[slot], 0, n/2)
 	recv := f.be.Slice(f.packRecv[slot], 0, P*n/2)
-	h := f.be
-	h.PackHalf(send, mine, f.prec)
+	f.be.PackHalf(send, mine, f.prec)
 	c.AllGather(recv, send, "fsdp.gather")
-	h.UnpackHalf(full, recv, f.prec)
+	f.be.UnpackHalf(full, recv, f.prec)
 }
 
 // Params implements model.ParamStore: it returns unit u gathered, from the prefetch if that
