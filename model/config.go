@@ -17,6 +17,23 @@ type Config struct {
 	NormEps   float64 `toml:"norm_eps" json:"norm_eps"`     // RMSNorm epsilon
 	RopeTheta float64 `toml:"rope_theta" json:"rope_theta"` // RoPE base
 	MaxSeqLen int     `toml:"max_seq_len" json:"max_seq_len"`
+	// RopeScaling stretches RoPE to longer contexts, as Hugging Face's rope_scaling does.
+	RopeScaling RopeScaling `toml:"rope_scaling" json:"rope_scaling"`
+}
+
+// RopeScaling is the [model.rope_scaling] table: Hugging Face's rope_scaling, with the same
+// names. Type "" (or "none") leaves RoPE as LLaMA-2 defines it.
+type RopeScaling struct {
+	Type   string  `toml:"type" json:"rope_type"` // "" | none | linear | dynamic | yarn | llama3
+	Factor float64 `toml:"factor" json:"factor"`  // context extension factor
+	// OriginalMaxPositionEmbeddings is the context the model was pretrained at (yarn, llama3,
+	// dynamic); 0 means model.max_seq_len / factor where a variant needs it.
+	OriginalMaxPositionEmbeddings int     `toml:"original_max_position_embeddings" json:"original_max_position_embeddings,omitempty"`
+	LowFreqFactor                 float64 `toml:"low_freq_factor" json:"low_freq_factor,omitempty"`   // llama3
+	HighFreqFactor                float64 `toml:"high_freq_factor" json:"high_freq_factor,omitempty"` // llama3
+	BetaFast                      float64 `toml:"beta_fast" json:"beta_fast,omitempty"`               // yarn; 0 means HF's 32
+	BetaSlow                      float64 `toml:"beta_slow" json:"beta_slow,omitempty"`               // yarn; 0 means HF's 1
+	AttentionFactor               float64 `toml:"attention_factor" json:"attention_factor,omitempty"` // yarn; 0 means HF's 0.1·ln(factor)+1
 }
 
 // DefaultConfig is the tiny model that trains on a laptop CPU in a minute or two.
