@@ -132,7 +132,7 @@ func DefaultConfig() Config {
 	return Config{
 		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10},
 		Model: model.DefaultConfig(),
-		Data: DataConfig{Train: "$GOROOT/src", Eval: "", Format: "text", Include: []string{},
+		Data: DataConfig{Train: "$GOROOT/src", Eval: "$GOROOT/test", Format: "text", Include: []string{},
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
@@ -149,27 +149,44 @@ func DefaultConfig() Config {
 // LoadConfig reads the TOML file at path over DefaultConfig, applies the overrides in order
 // (each "section.key=value", see Set) and validates the result. An unknown key in the file is
 // an error that names the key and the file and suggests the closest known key.
+// A path of "" means no file: the built-in defaults with the overrides.
 func LoadConfig(path string, overrides []string) (Config, error) {
+	cfg, err := readConfig(path, overrides)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// builtinConfig is Config.Path of a config read from no file: errors start with it.
+const builtinConfig = "built-in config"
+
+// readConfig is LoadConfig without the validation.
+func readConfig(path string, overrides []string) (Config, error) {
 	cfg := DefaultConfig()
 	cfg.Path = path
-	text, err := os.ReadFile(path)
-	if err != nil {
-		return Config{}, fmt.Errorf("config: %w", err)
-	}
-	md, err := decode(string(text), &cfg)
-	if err != nil {
-		return Config{}, fmt.Errorf("%s%s", path, decodeError(err))
-	}
-	if err := unknownKeys(md.Undecoded(), path+": "); err != nil {
-		return Config{}, err
+	if path == "" {
+		cfg.Path = builtinConfig
+	} else {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		md, err := decode(string(text), &cfg)
+		if err != nil {
+			return Config{}, fmt.Errorf("%s%s", path, decodeError(err))
+		}
+		if err := unknownKeys(md.Undecoded(), path+": "); err != nil {
+			return Config{}, err
+		}
 	}
 	for _, o := range overrides {
 		if err := cfg.Set(o); err != nil {
 			return Config{}, err
 		}
-	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
 	}
 	return cfg, nil
 }
@@ -422,7 +439,15 @@ func editDistance(a, b string) int {
 // Validate resolves the model's derived fields (model.Config.Resolve) and checks every value
 // and every combination the program relies on. Each problem is reported on its own line, naming
 // the key, its value and what is allowed, and starting with the config's path when known.
-func (c *Config) Validate() error {
+func (c *Config) Validate() error { return c.validate(false) }
+
+// ValidateEval is Validate for an evaluation, which reads the model's shape from the model it
+// evaluates (set c.Model to it first), its tokenizer too when the model brings one, and pads
+// each sample for the sequence-parallel layout: the checks that tie data.seq_len and
+// data.tokenizer to the model and the layout are the evaluation's own to make.
+func (c *Config) ValidateEval() error { return c.validate(true) }
+
+func (c *Config) validate(forEval bool) error {
 	var errs []error
 	fail := func(format string, args ...any) {
 		msg := fmt.Sprintf(format, args...)
@@ -483,12 +508,12 @@ func (c *Config) Validate() error {
 	if d.Tokenizer == "" {
 		fail(`data.tokenizer is empty: use "byte"`)
 	}
-	if d.Tokenizer == "byte" && modelOK && c.Model.VocabSize < 256 {
+	if d.Tokenizer == "byte" && modelOK && c.Model.VocabSize < 256 && !forEval {
 		fail(`model.vocab_size = %d: data.tokenizer = "byte" needs model.vocab_size >= 256 (one token per byte value)`, c.Model.VocabSize)
 	}
 	atLeast("data.seq_len", d.SeqLen, 1)
 	atLeast("data.batch_size", d.BatchSize, 1)
-	if modelOK && d.SeqLen > c.Model.MaxSeqLen {
+	if modelOK && d.SeqLen > c.Model.MaxSeqLen && !forEval {
 		fail("data.seq_len = %d exceeds model.max_seq_len = %d", d.SeqLen, c.Model.MaxSeqLen)
 	}
 
@@ -540,7 +565,7 @@ func (c *Config) Validate() error {
 		if err := parallel.Check(p.Attention, h, sp); err != nil {
 			fail("parallelism.attention = %q on %d sequence-parallel ranks: %v", p.Attention, sp, err)
 		}
-		if l, err := parallel.LayoutOf(p.Attention); err == nil && c.Data.SeqLen > 0 && c.Data.SeqLen%l.Divisor(sp) != 0 {
+		if l, err := parallel.LayoutOf(p.Attention); err == nil && c.Data.SeqLen > 0 && c.Data.SeqLen%l.Divisor(sp) != 0 && !forEval {
 			fail("data.seq_len = %d: the %s schedule splits each sequence %s over %d ranks, so it must be a multiple of %d",
 				c.Data.SeqLen, p.Attention, l, sp, l.Divisor(sp))
 		}
@@ -563,7 +588,7 @@ func (c *Config) Validate() error {
 	if e.Interval > 0 && c.Data.Eval == "" {
 		fail("eval.interval = %d: evaluating during training needs held-out data: set data.eval", e.Interval)
 	}
-	if modelOK && e.SeqLen > c.Model.MaxSeqLen {
+	if modelOK && e.SeqLen > c.Model.MaxSeqLen && !forEval {
 		fail("eval.seq_len = %d exceeds model.max_seq_len = %d", e.SeqLen, c.Model.MaxSeqLen)
 	}
 

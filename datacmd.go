@@ -58,7 +58,7 @@ const progressLogInterval = 10 * time.Second
 func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("data tokenize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "configs/tiny.toml", "TOML config file: data.train, data.format, data.include, data.max_bytes, data.tokenizer and run.seed say what is read")
+	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults): data.train, data.format, data.include, data.max_bytes, data.tokenizer and run.seed say what is read")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set data.train=c4-validation.*.json.gz (repeatable)")
 	out := fs.String("out", "", "output: a directory for shard-NNNNNN.tokens files, or one FILE.tokens")
@@ -219,6 +219,13 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 					progressbar.OptionClearOnFinish())
 			}
 		}
+		if p.Retry > 0 {
+			if bar != nil {
+				_ = bar.Clear()
+			}
+			fmt.Fprintf(stderr, "[%d/%d] %s: %v; retry %d of %d in %s\n", p.Index+1, p.Count, name, p.Err, p.Retry, p.Retries, p.Wait)
+			return
+		}
 		if bar != nil {
 			if p.Total > 0 && bar.GetMax64() != p.Total {
 				bar.ChangeMax64(p.Total)
@@ -254,10 +261,19 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintln(stderr)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("%w\n  to fetch by hand: download %s/en/c4-%s.NNNNN-of-NNNNN.json.gz (curl -C - -O resumes) into %s;\n"+
+			"  or point --base-url at a mirror (files under BASE/en/); --retries sets the attempts", err, baseOf(*baseURL), *split, *out)
 	}
 	secs := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "fetched %d C4 %s files into %s: %.1f MB downloaded in %.1fs (%.1f MB/s)\n",
 		len(paths), *split, *out, float64(downloaded)/1e6, secs, float64(downloaded)/1e6/secs)
 	return nil
+}
+
+// baseOf is the base URL data fetch c4 downloads from.
+func baseOf(base string) string {
+	if base == "" {
+		return data.C4BaseURL
+	}
+	return base
 }

@@ -274,13 +274,16 @@ type evalModel struct {
 	tok    data.Tokenizer // the model's tokenizer
 	bos    int32          // BOS token prepended to every sample; -1: none
 	source string         // "hf", "safetensors" or "checkpoint"
+	path   string         // what was evaluated: the step directory of a checkpoint, else --model
+	step   int            // a checkpoint's step; -1 for other models
+	saved  *Config        // a checkpoint's training config; nil for other models
 }
 
 // loadEvalModel loads --model: a Hugging Face LLaMA directory (a config.json that is not
 // distflash's own, see ckpt.IsHFDir, and safetensors weights), a .safetensors file holding
 // distflash's parameter names for the config's [model] shape, or a checkpoint directory of
 // this program.
-func loadEvalModel(path string, cfg Config) (evalModel, error) {
+func loadEvalModel(path string, cfg Config, stderr io.Writer) (evalModel, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return evalModel{}, fmt.Errorf("eval: --model: %w", err)
@@ -289,7 +292,7 @@ func loadEvalModel(path string, cfg Config) (evalModel, error) {
 	case fi.IsDir() && ckpt.IsHFDir(path):
 		return loadHFModel(path, cfg)
 	case fi.IsDir():
-		saved, params, err := loadCheckpointParams(path)
+		saved, params, dir, step, err := loadCheckpointParams(path, stderr)
 		if err != nil {
 			return evalModel{}, err
 		}
@@ -297,8 +300,12 @@ func loadEvalModel(path string, cfg Config) (evalModel, error) {
 		if err != nil {
 			return evalModel{}, err
 		}
-		return evalModel{cfg: saved.Model, params: params, tok: tok, bos: -1, source: "checkpoint"}, nil
+		return evalModel{cfg: saved.Model, params: params, tok: tok, bos: -1, source: "checkpoint",
+			path: dir, step: step, saved: &saved}, nil
 	case strings.HasSuffix(path, ".safetensors"):
+		if err := cfg.Model.Resolve(); err != nil {
+			return evalModel{}, fmt.Errorf("eval: %s: the config's [model] gives its shape: %w", path, err)
+		}
 		params, err := loadSafetensorsParams(path, cfg.Model)
 		if err != nil {
 			return evalModel{}, err
@@ -307,35 +314,49 @@ func loadEvalModel(path string, cfg Config) (evalModel, error) {
 		if err != nil {
 			return evalModel{}, err
 		}
-		return evalModel{cfg: cfg.Model, params: params, tok: tok, bos: -1, source: "safetensors"}, nil
+		return evalModel{cfg: cfg.Model, params: params, tok: tok, bos: -1, source: "safetensors", path: path, step: -1}, nil
 	}
 	return evalModel{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
 }
 
-// loadCheckpointParams reads a checkpoint written by distflash train (a step directory, or a
-// run directory, meaning its latest): the config it was trained with and its parameters in
-// model.NewLayout order, verified (every shard's checksum) before use.
-func loadCheckpointParams(path string) (Config, []float32, error) {
-	c, err := ckpt.Open(path)
+// loadCheckpointParams reads a checkpoint written by distflash train: a step directory, or a
+// run directory, meaning its newest intact checkpoint (its latest, or, when that is damaged,
+// the newest older one that verifies, as --resume auto chooses, each one passed over named on
+// stderr). It returns the config the model was trained with, its parameters in
+// model.NewLayout order, verified (every shard's checksum) before use, and the step
+// directory and step read.
+func loadCheckpointParams(path string, stderr io.Writer) (cfg Config, params []float32, dir string, step int, err error) {
+	spec := path
+	if _, err := os.Stat(filepath.Join(path, ckpt.ManifestFile)); err != nil {
+		spec = "auto" // a run directory
+	}
+	c, skipped, err := ckpt.ResolveOpen(path, spec)
+	for _, s := range skipped {
+		fmt.Fprintf(stderr, "eval: skipping damaged checkpoint: %v\n", s)
+	}
+	if err == nil && c == nil {
+		err = fmt.Errorf("%s holds no checkpoint (no %s, no step-NNNNNN directory)", path, ckpt.ManifestFile)
+	}
 	if err != nil {
-		return Config{}, nil, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
+		return Config{}, nil, "", 0, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
 	}
 	defer c.Close()
+	dir, step = c.Dir(), c.Manifest().Step
 	saved := DefaultConfig()
 	if err := json.Unmarshal(c.Manifest().Config, &saved); err != nil {
-		return Config{}, nil, fmt.Errorf("eval: %s: config in the manifest: %w", c.Dir(), err)
+		return Config{}, nil, "", 0, fmt.Errorf("eval: %s: config in the manifest: %w", c.Dir(), err)
 	}
 	if err := saved.Model.Resolve(); err != nil {
-		return Config{}, nil, fmt.Errorf("eval: %s: model in the manifest: %w", c.Dir(), err)
+		return Config{}, nil, "", 0, fmt.Errorf("eval: %s: model in the manifest: %w", c.Dir(), err)
 	}
-	params, err := c.ReadTensor("params")
+	params, err = c.ReadTensor("params")
 	if err != nil {
-		return Config{}, nil, fmt.Errorf("eval: %w", err)
+		return Config{}, nil, "", 0, fmt.Errorf("eval: %w", err)
 	}
 	if want := model.NewLayout(saved.Model).Size; len(params) != want {
-		return Config{}, nil, fmt.Errorf("eval: %s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
+		return Config{}, nil, "", 0, fmt.Errorf("eval: %s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
 	}
-	return saved, params, nil
+	return saved, params, dir, step, nil
 }
 
 // configTokenizer is the tokenizer named by data.tokenizer.
@@ -383,7 +404,7 @@ func loadHFModel(dir string, cfg Config) (evalModel, error) {
 	if err != nil {
 		return evalModel{}, fmt.Errorf("eval: tokenizer %s: %w", tokName, err)
 	}
-	return evalModel{cfg: mc, params: params, tok: tok, bos: int32(h.Config.BOSTokenID), source: "hf"}, nil
+	return evalModel{cfg: mc, params: params, tok: tok, bos: int32(h.Config.BOSTokenID), source: "hf", path: dir, step: -1}, nil
 }
 
 // loadSafetensorsParams reads a safetensors file holding every parameter of the model shape
@@ -417,25 +438,35 @@ func loadSafetensorsParams(path string, mc model.Config) ([]float32, error) {
 type evalReport struct {
 	EvalResult
 	Model     string `json:"model"`
-	Source    string `json:"source"` // hf | safetensors | checkpoint
+	Source    string `json:"source"`         // hf | safetensors | checkpoint
+	Evaluated string `json:"evaluated"`      // the step directory of a checkpoint, else the model
+	Step      *int   `json:"step,omitempty"` // a checkpoint's step
 	Data      string `json:"data"`
 	Tokenizer string `json:"tokenizer"`
 	BOS       int32  `json:"bos_token_id"` // -1: none
 	Params    int64  `json:"params"`
 }
 
-// loadEvalConfig is LoadConfig, or the built-in defaults with the overrides when path is "".
+// loadEvalConfig reads the config file at path (the built-in defaults when path is "") with
+// the overrides, without validating it: the model evaluated decides its shape (ValidateEval).
 func loadEvalConfig(path string, sets []string) (Config, error) {
-	if path != "" {
-		return LoadConfig(path, sets)
-	}
-	cfg := DefaultConfig()
-	for _, o := range sets {
-		if err := cfg.Set(o); err != nil {
-			return Config{}, err
+	return readConfig(path, sets)
+}
+
+// evalConfig is the config an evaluation of em runs under: cfg with em's model shape. A
+// checkpoint evaluated without --config brings its training run's [data] and [eval]
+// sections (data.eval, data.format, data.seq_len…) as the defaults that --set overrides.
+func evalConfig(cfg Config, em evalModel, configPath string, sets []string) (Config, error) {
+	if em.saved != nil && configPath == "" {
+		cfg.Data, cfg.Eval = em.saved.Data, em.saved.Eval
+		for _, o := range sets {
+			if err := cfg.Set(o); err != nil {
+				return Config{}, err
+			}
 		}
 	}
-	if err := cfg.Validate(); err != nil {
+	cfg.Model = em.cfg
+	if err := cfg.ValidateEval(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
@@ -465,7 +496,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	dataPath := fs.String("data", "", "evaluation data: file, directory or glob in data.format (text: one document per file; jsonl, c4: one per line) (default: data.eval)")
 	samples := fs.Int("samples", 0, "documents evaluated, the first ones in path order (default: eval.samples)")
 	seqLen := fs.Int("seq-len", 0, "tokens read per sample at most; longer documents are cut (default: eval.seq_len, else data.seq_len)")
-	out := fs.String("out", "", "JSON result file (default: <run.output_dir>/<run.name>/eval.json)")
+	out := fs.String("out", "", "JSON result file (default: beside the model: <step directory>.eval.json for a checkpoint, <model>.eval.json otherwise)")
 	bosFlag := fs.String("bos", "auto", "BOS token prepended to each sample: auto (a Hugging Face model's bos_token_id; none for distflash's own models, which train without one), none, or an id")
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
 	var sets setFlags
@@ -481,6 +512,13 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg, err := loadEvalConfig(*configPath, sets)
 	if err != nil {
+		return err
+	}
+	em, err := loadEvalModel(*modelPath, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg, err = evalConfig(cfg, em, *configPath, sets); err != nil {
 		return err
 	}
 	if cfg.Device.Kind != "cpu" {
@@ -502,12 +540,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("eval: --samples %d, --seq-len %d: both must be >= 1", *samples, *seqLen)
 	}
 	if *out == "" {
-		*out = filepath.Join(cfg.Run.OutputDir, cfg.Run.Name, "eval.json")
-	}
-
-	em, err := loadEvalModel(*modelPath, cfg)
-	if err != nil {
-		return err
+		*out = filepath.Clean(em.path) + ".eval.json"
 	}
 	bos, err := parseBOS(*bosFlag, em.bos)
 	if err != nil {
@@ -542,9 +575,9 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if ev.P > 1 {
 		world = fmt.Sprintf("%d sequence-parallel ranks (%s)", ev.P, ev.attn)
 	}
-	fmt.Fprintf(stderr, "eval: %s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d) on %d samples of %s, seq_len %d, %s\n",
-		*modelPath, em.source, count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize,
-		len(ss), *dataPath, *seqLen, world)
+	fmt.Fprintf(stderr, "eval: %s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d) on %d samples of %s, seq_len %d, %s; tokenizer %s\n",
+		em.describe(), em.source, count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize,
+		len(ss), *dataPath, *seqLen, world, em.tok.Name())
 
 	bar := progressbar.NewOptions(len(ss),
 		progressbar.OptionSetWriter(stderr),
@@ -566,8 +599,14 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	res.SeqLen = *seqLen
-	rep := evalReport{EvalResult: res, Model: *modelPath, Source: em.source, Data: *dataPath,
+	rep := evalReport{EvalResult: res, Model: *modelPath, Source: em.source, Evaluated: em.path, Data: *dataPath,
 		Tokenizer: em.tok.Name(), BOS: bos, Params: mc.NumParams()}
+	if em.step >= 0 {
+		rep.Step = &em.step
+	}
+	// The result first, so that a file that cannot be written loses nothing.
+	fmt.Fprintf(stdout, "eval: %s: loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples in %.1fs (%.0f tokens/s)\n",
+		em.describe(), res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens, res.Bytes, res.Samples, res.ElapsedSec, res.TokensPerSec)
 	js, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return fmt.Errorf("eval: encode result: %w", err)
@@ -575,10 +614,17 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	if err := os.WriteFile(*out, append(js, '\n'), 0o644); err != nil {
+	if err := writeFileAtomic(*out, append(js, '\n')); err != nil {
 		return fmt.Errorf("eval: write result: %w", err)
 	}
-	fmt.Fprintf(stdout, "eval: loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples in %.1fs (%.0f tokens/s); wrote %s\n",
-		res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens, res.Bytes, res.Samples, res.ElapsedSec, res.TokensPerSec, *out)
+	fmt.Fprintf(stdout, "eval: wrote %s\n", *out)
 	return nil
+}
+
+// describe names what was evaluated: "runs/tiny/step-000600 (step 600)" for a checkpoint.
+func (em evalModel) describe() string {
+	if em.step >= 0 {
+		return fmt.Sprintf("%s (step %d)", em.path, em.step)
+	}
+	return em.path
 }

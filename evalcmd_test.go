@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -133,7 +134,7 @@ func TestEvalMatchesPyTorch(t *testing.T) {
 func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluator, evalModel) {
 	t.Helper()
 	cfg := DefaultConfig()
-	em, err := loadEvalModel(filepath.Join(hfFixtures, name), cfg)
+	em, err := loadEvalModel(filepath.Join(hfFixtures, name), cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +302,7 @@ var shardedModelSets = []string{"model.dim=32", "model.n_layers=2", "model.n_hea
 // loss bit for bit with the same BOS; without one (the default for distflash's own models)
 // the one-byte document is skipped and the first byte of each is not predicted.
 func TestEvalOwnSafetensors(t *testing.T) {
-	em, err := loadEvalModel(filepath.Join(hfFixtures, "llama-sharded"), DefaultConfig())
+	em, err := loadEvalModel(filepath.Join(hfFixtures, "llama-sharded"), DefaultConfig(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 //	distflash plan --config configs/llama7b-512k.toml [--cluster 2x8xA100-80GB] [--sweep seq_len=8K..512K] [--attention all]
 //	distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048]
 //
-// See README.md and ../shared/DESIGN.md for the configuration and the design.
+// See README.md and docs/design.md for the configuration and the design.
 package main
 
 import (
@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 )
 
@@ -30,22 +32,26 @@ Usage:
   distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
   distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR]
 
+  distflash version
+
 Commands:
   train   train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)
   plan    predict memory, communication and step time of a config on a GPU cluster
   eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text
   data    tokenize data.train into token shards; download C4
+  version the version of this binary (commit, Go version, build tags)
 
 Run 'distflash COMMAND -h' for the flags of a command.
 `
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "distflash:", err)
-		}
-		os.Exit(2)
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp): // -h prints the command's flags: not a failure
+		return
 	}
+	fmt.Fprintln(os.Stderr, "distflash:", err)
+	os.Exit(2)
 }
 
 // run dispatches a command line to its subcommand.
@@ -63,12 +69,49 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runEval(args[1:], stdout, stderr)
 	case "data":
 		return runData(args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, version())
+		return nil
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// version describes this binary: its module version or VCS commit (with "+dirty" for a build
+// from a modified tree), the Go version and the build tags that select CUDA and MPI.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "distflash (no build information)"
+	}
+	v, commit, dirty, tags := bi.Main.Version, "", false, ""
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			commit = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		case "-tags":
+			tags = s.Value
+		}
+	}
+	if commit != "" {
+		if len(commit) > 12 {
+			commit = commit[:12]
+		}
+		v = "commit " + commit
+		if dirty {
+			v += "+dirty"
+		}
+	}
+	out := fmt.Sprintf("distflash %s, %s %s/%s", v, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
+	if tags != "" {
+		out += ", tags " + tags
+	}
+	return out
 }
 
 // setFlags collects repeated --set section.key=value overrides.

@@ -185,7 +185,7 @@ type Report struct {
 func runPlan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "configs/tiny.toml", "TOML config file")
+	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set data.seq_len=262144 (repeatable)")
 	clusterName := fs.String("cluster", "", "NODESxGPUSxTYPE, TYPE one of A100-40GB, A100-80GB, H100-80GB, H200-141GB (default: world_size A100-80GB GPUs, 8 a node)")
@@ -727,7 +727,8 @@ func writeDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "  longest sequence per GPU that fits: %s tokens (seq_len %s)\n", seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
 	c := pl.Comm
 	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
-	fmt.Fprintf(w, "  attention (%s)       %10s  (%s per layer fwd+bwd; %s summed over ranks)\n", pl.Attention, gb(c.Attention), gb(c.AttnPerLayer), gb(c.AttnTotalLayer))
+	fmt.Fprintf(w, "  attention (%s)       %10s  (one layer's forward + backward: %s per rank, %s all ranks together)\n",
+		pl.Attention, gb(c.Attention), gb(c.AttnPerLayer), gb(c.AttnTotalLayer))
 	fmt.Fprintf(w, "  fsdp                   %10s\n", gb(c.FSDP))
 	fmt.Fprintf(w, "  data-parallel          %10s\n", gb(c.DataParallel))
 	fmt.Fprintf(w, "  total                  %10s\n", gb(c.Total))

@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"distflash/ckpt"
@@ -67,8 +70,9 @@ func (t *trainer) pieces(r *rank) []ckpt.Piece {
 }
 
 // save writes a checkpoint of the state after step optimizer steps: every rank its shard,
-// then rank 0 the manifest, and only then does `latest` move (ckpt.Commit).
-func (t *trainer) save(st trainState, stderr io.Writer) (string, error) {
+// then rank 0 the manifest, and only then does `latest` move (ckpt.Commit). prev is the
+// newest earlier checkpoint ("" if none), named when a full disk stops the save.
+func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, error) {
 	cfgJSON, err := json.Marshal(t.cfg)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: encode config: %w", err)
@@ -102,7 +106,7 @@ func (t *trainer) save(st trainState, stderr io.Writer) (string, error) {
 			return nil
 		}
 		n := int64(r.model.Layout.Size)
-		m := ckpt.Manifest{Step: st.Step, Config: cfgJSON, State: stateJSON,
+		m := ckpt.Manifest{Step: st.Step, Config: cfgJSON, State: stateJSON, Run: t.id,
 			World: ckpt.WorldLayout{Size: t.size, SequenceParallel: t.cfg.Parallelism.SequenceParallelDegree,
 				DataParallel: t.size / t.cfg.Parallelism.SequenceParallelDegree, FSDP: t.cfg.Parallelism.FSDP}}
 		for _, name := range stateTensors {
@@ -113,9 +117,39 @@ func (t *trainer) save(st trainState, stderr io.Writer) (string, error) {
 		return err
 	})
 	if err != nil {
+		if t.isLeader() && final == "" {
+			_ = os.RemoveAll(tmp) // the save did not complete: leave no partial step behind
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			return "", t.diskFull(st.Step, prev, err)
+		}
 		return "", fmt.Errorf("checkpoint at step %d: %w", st.Step, err)
 	}
 	return final, nil
+}
+
+// diskFull explains a save that ran out of space: what a checkpoint needs, what is free, and
+// what to do. The partial save is already removed.
+func (t *trainer) diskFull(step int, prev string, err error) error {
+	dir := t.runDir()
+	raw, _ := checkpointSize(dir, t.ranks[0].model.Layout.Size)
+	need := fmt.Sprintf("up to %.1f MB (the fp32 weights and AdamW moments before compression)", float64(raw)/1e6)
+	if prev != "" {
+		if _, stored := checkpointSize(filepath.Join(dir, filepath.Base(prev)), t.ranks[0].model.Layout.Size); stored > 0 {
+			need = fmt.Sprintf("about %.1f MB (the last one took %.1f MB)", float64(stored)/1e6, float64(stored)/1e6)
+		}
+	}
+	free := "an unknown amount is"
+	if b, ok := ckpt.FreeBytes(dir); ok {
+		free = fmt.Sprintf("%.1f MB are", float64(b)/1e6)
+	}
+	last := "no earlier checkpoint exists"
+	if prev != "" {
+		last = "the last good checkpoint, " + filepath.Base(prev) + ", is untouched"
+	}
+	return fmt.Errorf("checkpoint at step %d: disk full in %s: a checkpoint needs %s and %s free; the partial save was removed and %s. "+
+		"Free space, or keep fewer checkpoints (checkpoint.keep = %d now), then continue with --resume auto: %w",
+		step, dir, need, free, last, t.cfg.Checkpoint.Keep, err)
 }
 
 // checkpointSize is the bytes of the state tensors as fp32 and of the shard files in dir.
@@ -130,10 +164,12 @@ func checkpointSize(dir string, elems int) (raw, stored int64) {
 	return raw, stored
 }
 
-// restore loads the checkpoint spec names ("auto": the newest intact one of this run, or
-// a path) into every rank and returns the saved state; ok is false when auto finds none.
-// Any world size can load any checkpoint: each rank reads the element ranges it needs.
-func (t *trainer) restore(spec string, stderr io.Writer) (st trainState, ok bool, err error) {
+// restore loads the checkpoint spec names ("auto": the newest intact one of run, or a path)
+// into every rank and returns the saved state; ok is false when auto finds none. Any world
+// size can load any checkpoint: each rank reads the element ranges it needs. Every config key
+// that differs from the checkpoint's is printed; those that cannot continue the same
+// training are refused (resumeChanges).
+func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st trainState, ok bool, err error) {
 	start := time.Now()
 	if spec != "auto" && !filepath.IsAbs(spec) {
 		// a step directory of this run may be named by its name alone
@@ -143,14 +179,24 @@ func (t *trainer) restore(spec string, stderr io.Writer) (st trainState, ok bool
 			}
 		}
 	}
-	c, skipped, err := ckpt.ResolveOpen(t.runDir(), spec)
+	c, skipped, err := ckpt.ResolveOpenRun(t.runDir(), spec, run)
+	var foreign []string
 	for _, s := range skipped {
+		var fe *ckpt.ForeignError
+		if errors.As(s, &fe) {
+			foreign = append(foreign, fe.Error())
+			continue
+		}
 		fmt.Fprintf(stderr, "resume: skipping damaged checkpoint: %v\n", s)
 	}
 	if err != nil {
 		return st, false, fmt.Errorf("resume: %w", err)
 	}
 	if c == nil {
+		if len(foreign) > 0 {
+			return st, false, fmt.Errorf("resume: %s holds no checkpoint of this %s:\n  %s",
+				t.runDir(), run, strings.Join(foreign, "\n  "))
+		}
 		fmt.Fprintf(stderr, "resume: no checkpoint in %s; starting from scratch\n", t.runDir())
 		return st, false, nil
 	}
@@ -159,8 +205,14 @@ func (t *trainer) restore(spec string, stderr io.Writer) (st trainState, ok bool
 	if err != nil {
 		return st, false, err
 	}
+	if err := resumeChanges(c.Dir(), c.Manifest().Config, cfgJSON, stderr); err != nil {
+		return st, false, err
+	}
 	if err := c.CheckConfig(cfgJSON); err != nil {
 		return st, false, fmt.Errorf("resume from %s: %w", c.Dir(), err)
+	}
+	if o := c.Manifest().Run; o.ID != "" && run.ID != "" && o.ID != run.ID {
+		fmt.Fprintf(stderr, "resume: %s was saved by %s; this run continues from it as %s\n", c.Dir(), o, run)
 	}
 	m := c.Manifest()
 	if err := json.Unmarshal(m.State, &st); err != nil {
@@ -210,4 +262,126 @@ func (t *trainer) restore(spec string, stderr io.Writer) (st trainState, ok bool
 	fmt.Fprintf(stderr, "resume: step %d from %s (saved by %d ranks, now %d; %.1f MB read, %.1f MB of fp32 state, %.0f MB/s)\n",
 		st.Step, c.Dir(), m.World.Size, t.size, float64(stored)/1e6, float64(raw)/1e6, float64(raw)/1e6/time.Since(start).Seconds())
 	return st, true, nil
+}
+
+// How a config key that differs from a resumed checkpoint's affects the training.
+const (
+	changeExact    = iota // the continuation is the run that never stopped, bit for bit
+	changeRounding        // the same training, computed in another order: equal up to fp rounding
+	changeTraining        // accepted, but the continuation is not the same run (warned)
+	changeRefused         // the checkpoint cannot continue: its data position or weights mean something else
+)
+
+// resumeKeys sorts config keys (a section, or section.key; the longest match wins) by what a
+// change of them does to a resumed run. Keys not listed are changeTraining.
+var resumeKeys = map[string]int{
+	"model":                                changeRefused, // the weights' shapes and what they compute
+	"data.tokenizer":                       changeRefused, // what the token ids mean
+	"data.seq_len":                         changeRefused, // the saved data position counts windows of seq_len
+	"data.train":                           changeRefused,
+	"data.format":                          changeRefused,
+	"data.include":                         changeRefused,
+	"data.max_bytes":                       changeRefused,
+	"run.seed":                             changeRefused, // the data order
+	"run.name":                             changeExact,
+	"run.output_dir":                       changeExact,
+	"run.log_interval":                     changeExact,
+	"path":                                 changeExact, // the config file's own path
+	"checkpoint.interval":                  changeExact,
+	"checkpoint.keep":                      changeExact,
+	"checkpoint.dir":                       changeExact,
+	"checkpoint.compression_level":         changeExact,
+	"checkpoint.activation":                changeExact, // recomputation gives bit-identical gradients
+	"parallelism.overlap_comm":             changeExact,
+	"eval":                                 changeExact,
+	"data.eval":                            changeExact,
+	"parallelism.sequence_parallel_degree": changeRounding,
+	"parallelism.attention":                changeRounding,
+	"parallelism.fsdp":                     changeRounding,
+	"parallelism.backend":                  changeRounding,
+	"device":                               changeRounding,
+}
+
+// changeOf returns how a change of key affects a resumed run.
+func changeOf(key string) int {
+	for k := key; ; {
+		if c, ok := resumeKeys[k]; ok {
+			return c
+		}
+		i := strings.LastIndexByte(k, '.')
+		if i < 0 {
+			return changeTraining
+		}
+		k = k[:i]
+	}
+}
+
+// resumeChanges prints every key of current (the resumed run's config, JSON) whose value
+// differs from saved (the checkpoint's), old → new, each with what it does to the
+// continuation, and refuses the changes that cannot continue the same training.
+// parallelism.world_size is judged by the number of data-parallel replicas it gives: more or
+// fewer replicas change the global batch.
+func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) error {
+	diffs, err := ckpt.DiffConfig(saved, current)
+	if err != nil {
+		return fmt.Errorf("resume from %s: %w", dir, err)
+	}
+	replicas := func(raw json.RawMessage) int {
+		var c Config
+		if json.Unmarshal(raw, &c) != nil || c.Parallelism.SequenceParallelDegree < 1 {
+			return 0
+		}
+		return c.Parallelism.WorldSize / c.Parallelism.SequenceParallelDegree
+	}
+	schedule := func(raw json.RawMessage) string {
+		var c Config
+		_ = json.Unmarshal(raw, &c)
+		return c.Training.LRSchedule
+	}
+	var refused []string
+	for _, d := range diffs {
+		class := changeOf(d.Key)
+		dp := d.Key == "parallelism.world_size" || d.Key == "parallelism.sequence_parallel_degree"
+		if dp {
+			class = changeRounding
+			if replicas(saved) != replicas(current) {
+				class = changeTraining
+			}
+		}
+		if d.Key == "training.steps" && schedule(saved) == "constant" && schedule(current) == "constant" {
+			class = changeExact // the learning rate does not depend on the run's length
+		}
+		var note string
+		switch class {
+		case changeExact:
+			note = "no effect on the training"
+		case changeRounding:
+			note = "the same training, equal up to floating-point rounding"
+		case changeTraining:
+			note = "WARNING: the continuation is not the same run as one that never stopped"
+			switch {
+			case dp:
+				note += fmt.Sprintf(" (%d data-parallel replicas, was %d: the global batch changes)", replicas(current), replicas(saved))
+			case d.Key == "training.steps":
+				note += " (the learning-rate schedule is stretched to the new length)"
+			}
+		case changeRefused:
+			note = "refused"
+			refused = append(refused, d.Key)
+		}
+		fmt.Fprintf(w, "resume: %s: %s → %s (%s)\n", d.Key, shown(d.Saved), shown(d.Current), note)
+	}
+	if len(refused) > 0 {
+		return fmt.Errorf("resume from %s: %s changed: the checkpoint's weights or data position mean something else under the new value; "+
+			"restore the checkpoint's value, or start a new run from its weights with another run.name", dir, strings.Join(refused, ", "))
+	}
+	return nil
+}
+
+// shown renders a ckpt.ConfigDiff value for a message.
+func shown(v string) string {
+	if v == "" {
+		return "(absent)"
+	}
+	return v
 }

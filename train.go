@@ -1,25 +1,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"distflash/ckpt"
 	"distflash/data"
 	"distflash/kernels"
 	"distflash/model"
@@ -45,16 +43,18 @@ type Metrics struct {
 	EvalPerplexity  float64 `json:"eval_perplexity,omitempty"`
 	EvalBitsPerByte float64 `json:"eval_bits_per_byte,omitempty"`
 
-	stop bool // some rank was asked to stop after this step (all ranks stop together)
+	stop     bool // some rank was asked to stop after this step (all ranks stop together)
+	diverged bool // fp32/bf16: the gradients hold Inf or NaN; no update was applied
 }
 
 // runTrain is `distflash train`.
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("train", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", "configs/tiny.toml", "TOML config file")
+	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
 	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
+	fresh := fs.Bool("fresh", false, "start over in a run directory that holds an earlier run, moving that run aside to <dir>.old-<time> (nothing is deleted)")
 	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint (for jobs with a time limit); 0 = run to training.steps")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
@@ -72,7 +72,10 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))
 	}
-	opt := trainOptions{progress: *progress, resume: *resume, stopAfter: *stopAfter}
+	if *fresh && *resume != "" {
+		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
+	}
+	opt := trainOptions{progress: *progress, resume: *resume, fresh: *fresh, stopAfter: *stopAfter, current: new(atomic.Int64)}
 	comm, err := launchWorld(&cfg, stderr)
 	if err != nil {
 		return err
@@ -81,9 +84,44 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		opt.comm = comm
 		defer parallel.FinalizeMPI()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := stopOnSignal(stderr, opt.current, comm == nil || comm.Rank() == 0)
 	defer stop()
 	return train(ctx, cfg, stdout, stderr, opt)
+}
+
+// stopOnSignal returns a context that the first SIGINT or SIGTERM cancels, which makes
+// training stop after the step it is in and save a checkpoint there; a second signal ends
+// the process at once (exit status 130), leaving the last complete checkpoint as `latest`.
+// current is the step being trained; only a process that speaks (rank 0) prints.
+func stopOnSignal(stderr io.Writer, current *atomic.Int64, speak bool) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	quit := make(chan struct{})
+	go func() {
+		for n := 0; ; n++ {
+			select {
+			case <-sigs:
+			case <-quit:
+				return
+			}
+			if n > 0 {
+				if speak {
+					fmt.Fprintf(stderr, "\nstopped at once during step %d, without saving; the newest complete checkpoint stays `latest`\n", current.Load())
+				}
+				os.Exit(130)
+			}
+			if speak {
+				fmt.Fprintf(stderr, "\nstopping after step %d and saving (Ctrl-C again to stop now)\n", current.Load())
+			}
+			cancel()
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(quit)
+		cancel()
+	}
 }
 
 // launchWorld starts MPI when the config asks for it (parallelism.backend = "mpi") or when
@@ -133,6 +171,7 @@ type trainer struct {
 	size   int             // world size
 	prec   kernels.Precision
 	scaler *optim.LossScaler // fp16 only
+	id     ckpt.RunID        // the run's identity, saved in every checkpoint
 
 	// beforeUpdate, when set (tests), runs on every rank after the gradients are complete and
 	// before they are checked and applied.
@@ -470,9 +509,6 @@ func (t *trainer) step(step int) (Metrics, error) {
 				Activations: int64(getStat(st, statActs))}
 		}
 		norm := math.Sqrt(sumsq) / scale
-		if bad && t.scaler == nil {
-			return fmt.Errorf("gradients hold Inf or NaN (loss %g): lower training.lr or check the data", loss/tokens)
-		}
 		if !bad {
 			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
 			r.opt.Update(r.params, r.grads, lr, float32(clip/scale))
@@ -482,7 +518,8 @@ func (t *trainer) step(step int) (Metrics, error) {
 		}
 		if r == t.ranks[0] {
 			out = Metrics{Step: step + 1, Loss: loss / tokens, LR: lr, GradNorm: norm, Tokens: int64(tokens),
-				AttnForwards: m.Stats.AttnForwards, Skipped: bad, Memory: mems, stop: stop}
+				AttnForwards: m.Stats.AttnForwards, Skipped: bad && t.scaler != nil, Memory: mems, stop: stop,
+				diverged: bad && t.scaler == nil}
 		}
 		return nil
 	})
@@ -500,31 +537,47 @@ func (t *trainer) step(step int) (Metrics, error) {
 type trainOptions struct {
 	progress  bool   // draw a progress bar (else log lines)
 	resume    string // "", "auto" or a checkpoint path
+	fresh     bool   // start over: move an earlier run in the run directory aside
 	stopAfter int    // stop (with a checkpoint) after this step; 0 = run to training.steps
 	// comm, when set, makes this process one rank of a world of processes (MPI). Only rank 0
 	// prints and writes the run's shared files; every rank writes its checkpoint shard.
 	comm parallel.Comm
+	// current, when set, is kept at the step being trained (for the Ctrl-C message).
+	current *atomic.Int64
+}
+
+// divergedError ends a run whose loss or gradient norm is not a finite number.
+type divergedError struct {
+	step           int
+	loss, gradNorm float64
+	lr             float64
+	last           string // the newest checkpoint, or ""
+}
+
+func (e *divergedError) Error() string {
+	msg := fmt.Sprintf("train: diverged at step %d (loss %g, grad_norm %g, lr %.3g): lower training.lr, raise training.warmup_steps or set training.grad_clip",
+		e.step, e.loss, e.gradNorm, e.lr)
+	if e.last != "" {
+		return msg + "; the last good checkpoint, " + e.last + ", is untouched: --resume auto continues from it"
+	}
+	return msg + "; no checkpoint was saved before it"
 }
 
 // train runs the configured number of steps, writing metrics.jsonl, a progress bar and
-// checkpoints (every checkpoint.interval steps and at the end). A cancelled ctx (Ctrl-C,
-// SIGTERM) stops after the current step and saves a checkpoint there.
+// checkpoints: every checkpoint.interval steps, and always one of the step where it stops (the
+// last step, or where a signal or --stop-after stopped it). A cancelled ctx (Ctrl-C, SIGTERM)
+// stops after the current step and saves a checkpoint there. Nothing is written into the run
+// directory before the config, the data and the tokenizer are known to be good, and the run
+// directory is locked for the run's lifetime (runDirs).
 func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainOptions) error {
 	leader := opt.comm == nil || opt.comm.Rank() == 0
 	if !leader {
 		stdout, stderr, opt.progress = io.Discard, io.Discard, false
 	}
-	runDir := filepath.Join(cfg.Run.OutputDir, cfg.Run.Name)
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
-		return fmt.Errorf("train: create run directory: %w", err)
-	}
-	if leader {
-		resolved, err := json.MarshalIndent(cfg, "", "  ")
-		if err != nil {
-			return fmt.Errorf("train: encode config: %w", err)
-		}
-		if err := os.WriteFile(filepath.Join(runDir, "config.json"), append(resolved, '\n'), 0o644); err != nil {
-			return fmt.Errorf("train: write config: %w", err)
+	dirs := runDirsOf(cfg)
+	if leader && opt.resume == "" && !opt.fresh {
+		if err := dirs.checkFresh(); err != nil { // early, before the data is read; open checks again under the lock
+			return err
 		}
 	}
 	fmt.Fprintf(stderr, "%s\n", cfg.Summary())
@@ -535,12 +588,6 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	if err != nil {
 		return err
 	}
-	var st trainState
-	if opt.resume != "" {
-		if st, _, err = t.restore(opt.resume, stderr); err != nil {
-			return err
-		}
-	}
 	var ev *trainEval // rank 0's evaluation every eval.interval steps
 	if cfg.Eval.Interval > 0 && leader {
 		if ev, err = newTrainEval(cfg); err != nil {
@@ -548,17 +595,35 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		}
 		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(ev.samples), evalSeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
 	}
-	metricsPath := filepath.Join(runDir, "metrics.jsonl")
-	var mf io.WriteCloser = nopCloser{io.Discard}
 	if leader {
-		f, err := openMetrics(metricsPath, st.Step)
-		if err != nil {
+		if err := dirs.open(cfg, opt.resume, opt.fresh, stderr); err != nil {
 			return err
 		}
-		mf = f
+		defer dirs.close()
 	}
-	defer mf.Close()
-	enc := json.NewEncoder(mf) // one write per step, so a reader tailing the file sees every step at once
+	if opt.comm != nil {
+		opt.comm.Barrier() // rank 0 has prepared the run directory
+		if !leader {
+			if dirs.id, _, err = ckpt.ReadRunID(dirs.run); err != nil {
+				return err
+			}
+		}
+	}
+	t.id = dirs.id
+	var st trainState
+	if opt.resume != "" {
+		if st, _, err = t.restore(opt.resume, dirs.id, stderr); err != nil {
+			return err
+		}
+	}
+	metricsPath := filepath.Join(dirs.run, "metrics.jsonl")
+	var mf *metricsFile
+	if leader {
+		if mf, err = openMetrics(metricsPath, st.Step); err != nil {
+			return err
+		}
+	}
+	defer mf.close()
 
 	steps := cfg.Training.Steps
 	end := steps
@@ -579,13 +644,17 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	tokens := st.Tokens
 	var first, last Metrics
 	done, saved := st.Step, st.Step
+	lastPath := "" // the newest checkpoint this process saved or resumed from
+	if st.Step > 0 {
+		lastPath = filepath.Join(t.runDir(), ckpt.StepDir(st.Step))
+	}
 	checkpoint := func(step int) error {
 		began := time.Now()
-		path, err := t.save(trainState{Step: step, Tokens: tokens, Elapsed: st.Elapsed + time.Since(start).Seconds()}, stderr)
+		path, err := t.save(trainState{Step: step, Tokens: tokens, Elapsed: st.Elapsed + time.Since(start).Seconds()}, lastPath, stderr)
 		if err != nil {
 			return err
 		}
-		saved = step
+		saved, lastPath = step, path
 		bar.Clear()
 		raw, stored := checkpointSize(path, t.ranks[0].model.Layout.Size)
 		fmt.Fprintf(stderr, "checkpoint: step %d saved to %s (%.1f MB of fp32 state in %.1f MB, ratio %.3f, %.0f MB/s)\n",
@@ -594,6 +663,9 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	}
 	t.stopRequested = func() bool { return ctx.Err() != nil }
 	for s := st.Step; s < end; s++ {
+		if opt.current != nil {
+			opt.current.Store(int64(s + 1))
+		}
 		stepStart := time.Now()
 		m, err := t.step(s)
 		if err != nil {
@@ -603,8 +675,12 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		m.ElapsedSec = st.Elapsed + time.Since(start).Seconds()
 		m.TokensPerSec = float64(m.Tokens) / time.Since(stepStart).Seconds()
 		m.Tokens = tokens
-		if math.IsNaN(m.Loss) || math.IsInf(m.Loss, 0) {
-			return fmt.Errorf("train: loss is %v at step %d (lr %g, grad norm %g): lower training.lr or check the data", m.Loss, m.Step, m.LR, m.GradNorm)
+		if m.diverged || !finite(m.Loss) || !finite(m.GradNorm) && !m.Skipped {
+			bar.Clear()
+			if mf != nil {
+				_ = mf.write(m) // the diverged step, with null for what is not a number
+			}
+			return &divergedError{step: m.Step, loss: m.Loss, gradNorm: m.GradNorm, lr: m.LR, last: lastPath}
 		}
 		if m.Skipped {
 			bar.Clear()
@@ -626,8 +702,10 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 				fmt.Fprintf(stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n", m.Step, r.Loss, r.Perplexity, r.BitsPerByte, r.Tokens)
 			}
 		}
-		if err := enc.Encode(m); err != nil {
-			return fmt.Errorf("train: write %s: %w", metricsPath, err)
+		if mf != nil {
+			if err := mf.write(m); err != nil {
+				return err
+			}
 		}
 		if first.Step == 0 {
 			first = m
@@ -648,26 +726,27 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		}
 	}
 	_ = bar.Finish()
-	// A checkpoint where the run stops: at the end (when checkpointing is on), and always when
-	// stopped early by a signal or --stop-after, so that --resume auto continues from here.
-	if done > saved && (done < steps || cfg.Checkpoint.Interval > 0) {
+	// A run always ends with a checkpoint of the step where it stops: the last step, or where
+	// a signal or --stop-after stopped it, so that the model is kept and --resume auto
+	// continues from here.
+	if done > saved {
 		if err := checkpoint(done); err != nil {
 			return err
 		}
 	}
-	if err := mf.Close(); err != nil {
-		return fmt.Errorf("train: write %s: %w", metricsPath, err)
+	if err := mf.close(); err != nil {
+		return err
 	}
 	elapsed := time.Since(start).Seconds()
 	switch {
 	case done < steps:
 		fmt.Fprintf(stdout, "stopped after step %d of %d; checkpoint in %s; continue with --resume auto; metrics in %s\n",
-			done, steps, t.runDir(), metricsPath)
+			done, steps, lastPath, metricsPath)
 	case first.Step == 0:
 		fmt.Fprintf(stdout, "nothing to train: the checkpoint is at step %d of %d\n", done, steps)
 	default:
-		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); metrics in %s\n",
-			done-st.Step, elapsed, float64(tokens-st.Tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), metricsPath)
+		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); model in %s; metrics in %s\n",
+			done-st.Step, elapsed, float64(tokens-st.Tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), lastPath, metricsPath)
 	}
 	if t.scaler != nil && t.scaler.Skipped > 0 {
 		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)
@@ -676,44 +755,8 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	return nil
 }
 
-// nopCloser is a writer with a Close that does nothing.
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }
-
-// openMetrics opens metrics.jsonl for a run that starts after step done: a fresh run
-// truncates it; a resumed one keeps the lines of steps up to done (a crashed run may have
-// written later ones, which the resumed run writes again) and appends.
-func openMetrics(path string, done int) (*os.File, error) {
-	if done == 0 {
-		f, err := os.Create(path)
-		if err != nil {
-			return nil, fmt.Errorf("train: %w", err)
-		}
-		return f, nil
-	}
-	old, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	var keep []byte
-	for _, line := range bytes.SplitAfter(old, []byte("\n")) {
-		var m struct {
-			Step int `json:"step"`
-		}
-		if json.Unmarshal(line, &m) == nil && m.Step >= 1 && m.Step <= done {
-			keep = append(keep, line...)
-		}
-	}
-	if err := os.WriteFile(path, keep, 0o644); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	return f, nil
-}
+// finite reports whether v is a number other than ±Inf.
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // trainEval is train's held-out evaluation: the samples of data.eval, loaded once, and the
 // ranks that evaluate them (cfg's sequence-parallel world), built once and given the current

@@ -268,8 +268,8 @@ func compact(v json.RawMessage) string {
 type HFModel struct {
 	Dir    string
 	Config HFConfig
-	// Tokenizer is the path of the directory's tokenizer.model (SentencePiece), else of its
-	// tokenizer.json, else "".
+	// Tokenizer is the path of the directory's tokenizer.json, else of its tokenizer.model
+	// (SentencePiece), else "": Hugging Face's fast tokenizers prefer tokenizer.json too.
 	Tokenizer string
 	// Files maps each tensor name to the safetensors file that holds it.
 	Files map[string]string
@@ -303,7 +303,7 @@ func OpenHF(dir string) (*HFModel, error) {
 		return nil, err
 	}
 	h := &HFModel{Dir: dir, Config: cfg, Files: map[string]string{}}
-	for _, name := range []string{"tokenizer.model", "tokenizer.json"} {
+	for _, name := range []string{"tokenizer.json", "tokenizer.model"} { // as HF's fast tokenizers choose
 		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() {
 			h.Tokenizer = filepath.Join(dir, name)
 			break

@@ -43,8 +43,10 @@ type Manifest struct {
 	// State is the training state that is not a tensor — data-loader position, RNG
 	// state, loss scaler, LR schedule position — as the trainer encodes it; ckpt
 	// stores it untouched.
-	State  json.RawMessage `json:"state"`
-	Shards []ShardInfo     `json:"shards"` // one per rank, in rank order
+	State json.RawMessage `json:"state"`
+	// Run is the run that saved the checkpoint (zero in checkpoints of older versions).
+	Run    RunID       `json:"run"`
+	Shards []ShardInfo `json:"shards"` // one per rank, in rank order
 }
 
 // WorldLayout is how the ranks that wrote a checkpoint were arranged. Size is the number of

@@ -257,6 +257,14 @@ func Resolve(runDir, spec string) (path string, skipped []error, err error) {
 
 // ResolveOpen is Resolve returning the opened checkpoint (nil when there is none).
 func ResolveOpen(runDir, spec string) (*Checkpoint, []error, error) {
+	return ResolveOpenRun(runDir, spec, RunID{})
+}
+
+// ResolveOpenRun is ResolveOpen for the run run: with spec "auto" it passes over the
+// checkpoints another run saved (a *ForeignError in skipped for each), so that a checkpoint
+// directory two runs share never continues one from the other's checkpoint. A zero run
+// accepts every checkpoint. A checkpoint named by its path is opened whoever saved it.
+func ResolveOpenRun(runDir, spec string, run RunID) (*Checkpoint, []error, error) {
 	switch spec {
 	case "":
 		return nil, nil, nil
@@ -270,31 +278,52 @@ func ResolveOpen(runDir, spec string) (*Checkpoint, []error, error) {
 		return nil, nil, err
 	}
 	var skipped []error
+	damaged := false
+	// foreign reports (and records) a checkpoint of another run.
+	foreign := func(dir string) bool {
+		if run.ID == "" {
+			return false
+		}
+		m, err := readManifest(filepath.Join(dir, ManifestFile))
+		if err != nil || belongs(m.Run, run) { // a damaged manifest is Open's to report
+			return false
+		}
+		skipped = append(skipped, &ForeignError{Dir: dir, Owner: m.Run, Run: run})
+		return true
+	}
 	older := -1 // with a readable latest, fall back only to steps older than it
 	latest, lerr := readLatest(runDir)
 	switch {
 	case lerr == nil:
-		c, err := Open(filepath.Join(runDir, latest))
+		dir := filepath.Join(runDir, latest)
+		if foreign(dir) {
+			break
+		}
+		c, err := Open(dir)
 		if err == nil {
 			return c, nil, nil
 		}
 		skipped = append(skipped, fmt.Errorf("%s names %s: %w", filepath.Join(runDir, LatestFile), latest, err))
+		damaged = true
 		older = parseStepDir(latest)
 	case !errors.Is(lerr, fs.ErrNotExist):
 		skipped = append(skipped, lerr)
+		damaged = true
 	}
 	for _, n := range names {
-		if older >= 0 && parseStepDir(n) >= older {
+		dir := filepath.Join(runDir, n)
+		if older >= 0 && parseStepDir(n) >= older || n == latest && lerr == nil || foreign(dir) {
 			continue
 		}
-		c, err := Open(filepath.Join(runDir, n))
+		c, err := Open(dir)
 		if err == nil {
 			return c, skipped, nil
 		}
 		skipped = append(skipped, err)
+		damaged = true
 	}
-	if len(skipped) > 0 {
+	if damaged {
 		return nil, skipped, fmt.Errorf("ckpt: no intact checkpoint in %s: %w", runDir, errors.Join(skipped...))
 	}
-	return nil, nil, nil
+	return nil, skipped, nil
 }

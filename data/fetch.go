@@ -68,6 +68,11 @@ type FetchProgress struct {
 	Resumed int64  // bytes that were on disk from an earlier, interrupted download
 	Skipped bool   // the file was complete already; nothing was downloaded
 	Final   bool   // the file is complete
+	// Retry, when > 0, says that the download failed with Err and is tried again (the
+	// Retry-th time of Retries) after Wait.
+	Retry, Retries int
+	Wait           time.Duration
+	Err            error
 }
 
 // FetchC4 downloads files First to First+Shards-1 of a C4 split into Dir and returns their
@@ -161,8 +166,10 @@ func (d *downloader) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		} else if errors.As(err, &r) && attempt < d.opt.Retries {
+			pause := min(wait<<attempt, time.Minute)
+			d.report(FetchProgress{Done: d.done, Total: d.total, Resumed: resumed, Retry: attempt + 1, Retries: d.opt.Retries, Wait: pause, Err: err})
 			select {
-			case <-time.After(min(wait<<attempt, time.Minute)):
+			case <-time.After(pause):
 				continue
 			case <-ctx.Done():
 				err = ctx.Err()
