@@ -214,3 +214,33 @@ func TestDataFetch(t *testing.T) {
 		t.Errorf("fetch from a wrong base URL: error %v", err)
 	}
 }
+
+// TestDataFetchSaysItRetries: a server that keeps failing makes data fetch show each retry
+// and end with how to fetch by hand or from elsewhere, instead of waiting in silence.
+func TestDataFetchSaysItRetries(t *testing.T) {
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"data", "fetch", "c4", "--shards", "1", "--retries", "2", "--progress=false",
+		"--out", t.TempDir(), "--base-url", srv.URL}, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("fetch from a failing server succeeded")
+	}
+	if calls != 3 {
+		t.Errorf("%d requests, want 1 + 2 retries", calls)
+	}
+	for _, want := range []string{"503", "retry 1 of 2 in 1s", "retry 2 of 2 in 2s"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	for _, want := range []string{"to fetch by hand", srv.URL + "/en/c4-validation", "--base-url"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
