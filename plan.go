@@ -727,8 +727,8 @@ func writeDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "  longest sequence per GPU that fits: %s tokens (seq_len %s)\n", seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
 	c := pl.Comm
 	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
-	fmt.Fprintf(w, "  attention (%s)       %10s  (one layer's forward + backward: %s per rank, %s all ranks together)\n",
-		pl.Attention, gb(c.Attention), gb(c.AttnPerLayer), gb(c.AttnTotalLayer))
+	fmt.Fprintf(w, "  %-22s %10s  (one layer's forward + backward: %s per rank, %s all ranks together)\n",
+		"attention ("+pl.Attention+")", gb(c.Attention), gb(c.AttnPerLayer), gb(c.AttnTotalLayer))
 	fmt.Fprintf(w, "  fsdp                   %10s\n", gb(c.FSDP))
 	fmt.Fprintf(w, "  data-parallel          %10s\n", gb(c.DataParallel))
 	fmt.Fprintf(w, "  total                  %10s\n", gb(c.Total))
