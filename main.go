@@ -29,12 +29,14 @@ Usage:
   distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]
   distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
   distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR]
+  distflash plot RUN [RUN...] --out FILE.png|FILE.svg
 
 Commands:
   train   train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)
   plan    predict memory, communication and step time of a config on a GPU cluster
   eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text
   data    tokenize data.train into token shards; download C4
+  plot    draw loss, eval loss, learning rate, gradient norm and tokens/s of runs, overlaid
 
 Run 'distflash COMMAND -h' for the flags of a command.
 `
@@ -63,6 +65,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runEval(args[1:], stdout, stderr)
 	case "data":
 		return runData(args[1:], stdout, stderr)
+	case "plot":
+		return runPlot(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

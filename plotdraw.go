@@ -1,0 +1,502 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	xfont "golang.org/x/image/font"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
+)
+
+// The picture of `distflash plot`: a title line, then five panels and a legend in a 3×2 grid:
+//
+//	loss against step        | loss against tokens
+//	learning rate            | gradient norm (log scale)
+//	tokens/s                 | legend: one line per run with its summary
+//
+// Every run has its colour in every panel; eval loss is drawn in the run's colour as a dashed
+// line with circles; a diverged run has a dashed vertical line at the step it diverged and
+// says so in the title and the legend.
+
+// Picture size: 12 × 10.5 inches, 1200 × 1050 pixels as PNG.
+const (
+	plotWidth  = 12 * vg.Inch
+	plotHeight = 10.5 * vg.Inch
+	plotDPI    = 100
+)
+
+// plotColors are the Okabe–Ito colours (distinguishable with colour blindness), black last.
+var plotColors = []color.RGBA{
+	{0x00, 0x72, 0xB2, 0xff}, // blue
+	{0xD5, 0x5E, 0x00, 0xff}, // vermillion
+	{0x00, 0x9E, 0x73, 0xff}, // bluish green
+	{0xCC, 0x79, 0xA7, 0xff}, // reddish purple
+	{0xE6, 0x9F, 0x00, 0xff}, // orange
+	{0x56, 0xB4, 0xE9, 0xff}, // sky blue
+	{0xF0, 0xE4, 0x42, 0xff}, // yellow
+	{0x00, 0x00, 0x00, 0xff}, // black
+}
+
+// runStyle is run i's line: its colour, dashed from the ninth run on (the colours repeat).
+func runStyle(i int) draw.LineStyle {
+	s := draw.LineStyle{Color: plotColors[i%len(plotColors)], Width: vg.Points(1.4)}
+	if i >= len(plotColors) {
+		s.Dashes = []vg.Length{vg.Points(6), vg.Points(2)}
+	}
+	return s
+}
+
+// drawRuns draws the runs into w as format ("png" or "svg").
+func drawRuns(w io.Writer, runs []*plotRun, format string) error {
+	var c vg.CanvasWriterTo
+	switch format {
+	case "png":
+		c = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(plotWidth, plotHeight), vgimg.UseDPI(plotDPI))}
+	case "svg":
+		c = vgsvg.New(plotWidth, plotHeight)
+	default:
+		return fmt.Errorf("unknown picture format %q", format)
+	}
+	dc := draw.New(c)
+	// An opaque background: SVG is transparent otherwise, unreadable on a dark viewer.
+	dc.FillPolygon(color.White, []vg.Point{dc.Min, {X: dc.Max.X, Y: dc.Min.Y}, dc.Max, {X: dc.Min.X, Y: dc.Max.Y}})
+
+	lossStep := newPanel("Training loss", "step", "loss (nats/token)")
+	lossTokens := newPanel("Training loss against tokens seen", "tokens", "loss (nats/token)")
+	lossTokens.X.Tick.Marker = siTicks{}
+	lr := newPanel("Learning rate", "step", "learning rate")
+	gradNorm := newPanel("Gradient norm (before clipping)", "step", "global L2 norm (log scale)")
+	speed := newPanel("Throughput", "step", "tokens/s")
+	speed.Y.Tick.Marker = siTicks{}
+
+	win := smoothWindow(runs)
+	for i, r := range runs {
+		sty := runStyle(i)
+		var loss, lossTok, eval, evalTok, lrs, norms, tps plotter.XYs
+		for _, p := range r.points {
+			x := float64(p.step)
+			loss = appendFinite(loss, x, p.loss)
+			lossTok = appendFinite(lossTok, p.tokens, p.loss)
+			eval = appendFinite(eval, x, p.evalLoss)
+			evalTok = appendFinite(evalTok, p.tokens, p.evalLoss)
+			lrs = appendFinite(lrs, x, p.lr)
+			if p.gradNorm > 0 {
+				norms = appendFinite(norms, x, p.gradNorm)
+			}
+			tps = appendFinite(tps, x, p.tokensPerSec)
+		}
+		if err := addLine(lr, lrs, sty); err != nil {
+			return err
+		}
+		for _, a := range []struct {
+			p   *plot.Plot
+			xys plotter.XYs
+			log bool
+		}{{lossStep, loss, false}, {lossTokens, lossTok, false}, {gradNorm, norms, true}, {speed, tps, false}} {
+			if err := addNoisy(a.p, a.xys, sty, a.log, win); err != nil {
+				return err
+			}
+		}
+		for _, a := range []struct {
+			p   *plot.Plot
+			xys plotter.XYs
+		}{{lossStep, eval}, {lossTokens, evalTok}} {
+			if err := addEval(a.p, a.xys, sty); err != nil {
+				return err
+			}
+		}
+		if r.divergedAt > 0 {
+			for _, p := range []*plot.Plot{lossStep, lr, gradNorm, speed} {
+				p.Add(vLine{x: float64(r.divergedAt), sty: sty})
+			}
+		}
+	}
+	clipLossAxis(lossStep, runs)
+	clipLossAxis(lossTokens, runs)
+	fromZero(lr)
+	fromZero(speed)
+	logAxis(gradNorm)
+
+	title := plotTitle(runs)
+	tiles := draw.Tiles{Rows: 3, Cols: 2, PadX: vg.Points(28), PadY: vg.Points(18),
+		PadTop: vg.Points(40), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(18)}
+	grid := [][]*plot.Plot{{lossStep, lossTokens}, {lr, gradNorm}, {speed, nil}}
+	canvases := plot.Align(grid, tiles, dc)
+	for j, row := range grid {
+		for i, p := range row {
+			if p != nil {
+				p.Draw(canvases[j][i])
+			}
+		}
+	}
+	drawTitle(dc, title)
+	drawLegend(canvases[2][1], runs, win)
+	_, err := c.WriteTo(w)
+	return err
+}
+
+// newPanel is an empty panel with a title, axis labels and a grid.
+func newPanel(title, x, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font = plotFont(13)
+	p.Title.Padding = vg.Points(6)
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.X.Label.TextStyle.Font = plotFont(11)
+	p.Y.Label.TextStyle.Font = plotFont(11)
+	p.X.Tick.Label.Font = plotFont(10)
+	p.Y.Tick.Label.Font = plotFont(10)
+	g := plotter.NewGrid()
+	g.Vertical.Color = color.Gray{0xe0}
+	g.Horizontal.Color = color.Gray{0xe0}
+	p.Add(g)
+	return p
+}
+
+// appendFinite appends (x, y) when both are finite.
+func appendFinite(xys plotter.XYs, x, y float64) plotter.XYs {
+	if math.IsNaN(x) || math.IsInf(x, 0) || math.IsNaN(y) || math.IsInf(y, 0) {
+		return xys
+	}
+	return append(xys, plotter.XY{X: x, Y: y})
+}
+
+// addLine adds a run's line to p; a single point is drawn as a dot, so that it shows.
+func addLine(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle) error {
+	switch len(xys) {
+	case 0:
+		return nil
+	case 1:
+		s, err := plotter.NewScatter(xys)
+		if err != nil {
+			return err
+		}
+		s.GlyphStyle = draw.GlyphStyle{Color: sty.Color, Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}
+		p.Add(s)
+		return nil
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	l.LineStyle = sty
+	p.Add(l)
+	return nil
+}
+
+// addNoisy adds a per-step series that is noisy (loss, gradient norm, tokens/s): with a
+// window win > 1, each step faint and the centred moving average over win steps bold (of
+// the logarithms when log is set, for a log axis).
+func addNoisy(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle, log bool, win int) error {
+	if win <= 1 || len(xys) <= win {
+		return addLine(p, xys, sty)
+	}
+	faint := sty
+	r, g, b, _ := sty.Color.RGBA()
+	faint.Color = color.NRGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 0x50}
+	faint.Width = vg.Points(0.8)
+	if err := addLine(p, xys, faint); err != nil {
+		return err
+	}
+	return addLine(p, movingAverage(xys, win, log), sty)
+}
+
+// smoothWindow is the moving average's width for the runs: odd, about a twentieth of the
+// longest run's steps; 1 (no smoothing) below 40 steps.
+func smoothWindow(runs []*plotRun) int {
+	n := 0
+	for _, r := range runs {
+		n = max(n, len(r.points))
+	}
+	if n < 40 {
+		return 1
+	}
+	return n/40*2 + 1
+}
+
+// movingAverage is the centred moving average of xys's Y over w points (fewer at the ends,
+// where the window is cut to stay centred), of log Y when log is set.
+func movingAverage(xys plotter.XYs, w int, log bool) plotter.XYs {
+	f, inv := func(v float64) float64 { return v }, func(v float64) float64 { return v }
+	if log {
+		f, inv = math.Log, math.Exp
+	}
+	out := make(plotter.XYs, len(xys))
+	for i := range xys {
+		h := min(w/2, i, len(xys)-1-i)
+		var sum float64
+		for j := i - h; j <= i+h; j++ {
+			sum += f(xys[j].Y)
+		}
+		out[i] = plotter.XY{X: xys[i].X, Y: inv(sum / float64(2*h+1))}
+	}
+	return out
+}
+
+// addEval adds a run's eval losses to p: circles joined by a dashed line.
+func addEval(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	l, s, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	l.LineStyle = sty
+	l.LineStyle.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	s.GlyphStyle = draw.GlyphStyle{Color: sty.Color, Radius: vg.Points(3.5), Shape: draw.CircleGlyph{}}
+	p.Add(l, s)
+	return nil
+}
+
+// vLine is a dashed vertical line across a panel at x: where a run diverged.
+type vLine struct {
+	x   float64
+	sty draw.LineStyle
+}
+
+// Plot implements plot.Plotter.
+func (v vLine) Plot(c draw.Canvas, p *plot.Plot) {
+	x, _ := p.Transforms(&c)
+	sty := v.sty
+	sty.Dashes = []vg.Length{vg.Points(3), vg.Points(3)}
+	c.StrokeLine2(sty, x(v.x), c.Min.Y, x(v.x), c.Max.Y)
+}
+
+// DataRange implements plot.DataRanger: the line widens the x range to its step only.
+func (v vLine) DataRange() (xmin, xmax, ymin, ymax float64) {
+	return v.x, v.x, math.Inf(1), math.Inf(-1)
+}
+
+// clipLossAxis keeps the loss axis readable when a run blows up: the top is at most 1.5 times
+// the highest first loss of the runs (a fresh model's loss, about ln vocab), and the title
+// says that higher values run off the panel.
+func clipLossAxis(p *plot.Plot, runs []*plotRun) {
+	first := math.Inf(-1)
+	for _, r := range runs {
+		for _, pt := range r.points {
+			if !math.IsNaN(pt.loss) {
+				first = math.Max(first, pt.loss)
+				break
+			}
+		}
+	}
+	if top := 1.5 * first; first > 0 && p.Y.Max > top {
+		p.Y.Max = top
+		p.Title.Text += " (clipped at the top)"
+	}
+}
+
+// fromZero starts p's y axis at 0 (for quantities whose ratio matters: learning rate, speed).
+func fromZero(p *plot.Plot) {
+	if p.Y.Min > 0 {
+		p.Y.Min = 0
+	}
+}
+
+// logAxis puts p's y axis on a log scale when it has data (all of it positive: the caller
+// leaves out the rest).
+func logAxis(p *plot.Plot) {
+	if !(p.Y.Min > 0) || math.IsInf(p.Y.Min, 0) || math.IsInf(p.Y.Max, 0) {
+		return
+	}
+	if p.Y.Min == p.Y.Max {
+		p.Y.Min, p.Y.Max = p.Y.Min/2, p.Y.Max*2
+	}
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = logTicks{}
+}
+
+// plotTitle is the line above the panels: the runs, and which diverged.
+func plotTitle(runs []*plotRun) string {
+	var names []string
+	for _, r := range runs {
+		names = append(names, r.name)
+	}
+	t := "distflash training: " + strings.Join(names, ", ")
+	for _, r := range runs {
+		if r.divergedAt > 0 {
+			t += fmt.Sprintf("  —  %s DIVERGED at step %d", r.name, r.divergedAt)
+		}
+	}
+	return t
+}
+
+// plotFont is the picture's font, Liberation Sans (which gonum/plot embeds), at size points.
+func plotFont(size vg.Length) font.Font {
+	return font.Font{Typeface: "Liberation", Variant: "Sans", Size: size}
+}
+
+// textStyle is the picture's font at size points in colour c.
+func textStyle(size vg.Length, c color.Color) draw.TextStyle {
+	return draw.TextStyle{Color: c, Font: plotFont(size), Handler: plot.DefaultTextHandler}
+}
+
+// drawTitle writes the title centred at the top of c.
+func drawTitle(c draw.Canvas, title string) {
+	sty := textStyle(16, color.Black)
+	sty.Font.Weight = xfont.WeightBold
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop
+	c.FillText(sty, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y - vg.Points(10)}, title)
+}
+
+// drawLegend fills the legend tile: per run a line in its colour, its name and a summary,
+// then what the line styles mean.
+func drawLegend(c draw.Canvas, runs []*plotRun, win int) {
+	name := textStyle(12, color.Black)
+	name.YAlign = draw.YCenter
+	note := textStyle(10, color.Gray{0x40})
+	note.YAlign = draw.YCenter
+	x0 := c.Min.X + vg.Points(30)
+	y := c.Max.Y - vg.Points(24)
+	head := textStyle(13, color.Black)
+	head.YAlign = draw.YCenter
+	c.FillText(head, vg.Point{X: x0, Y: y}, "Runs")
+	y -= vg.Points(22)
+	// Each run takes two lines; with many runs the spacing shrinks to fit the tile.
+	step := vg.Points(17)
+	if avail := y - c.Min.Y - vg.Points(40); vg.Length(2*len(runs))*step > avail && len(runs) > 0 {
+		step = avail / vg.Length(2*len(runs))
+	}
+	anyEval, anyDiverged := false, false
+	for i, r := range runs {
+		sty := runStyle(i)
+		sty.Width = vg.Points(3)
+		c.StrokeLine2(sty, x0, y, x0+vg.Points(26), y)
+		label := r.name
+		if r.divergedAt > 0 {
+			label += fmt.Sprintf("   DIVERGED at step %d (%s not finite)", r.divergedAt, r.divergedWhat)
+			anyDiverged = true
+		}
+		c.FillText(name, vg.Point{X: x0 + vg.Points(34), Y: y}, label)
+		y -= step
+		c.FillText(note, vg.Point{X: x0 + vg.Points(34), Y: y}, runSummary(r))
+		y -= step
+		for _, p := range r.points {
+			anyEval = anyEval || !math.IsNaN(p.evalLoss)
+		}
+	}
+	var keys []string
+	if win > 1 {
+		keys = append(keys, fmt.Sprintf("faint: every step;  bold: centred moving average over %d steps", win))
+	}
+	if anyEval {
+		keys = append(keys, "solid: training loss;  dashed with circles: eval loss (data.eval)")
+	}
+	if anyDiverged {
+		keys = append(keys, "dashed vertical line: the step where a run diverged")
+	}
+	y = c.Min.Y + vg.Points(14)*vg.Length(len(keys))
+	for _, k := range keys {
+		c.FillText(note, vg.Point{X: x0, Y: y}, k)
+		y -= vg.Points(14)
+	}
+}
+
+// runSummary is the run's line under its name: steps, tokens, first and last loss, last
+// eval loss, fp16 skips.
+func runSummary(r *plotRun) string {
+	first, last := r.points[0], r.points[len(r.points)-1]
+	parts := []string{fmt.Sprintf("steps %d–%d", first.step, last.step)}
+	if !math.IsNaN(last.tokens) {
+		parts = append(parts, formatSI(last.tokens)+" tokens")
+	}
+	fl, ll := math.NaN(), math.NaN()
+	for _, p := range r.points {
+		if !math.IsNaN(p.loss) {
+			if math.IsNaN(fl) {
+				fl = p.loss
+			}
+			ll = p.loss
+		}
+	}
+	if !math.IsNaN(fl) {
+		parts = append(parts, fmt.Sprintf("loss %.3f → %.3f", fl, ll))
+	}
+	for i := len(r.points) - 1; i >= 0; i-- {
+		if p := r.points[i]; !math.IsNaN(p.evalLoss) {
+			parts = append(parts, fmt.Sprintf("eval %.3f at step %d", p.evalLoss, p.step))
+			break
+		}
+	}
+	if r.skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d fp16 steps skipped", r.skipped))
+	}
+	return strings.Join(parts, ",  ")
+}
+
+// siTicks are plot's default ticks labelled with SI prefixes: 250k, 1.5M.
+type siTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (siTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = formatSI(ts[i].Value)
+		}
+	}
+	return ts
+}
+
+// formatSI writes v with an SI prefix and at most 3 significant digits: 61.4k, 2M.
+func formatSI(v float64) string {
+	a := math.Abs(v)
+	for _, u := range []struct {
+		div    float64
+		suffix string
+	}{{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
+		if a >= u.div {
+			return strconv.FormatFloat(roundSig(v/u.div, 3), 'f', -1, 64) + u.suffix
+		}
+	}
+	return strconv.FormatFloat(roundSig(v, 3), 'f', -1, 64)
+}
+
+// roundSig rounds v to n significant digits.
+func roundSig(v float64, n int) float64 {
+	if v == 0 {
+		return 0
+	}
+	p := math.Pow(10, float64(n)-math.Ceil(math.Log10(math.Abs(v))))
+	return math.Round(v*p) / p
+}
+
+// logTicks marks a log axis: every 1–9 × 10^k, labelled at 1, 2 and 5 × 10^k when the axis
+// spans at most two decades (else at 10^k only), so a narrow range still has labels.
+type logTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (logTicks) Ticks(min, max float64) []plot.Tick {
+	lo, hi := int(math.Floor(math.Log10(min))), int(math.Ceil(math.Log10(max)))
+	labelled := map[int]bool{1: true}
+	if math.Log10(max/min) <= 2 {
+		labelled[2], labelled[5] = true, true
+	}
+	var ts []plot.Tick
+	for k := lo; k <= hi; k++ {
+		for m := 1; m <= 9; m++ {
+			v := float64(m) * math.Pow10(k)
+			if v < min*(1-1e-9) || v > max*(1+1e-9) {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if labelled[m] {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			ts = append(ts, t)
+		}
+	}
+	return ts
+}
