@@ -332,7 +332,7 @@ func TestPlotTrainedRun(t *testing.T) {
 	}
 }
 
-// TestFormatSI and TestLogTicks: the tick labels.
+// TestFormatSI: tick and summary labels with SI prefixes.
 func TestFormatSI(t *testing.T) {
 	for _, tc := range []struct {
 		v    float64
@@ -344,6 +344,8 @@ func TestFormatSI(t *testing.T) {
 	}
 }
 
+// TestLogTicks: the gradient norm's axis (log10 values) is labelled with the values, at 1,
+// 2, 5 × 10^k over a narrow range and 10^k over a wide one.
 func TestLogTicks(t *testing.T) {
 	for _, tc := range []struct {
 		min, max float64
@@ -351,17 +353,72 @@ func TestLogTicks(t *testing.T) {
 	}{
 		{0.4, 12, []string{"0.5", "1", "2", "5", "10"}},
 		{0.01, 1000, []string{"0.01", "0.1", "1", "10", "100", "1000"}},
+		{3e-5, 2e6, []string{"1e-4", "0.001", "0.01", "0.1", "1", "10", "100", "1000", "1e4", "1e5", "1e6"}},
 	} {
 		var got []string
-		for _, tk := range (logTicks{}).Ticks(tc.min, tc.max) {
-			if tk.Value < tc.min || tk.Value > tc.max {
-				t.Errorf("[%g, %g]: tick %g outside", tc.min, tc.max, tk.Value)
+		for _, tk := range (logTicks{}).Ticks(math.Log10(tc.min), math.Log10(tc.max)) {
+			if v := math.Pow(10, tk.Value); v < tc.min*(1-1e-9) || v > tc.max*(1+1e-9) {
+				t.Errorf("[%g, %g]: tick at %g outside", tc.min, tc.max, v)
 			}
 			if tk.Label != "" {
 				got = append(got, tk.Label)
 			}
 		}
 		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("[%g, %g]: labels %q, want %q", tc.min, tc.max, got, tc.want)
+		}
+	}
+}
+
+// TestPlotEdgeRuns: runs that leave panels with one point or none still draw: a single step,
+// a constant learning rate, a run whose every loss and gradient norm is null.
+func TestPlotEdgeRuns(t *testing.T) {
+	dir := t.TempDir()
+	one := writeRun(t, dir, "one", synthMetrics(1, 1e-3, 2, 1), "")
+	flat := writeRun(t, dir, "flat", synthMetrics(50, 1e-3, 2, 0), "")
+	var nulls []string
+	for s := 1; s <= 4; s++ {
+		nulls = append(nulls, fmt.Sprintf(`{"step":%d,"loss":null,"lr":0.001,"grad_norm":null,"tokens_per_s":900,"tokens":%d}`, s, 1024*s))
+	}
+	dead := writeRun(t, dir, "dead", nulls, "")
+	for _, runs := range [][]string{{one}, {dead}, {one, flat, dead}} {
+		out := filepath.Join(dir, "edge.png")
+		var stdout, stderr bytes.Buffer
+		if err := run(append([]string{"plot", "--out", out}, runs...), &stdout, &stderr); err != nil {
+			t.Fatalf("plot %v: %v\n%s", runs, err, stderr.String())
+		}
+		decodePNG(t, out)
+	}
+	r, err := readPlotRun(dead, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.divergedAt != 1 || len(r.points) != 4 {
+		t.Errorf("all-null run: diverged at %d with %d steps, want 1 with 4", r.divergedAt, len(r.points))
+	}
+}
+
+// TestNiceTicks: linear axes are labelled every 1, 2 or 5 × 10^k.
+func TestNiceTicks(t *testing.T) {
+	for _, tc := range []struct {
+		min, max float64
+		si       bool
+		want     string
+	}{
+		{0, 300, false, "0 50 100 150 200 250 300"},
+		{0, 0.00104, false, "0 0.0002 0.0004 0.0006 0.0008 0.001"},
+		{1.6, 5.5, false, "2 3 4 5"},
+		{0, 0.01, false, "0 0.002 0.004 0.006 0.008 0.01"},
+		{0, 307200, true, "0 100k 200k 300k"},
+		{0, 6500, true, "0 2k 4k 6k"},
+	} {
+		var got []string
+		for _, tk := range (niceTicks{si: tc.si}).Ticks(tc.min, tc.max) {
+			if tk.Label != "" {
+				got = append(got, tk.Label)
+			}
+		}
+		if strings.Join(got, " ") != tc.want {
 			t.Errorf("[%g, %g]: labels %q, want %q", tc.min, tc.max, got, tc.want)
 		}
 	}

@@ -73,11 +73,11 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 
 	lossStep := newPanel("Training loss", "step", "loss (nats/token)")
 	lossTokens := newPanel("Training loss against tokens seen", "tokens", "loss (nats/token)")
-	lossTokens.X.Tick.Marker = siTicks{}
+	lossTokens.X.Tick.Marker = niceTicks{si: true}
 	lr := newPanel("Learning rate", "step", "learning rate")
 	gradNorm := newPanel("Gradient norm (before clipping)", "step", "global L2 norm (log scale)")
 	speed := newPanel("Throughput", "step", "tokens/s")
-	speed.Y.Tick.Marker = siTicks{}
+	speed.Y.Tick.Marker = niceTicks{si: true}
 
 	win := smoothWindow(runs)
 	for i, r := range runs {
@@ -91,7 +91,7 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 			evalTok = appendFinite(evalTok, p.tokens, p.evalLoss)
 			lrs = appendFinite(lrs, x, p.lr)
 			if p.gradNorm > 0 {
-				norms = appendFinite(norms, x, p.gradNorm)
+				norms = appendFinite(norms, x, math.Log10(p.gradNorm))
 			}
 			tps = appendFinite(tps, x, p.tokensPerSec)
 		}
@@ -101,9 +101,8 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 		for _, a := range []struct {
 			p   *plot.Plot
 			xys plotter.XYs
-			log bool
-		}{{lossStep, loss, false}, {lossTokens, lossTok, false}, {gradNorm, norms, true}, {speed, tps, false}} {
-			if err := addNoisy(a.p, a.xys, sty, a.log, win); err != nil {
+		}{{lossStep, loss}, {lossTokens, lossTok}, {gradNorm, norms}, {speed, tps}} {
+			if err := addNoisy(a.p, a.xys, sty, win); err != nil {
 				return err
 			}
 		}
@@ -123,19 +122,36 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 	}
 	clipLossAxis(lossStep, runs)
 	clipLossAxis(lossTokens, runs)
+	for _, p := range []*plot.Plot{lossStep, lossTokens, lr, gradNorm, speed} {
+		if p.X.Min > 0 {
+			p.X.Min = 0 // steps and tokens count from 0
+		}
+	}
 	fromZero(lr)
 	fromZero(speed)
 	logAxis(gradNorm)
+	for _, p := range []*plot.Plot{lossStep, lossTokens, lr, gradNorm, speed} {
+		padY(p)
+	}
 
 	title := plotTitle(runs)
-	tiles := draw.Tiles{Rows: 3, Cols: 2, PadX: vg.Points(28), PadY: vg.Points(18),
-		PadTop: vg.Points(40), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(18)}
+	tiles := draw.Tiles{Rows: 3, Cols: 2, PadX: vg.Points(28), PadY: vg.Points(34),
+		PadTop: vg.Points(66), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(18)}
 	grid := [][]*plot.Plot{{lossStep, lossTokens}, {lr, gradNorm}, {speed, nil}}
-	canvases := plot.Align(grid, tiles, dc)
+	titles := map[*plot.Plot]string{}
+	for _, row := range grid {
+		for _, p := range row {
+			if p != nil {
+				titles[p], p.Title.Text = p.Title.Text, ""
+			}
+		}
+	}
+	canvases := alignPanels(grid, tiles, dc)
 	for j, row := range grid {
 		for i, p := range row {
 			if p != nil {
 				p.Draw(canvases[j][i])
+				drawPanelTitle(canvases[j][i], p, titles[p])
 			}
 		}
 	}
@@ -148,15 +164,18 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 // newPanel is an empty panel with a title, axis labels and a grid.
 func newPanel(title, x, y string) *plot.Plot {
 	p := plot.New()
+	// The title is drawn by drawPanelTitle, above the data area, so that titles line up
+	// whatever the axes' tick labels.
 	p.Title.Text = title
 	p.Title.TextStyle.Font = plotFont(13)
-	p.Title.Padding = vg.Points(6)
 	p.X.Label.Text = x
 	p.Y.Label.Text = y
 	p.X.Label.TextStyle.Font = plotFont(11)
 	p.Y.Label.TextStyle.Font = plotFont(11)
 	p.X.Tick.Label.Font = plotFont(10)
 	p.Y.Tick.Label.Font = plotFont(10)
+	p.X.Tick.Marker = niceTicks{}
+	p.Y.Tick.Marker = niceTicks{}
 	g := plotter.NewGrid()
 	g.Vertical.Color = color.Gray{0xe0}
 	g.Horizontal.Color = color.Gray{0xe0}
@@ -196,9 +215,8 @@ func addLine(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle) error {
 }
 
 // addNoisy adds a per-step series that is noisy (loss, gradient norm, tokens/s): with a
-// window win > 1, each step faint and the centred moving average over win steps bold (of
-// the logarithms when log is set, for a log axis).
-func addNoisy(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle, log bool, win int) error {
+// window win > 1, each step faint and the centred moving average over win steps bold.
+func addNoisy(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle, win int) error {
 	if win <= 1 || len(xys) <= win {
 		return addLine(p, xys, sty)
 	}
@@ -209,7 +227,7 @@ func addNoisy(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle, log bool, win i
 	if err := addLine(p, xys, faint); err != nil {
 		return err
 	}
-	return addLine(p, movingAverage(xys, win, log), sty)
+	return addLine(p, movingAverage(xys, win), sty)
 }
 
 // smoothWindow is the moving average's width for the runs: odd, about a twentieth of the
@@ -226,20 +244,16 @@ func smoothWindow(runs []*plotRun) int {
 }
 
 // movingAverage is the centred moving average of xys's Y over w points (fewer at the ends,
-// where the window is cut to stay centred), of log Y when log is set.
-func movingAverage(xys plotter.XYs, w int, log bool) plotter.XYs {
-	f, inv := func(v float64) float64 { return v }, func(v float64) float64 { return v }
-	if log {
-		f, inv = math.Log, math.Exp
-	}
+// where the window is cut to stay centred).
+func movingAverage(xys plotter.XYs, w int) plotter.XYs {
 	out := make(plotter.XYs, len(xys))
 	for i := range xys {
 		h := min(w/2, i, len(xys)-1-i)
 		var sum float64
 		for j := i - h; j <= i+h; j++ {
-			sum += f(xys[j].Y)
+			sum += xys[j].Y
 		}
-		out[i] = plotter.XY{X: xys[i].X, Y: inv(sum / float64(2*h+1))}
+		out[i] = plotter.XY{X: xys[i].X, Y: sum / float64(2*h+1)}
 	}
 	return out
 }
@@ -305,16 +319,29 @@ func fromZero(p *plot.Plot) {
 	}
 }
 
-// logAxis puts p's y axis on a log scale when it has data (all of it positive: the caller
-// leaves out the rest).
-func logAxis(p *plot.Plot) {
-	if !(p.Y.Min > 0) || math.IsInf(p.Y.Min, 0) || math.IsInf(p.Y.Max, 0) {
+// padY widens p's y range by 4% at each end, so that points on the edge (a run's first loss,
+// an eval circle) show whole; an axis from 0 stays at 0.
+func padY(p *plot.Plot) {
+	if !(p.Y.Max > p.Y.Min) || math.IsInf(p.Y.Max-p.Y.Min, 0) {
 		return
 	}
-	if p.Y.Min == p.Y.Max {
-		p.Y.Min, p.Y.Max = p.Y.Min/2, p.Y.Max*2
+	d := 0.04 * (p.Y.Max - p.Y.Min)
+	if p.Y.Min != 0 {
+		p.Y.Min -= d
 	}
-	p.Y.Scale = plot.LogScale{}
+	p.Y.Max += d
+}
+
+// logAxis labels p's y axis, whose data are log10 of the values, with the values: a log
+// scale. (plot.LogScale places the centred axis label by the arithmetic mean of the range,
+// which on a range of decades pushes it off the top and squeezes the panel.)
+func logAxis(p *plot.Plot) {
+	if math.IsInf(p.Y.Min, 0) || math.IsInf(p.Y.Max, 0) {
+		return // no data
+	}
+	if p.Y.Min == p.Y.Max {
+		p.Y.Min, p.Y.Max = p.Y.Min-0.3, p.Y.Max+0.3
+	}
 	p.Y.Tick.Marker = logTicks{}
 }
 
@@ -341,6 +368,53 @@ func plotFont(size vg.Length) font.Font {
 // textStyle is the picture's font at size points in colour c.
 func textStyle(size vg.Length, c color.Color) draw.TextStyle {
 	return draw.TextStyle{Color: c, Font: plotFont(size), Handler: plot.DefaultTextHandler}
+}
+
+// alignPanels returns the canvas of each panel of grid (row-major, nil for an empty tile)
+// such that data areas line up: within a column the same left and right edges, within a row
+// the same bottom and top, the room left for tick labels being the widest a column or row
+// needs. (plot.Align does this too, but gives rows different heights and spacing when one
+// panel's axis labels are wider.)
+func alignPanels(grid [][]*plot.Plot, t draw.Tiles, dc draw.Canvas) [][]draw.Canvas {
+	type margins struct{ l, r, b, t vg.Length }
+	out := make([][]draw.Canvas, t.Rows)
+	own := make([][]margins, t.Rows)
+	colL, colR := make([]vg.Length, t.Cols), make([]vg.Length, t.Cols)
+	rowB, rowT := make([]vg.Length, t.Rows), make([]vg.Length, t.Rows)
+	for j := range t.Rows {
+		out[j] = make([]draw.Canvas, t.Cols)
+		own[j] = make([]margins, t.Cols)
+		for i := range t.Cols {
+			c := t.At(dc, i, j)
+			out[j][i] = c
+			if grid[j][i] == nil {
+				continue
+			}
+			d := grid[j][i].DataCanvas(c)
+			m := margins{d.Min.X - c.Min.X, c.Max.X - d.Max.X, d.Min.Y - c.Min.Y, c.Max.Y - d.Max.Y}
+			own[j][i] = m
+			colL[i], colR[i] = max(colL[i], m.l), max(colR[i], m.r)
+			rowB[j], rowT[j] = max(rowB[j], m.b), max(rowT[j], m.t)
+		}
+	}
+	for j := range t.Rows {
+		for i := range t.Cols {
+			if grid[j][i] == nil {
+				continue
+			}
+			m := own[j][i]
+			out[j][i] = draw.Crop(out[j][i], colL[i]-m.l, m.r-colR[i], rowB[j]-m.b, m.t-rowT[j])
+		}
+	}
+	return out
+}
+
+// drawPanelTitle writes a panel's title centred above its data area.
+func drawPanelTitle(c draw.Canvas, p *plot.Plot, title string) {
+	d := p.DataCanvas(c)
+	sty := textStyle(13, color.Black)
+	sty.XAlign, sty.YAlign = draw.XCenter, draw.YBottom
+	c.FillText(sty, vg.Point{X: (d.Min.X + d.Max.X) / 2, Y: d.Max.Y + vg.Points(12)}, title)
 }
 
 // drawTitle writes the title centred at the top of c.
@@ -409,6 +483,9 @@ func drawLegend(c draw.Canvas, runs []*plotRun, win int) {
 func runSummary(r *plotRun) string {
 	first, last := r.points[0], r.points[len(r.points)-1]
 	parts := []string{fmt.Sprintf("steps %d–%d", first.step, last.step)}
+	if first.step == last.step {
+		parts[0] = fmt.Sprintf("step %d", first.step)
+	}
 	if !math.IsNaN(last.tokens) {
 		parts = append(parts, formatSI(last.tokens)+" tokens")
 	}
@@ -436,18 +513,43 @@ func runSummary(r *plotRun) string {
 	return strings.Join(parts, ",  ")
 }
 
-// siTicks are plot's default ticks labelled with SI prefixes: 250k, 1.5M.
-type siTicks struct{}
+// niceTicks marks a linear axis every 1, 2 or 5 × 10^k, 3 to 6 labels over the range
+// (plot's default ticks aim at 3, at steps such as 120), with an unlabelled tick halfway;
+// si labels with SI prefixes (250k, 1.5M).
+type niceTicks struct{ si bool }
 
 // Ticks implements plot.Ticker.
-func (siTicks) Ticks(min, max float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(min, max)
-	for i := range ts {
-		if ts[i].Label != "" {
-			ts[i].Label = formatSI(ts[i].Value)
+func (n niceTicks) Ticks(min, max float64) []plot.Tick {
+	step := niceStep((max - min) / 6)
+	if !(step > 0) || math.IsInf(step, 0) {
+		return nil
+	}
+	var ts []plot.Tick
+	for i := math.Ceil(min/step*2 - 1e-9); i <= math.Floor(max/step*2+1e-9); i++ {
+		v := i * step / 2
+		t := plot.Tick{Value: v}
+		if math.Mod(i, 2) == 0 {
+			v = roundSig(v, 12) // 0.30000000000000004 → 0.3
+			if n.si {
+				t.Label = formatSI(v)
+			} else {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
 		}
+		ts = append(ts, t)
 	}
 	return ts
+}
+
+// niceStep is the smallest of 1, 2, 5 × 10^k at least x.
+func niceStep(x float64) float64 {
+	p := math.Pow(10, math.Floor(math.Log10(x)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= x*(1-1e-9) {
+			return m * p
+		}
+	}
+	return 10 * p
 }
 
 // formatSI writes v with an SI prefix and at most 3 significant digits: 61.4k, 2M.
@@ -473,15 +575,17 @@ func roundSig(v float64, n int) float64 {
 	return math.Round(v*p) / p
 }
 
-// logTicks marks a log axis: every 1–9 × 10^k, labelled at 1, 2 and 5 × 10^k when the axis
-// spans at most two decades (else at 10^k only), so a narrow range still has labels.
+// logTicks marks an axis of log10 values: every 1–9 × 10^k, labelled with the value at 1, 2
+// and 5 × 10^k when the axis spans at most two decades (else at 10^k only), so a narrow
+// range still has labels.
 type logTicks struct{}
 
-// Ticks implements plot.Ticker.
-func (logTicks) Ticks(min, max float64) []plot.Tick {
-	lo, hi := int(math.Floor(math.Log10(min))), int(math.Ceil(math.Log10(max)))
+// Ticks implements plot.Ticker; min and max are log10 of the range.
+func (logTicks) Ticks(lmin, lmax float64) []plot.Tick {
+	min, max := math.Pow(10, lmin), math.Pow(10, lmax)
+	lo, hi := int(math.Floor(lmin)), int(math.Ceil(lmax))
 	labelled := map[int]bool{1: true}
-	if math.Log10(max/min) <= 2 {
+	if lmax-lmin <= 2 {
 		labelled[2], labelled[5] = true, true
 	}
 	var ts []plot.Tick
@@ -491,12 +595,20 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 			if v < min*(1-1e-9) || v > max*(1+1e-9) {
 				continue
 			}
-			t := plot.Tick{Value: v}
+			t := plot.Tick{Value: math.Log10(v)}
 			if labelled[m] {
-				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+				t.Label = formatLog(m, k)
 			}
 			ts = append(ts, t)
 		}
 	}
 	return ts
+}
+
+// formatLog writes m × 10^k plainly (0.005, 2000) for k in [-3, 3], else as 5e-4, 1e6.
+func formatLog(m, k int) string {
+	if k < -3 || k > 3 {
+		return fmt.Sprintf("%de%d", m, k)
+	}
+	return strconv.FormatFloat(float64(m)*math.Pow10(k), 'f', -1, 64)
 }
