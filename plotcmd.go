@@ -44,17 +44,22 @@ func runPlot(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(fs.Output(), plotUsage)
 		fs.PrintDefaults()
 	}
-	// Flags may come before, between or after the runs.
+	// Flags may come before, between or after the runs; after "--" all are runs.
 	var runs []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		if fs.NArg() == 0 {
+		rest := fs.Args()
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			runs = append(runs, rest...)
 			break
 		}
-		runs = append(runs, fs.Arg(0))
-		args = fs.Args()[1:]
+		if len(rest) == 0 {
+			break
+		}
+		runs = append(runs, rest[0])
+		args = rest[1:]
 	}
 	if *out == "" {
 		return errors.New("plot: --out FILE.png or FILE.svg is required")
