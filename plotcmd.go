@@ -155,7 +155,7 @@ type plotPoint struct {
 	step                                       int
 	tokens                                     float64
 	loss, evalLoss, lr, gradNorm, tokensPerSec float64
-	nonFinite                                  string // "loss", "grad_norm" or both when the step diverged
+	nonFinite                                  string // "loss", "grad_norm" or "loss, grad_norm" when the step diverged
 	skipped                                    bool   // fp16 overflow: the update was skipped
 }
 
@@ -283,7 +283,7 @@ func (r *plotRun) addLine(byStep map[int]plotPoint, line []byte) error {
 	// not skip (an overflow there is expected and handled).
 	switch {
 	case m.Loss.null() && m.GradNorm.null():
-		p.nonFinite = "loss and grad_norm"
+		p.nonFinite = "loss, grad_norm"
 	case m.Loss.null():
 		p.nonFinite = "loss"
 	case m.GradNorm.null() && !m.Skipped:

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -203,8 +204,8 @@ func TestPlotReadsDamagedRuns(t *testing.T) {
 	if p := r.points[24]; p.step != 25 || !math.IsNaN(p.loss) || !math.IsNaN(p.gradNorm) || p.lr != 0.003 {
 		t.Errorf("step 25 (null loss and grad_norm) read as %+v", p)
 	}
-	if r.divergedAt != 25 || r.divergedWhat != "loss and grad_norm" {
-		t.Errorf("diverged at %d (%s), want step 25 (loss and grad_norm)", r.divergedAt, r.divergedWhat)
+	if r.divergedAt != 25 || r.divergedWhat != "loss, grad_norm" {
+		t.Errorf("diverged at %d (%s), want step 25 (loss, grad_norm)", r.divergedAt, r.divergedWhat)
 	}
 	wantWarn := path + ":33: skipped a truncated last line"
 	if !strings.Contains(warn.String(), wantWarn) {
@@ -234,7 +235,7 @@ func TestPlotReadsDamagedRuns(t *testing.T) {
 	}
 	_, texts := svgTexts(t, out)
 	all := strings.Join(texts, "\n")
-	for _, want := range []string{"diverged DIVERGED at step 25", "DIVERGED at step 25 (loss and grad_norm not finite)", "1 fp16 steps skipped"} {
+	for _, want := range []string{"diverged DIVERGED at step 25", "DIVERGED at step 25 (non-finite loss, grad_norm)", "1 fp16 steps skipped"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("SVG has no text %q; texts:\n%s", want, all)
 		}
@@ -421,5 +422,70 @@ func TestNiceTicks(t *testing.T) {
 		if strings.Join(got, " ") != tc.want {
 			t.Errorf("[%g, %g]: labels %q, want %q", tc.min, tc.max, got, tc.want)
 		}
+	}
+}
+
+// TestPlotBinary runs the real program: a damaged run plots with exit 0 and the warning on
+// stderr; a bad --out exits non-zero with the value named and writes nothing.
+func TestPlotBinary(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	a := writeRun(t, dir, "a", synthMetrics(20, 3e-3, 2.5, 10), `{"step":21,"lo`)
+	out := filepath.Join(dir, "a.png")
+	cmd := exec.Command(bin, "plot", a, "--out", out)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("distflash plot: %v\n%s", err, stderr.String())
+	}
+	if want := filepath.Join(a, "metrics.jsonl") + ":21: skipped a truncated last line"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q does not contain %q", stderr.String(), want)
+	}
+	decodePNG(t, out)
+
+	bad := filepath.Join(dir, "a.jpg")
+	msg, err := exec.Command(bin, "plot", a, "--out", bad).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("distflash plot --out %s: %v, want a non-zero exit", bad, err)
+	}
+	if !strings.Contains(string(msg), `--out "`+bad+`"`) {
+		t.Errorf("output %q does not name --out %q", msg, bad)
+	}
+	if _, err := os.Stat(bad); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s: %v, want not written", bad, err)
+	}
+}
+
+// TestPlotManyRuns: ten runs with long names still name every run: the title counts them
+// instead of listing them, the legend gives each one line.
+func TestPlotManyRuns(t *testing.T) {
+	dir := t.TempDir()
+	var runs, names []string
+	for i := range 10 {
+		name := fmt.Sprintf("sweep-lr%d-with-a-rather-long-run-name", i)
+		lines := synthMetrics(30, 1e-3*float64(i+1), 2+0.1*float64(i), 10)
+		if i == 7 {
+			lines[19] = `{"step":20,"loss":null,"lr":0.008,"grad_norm":null,"tokens_per_s":5000,"tokens":20480}`
+		}
+		runs = append(runs, writeRun(t, dir, name, lines, ""))
+		names = append(names, name)
+	}
+	out := filepath.Join(dir, "many.svg")
+	var stdout, stderr bytes.Buffer
+	if err := run(append([]string{"plot", "--out", out}, runs...), &stdout, &stderr); err != nil {
+		t.Fatalf("plot: %v\n%s", err, stderr.String())
+	}
+	_, texts := svgTexts(t, out)
+	all := strings.Join(texts, "\n")
+	want := append(names, "distflash training: 10 runs  —  sweep-lr7-with-a-rather-long-run-name DIVERGED at step 20",
+		"sweep-lr7-with-a-rather-long-run-name   DIVERGED at step 20")
+	for _, w := range want {
+		if !strings.Contains(all, w) {
+			t.Errorf("SVG has no text %q; texts:\n%s", w, all)
+		}
+	}
+	if strings.Contains(all, "steps 1–30") {
+		t.Errorf("ten runs got two legend lines each:\n%s", all)
 	}
 }

@@ -35,7 +35,8 @@ const (
 	plotDPI    = 100
 )
 
-// plotColors are the Okabe–Ito colours (distinguishable with colour blindness), black last.
+// plotColors are the Okabe–Ito colours (distinguishable with colour blindness) with their
+// yellow, too pale on white, replaced by Tol's wine; black last.
 var plotColors = []color.RGBA{
 	{0x00, 0x72, 0xB2, 0xff}, // blue
 	{0xD5, 0x5E, 0x00, 0xff}, // vermillion
@@ -43,7 +44,7 @@ var plotColors = []color.RGBA{
 	{0xCC, 0x79, 0xA7, 0xff}, // reddish purple
 	{0xE6, 0x9F, 0x00, 0xff}, // orange
 	{0x56, 0xB4, 0xE9, 0xff}, // sky blue
-	{0xF0, 0xE4, 0x42, 0xff}, // yellow
+	{0x88, 0x22, 0x55, 0xff}, // wine
 	{0x00, 0x00, 0x00, 0xff}, // black
 }
 
@@ -71,13 +72,16 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 	// An opaque background: SVG is transparent otherwise, unreadable on a dark viewer.
 	dc.FillPolygon(color.White, []vg.Point{dc.Min, {X: dc.Max.X, Y: dc.Min.Y}, dc.Max, {X: dc.Min.X, Y: dc.Max.Y}})
 
-	lossStep := newPanel("Training loss", "step", "loss (nats/token)")
-	lossTokens := newPanel("Training loss against tokens seen", "tokens", "loss (nats/token)")
+	lossStep := newPanel("step", "loss (nats/token)")
+	lossTokens := newPanel("tokens", "loss (nats/token)")
 	lossTokens.X.Tick.Marker = niceTicks{si: true}
-	lr := newPanel("Learning rate", "step", "learning rate")
-	gradNorm := newPanel("Gradient norm (before clipping)", "step", "global L2 norm (log scale)")
-	speed := newPanel("Throughput", "step", "tokens/s")
+	lr := newPanel("step", "learning rate")
+	gradNorm := newPanel("step", "global L2 norm (log scale)")
+	speed := newPanel("step", "tokens/s")
 	speed.Y.Tick.Marker = niceTicks{si: true}
+	grid := [][]*plot.Plot{{lossStep, lossTokens}, {lr, gradNorm}, {speed, nil}}
+	titles := [][]string{{"Training loss", "Training loss against tokens seen"},
+		{"Learning rate", "Gradient norm (before clipping)"}, {"Throughput", ""}}
 
 	win := smoothWindow(runs)
 	for i, r := range runs {
@@ -118,10 +122,18 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 			for _, p := range []*plot.Plot{lossStep, lr, gradNorm, speed} {
 				p.Add(vLine{x: float64(r.divergedAt), sty: sty})
 			}
+			for _, p := range r.points {
+				if p.step == r.divergedAt && !math.IsNaN(p.tokens) {
+					lossTokens.Add(vLine{x: p.tokens, sty: sty})
+				}
+			}
 		}
 	}
-	clipLossAxis(lossStep, runs)
-	clipLossAxis(lossTokens, runs)
+	for i, p := range []*plot.Plot{lossStep, lossTokens} {
+		if clipLossAxis(p, runs) {
+			titles[0][i] += " (clipped at the top)"
+		}
+	}
 	for _, p := range []*plot.Plot{lossStep, lossTokens, lr, gradNorm, speed} {
 		if p.X.Min > 0 {
 			p.X.Min = 0 // steps and tokens count from 0
@@ -134,40 +146,27 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 		padY(p)
 	}
 
-	title := plotTitle(runs)
 	tiles := draw.Tiles{Rows: 3, Cols: 2, PadX: vg.Points(28), PadY: vg.Points(34),
 		PadTop: vg.Points(66), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(18)}
-	grid := [][]*plot.Plot{{lossStep, lossTokens}, {lr, gradNorm}, {speed, nil}}
-	titles := map[*plot.Plot]string{}
-	for _, row := range grid {
-		for _, p := range row {
-			if p != nil {
-				titles[p], p.Title.Text = p.Title.Text, ""
-			}
-		}
-	}
 	canvases := alignPanels(grid, tiles, dc)
 	for j, row := range grid {
 		for i, p := range row {
 			if p != nil {
 				p.Draw(canvases[j][i])
-				drawPanelTitle(canvases[j][i], p, titles[p])
+				drawPanelTitle(canvases[j][i], p, titles[j][i])
 			}
 		}
 	}
-	drawTitle(dc, title)
+	drawTitle(dc, runs)
 	drawLegend(canvases[2][1], runs, win)
 	_, err := c.WriteTo(w)
 	return err
 }
 
-// newPanel is an empty panel with a title, axis labels and a grid.
-func newPanel(title, x, y string) *plot.Plot {
+// newPanel is an empty panel with axis labels and a grid. Its title is drawn by
+// drawPanelTitle, above the data area, so that titles line up whatever the axes' tick labels.
+func newPanel(x, y string) *plot.Plot {
 	p := plot.New()
-	// The title is drawn by drawPanelTitle, above the data area, so that titles line up
-	// whatever the axes' tick labels.
-	p.Title.Text = title
-	p.Title.TextStyle.Font = plotFont(13)
 	p.X.Label.Text = x
 	p.Y.Label.Text = y
 	p.X.Label.TextStyle.Font = plotFont(11)
@@ -294,9 +293,9 @@ func (v vLine) DataRange() (xmin, xmax, ymin, ymax float64) {
 }
 
 // clipLossAxis keeps the loss axis readable when a run blows up: the top is at most 1.5 times
-// the highest first loss of the runs (a fresh model's loss, about ln vocab), and the title
-// says that higher values run off the panel.
-func clipLossAxis(p *plot.Plot, runs []*plotRun) {
+// the highest first loss of the runs (a fresh model's loss, about ln vocab). It reports
+// whether it clipped, for the title to say that higher values run off the panel.
+func clipLossAxis(p *plot.Plot, runs []*plotRun) bool {
 	first := math.Inf(-1)
 	for _, r := range runs {
 		for _, pt := range r.points {
@@ -308,8 +307,9 @@ func clipLossAxis(p *plot.Plot, runs []*plotRun) {
 	}
 	if top := 1.5 * first; first > 0 && p.Y.Max > top {
 		p.Y.Max = top
-		p.Title.Text += " (clipped at the top)"
+		return true
 	}
+	return false
 }
 
 // fromZero starts p's y axis at 0 (for quantities whose ratio matters: learning rate, speed).
@@ -345,19 +345,23 @@ func logAxis(p *plot.Plot) {
 	p.Y.Tick.Marker = logTicks{}
 }
 
-// plotTitle is the line above the panels: the runs, and which diverged.
-func plotTitle(runs []*plotRun) string {
-	var names []string
+// plotTitles are the candidate lines above the panels, longest first: the runs and which
+// diverged; the runs counted and which diverged; the runs and the diverged counted.
+func plotTitles(runs []*plotRun) []string {
+	var names, diverged []string
 	for _, r := range runs {
 		names = append(names, r.name)
-	}
-	t := "distflash training: " + strings.Join(names, ", ")
-	for _, r := range runs {
 		if r.divergedAt > 0 {
-			t += fmt.Sprintf("  —  %s DIVERGED at step %d", r.name, r.divergedAt)
+			diverged = append(diverged, fmt.Sprintf("  —  %s DIVERGED at step %d", r.name, r.divergedAt))
 		}
 	}
-	return t
+	counted := fmt.Sprintf("distflash training: %d runs", len(runs))
+	short := counted
+	if len(diverged) > 0 {
+		short += fmt.Sprintf("  —  %d DIVERGED", len(diverged))
+	}
+	return []string{"distflash training: " + strings.Join(names, ", ") + strings.Join(diverged, ""),
+		counted + strings.Join(diverged, ""), short}
 }
 
 // plotFont is the picture's font, Liberation Sans (which gonum/plot embeds), at size points.
@@ -417,51 +421,35 @@ func drawPanelTitle(c draw.Canvas, p *plot.Plot, title string) {
 	c.FillText(sty, vg.Point{X: (d.Min.X + d.Max.X) / 2, Y: d.Max.Y + vg.Points(12)}, title)
 }
 
-// drawTitle writes the title centred at the top of c.
-func drawTitle(c draw.Canvas, title string) {
+// drawTitle writes the title centred at the top of c: the longest of plotTitles that fits.
+func drawTitle(c draw.Canvas, runs []*plotRun) {
 	sty := textStyle(16, color.Black)
 	sty.Font.Weight = xfont.WeightBold
 	sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop
+	ts := plotTitles(runs)
+	title := ts[len(ts)-1]
+	for _, t := range ts {
+		if sty.Width(t) <= c.Max.X-c.Min.X-vg.Points(20) {
+			title = t
+			break
+		}
+	}
 	c.FillText(sty, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: c.Max.Y - vg.Points(10)}, title)
 }
 
-// drawLegend fills the legend tile: per run a line in its colour, its name and a summary,
-// then what the line styles mean.
+// drawLegend fills the legend tile: per run a line in its colour, its name and a summary
+// line, then what the line styles mean. With more runs than two lines each fit, each run
+// gets one line (name, and whether it diverged), in a smaller font if need be; text wider
+// than the tile is cut with "…".
 func drawLegend(c draw.Canvas, runs []*plotRun, win int) {
-	name := textStyle(12, color.Black)
-	name.YAlign = draw.YCenter
-	note := textStyle(10, color.Gray{0x40})
-	note.YAlign = draw.YCenter
-	x0 := c.Min.X + vg.Points(30)
-	y := c.Max.Y - vg.Points(24)
-	head := textStyle(13, color.Black)
-	head.YAlign = draw.YCenter
-	c.FillText(head, vg.Point{X: x0, Y: y}, "Runs")
-	y -= vg.Points(22)
-	// Each run takes two lines; with many runs the spacing shrinks to fit the tile.
-	step := vg.Points(17)
-	if avail := y - c.Min.Y - vg.Points(40); vg.Length(2*len(runs))*step > avail && len(runs) > 0 {
-		step = avail / vg.Length(2*len(runs))
-	}
+	var keys []string
 	anyEval, anyDiverged := false, false
-	for i, r := range runs {
-		sty := runStyle(i)
-		sty.Width = vg.Points(3)
-		c.StrokeLine2(sty, x0, y, x0+vg.Points(26), y)
-		label := r.name
-		if r.divergedAt > 0 {
-			label += fmt.Sprintf("   DIVERGED at step %d (%s not finite)", r.divergedAt, r.divergedWhat)
-			anyDiverged = true
-		}
-		c.FillText(name, vg.Point{X: x0 + vg.Points(34), Y: y}, label)
-		y -= step
-		c.FillText(note, vg.Point{X: x0 + vg.Points(34), Y: y}, runSummary(r))
-		y -= step
+	for _, r := range runs {
+		anyDiverged = anyDiverged || r.divergedAt > 0
 		for _, p := range r.points {
 			anyEval = anyEval || !math.IsNaN(p.evalLoss)
 		}
 	}
-	var keys []string
 	if win > 1 {
 		keys = append(keys, fmt.Sprintf("faint: every step;  bold: centred moving average over %d steps", win))
 	}
@@ -471,11 +459,65 @@ func drawLegend(c draw.Canvas, runs []*plotRun, win int) {
 	if anyDiverged {
 		keys = append(keys, "dashed vertical line: the step where a run diverged")
 	}
-	y = c.Min.Y + vg.Points(14)*vg.Length(len(keys))
+	const keyStep = vg.Length(14)
+	note := textStyle(10, color.Gray{0x40})
+	note.YAlign = draw.YCenter
+	x0 := c.Min.X + vg.Points(14)
+	maxW := c.Max.X - x0 - vg.Points(4)
+	y := c.Min.Y + keyStep*vg.Length(len(keys))
 	for _, k := range keys {
-		c.FillText(note, vg.Point{X: x0, Y: y}, k)
-		y -= vg.Points(14)
+		c.FillText(note, vg.Point{X: x0, Y: y}, fitText(note, k, maxW))
+		y -= keyStep
 	}
+
+	head := textStyle(13, color.Black)
+	head.YAlign = draw.YCenter
+	y = c.Max.Y - vg.Points(24)
+	c.FillText(head, vg.Point{X: x0, Y: y}, "Runs")
+	y -= vg.Points(22)
+	if len(runs) == 0 {
+		return
+	}
+	avail := y - (c.Min.Y + keyStep*vg.Length(len(keys)+1))
+	n := vg.Length(len(runs))
+	twoLines := 2*n*vg.Points(15) <= avail
+	step := min(vg.Points(17), avail/n)
+	if twoLines {
+		step = min(vg.Points(17), avail/(2*n))
+	}
+	name := textStyle(min(12, max(6, step*0.75)), color.Black)
+	name.YAlign = draw.YCenter
+	textX := x0 + vg.Points(34)
+	for i, r := range runs {
+		sty := runStyle(i)
+		sty.Width = min(vg.Points(3), step/3)
+		c.StrokeLine2(sty, x0, y, x0+vg.Points(26), y)
+		label := r.name
+		if r.divergedAt > 0 {
+			label += fmt.Sprintf("   DIVERGED at step %d", r.divergedAt)
+			if twoLines {
+				label += fmt.Sprintf(" (non-finite %s)", r.divergedWhat)
+			}
+		}
+		c.FillText(name, vg.Point{X: textX, Y: y}, fitText(name, label, c.Max.X-textX))
+		y -= step
+		if twoLines {
+			c.FillText(note, vg.Point{X: textX, Y: y}, fitText(note, runSummary(r), c.Max.X-textX))
+			y -= step
+		}
+	}
+}
+
+// fitText returns s, cut and ended with "…" when it is wider than w in sty.
+func fitText(sty draw.TextStyle, s string, w vg.Length) string {
+	if sty.Width(s) <= w {
+		return s
+	}
+	rs := []rune(s)
+	for len(rs) > 0 && sty.Width(string(rs)+"…") > w {
+		rs = rs[:len(rs)-1]
+	}
+	return string(rs) + "…"
 }
 
 // runSummary is the run's line under its name: steps, tokens, first and last loss, last
