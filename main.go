@@ -7,6 +7,7 @@
 //	distflash train --config configs/tiny.toml [--set section.key=value ...]
 //	distflash plan --config configs/llama7b-512k.toml [--cluster 2x8xA100-80GB] [--sweep seq_len=8K..512K] [--attention all]
 //	distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048]
+//	distflash plot RUN [RUN...] --out FILE.png|FILE.svg
 //
 // See README.md and docs/design.md for the configuration and the design.
 package main
@@ -31,7 +32,7 @@ Usage:
   distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]
   distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
   distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR]
-
+  distflash plot RUN [RUN...] --out FILE.png|FILE.svg
   distflash version
 
 Commands:
@@ -39,6 +40,7 @@ Commands:
   plan    predict memory, communication and step time of a config on a GPU cluster
   eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text
   data    tokenize data.train into token shards; download C4
+  plot    draw loss, eval loss, learning rate, gradient norm and tokens/s of runs, overlaid
   version the version of this binary (commit, Go version, build tags)
 
 Run 'distflash COMMAND -h' for the flags of a command.
@@ -69,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runEval(args[1:], stdout, stderr)
 	case "data":
 		return runData(args[1:], stdout, stderr)
+	case "plot":
+		return runPlot(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, version())
 		return nil
