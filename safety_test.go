@@ -144,6 +144,9 @@ func TestRunEndsWithCheckpoint(t *testing.T) {
 	if !strings.Contains(out, "model in "+filepath.Join(run, "step-000003")) {
 		t.Errorf("train output does not say where the model is:\n%s", out)
 	}
+	if fi, err := os.Stat(filepath.Join(run, "metrics.png")); err != nil || fi.Size() == 0 {
+		t.Errorf("the run drew no metrics.png: %v", err)
+	}
 	c, err := ckpt.Open(run)
 	if err != nil {
 		t.Fatalf("no checkpoint after a default run: %v", err)

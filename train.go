@@ -737,6 +737,14 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	if err := mf.close(); err != nil {
 		return err
 	}
+	if leader && done > st.Step {
+		png := filepath.Join(dirs.run, "metrics.png")
+		if err := writeRunPlot(dirs.run, png); err != nil { // the run is saved: a picture that fails is only said
+			fmt.Fprintf(stderr, "plot: %v\n", err)
+		} else {
+			fmt.Fprintf(stderr, "plot: %s\n", png)
+		}
+	}
 	elapsed := time.Since(start).Seconds()
 	switch {
 	case done < steps:
