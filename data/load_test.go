@@ -87,20 +87,22 @@ func TestLoadTokensSelection(t *testing.T) {
 		"b/c/deep/er/deep.go": "package deep\n",
 	})
 	deep := "package deep\n"
+	readme := "# readme\n"
 	tests := []struct {
 		name    string
 		path    string
 		include []string
 		want    []string
 	}{
-		{"default include", dir, nil, []string{x, z, noeol, deep}},
+		{"default include", dir, nil, []string{x, z, noeol, deep, notes, readme}},
+		{"go only", dir, []string{"*.go"}, []string{x, z, noeol, deep}},
 		{"txt only", dir, []string{"*.txt"}, []string{notes}},
 		{"two patterns", dir, []string{"*.go", "*.txt"}, []string{x, z, noeol, deep, notes}},
 		{"name pattern", dir, []string{"[xz].go"}, []string{x, z}},
 		{"file named directly", filepath.Join(dir, "a", "notes.txt"), nil, []string{notes}},
 		{"testdata as root", filepath.Join(dir, "testdata"), nil, []string{"package skip1\n"}},
 		{"glob of files", filepath.Join(dir, "a", "*.go"), nil, []string{x}},
-		{"glob of dirs", filepath.Join(dir, "[ab]"), nil, []string{x, z, deep}},
+		{"glob of dirs", filepath.Join(dir, "[ab]"), nil, []string{x, z, deep, notes, readme}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
