@@ -164,15 +164,18 @@ func (w *docWalk) finishLog() {
 	if !w.cut || w.src.MaxBytes == 0 {
 		return
 	}
-	var disk int64
+	var disk, nonEmpty int64
 	for _, f := range w.files {
-		if fi, err := os.Stat(f); err == nil {
+		if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
 			disk += fi.Size()
+			nonEmpty++
 		}
 	}
 	if w.format == "text" {
+		// The whole read: every file and the separators between them.
+		all := disk + max(nonEmpty-1, 0)
 		w.logf("data: read %s of %s bytes of text in %s, from %s of %s files (data.max_bytes = %d; set 0 for all)",
-			commas(w.textBytes), commas(disk), w.src.Path, commas(int64(w.filesRead)), commas(int64(len(w.files))), w.src.MaxBytes)
+			commas(w.textBytes), commas(all), w.src.Path, commas(int64(w.filesRead)), commas(int64(len(w.files))), w.src.MaxBytes)
 		return
 	}
 	w.logf("data: read %s bytes of text in %s, from %s of %s files holding %s bytes on disk (data.max_bytes = %d; set 0 for all)",
@@ -262,7 +265,6 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 		docs++
 		return fn(d)
 	}
-	defer func() { w.textBytes = used }()
 	for i, f := range w.files {
 		limit := budget()
 		if limit == 0 {
@@ -282,7 +284,7 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 			}
 			if err == nil {
 				var warning string
-				if warning, err = checkText(f, w.format, buf); warning != "" {
+				if warning, err = checkText(f, w.format, buf, false); warning != "" {
 					w.warn(warning)
 				}
 			}
@@ -311,6 +313,7 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 			return docs, err
 		}
 	}
+	w.textBytes = used
 	w.finishLog()
 	if docs == 0 {
 		if len(w.files) == 0 {
@@ -364,8 +367,9 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 	}
 	defer closeR()
 	// Check the start of the (decompressed) stream: a corrupt one fails below.
-	if sample, _ := r.Peek(textCheckLen); len(sample) > 0 {
-		warning, err := checkText(path, w.format, sample)
+	if sample, _ := r.Peek(textCheckLen + 1); len(sample) > 0 {
+		more := len(sample) > textCheckLen
+		warning, err := checkText(path, w.format, sample[:min(len(sample), textCheckLen)], more)
 		if err != nil {
 			return err
 		}
@@ -904,10 +908,11 @@ func sniffError(path, format string, head []byte) error {
 	return nil
 }
 
-// checkText checks b, the start (format jsonl or c4) or all (format text) of what path
-// gives to read, as described above textCheckLen: it returns an error when b is not text,
-// and otherwise a warning ("" for none) when b holds invalid UTF-8.
-func checkText(path, format string, b []byte) (warning string, err error) {
+// checkText checks b, all (format text) or the start (jsonl or c4; more says whether
+// there is more) of what path gives to read, as described above textCheckLen: it returns an
+// error when b is not text, and otherwise a warning ("" for none) when b holds invalid
+// UTF-8.
+func checkText(path, format string, b []byte, more bool) (warning string, err error) {
 	what := `UTF-8 text`
 	if format != "text" {
 		what = `JSON lines of UTF-8 text`
@@ -942,7 +947,7 @@ func checkText(path, format string, b []byte) (warning string, err error) {
 		i += n
 	}
 	span := "the first 64 KiB"
-	if len(head) == len(b) {
+	if len(head) == len(b) && !more {
 		span = fmt.Sprintf("its %d bytes", len(head))
 	}
 	if bad*100 > maxInvalidPercent*len(head) {
