@@ -161,8 +161,8 @@ func (w *docWalk) finishLog() {
 	if n := w.warnings - maxWarnings; n > 0 {
 		w.logf("data: warning: %d more like it in %s", n, w.src.Path)
 	}
-	if !w.cut || w.src.MaxBytes == 0 {
-		return
+	if !w.cut || w.src.MaxBytes == 0 || w.src.Log == nil {
+		return // the line would be dropped: spare the stat of every file
 	}
 	var disk, nonEmpty int64
 	for _, f := range w.files {

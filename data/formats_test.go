@@ -659,3 +659,23 @@ func TestSomeInvalidUTF8(t *testing.T) {
 		t.Errorf("log names a valid file:\n%s", log.String())
 	}
 }
+
+// BenchmarkCheckText checks 8 MiB of Go source as a text file is checked (NUL bytes and
+// UTF-8 over all of it).
+func BenchmarkCheckText(b *testing.B) {
+	root, err := ExpandPath("$GOROOT/src")
+	if err != nil {
+		b.Skip(err)
+	}
+	docs, err := ReadDocuments(Source{Path: root, Include: []string{"*.go"}, MaxBytes: 8 << 20}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := bytes.Join(docs, []byte{'\n'})
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if w, err := checkText("x", "text", text, false); w != "" || err != nil {
+			b.Fatal(w, err)
+		}
+	}
+}

@@ -429,3 +429,76 @@ func TestShardWriterErrors(t *testing.T) {
 		t.Errorf("Abort left %q", m)
 	}
 }
+
+// toVersion1 rewrites the version 2 shard b in version 1's layout: no checksums, the name
+// length at offset 56 and the name at 58.
+func toVersion1(b []byte) []byte {
+	le := binary.LittleEndian
+	hs := int(le.Uint32(b[20:]))
+	n := int(le.Uint16(b[64:]))
+	hs1 := int(headerSizeFor(shardFixedV1, n))
+	out := make([]byte, hs1, hs1+len(b)-hs)
+	copy(out, b[:56])
+	le.PutUint32(out[8:], 1)
+	le.PutUint32(out[20:], uint32(hs1))
+	le.PutUint16(out[56:], uint16(n))
+	copy(out[shardFixedV1:], b[shardFixedSize:shardFixedSize+n])
+	return append(out, b[hs:]...)
+}
+
+// TestShardVersion1Layout: toVersion1 of a shard written now is the version 1 file the old
+// writer wrote (testdata/shard-v1.tokens), and reads as the same tokens.
+func TestShardVersion1Layout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.tokens")
+	writeShard(t, path, ByteTokenizer{}, "a version 1 shard", "written before shards had checksums\n")
+	v2, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := os.ReadFile("testdata/shard-v1.tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := toVersion1(v2); !bytes.Equal(got, v1) {
+		t.Errorf("toVersion1 gives\n% x\nwant\n% x", got, v1)
+	}
+}
+
+// BenchmarkReadShard reads a shard of 8M uint16 tokens as version 2 (the tokens' checksum
+// verified) and as version 1 (not), the same tokens: the difference is the verification.
+func BenchmarkReadShard(b *testing.B) {
+	dir := b.TempDir()
+	path := filepath.Join(dir, "v2.tokens")
+	w, err := CreateShard(path, ByteTokenizer{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := ByteTokenizer{}.Encode(randomBytes(1 << 20))
+	for range 8 {
+		if err := w.WriteDocument(doc, len(doc)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	v2, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v1 := filepath.Join(dir, "v1.tokens")
+	if err := os.WriteFile(v1, toVersion1(v2), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range []string{path, v1} {
+		b.Run(strings.TrimSuffix(filepath.Base(p), ".tokens"), func(b *testing.B) {
+			b.SetBytes(int64(len(v2)))
+			var dst []int32
+			for b.Loop() {
+				if _, dst, err = appendShard(dst[:0], p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
