@@ -353,7 +353,7 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 		return fmt.Errorf("data: %w", err)
 	}
 	defer f.Close()
-	var head [8]byte
+	var head [sniffLen]byte
 	hn, err := f.ReadAt(head[:], 0)
 	if err != nil && err != io.EOF {
 		return fmt.Errorf("data: read %s: %w", path, err)
@@ -892,21 +892,35 @@ func sniffError(path, format string, head []byte) error {
 		}
 		return fmt.Errorf(`data: %s is %s-compressed, and data.format = "text" reads files as they are: %s-compressed JSON lines ({"text": "..."} per line) are data.format = "jsonl" (or "c4" for allenai/c4's c4-*.json.gz files); compressed plain text is not read: decompress it first`,
 			path, kind, kind)
-	case bytes.HasPrefix(head, xzMagic), bytes.HasPrefix(head, bzip2Magic) && len(head) > 3 && head[3] >= '1' && head[3] <= '9', bytes.HasPrefix(head, zipMagic):
+	case bytes.HasPrefix(head, xzMagic), isBzip2(head), bytes.HasPrefix(head, zipMagic):
 		kind := "an xz-compressed file"
 		switch {
-		case bytes.HasPrefix(head, bzip2Magic):
+		case isBzip2(head):
 			kind = "a bzip2-compressed file"
 		case bytes.HasPrefix(head, zipMagic):
 			kind = "a zip archive"
 		}
-		return fmt.Errorf(`data: %s is %s, which data.format = %q does not read: the text formats read plain files, and jsonl and c4 also gzip- or zstd-compressed ones; unpack it, or recompress it with gzip or zstd`,
-			path, kind, format)
+		fix := "unpack it"
+		if format != "text" {
+			fix = "unpack it, or recompress it with gzip or zstd"
+		}
+		return fmt.Errorf(`data: %s is %s, which data.format = %q does not read: the text formats read plain files, and jsonl and c4 also gzip- or zstd-compressed ones; %s`,
+			path, kind, format, fix)
 	case bytes.HasPrefix(head, []byte(shardMagic)):
 		return fmt.Errorf(`data: %s is a token shard (written by distflash data tokenize), and data.format = %q reads text: set data.format = "tokens"`, path, format)
 	}
 	return nil
 }
+
+// isBzip2 reports whether head starts a bzip2 file: "BZh", the block size '1' to '9', and
+// the magic of a first block or of the end of an empty stream (text may start "BZh9").
+func isBzip2(head []byte) bool {
+	return len(head) >= 10 && bytes.HasPrefix(head, bzip2Magic) && head[3] >= '1' && head[3] <= '9' &&
+		(string(head[4:10]) == "1AY&SY" || string(head[4:10]) == "\x17rE8P\x90")
+}
+
+// sniffLen is how many of a file's first bytes sniffError looks at.
+const sniffLen = 16
 
 // checkText checks b, all (format text) or the start (jsonl or c4; more says whether
 // there is more) of what path gives to read, as described above textCheckLen: it returns an

@@ -552,9 +552,10 @@ func TestNotText(t *testing.T) {
 		{"gzip as text", "text", gzipData(t, c4Lines(t, "doc")), []string{"is gzip-compressed", `data.format = "text" reads files as they are`, `data.format = "jsonl"`, `"c4"`, "compressed plain text is not read"}},
 		{"zstd as text", "text", zstdData(t, c4Lines(t, "doc")), []string{"is zstd-compressed", `data.format = "jsonl"`}},
 		{"gzip of one byte as text", "text", gzipMagic, []string{"is gzip-compressed"}},
-		{"xz", "text", append(bytes.Clone(xzMagic), randomBytes(100)...), []string{"an xz-compressed file", `data.format = "text" does not read`, "gzip or zstd"}},
-		{"xz as jsonl", "jsonl", append(bytes.Clone(xzMagic), randomBytes(100)...), []string{"an xz-compressed file", `data.format = "jsonl" does not read`}},
-		{"bzip2", "c4", append([]byte("BZh9"), randomBytes(100)...), []string{"a bzip2-compressed file"}},
+		{"xz", "text", append(bytes.Clone(xzMagic), randomBytes(100)...), []string{"an xz-compressed file", `data.format = "text" does not read`, "; unpack it"}},
+		{"xz as jsonl", "jsonl", append(bytes.Clone(xzMagic), randomBytes(100)...), []string{"an xz-compressed file", `data.format = "jsonl" does not read`, "recompress it with gzip or zstd"}},
+		{"bzip2", "c4", append([]byte("BZh91AY&SY"), randomBytes(100)...), []string{"a bzip2-compressed file"}},
+		{"empty bzip2", "text", []byte("BZh9\x17rE8P\x90\x00\x00\x00\x00"), []string{"a bzip2-compressed file"}},
 		{"zip", "text", append([]byte("PK\x03\x04"), randomBytes(100)...), []string{"a zip archive"}},
 		{"token shard as text", "text", []byte(shardMagic + "\x02\x00\x00\x00"), []string{"is a token shard", `set data.format = "tokens"`}},
 		{"token shard as jsonl", "jsonl", []byte(shardMagic + "\x02\x00\x00\x00"), []string{"is a token shard", `set data.format = "tokens"`}},
@@ -594,9 +595,10 @@ func TestNotText(t *testing.T) {
 			}
 		})
 	}
-	// Text and Windows-1252 text are read; in a directory, the files in it too.
-	if _, err := LoadTokens(Source{Path: writeFiles(t, map[string][]byte{"a.txt": text, "b.txt": latin1})}, ByteTokenizer{}); err != nil {
-		t.Errorf("text and Latin-1: %v", err)
+	// Text, Windows-1252 text and text that starts as bzip2 does are read.
+	dir := writeFiles(t, map[string][]byte{"a.txt": text, "b.txt": latin1, "c.txt": []byte("BZh9 is not a bzip2 header here.\n")})
+	if _, err := LoadTokens(Source{Path: dir}, ByteTokenizer{}); err != nil {
+		t.Errorf("text, Latin-1 and BZh9: %v", err)
 	}
 }
 

@@ -323,7 +323,7 @@ func readFile(path string, limit int64, dst []byte) ([]byte, bool, error) {
 		return dst, false, fmt.Errorf("data: %w", err)
 	}
 	defer f.Close()
-	var head [8]byte
+	var head [sniffLen]byte
 	n, err := f.ReadAt(head[:], 0)
 	if err != nil && err != io.EOF {
 		return dst, false, fmt.Errorf("data: %w", err)
