@@ -862,7 +862,7 @@ func (s *jsonScanner) literal(lit string) bool {
 //     a jsonl or c4 stream (later ones fail as invalid JSON). Text has none; binary files
 //     and UTF-16 text have many.
 //   - More than maxInvalidPercent (30%) of the first textCheckLen (64 KiB) bytes in invalid
-//     UTF-8 sequences is refused: random or compressed bytes score about 45%, text in a
+//     UTF-8 sequences is refused: random or compressed bytes score about 43%, text in a
 //     legacy single-byte encoding (Latin-1, Windows-1252) a few percent.
 //   - Less invalid UTF-8 than that (a legacy encoding, a few damaged bytes) is read, with
 //     a warning on Source.Log naming the file, the share and the first offset.

@@ -524,7 +524,7 @@ func BenchmarkJSONText(b *testing.B) {
 }
 
 // randomBytes returns n bytes of a fixed pseudo-random sequence without NUL bytes: like
-// compressed or encrypted data, about 45% of them are in invalid UTF-8 sequences.
+// compressed or encrypted data, about 42% of them are in invalid UTF-8 sequences.
 func randomBytes(n int) []byte {
 	b := make([]byte, n)
 	x := uint64(0x9e3779b97f4a7c15)
