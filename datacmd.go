@@ -86,7 +86,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("%s: data.train = %q: %w", cfg.Path, cfg.Data.Train, err)
 	}
-	src := data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed}
+	src := data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}
 
 	var (
 		bar     *progressbar.ProgressBar

@@ -245,7 +245,7 @@ func newTrainerOn(cfg Config, stderr io.Writer, comm parallel.Comm) (*trainer, e
 	}
 	start := time.Now()
 	tokens, err := data.LoadTokens(data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include,
-		MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed}, tok)
+		MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}, tok) // Log: a max_bytes cut, warnings
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.train: %w", cfg.Path, err)
 	}

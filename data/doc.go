@@ -9,9 +9,12 @@
 //     chooses and orders its files from a seed, and tokenizes them into one stream with a
 //     newline between documents. Source.Format says what a document is: a whole file
 //     (text), or the "text" field of each JSON line (jsonl, and c4 for allenai/c4's files,
-//     gzip or zstd compressed); or the files are token shards (tokens).
+//     gzip or zstd compressed); or the files are token shards (tokens). Data that is surely
+//     not meant (a compressed file read as text, binary data) is an error naming the file;
+//     Source.Log hears of the rest worth knowing (a read cut by MaxBytes, some invalid UTF-8).
 //   - [WriteShards] writes that stream as token shards (a small header, then uint16 or
-//     uint32 tokens; [ReadShard]), which LoadTokens reads back without tokenizing again.
+//     uint32 tokens, with CRC-32C checksums; [ReadShard]), which LoadTokens reads back
+//     without tokenizing again, verifying them.
 //   - [ReadDocuments] returns a source's first N documents in file order, for evaluation;
 //     [FetchC4] downloads C4's files, resuming interrupted downloads.
 //   - A [Tokenizer] maps bytes to token ids and back: [ByteTokenizer] (one token per byte,

@@ -11,6 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -24,7 +27,8 @@ var Formats = []string{"text", "jsonl", "c4", "tokens"}
 // DefaultInclude returns the file name patterns read from a directory when Source.Include is
 // empty, which depend on the format:
 //
-//	text    *.go (the default corpus is the Go source tree)
+//	text    *.go *.txt *.md (Go sources, for the default corpus, the Go source tree; and
+//	        plain text and Markdown, so a directory of notes or books needs no patterns)
 //	jsonl   *.jsonl *.jsonl.gz *.jsonl.zst
 //	c4      c4-*.json c4-*.json.gz c4-*.json.zst (the names of allenai/c4's files)
 //	tokens  *.tokens (the shards WriteShards writes)
@@ -40,7 +44,7 @@ func DefaultInclude(format string) []string {
 	case "tokens":
 		return []string{"*.tokens"}
 	}
-	return []string{"*.go"}
+	return []string{"*.go", "*.txt", "*.md"}
 }
 
 // checkFormat returns the canonical name of format ("" is "text") or an error listing the
@@ -75,6 +79,7 @@ func ReadDocuments(src Source, n int) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer w.flushLog()
 	var docs [][]byte
 	errEnough := errors.New("enough documents")
 	_, err = w.each(func(d []byte) error {
@@ -101,6 +106,98 @@ type docWalk struct {
 	// progress reports.
 	onRead func(n int64)
 	onFile func()
+
+	// Set by each: the text passed on (separators included), the files opened, and
+	// whether MaxBytes ended the walk before the text did.
+	textBytes int64
+	filesRead int
+	cut       bool
+	// Lines for Source.Log, kept until flushLog writes them on the caller's goroutine.
+	mu       sync.Mutex
+	pending  []string
+	warnings int // warnings so far, of which the first maxWarnings are logged
+}
+
+// maxWarnings is how many warnings a walk logs one by one; the rest are counted in one
+// line at its end.
+const maxWarnings = 3
+
+// warn queues a warning for Source.Log.
+func (w *docWalk) warn(msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warnings++
+	if w.warnings <= maxWarnings {
+		w.pending = append(w.pending, "data: warning: "+msg)
+	}
+}
+
+// logf queues a line for Source.Log.
+func (w *docWalk) logf(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = append(w.pending, fmt.Sprintf(format, args...))
+}
+
+// flushLog writes the queued lines to Source.Log (and drops them when it is nil). Only
+// the goroutine that called LoadTokens, ReadDocuments or WriteShards calls it, so the
+// lines never interleave with the caller's own writes to the same writer.
+func (w *docWalk) flushLog() {
+	w.mu.Lock()
+	lines := w.pending
+	w.pending = nil
+	w.mu.Unlock()
+	if w.src.Log == nil {
+		return
+	}
+	for _, l := range lines {
+		fmt.Fprintln(w.src.Log, l)
+	}
+}
+
+// finishLog queues the walk's closing lines: how many warnings were not shown, and the
+// cut MaxBytes made.
+func (w *docWalk) finishLog() {
+	if n := w.warnings - maxWarnings; n > 0 {
+		w.logf("data: warning: %d more like it in %s", n, w.src.Path)
+	}
+	if !w.cut || w.src.MaxBytes == 0 || w.src.Log == nil {
+		return // the line would be dropped: spare the stat of every file
+	}
+	var disk, nonEmpty int64
+	for _, f := range w.files {
+		if fi, err := os.Stat(f); err == nil && fi.Size() > 0 {
+			disk += fi.Size()
+			nonEmpty++
+		}
+	}
+	if w.format == "text" {
+		// The whole read: every file and the separators between them.
+		all := disk + max(nonEmpty-1, 0)
+		w.logf("data: read %s of %s bytes of text in %s, from %s of %s files (data.max_bytes = %d; set 0 for all)",
+			commas(w.textBytes), commas(all), w.src.Path, commas(int64(w.filesRead)), commas(int64(len(w.files))), w.src.MaxBytes)
+		return
+	}
+	w.logf("data: read %s bytes of text in %s, from %s of %s files holding %s bytes on disk (data.max_bytes = %d; set 0 for all)",
+		commas(w.textBytes), w.src.Path, commas(int64(w.filesRead)), commas(int64(len(w.files))), commas(disk), w.src.MaxBytes)
+}
+
+// commas formats n with thousands separators: 23,456,789.
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // newDocWalk validates src and lists its files: sorted by path, then shuffled with src.Seed
@@ -168,30 +265,42 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 		docs++
 		return fn(d)
 	}
-	for _, f := range w.files {
+	for i, f := range w.files {
 		limit := budget()
 		if limit == 0 {
+			w.cut = true // files are left
 			break
 		}
 		if w.onFile != nil {
 			w.onFile()
 		}
+		w.filesRead = i + 1
 		var err error
 		if w.format == "text" {
-			buf, err = readFile(f, limit, buf[:0])
+			var cut bool
+			buf, cut, err = readFile(f, limit, buf[:0])
 			if err == nil && w.onRead != nil {
 				w.onRead(int64(len(buf)))
 			}
 			if err == nil {
+				var warning string
+				if warning, err = checkText(f, w.format, buf, false); warning != "" {
+					w.warn(warning)
+				}
+			}
+			if err == nil {
+				w.cut = w.cut || cut
 				err = emit(buf)
 			}
 		} else {
 			err = w.eachJSON(f, func(d []byte) error {
 				limit := budget()
 				if limit == 0 {
+					w.cut = true // documents are left
 					return errStopWalk
 				}
 				if limit > 0 && int64(len(d)) > limit {
+					w.cut = true
 					d = d[:limit]
 				}
 				return emit(d)
@@ -204,6 +313,8 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 			return docs, err
 		}
 	}
+	w.textBytes = used
+	w.finishLog()
 	if docs == 0 {
 		if len(w.files) == 0 {
 			return 0, fmt.Errorf("data: no text in %s: no file matches include patterns %q (directories named testdata or starting with . or _ are skipped)", w.src.Path, w.include)
@@ -242,11 +353,30 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 		return fmt.Errorf("data: %w", err)
 	}
 	defer f.Close()
+	var head [sniffLen]byte
+	hn, err := f.ReadAt(head[:], 0)
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("data: read %s: %w", path, err)
+	}
+	if err := sniffError(path, w.format, head[:hn]); err != nil {
+		return err
+	}
 	r, kind, closeR, err := decompress(&countingReader{r: f, onRead: w.onRead}, path)
 	if err != nil {
 		return err
 	}
 	defer closeR()
+	// Check the start of the (decompressed) stream: a corrupt one fails below.
+	if sample, _ := r.Peek(textCheckLen + 1); len(sample) > 0 {
+		more := len(sample) > textCheckLen
+		warning, err := checkText(path, w.format, sample[:min(len(sample), textCheckLen)], more)
+		if err != nil {
+			return err
+		}
+		if warning != "" {
+			w.warn(warning)
+		}
+	}
 	var long []byte // a line longer than r's buffer
 	for n := 1; ; n++ {
 		line, err := r.ReadSlice('\n')
@@ -719,4 +849,140 @@ func (s *jsonScanner) literal(lit string) bool {
 	}
 	s.i += len(lit)
 	return true
+}
+
+// Data a user did not mean to train on. Before a file is read as text (format "text": the
+// file's bytes; "jsonl" and "c4": the decompressed stream), its first bytes are sniffed and
+// its content checked:
+//
+//   - A gzip or zstd file read as "text" is refused, naming the format that reads it
+//     (compressed JSON lines are "jsonl" or "c4"; compressed plain text is not read). An
+//     xz, bzip2 or zip file, or a token shard, is refused in every text format.
+//   - A NUL byte is refused: anywhere in a "text" file, in the first textCheckLen bytes of
+//     a jsonl or c4 stream (later ones fail as invalid JSON). Text has none; binary files
+//     and UTF-16 text have many.
+//   - More than maxInvalidPercent (30%) of the first textCheckLen (64 KiB) bytes in invalid
+//     UTF-8 sequences is refused: random or compressed bytes score about 43%, text in a
+//     legacy single-byte encoding (Latin-1, Windows-1252) a few percent.
+//   - Less invalid UTF-8 than that (a legacy encoding, a few damaged bytes) is read, with
+//     a warning on Source.Log naming the file, the share and the first offset.
+const (
+	textCheckLen      = 64 << 10
+	maxInvalidPercent = 30
+)
+
+// More magic numbers, of files no text format reads.
+var (
+	xzMagic    = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
+	bzip2Magic = []byte("BZh")
+	zipMagic   = []byte("PK\x03\x04")
+	utf16LEBOM = []byte{0xff, 0xfe}
+	utf16BEBOM = []byte{0xfe, 0xff}
+)
+
+// sniffError returns the error for a file of a text format (text, jsonl or c4) whose
+// first bytes are head, or nil when they may start text: for format text, a gzip or zstd
+// file; for any, an xz, bzip2 or zip file or a token shard.
+func sniffError(path, format string, head []byte) error {
+	switch {
+	case format == "text" && (bytes.HasPrefix(head, gzipMagic) || bytes.HasPrefix(head, zstdMagic)):
+		kind := "gzip"
+		if bytes.HasPrefix(head, zstdMagic) {
+			kind = "zstd"
+		}
+		return fmt.Errorf(`data: %s is %s-compressed, and data.format = "text" reads files as they are: %s-compressed JSON lines ({"text": "..."} per line) are data.format = "jsonl" (or "c4" for allenai/c4's c4-*.json.gz files); compressed plain text is not read: decompress it first`,
+			path, kind, kind)
+	case bytes.HasPrefix(head, xzMagic), isBzip2(head), bytes.HasPrefix(head, zipMagic):
+		kind := "an xz-compressed file"
+		switch {
+		case isBzip2(head):
+			kind = "a bzip2-compressed file"
+		case bytes.HasPrefix(head, zipMagic):
+			kind = "a zip archive"
+		}
+		fix := "unpack it"
+		if format != "text" {
+			fix = "unpack it, or recompress it with gzip or zstd"
+		}
+		return fmt.Errorf(`data: %s is %s, which data.format = %q does not read: the text formats read plain files, and jsonl and c4 also gzip- or zstd-compressed ones; %s`,
+			path, kind, format, fix)
+	case bytes.HasPrefix(head, []byte(shardMagic)):
+		return fmt.Errorf(`data: %s is a token shard (written by distflash data tokenize), and data.format = %q reads text: set data.format = "tokens"`, path, format)
+	}
+	return nil
+}
+
+// isBzip2 reports whether head starts a bzip2 file: "BZh", the block size '1' to '9', and
+// the magic of a first block or of the end of an empty stream (text may start "BZh9").
+func isBzip2(head []byte) bool {
+	return len(head) >= 10 && bytes.HasPrefix(head, bzip2Magic) && head[3] >= '1' && head[3] <= '9' &&
+		(string(head[4:10]) == "1AY&SY" || string(head[4:10]) == "\x17rE8P\x90")
+}
+
+// sniffLen is how many of a file's first bytes sniffError looks at.
+const sniffLen = 16
+
+// checkText checks b, all (format text) or the start (jsonl or c4; more says whether
+// there is more) of what path gives to read, as described above textCheckLen: it returns an
+// error when b is not text, and otherwise a warning ("" for none) when b holds invalid
+// UTF-8.
+func checkText(path, format string, b []byte, more bool) (warning string, err error) {
+	what := `UTF-8 text`
+	if format != "text" {
+		what = `JSON lines of UTF-8 text`
+	}
+	if i := bytes.IndexByte(b[:min(len(b), textCheckLen)], 0); i >= 0 || format == "text" && bytes.IndexByte(b, 0) >= 0 {
+		if i < 0 {
+			i = bytes.IndexByte(b, 0)
+		}
+		hint := "a binary file? leave it out with data.include, or point data.train elsewhere"
+		if bytes.HasPrefix(b, utf16LEBOM) || bytes.HasPrefix(b, utf16BEBOM) {
+			hint = "it starts with a UTF-16 byte-order mark: convert it to UTF-8 (iconv -f UTF-16 -t UTF-8)"
+		}
+		return "", fmt.Errorf("data: %s: NUL byte at offset %d: this is not text, and data.format = %q reads %s; %s", path, i, format, what, hint)
+	}
+	if utf8.Valid(b) {
+		return "", nil
+	}
+	end := min(len(b), textCheckLen)
+	for k := 0; k < utf8.UTFMax-1 && end < len(b) && end > 0 && !utf8.RuneStart(b[end]); k++ {
+		end-- // do not cut a rune at the end of the sample
+	}
+	head := b[:end]
+	bad, first := 0, -1
+	for i := 0; i < len(head); {
+		r, n := utf8.DecodeRune(head[i:])
+		if r == utf8.RuneError && n == 1 {
+			bad++
+			if first < 0 {
+				first = i
+			}
+		}
+		i += n
+	}
+	span := "the first 64 KiB"
+	if len(head) == len(b) && !more {
+		span = fmt.Sprintf("its %d bytes", len(head))
+	}
+	if bad*100 > maxInvalidPercent*len(head) {
+		return "", fmt.Errorf("data: %s: %d%% of %s is not UTF-8 (first invalid byte at offset %d; more than %d%% is refused): this is not text, and data.format = %q reads %s; a binary file? leave it out with data.include, or point data.train elsewhere",
+			path, bad*100/len(head), span, first, maxInvalidPercent, format, what)
+	}
+	how := "read as it is"
+	if format != "text" {
+		how = "invalid bytes in strings read as U+FFFD"
+	}
+	if first < 0 { // the sample is valid; the rest is not
+		first = len(head)
+		for first < len(b) {
+			r, n := utf8.DecodeRune(b[first:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			first += n
+		}
+		return fmt.Sprintf("%s: invalid UTF-8 at offset %d (%s): a legacy encoding such as Latin-1, or damaged bytes?", path, first, how), nil
+	}
+	return fmt.Sprintf("%s: %.1f%% of %s is not UTF-8 (first at offset %d; %s, up to %d%% is): a legacy encoding such as Latin-1, or damaged bytes?",
+		path, float64(bad)*100/float64(len(head)), span, first, how, maxInvalidPercent), nil
 }

@@ -207,7 +207,13 @@ func TestLoadTokensJSONMaxBytes(t *testing.T) {
 		wantLen  int
 		wantDocs int
 	}{{1, 1, 1}, {100, 100, 1}, {101, 100, 1}, {102, 102, 2}, {650, 650, 7}, {1211, 1211, 12}, {5000, 1211, 12}} {
-		got := loadString(t, Source{Path: dir, Format: "c4", MaxBytes: tt.maxBytes, Seed: 2})
+		var log bytes.Buffer
+		got := loadString(t, Source{Path: dir, Format: "c4", MaxBytes: tt.maxBytes, Seed: 2, Log: &log})
+		cut := tt.wantLen < len(full)
+		if l := log.String(); cut != (l != "") || cut && !strings.Contains(l, fmt.Sprintf("data: read %d bytes of text in %s, from ", tt.wantLen, dir)) ||
+			cut && !strings.Contains(l, fmt.Sprintf("(data.max_bytes = %d; set 0 for all)", tt.maxBytes)) {
+			t.Errorf("MaxBytes %d: log %q", tt.maxBytes, l)
+		}
 		if len(got) != tt.wantLen || !strings.HasPrefix(full, got) {
 			t.Errorf("MaxBytes %d: read %d bytes (prefix of the full read: %v), want %d", tt.maxBytes, len(got), strings.HasPrefix(full, got), tt.wantLen)
 		}
@@ -221,6 +227,9 @@ func TestLoadTokensDefaultInclude(t *testing.T) {
 	line := c4Lines(t, "doc")
 	dir := writeFiles(t, map[string][]byte{
 		"a.go":                                  []byte("go"),
+		"b.txt":                                 []byte("txt"),
+		"c.md":                                  []byte("md"),
+		"d.txt.gz":                              gzipData(t, []byte("not by default")),
 		"a.jsonl":                               c4Lines(t, "jsonl"),
 		"b.jsonl.gz":                            gzipData(t, c4Lines(t, "jsonl.gz")),
 		"c.jsonl.zst":                           zstdData(t, c4Lines(t, "jsonl.zst")),
@@ -236,7 +245,7 @@ func TestLoadTokensDefaultInclude(t *testing.T) {
 		format string
 		want   []string
 	}{
-		{"text", []string{"go"}},
+		{"text", []string{"go", "txt", "md"}},
 		{"jsonl", []string{"jsonl", "jsonl.gz", "jsonl.zst"}},
 		{"c4", []string{"c4 gz", "c4 json", "c4 zst", "c4 sub"}},
 	} {
@@ -512,4 +521,163 @@ func BenchmarkJSONText(b *testing.B) {
 			}
 		}
 	})
+}
+
+// randomBytes returns n bytes of a fixed pseudo-random sequence without NUL bytes: like
+// compressed or encrypted data, about 42% of them are in invalid UTF-8 sequences.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x>>24) | 1
+	}
+	return b
+}
+
+// TestNotText reads files that are not text, or not the text the format reads: each is an
+// error naming the file, what was found and what to set or do instead.
+func TestNotText(t *testing.T) {
+	const long = 70000 // past the 64 KiB sample
+	text := []byte("Plain text, as a user means it.\n")
+	latin1 := bytes.Repeat([]byte("caf\xe9 cr\xe8me br\xfbl\xe9e\n"), 3) // Windows-1252: 4 of 18 bytes invalid
+	tests := []struct {
+		name    string
+		format  string
+		content []byte
+		want    []string
+	}{
+		{"gzip as text", "text", gzipData(t, c4Lines(t, "doc")), []string{"is gzip-compressed", `data.format = "text" reads files as they are`, `data.format = "jsonl"`, `"c4"`, "compressed plain text is not read"}},
+		{"zstd as text", "text", zstdData(t, c4Lines(t, "doc")), []string{"is zstd-compressed", `data.format = "jsonl"`}},
+		{"gzip of one byte as text", "text", gzipMagic, []string{"is gzip-compressed"}},
+		{"xz", "text", append(bytes.Clone(xzMagic), randomBytes(100)...), []string{"an xz-compressed file", `data.format = "text" does not read`, "; unpack it"}},
+		{"xz as jsonl", "jsonl", append(bytes.Clone(xzMagic), randomBytes(100)...), []string{"an xz-compressed file", `data.format = "jsonl" does not read`, "recompress it with gzip or zstd"}},
+		{"bzip2", "c4", append([]byte("BZh91AY&SY"), randomBytes(100)...), []string{"a bzip2-compressed file"}},
+		{"empty bzip2", "text", []byte("BZh9\x17rE8P\x90\x00\x00\x00\x00"), []string{"a bzip2-compressed file"}},
+		{"zip", "text", append([]byte("PK\x03\x04"), randomBytes(100)...), []string{"a zip archive"}},
+		{"token shard as text", "text", []byte(shardMagic + "\x02\x00\x00\x00"), []string{"is a token shard", `set data.format = "tokens"`}},
+		{"token shard as jsonl", "jsonl", []byte(shardMagic + "\x02\x00\x00\x00"), []string{"is a token shard", `set data.format = "tokens"`}},
+		{"NUL", "text", []byte("hello\x00world"), []string{"NUL byte at offset 5", "not text", `data.format = "text" reads UTF-8 text`, "data.include"}},
+		{"NUL after the sample", "text", append(bytes.Repeat([]byte("a"), long), 0), []string{fmt.Sprintf("NUL byte at offset %d", long)}},
+		{"UTF-16", "text", []byte("\xff\xfeh\x00i\x00"), []string{"NUL byte at offset 3", "UTF-16 byte-order mark", "iconv"}},
+		{"random bytes", "text", randomBytes(long), []string{"% of the first 64 KiB is not UTF-8", "first invalid byte at offset", "more than 30% is refused", `data.format = "text" reads UTF-8 text`}},
+		{"short random bytes", "text", randomBytes(1000), []string{"% of its 1000 bytes is not UTF-8"}},
+		{"31% invalid", "text", append(bytes.Repeat([]byte{0xff}, 31), bytes.Repeat([]byte("a"), 69)...), []string{"31% of its 100 bytes is not UTF-8", "first invalid byte at offset 0"}},
+		{"random bytes as jsonl", "jsonl", randomBytes(long), []string{"% of the first 64 KiB is not UTF-8", `data.format = "jsonl" reads JSON lines of UTF-8 text`}},
+		{"gzip of random bytes as c4", "c4", gzipData(t, randomBytes(long)), []string{"% of the first 64 KiB is not UTF-8", `data.format = "c4"`}},
+		{"NUL in jsonl", "jsonl", []byte(`{"text": "a"}` + "\x00\n"), []string{"NUL byte at offset 13", `data.format = "jsonl"`}},
+		{"zstd of a binary file as jsonl", "jsonl", zstdData(t, []byte("\x7fELF\x02\x01\x01\x00\x00")), []string{"NUL byte at offset 7"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeFiles(t, map[string][]byte{"f": tt.content})
+			path := filepath.Join(dir, "f")
+			var log bytes.Buffer
+			toks, err := LoadTokens(Source{Path: path, Format: tt.format, Log: &log}, ByteTokenizer{})
+			if err == nil {
+				t.Fatalf("no error; read %d tokens", len(toks))
+			}
+			for _, s := range append([]string{"data: ", path}, tt.want...) {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			if _, err2 := ReadDocuments(Source{Path: path, Format: tt.format}, 0); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("ReadDocuments: error %v, want LoadTokens's", err2)
+			}
+			if _, err2 := WriteShards(context.Background(), Source{Path: path, Format: tt.format}, ByteTokenizer{}, ShardOptions{Out: filepath.Join(dir, "shards")}); err2 == nil || err2.Error() != err.Error() {
+				t.Errorf("WriteShards: error %v, want LoadTokens's", err2)
+			}
+			if m, _ := filepath.Glob(filepath.Join(dir, "shards", "*")); len(m) > 0 {
+				t.Errorf("WriteShards left %q", m)
+			}
+		})
+	}
+	// Text, Windows-1252 text and text that starts as bzip2 does are read.
+	dir := writeFiles(t, map[string][]byte{"a.txt": text, "b.txt": latin1, "c.txt": []byte("BZh9 is not a bzip2 header here.\n")})
+	if _, err := LoadTokens(Source{Path: dir}, ByteTokenizer{}); err != nil {
+		t.Errorf("text, Latin-1 and BZh9: %v", err)
+	}
+}
+
+// TestSomeInvalidUTF8 reads text with invalid UTF-8 below the refusal threshold: it is read
+// (text as it is, jsonl's strings with U+FFFD) and each file is warned about on Source.Log.
+func TestSomeInvalidUTF8(t *testing.T) {
+	latin1 := bytes.Repeat([]byte("caf\xe9 cr\xe8me br\xfbl\xe9e\n"), 3)
+	thirty := append(bytes.Repeat([]byte{0xff}, 30), bytes.Repeat([]byte("a"), 70)...)
+	// Two-byte runes from offset 1 put the 64 KiB sample's end inside a rune, which is not
+	// invalid: only the byte after the valid text is.
+	lateBad := append(append([]byte("a"), bytes.Repeat([]byte("é"), 40000)...), 0xff)
+	tests := []struct {
+		name    string
+		format  string
+		content []byte
+		read    string // the document read
+		want    []string
+	}{
+		{"Windows-1252", "text", latin1, string(latin1), []string{"22.2% of its 54 bytes is not UTF-8", "first at offset 3", "read as it is", "up to 30% is", "Latin-1"}},
+		{"30% invalid", "text", thirty, string(thirty), []string{"30.0% of its 100 bytes is not UTF-8", "first at offset 0"}},
+		{"after the sample", "text", lateBad, string(lateBad), []string{"invalid UTF-8 at offset 80001", "read as it is"}},
+		{"in a JSON string", "jsonl", []byte("{\"text\": \"caf\xe9\"}\n"), "caf\uFFFD", []string{"5.9% of its 17 bytes is not UTF-8", "first at offset 13", "U+FFFD"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := writeFiles(t, map[string][]byte{"f": tt.content})
+			path := filepath.Join(dir, "f")
+			var log bytes.Buffer
+			docs, err := ReadDocuments(Source{Path: path, Format: tt.format, Log: &log}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(docs) != 1 || string(docs[0]) != tt.read {
+				t.Errorf("read %q, want %q", docs, tt.read)
+			}
+			for _, s := range append([]string{"data: warning: " + path + ": "}, tt.want...) {
+				if !strings.Contains(log.String(), s) {
+					t.Errorf("log %q does not mention %q", log.String(), s)
+				}
+			}
+		})
+	}
+	// Many such files: the first maxWarnings are named, the rest counted.
+	files := map[string][]byte{"ok.txt": []byte("fine\n")}
+	for i := range 5 {
+		files[fmt.Sprintf("latin%d.txt", i)] = latin1
+	}
+	dir := writeFiles(t, files)
+	var log bytes.Buffer
+	if _, err := LoadTokens(Source{Path: dir, Log: &log}, ByteTokenizer{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(log.String(), "is not UTF-8"); n != maxWarnings {
+		t.Errorf("%d files warned about, want %d:\n%s", n, maxWarnings, log.String())
+	}
+	if !strings.Contains(log.String(), "data: warning: 2 more like it in "+dir+"\n") {
+		t.Errorf("log does not count the 2 files left out:\n%s", log.String())
+	}
+	if strings.Contains(log.String(), "ok.txt") {
+		t.Errorf("log names a valid file:\n%s", log.String())
+	}
+}
+
+// BenchmarkCheckText checks 8 MiB of Go source as a text file is checked (NUL bytes and
+// UTF-8 over all of it).
+func BenchmarkCheckText(b *testing.B) {
+	root, err := ExpandPath("$GOROOT/src")
+	if err != nil {
+		b.Skip(err)
+	}
+	docs, err := ReadDocuments(Source{Path: root, Include: []string{"*.go"}, MaxBytes: 8 << 20}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	text := bytes.Join(docs, []byte{'\n'})
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if w, err := checkText("x", "text", text, false); w != "" || err != nil {
+			b.Fatal(w, err)
+		}
+	}
 }

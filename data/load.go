@@ -33,7 +33,9 @@ type Source struct {
 	//
 	// jsonl and c4 files may be gzip- or zstd-compressed, which is told by the file's
 	// first bytes (its magic number), not its name; a corrupt or truncated stream is an
-	// error naming the file. The two formats differ only in DefaultInclude.
+	// error naming the file. The two formats differ only in DefaultInclude. A compressed
+	// file read as text, and binary data (NUL bytes, mostly invalid UTF-8) read as text,
+	// jsonl or c4, is an error naming the file and what was found (see checkText).
 	Format string
 	// Include holds filename patterns (filepath.Match syntax) matched against the base name
 	// of each file found inside a directory; nil or empty means DefaultInclude(Format).
@@ -52,6 +54,12 @@ type Source struct {
 	// within a file keep their order. Token shards are read in path order whatever the
 	// seed: their order was fixed when they were written.
 	Seed uint64
+	// Log, when set, receives what a user should know about the read, a line each,
+	// written on the caller's goroutine: that MaxBytes cut the text short (how much was
+	// read of how much), text with some invalid UTF-8 (see checkText), token shards
+	// without a checksum. Data that is surely not meant (a compressed file read as text,
+	// a binary file) is an error instead.
+	Log io.Writer
 }
 
 // DocSeparator is the byte LoadTokens puts between consecutive documents, so that the
@@ -169,6 +177,7 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer w.flushLog()
 	var (
 		paths          []string
 		total, textLen int64
@@ -177,6 +186,9 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 		h, err := ReadShardHeader(f)
 		if err != nil {
 			return nil, err
+		}
+		if h.Version < 2 {
+			w.warn(fmt.Sprintf("token shard %s is version %d and carries no checksum: its tokens are read unverified; write it again with distflash data tokenize", f, h.Version))
 		}
 		if err := checkShardTokenizer(h, f, tok); err != nil {
 			return nil, err
@@ -213,6 +225,9 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 		if _, tokens, err = appendShard(tokens, f); err != nil {
 			return nil, err
 		}
+	}
+	if n := w.warnings - maxWarnings; n > 0 {
+		w.logf("data: warning: %d more like it in %s", n, src.Path)
 	}
 	return tokens, nil
 }
@@ -299,27 +314,41 @@ func hasMeta(path string) bool {
 	return strings.ContainsAny(path, `*?[`)
 }
 
-// readFile appends up to limit bytes of the file (all of it if limit < 0) to dst.
-func readFile(path string, limit int64, dst []byte) ([]byte, error) {
+// readFile appends up to limit bytes of the file (all of it if limit < 0) to dst and says
+// whether the file holds more. A file whose first bytes say it is not text (sniffError)
+// is an error.
+func readFile(path string, limit int64, dst []byte) ([]byte, bool, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return dst, fmt.Errorf("data: %w", err)
+		return dst, false, fmt.Errorf("data: %w", err)
 	}
 	defer f.Close()
+	var head [sniffLen]byte
+	n, err := f.ReadAt(head[:], 0)
+	if err != nil && err != io.EOF {
+		return dst, false, fmt.Errorf("data: %w", err)
+	}
+	if err := sniffError(path, "text", head[:n]); err != nil {
+		return dst, false, err
+	}
 	var r io.Reader = f
 	if limit >= 0 {
 		r = io.LimitReader(f, limit)
 	}
+	size := int64(-1)
 	if fi, err := f.Stat(); err == nil {
-		n := fi.Size()
+		size = fi.Size()
+		n := size
 		if limit >= 0 {
 			n = min(n, limit)
 		}
 		dst = slices.Grow(dst, int(n)+bytes.MinRead)
 	}
+	start := len(dst)
 	b := bytes.NewBuffer(dst)
 	if _, err := b.ReadFrom(r); err != nil {
-		return dst, fmt.Errorf("data: %w", err)
+		return dst, false, fmt.Errorf("data: %w", err)
 	}
-	return b.Bytes(), nil
+	read := int64(b.Len() - start)
+	return b.Bytes(), limit >= 0 && read == limit && size > limit, nil
 }

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,20 +88,22 @@ func TestLoadTokensSelection(t *testing.T) {
 		"b/c/deep/er/deep.go": "package deep\n",
 	})
 	deep := "package deep\n"
+	readme := "# readme\n"
 	tests := []struct {
 		name    string
 		path    string
 		include []string
 		want    []string
 	}{
-		{"default include", dir, nil, []string{x, z, noeol, deep}},
+		{"default include", dir, nil, []string{x, z, noeol, deep, notes, readme}},
+		{"go only", dir, []string{"*.go"}, []string{x, z, noeol, deep}},
 		{"txt only", dir, []string{"*.txt"}, []string{notes}},
 		{"two patterns", dir, []string{"*.go", "*.txt"}, []string{x, z, noeol, deep, notes}},
 		{"name pattern", dir, []string{"[xz].go"}, []string{x, z}},
 		{"file named directly", filepath.Join(dir, "a", "notes.txt"), nil, []string{notes}},
 		{"testdata as root", filepath.Join(dir, "testdata"), nil, []string{"package skip1\n"}},
 		{"glob of files", filepath.Join(dir, "a", "*.go"), nil, []string{x}},
-		{"glob of dirs", filepath.Join(dir, "[ab]"), nil, []string{x, z, deep}},
+		{"glob of dirs", filepath.Join(dir, "[ab]"), nil, []string{x, z, deep, notes, readme}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,21 +142,24 @@ func TestLoadTokensMaxBytes(t *testing.T) {
 		t.Fatalf("unlimited read has %d bytes, want %d (20 files of 100 and 19 separators)", len(full), want)
 	}
 	tests := []struct {
-		maxBytes int64
-		wantLen  int
-		wantDocs int
+		maxBytes  int64
+		wantLen   int
+		wantDocs  int
+		wantFiles int // files read according to the log; 0: no log line
 	}{
-		{1, 1, 1},
-		{100, 100, 1},
-		{101, 100, 1}, // the separator alone would fill the budget: stop before it
-		{102, 102, 2},
-		{350, 350, 4},
-		{2019, 2019, 20},
-		{1 << 20, 2019, 20},
+		{1, 1, 1, 1},
+		{100, 100, 1, 1},
+		{101, 100, 1, 1}, // the separator alone would fill the budget: stop before it
+		{102, 102, 2, 2},
+		{350, 350, 4, 4},
+		{2019, 2019, 20, 0},
+		{1 << 20, 2019, 20, 0},
+		{0, 2019, 20, 0},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprint(tt.maxBytes), func(t *testing.T) {
-			got := loadString(t, Source{Path: dir, MaxBytes: tt.maxBytes, Seed: 1})
+			var log bytes.Buffer
+			got := loadString(t, Source{Path: dir, MaxBytes: tt.maxBytes, Seed: 1, Log: &log})
 			if len(got) != tt.wantLen {
 				t.Errorf("read %d bytes, want %d", len(got), tt.wantLen)
 			}
@@ -163,7 +169,50 @@ func TestLoadTokensMaxBytes(t *testing.T) {
 			if n := len(docOrder(t, got, docs, true)); n != tt.wantDocs {
 				t.Errorf("read from %d files, want %d", n, tt.wantDocs)
 			}
+			want := ""
+			if tt.wantFiles > 0 {
+				want = fmt.Sprintf("data: read %d of 2,019 bytes of text in %s, from %d of 20 files (data.max_bytes = %d; set 0 for all)\n",
+					tt.wantLen, dir, tt.wantFiles, tt.maxBytes)
+			}
+			if log.String() != want {
+				t.Errorf("log %q, want %q", log.String(), want)
+			}
 		})
+	}
+}
+
+// TestTextDirectory reads a directory of .txt and .md files with no include patterns.
+func TestTextDirectory(t *testing.T) {
+	dir := writeTree(t, map[string]string{"a.txt": "alpha\n", "b.md": "# beta\n", "sub/c.txt": "gamma\n", "d.pdf": "%PDF-1.4"})
+	got := loadString(t, Source{Path: dir, Format: "text"})
+	order := docOrder(t, got, []string{"alpha\n", "# beta\n", "gamma\n"}, false)
+	if len(order) != 3 {
+		t.Errorf("read %q, want the three .txt and .md files", order)
+	}
+}
+
+// TestGOROOTIsText walks the default corpus, the Go tree, as text: no file in it is
+// refused or warned about.
+func TestGOROOTIsText(t *testing.T) {
+	if testing.Short() {
+		t.Skip("reads all of $GOROOT/src")
+	}
+	var log bytes.Buffer
+	w, err := newDocWalk(Source{Path: goSrc(t), Log: &log}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text int64
+	docs, err := w.each(func(d []byte) error { text += int64(len(d)); return nil })
+	w.flushLog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if log.Len() > 0 {
+		t.Errorf("reading the Go tree logs:\n%s", log.String())
+	}
+	if docs < 1000 || text < 10<<20 {
+		t.Errorf("the Go tree has %d documents, %d bytes: want thousands, tens of MB", docs, text)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"hash/fnv"
 	"io"
 	"math"
@@ -15,11 +16,11 @@ import (
 
 // A token shard is a file of token ids with a small header, written by ShardWriter (and by
 // WriteShards, for `distflash data tokenize`) and read by ReadShard and by LoadTokens with
-// format "tokens". All integers are little-endian:
+// format "tokens". All integers are little-endian. Version 2, the one written:
 //
 //	offset  size  field
 //	0       8     magic "DFTOK1\x00\x00"
-//	8       4     version (1)
+//	8       4     version (2)
 //	12      4     bytes per token: 2 (uint16, vocabularies up to 65536) or 4 (uint32)
 //	16      4     vocabulary size: every token is below it
 //	20      4     header size: offset of the first token, a multiple of 8
@@ -27,10 +28,18 @@ import (
 //	32      8     number of documents
 //	40      8     bytes of text the tokens encode, a DocSeparator between documents included
 //	48      8     tokenizer fingerprint (TokenizerFingerprint)
-//	56      2     length n of the tokenizer name
-//	58      n     tokenizer name (Tokenizer.Name), UTF-8
-//	58+n          zero bytes up to the header size
+//	56      4     CRC-32C (Castagnoli) of the tokens: the bytes from the header size to the end
+//	60      4     CRC-32C of the header: its header-size bytes with this field zeroed
+//	64      2     length n of the tokenizer name
+//	66      n     tokenizer name (Tokenizer.Name), UTF-8
+//	66+n          zero bytes up to the header size
 //	header  ...   the tokens, bytes per token each
+//
+// The header's checksum is verified whenever a header is read, the tokens' whenever the
+// tokens are: a damaged shard is an error naming the file and "checksum mismatch", never a
+// stream of wrong tokens. Version 1, written before checksums, has no checksum fields: the
+// name length is at offset 56 and the name at 58. It is still read (ShardHeader.Version
+// says which; LoadTokens warns on Source.Log that its tokens are not verified).
 //
 // A shard holds whole documents: their tokens, with the encoding of DocSeparator between
 // consecutive ones, exactly as LoadTokens would put them in its stream. The file size is
@@ -38,14 +47,18 @@ import (
 // file.
 const (
 	shardMagic      = "DFTOK1\x00\x00"
-	shardVersion    = 1
-	shardFixedSize  = 58   // header bytes before the tokenizer name
+	shardVersion    = 2    // the version written
+	shardFixedSize  = 66   // version 2's header bytes before the tokenizer name
+	shardFixedV1    = 58   // version 1's
 	maxShardNameLen = 1024 // longest tokenizer name a shard header holds
 )
 
+// crcTable is the CRC-32C (Castagnoli) table of the shards' checksums.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
 // ShardHeader describes a token shard; see ReadShardHeader.
 type ShardHeader struct {
-	Version     int    // format version (1)
+	Version     int    // format version: 2, or 1 for a shard without checksums
 	TokenBytes  int    // bytes per token on disk: 2 (uint16) or 4 (uint32)
 	VocabSize   int    // vocabulary size of the tokenizer; every token is below it
 	HeaderSize  int64  // offset of the first token
@@ -54,6 +67,7 @@ type ShardHeader struct {
 	TextBytes   int64  // bytes of text the tokens encode, DocSeparators between documents included
 	Fingerprint uint64 // TokenizerFingerprint of the tokenizer that wrote the shard
 	Tokenizer   string // Name of the tokenizer that wrote the shard
+	Checksum    uint32 // CRC-32C of the tokens as stored (version 2; 0 in version 1)
 }
 
 // tokenBytes returns the bytes per token of a shard for a vocabulary: 2 up to 65536 ids,
@@ -91,7 +105,8 @@ func TokenizerFingerprint(tok Tokenizer) uint64 {
 	return h.Sum64()
 }
 
-// encode returns the header's bytes, padded to h.HeaderSize.
+// encode returns the header's bytes in version 2's layout, padded to h.HeaderSize, with
+// the header's checksum.
 func (h ShardHeader) encode() []byte {
 	b := make([]byte, h.HeaderSize)
 	copy(b, shardMagic)
@@ -104,19 +119,28 @@ func (h ShardHeader) encode() []byte {
 	le.PutUint64(b[32:], uint64(h.Documents))
 	le.PutUint64(b[40:], uint64(h.TextBytes))
 	le.PutUint64(b[48:], h.Fingerprint)
-	le.PutUint16(b[56:], uint16(len(h.Tokenizer)))
+	le.PutUint32(b[56:], h.Checksum)
+	le.PutUint16(b[64:], uint16(len(h.Tokenizer)))
 	copy(b[shardFixedSize:], h.Tokenizer)
+	le.PutUint32(b[60:], crc32.Checksum(b, crcTable)) // computed with the field still zero
 	return b
 }
 
-// headerSize returns the header size for a tokenizer name of n bytes.
+// headerSize returns the version 2 header size for a tokenizer name of n bytes.
 func headerSize(n int) int64 {
-	return int64(shardFixedSize+n+7) &^ 7
+	return headerSizeFor(shardFixedSize, n)
 }
 
-// ReadShardHeader reads and checks the header of the token shard at path, and checks that
-// the file's size is what the header says: a file that is not a shard, of another version,
-// truncated or with bytes after its tokens is an error that says which.
+// headerSizeFor returns the header size for fixed bytes before a tokenizer name of n bytes.
+func headerSizeFor(fixed, n int) int64 {
+	return int64(fixed+n+7) &^ 7
+}
+
+// ReadShardHeader reads and checks the header of the token shard at path (its checksum
+// too, in version 2), and checks that the file's size is what the header says: a file that
+// is not a shard, of another version, damaged, truncated or with bytes after its tokens is
+// an error that says which. It does not read the tokens, so it does not verify their
+// checksum; ReadShard does.
 func ReadShardHeader(path string) (ShardHeader, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -134,8 +158,8 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 	}
 	size := fi.Size()
 	fixed := make([]byte, shardFixedSize)
-	n, err := io.ReadFull(f, fixed)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+	n, err := f.ReadAt(fixed, 0)
+	if err != nil && err != io.EOF {
 		return ShardHeader{}, fmt.Errorf("data: read token shard %s: %w", path, err)
 	}
 	if n < len(shardMagic) || string(fixed[:len(shardMagic)]) != shardMagic {
@@ -151,8 +175,8 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 		return ShardHeader{}, fmt.Errorf("data: %s is not a token shard: it starts with %q, want the magic %q%s; shards are written by distflash data tokenize",
 			path, fixed[:min(n, len(shardMagic))], shardMagic, what)
 	}
-	if n < shardFixedSize {
-		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than the %d-byte header", path, size, shardFixedSize)
+	if n < 12 {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than a header", path, size)
 	}
 	le := binary.LittleEndian
 	h := ShardHeader{
@@ -162,8 +186,39 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 		HeaderSize:  int64(le.Uint32(fixed[20:])),
 		Fingerprint: le.Uint64(fixed[48:]),
 	}
-	if h.Version != shardVersion {
-		return ShardHeader{}, fmt.Errorf("data: token shard %s has version %d: this build reads version %d", path, h.Version, shardVersion)
+	fixedLen, nameLenAt := shardFixedSize, 64
+	switch h.Version {
+	case 1:
+		fixedLen, nameLenAt = shardFixedV1, 56
+	case shardVersion:
+	default:
+		return ShardHeader{}, fmt.Errorf("data: token shard %s has version %d: this build reads versions 1 and %d (a newer distflash wrote it, or the file is damaged)", path, h.Version, shardVersion)
+	}
+	if n < fixedLen {
+		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than the %d-byte header", path, size, fixedLen)
+	}
+	nameLen := int(le.Uint16(fixed[nameLenAt:]))
+	if h.Version >= 2 {
+		// Verify the header's checksum before trusting any of its fields. Its length is
+		// the header size field's, unless that is out of range (then the name's).
+		hl := h.HeaderSize
+		if hl < shardFixedSize || hl > headerSize(maxShardNameLen) {
+			hl = headerSize(min(nameLen, maxShardNameLen))
+		}
+		if size < hl {
+			return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than its %d-byte header", path, size, hl)
+		}
+		head := make([]byte, hl)
+		if _, err := f.ReadAt(head, 0); err != nil {
+			return ShardHeader{}, fmt.Errorf("data: read token shard %s: %w", path, err)
+		}
+		stored := le.Uint32(head[60:])
+		clear(head[60:64])
+		if got := crc32.Checksum(head, crcTable); got != stored {
+			return ShardHeader{}, fmt.Errorf("data: token shard %s: header checksum mismatch (CRC-32C %08x, the header says %08x): the file is damaged; write it again with distflash data tokenize",
+				path, got, stored)
+		}
+		h.Checksum = le.Uint32(fixed[56:])
 	}
 	counts := [3]uint64{le.Uint64(fixed[24:]), le.Uint64(fixed[32:]), le.Uint64(fixed[40:])}
 	for i, name := range []string{"token", "document", "text byte"} {
@@ -172,7 +227,6 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 		}
 	}
 	h.Tokens, h.Documents, h.TextBytes = int64(counts[0]), int64(counts[1]), int64(counts[2])
-	nameLen := int(le.Uint16(fixed[56:]))
 	switch {
 	case h.TokenBytes != 2 && h.TokenBytes != 4:
 		return ShardHeader{}, fmt.Errorf("data: token shard %s: %d bytes per token: want 2 (uint16) or 4 (uint32)", path, h.TokenBytes)
@@ -182,16 +236,16 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 		return ShardHeader{}, fmt.Errorf("data: token shard %s: vocabulary size %d does not fit 2-byte tokens (at most 65536)", path, h.VocabSize)
 	case nameLen == 0 || nameLen > maxShardNameLen:
 		return ShardHeader{}, fmt.Errorf("data: token shard %s: tokenizer name of %d bytes: want 1 to %d", path, nameLen, maxShardNameLen)
-	case h.HeaderSize != headerSize(nameLen):
-		return ShardHeader{}, fmt.Errorf("data: token shard %s: header size %d, want %d for a %d-byte tokenizer name", path, h.HeaderSize, headerSize(nameLen), nameLen)
+	case h.HeaderSize != headerSizeFor(fixedLen, nameLen):
+		return ShardHeader{}, fmt.Errorf("data: token shard %s: header size %d, want %d for a %d-byte tokenizer name", path, h.HeaderSize, headerSizeFor(fixedLen, nameLen), nameLen)
 	case size < h.HeaderSize:
 		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than its %d-byte header", path, size, h.HeaderSize)
 	}
-	rest := make([]byte, h.HeaderSize-shardFixedSize)
-	if _, err := io.ReadFull(f, rest); err != nil {
+	name := make([]byte, nameLen)
+	if _, err := f.ReadAt(name, int64(fixedLen)); err != nil {
 		return ShardHeader{}, fmt.Errorf("data: read token shard %s: %w", path, err)
 	}
-	h.Tokenizer = string(rest[:nameLen])
+	h.Tokenizer = string(name)
 	if !utf8.ValidString(h.Tokenizer) {
 		return ShardHeader{}, fmt.Errorf("data: token shard %s: tokenizer name %q is not UTF-8", path, h.Tokenizer)
 	}
@@ -207,11 +261,15 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 		return ShardHeader{}, fmt.Errorf("data: token shard %s has %d bytes after its last token: its header says %d tokens of %d bytes after a %d-byte header, %d bytes in all",
 			path, size-want, h.Tokens, h.TokenBytes, h.HeaderSize, want)
 	}
+	if _, err := f.Seek(h.HeaderSize, io.SeekStart); err != nil {
+		return ShardHeader{}, fmt.Errorf("data: read token shard %s: %w", path, err)
+	}
 	return h, nil
 }
 
 // ReadShard reads the token shard at path: its header (checked as by ReadShardHeader) and
-// its tokens, each of which must be below the header's vocabulary size.
+// its tokens, whose checksum must match the header's (version 2) and each of which must be
+// below the header's vocabulary size.
 func ReadShard(path string) (ShardHeader, []int32, error) {
 	return appendShard(nil, path)
 }
@@ -234,12 +292,14 @@ func appendShard(dst []int32, path string) (ShardHeader, []int32, error) {
 	dst = slices.Grow(dst, int(h.Tokens))[:start+int(h.Tokens)]
 	out := dst[start:]
 	buf := make([]byte, min(1<<20, len(out)*h.TokenBytes))
+	var crc uint32
 	for i := 0; i < len(out); {
 		n := min(len(out)-i, len(buf)/h.TokenBytes)
 		chunk := buf[:n*h.TokenBytes]
 		if _, err := io.ReadFull(f, chunk); err != nil {
 			return h, dst[:start], fmt.Errorf("data: read token shard %s: %w", path, err)
 		}
+		crc = crc32.Update(crc, crcTable, chunk)
 		if h.TokenBytes == 2 {
 			for j := range n {
 				out[i+j] = int32(binary.LittleEndian.Uint16(chunk[2*j:]))
@@ -250,6 +310,10 @@ func appendShard(dst []int32, path string) (ShardHeader, []int32, error) {
 			}
 		}
 		i += n
+	}
+	if h.Version >= 2 && crc != h.Checksum {
+		return h, dst[:start], fmt.Errorf("data: token shard %s: checksum mismatch: its %d tokens have CRC-32C %08x, the header says %08x: the file is damaged; write it again with distflash data tokenize",
+			path, h.Tokens, crc, h.Checksum)
 	}
 	for i, id := range out {
 		if id < 0 || int(id) >= h.VocabSize {
@@ -335,14 +399,16 @@ func (w *ShardWriter) write(tokens []int32) error {
 	if _, err := w.w.Write(w.buf); err != nil {
 		return fmt.Errorf("data: write token shard %s: %w", w.f.Name(), err)
 	}
+	w.h.Checksum = crc32.Update(w.h.Checksum, crcTable, w.buf)
 	w.h.Tokens += int64(len(tokens))
 	return nil
 }
 
-// Header returns the header the shard has so far: its counts grow with each document.
+// Header returns the header the shard has so far: its counts and checksum grow with each
+// document.
 func (w *ShardWriter) Header() ShardHeader { return w.h }
 
-// Close writes the header's counts, closes the file and renames it to its path. On error
+// Close writes the header's counts and checksums, closes the file and renames it to its path. On error
 // the temporary file is removed.
 func (w *ShardWriter) Close() error {
 	err := w.w.Flush()

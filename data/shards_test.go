@@ -3,6 +3,8 @@ package data
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,9 +87,14 @@ func TestShardRoundTrip(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("tokens %v, want %v", got, want)
 			}
-			wantH := ShardHeader{Version: 1, TokenBytes: tt.tokenBytes, VocabSize: tt.tok.VocabSize(),
+			file, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantH := ShardHeader{Version: 2, TokenBytes: tt.tokenBytes, VocabSize: tt.tok.VocabSize(),
 				HeaderSize: headerSize(len(tt.tok.Name())), Tokens: int64(len(want)), Documents: 3,
-				TextBytes: int64(len(strings.Join(docs, "\n"))), Fingerprint: TokenizerFingerprint(tt.tok), Tokenizer: tt.tok.Name()}
+				TextBytes: int64(len(strings.Join(docs, "\n"))), Fingerprint: TokenizerFingerprint(tt.tok), Tokenizer: tt.tok.Name(),
+				Checksum: crc32.Checksum(file[headerSize(len(tt.tok.Name())):], crc32.MakeTable(crc32.Castagnoli))}
 			if h != wantH {
 				t.Errorf("header %+v\nwant   %+v", h, wantH)
 			}
@@ -123,20 +130,26 @@ func TestShardLayout(t *testing.T) {
 	}
 	var want []byte
 	le := binary.LittleEndian
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	var tokens []byte
+	for _, c := range "hi\nA" {
+		tokens = le.AppendUint16(tokens, uint16(c))
+	}
 	want = append(want, "DFTOK1\x00\x00"...)
-	want = le.AppendUint32(want, 1)   // version
+	want = le.AppendUint32(want, 2)   // version
 	want = le.AppendUint32(want, 2)   // bytes per token
 	want = le.AppendUint32(want, 256) // vocabulary
-	want = le.AppendUint32(want, 64)  // header size: 58 + 4 rounded up to 8
+	want = le.AppendUint32(want, 72)  // header size: 66 + 4 rounded up to 8
 	want = le.AppendUint64(want, 4)   // tokens: h i \n A
 	want = le.AppendUint64(want, 2)   // documents
 	want = le.AppendUint64(want, 4)   // text bytes: "hi\nA"
 	want = le.AppendUint64(want, TokenizerFingerprint(ByteTokenizer{}))
+	want = le.AppendUint32(want, crc32.Checksum(tokens, castagnoli))
+	want = le.AppendUint32(want, 0) // the header's checksum, filled in below
 	want = le.AppendUint16(want, 4)
 	want = append(want, "byte\x00\x00"...)
-	for _, c := range "hi\nA" {
-		want = le.AppendUint16(want, uint16(c))
-	}
+	le.PutUint32(want[60:], crc32.Checksum(want, castagnoli))
+	want = append(want, tokens...)
 	if !bytes.Equal(got, want) {
 		t.Errorf("shard bytes\n% x\nwant\n% x", got, want)
 	}
@@ -154,6 +167,20 @@ func TestTokenizerFingerprint(t *testing.T) {
 	}
 }
 
+// reseal sets the checksums of the version 2 shard b to match its (patched) content: the
+// tokens' if tokens is set, then the header's over its header-size field's bytes.
+func reseal(b []byte, tokens bool) []byte {
+	le := binary.LittleEndian
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	hs := int(le.Uint32(b[20:]))
+	if tokens {
+		le.PutUint32(b[56:], crc32.Checksum(b[hs:], castagnoli))
+	}
+	le.PutUint32(b[60:], 0)
+	le.PutUint32(b[60:], crc32.Checksum(b[:hs], castagnoli))
+	return b
+}
+
 func TestReadShardErrors(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.tokens")
@@ -167,8 +194,16 @@ func TestReadShardErrors(t *testing.T) {
 		copy(b[off:], v)
 		return b
 	}
+	flip := func(off int) []byte {
+		b := bytes.Clone(orig)
+		b[off] ^= 0x10
+		return b
+	}
+	// sealed patches the header and sets its checksum, so that the check after it is seen.
+	sealed := func(off int, v ...byte) []byte { return reseal(patch(off, v...), false) }
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+	const hs = 72 // 66 header bytes + "byte", rounded up to 8
 	tests := []struct {
 		name    string
 		content []byte
@@ -179,17 +214,28 @@ func TestReadShardErrors(t *testing.T) {
 		{"zstd file", zstdData(t, []byte("x")), []string{"not a token shard", "zstd-compressed"}},
 		{"json file", c4Lines(t, "x"), []string{"not a token shard", "looks like JSON"}},
 		{"magic only", orig[:8], []string{"truncated", "8 bytes"}},
-		{"header cut", orig[:60], []string{"truncated", "64-byte header"}},
-		{"last token cut", orig[:len(orig)-1], []string{"truncated", "11 tokens", "86 bytes in all", "file has 85"}},
+		{"header cut", orig[:60], []string{"truncated", "66-byte header"}},
+		{"header cut after the name", orig[:70], []string{"truncated", "72-byte header"}},
+		{"last token cut", orig[:len(orig)-1], []string{"truncated", "11 tokens", "94 bytes in all", "file has 93"}},
 		{"trailing byte", append(bytes.Clone(orig), 0), []string{"1 bytes after its last token"}},
-		{"version 2", patch(8, u32(2)...), []string{"version 2", "reads version 1"}},
-		{"3-byte tokens", patch(12, u32(3)...), []string{"3 bytes per token", "want 2 (uint16) or 4 (uint32)"}},
-		{"vocab 0", patch(16, u32(0)...), []string{"vocabulary size 0"}},
-		{"vocab too big for uint16", patch(16, u32(70000)...), []string{"vocabulary size 70000", "2-byte tokens"}},
-		{"header size", patch(20, u32(72)...), []string{"header size 72, want 64"}},
-		{"token count", patch(24, u64(1<<62)...), []string{"out of range"}},
-		{"name length 0", patch(56, 0, 0), []string{"tokenizer name of 0 bytes"}},
-		{"token outside vocabulary", patch(64+2*3, 0x2c, 0x01), []string{"token 3", "is 300", "[0, 256)"}},
+		{"version 3", patch(8, u32(3)...), []string{"version 3", "reads versions 1 and 2"}},
+		// Any damaged byte of the header or the tokens is a checksum mismatch.
+		{"flipped token count", flip(24), []string{"header checksum mismatch", "damaged"}},
+		{"flipped fingerprint", flip(50), []string{"header checksum mismatch"}},
+		{"flipped tokens checksum", flip(57), []string{"header checksum mismatch"}},
+		{"flipped header checksum", flip(62), []string{"header checksum mismatch"}},
+		{"flipped name", flip(67), []string{"header checksum mismatch"}},
+		{"flipped padding", flip(71), []string{"header checksum mismatch"}},
+		{"flipped first token", flip(hs), []string{"checksum mismatch", "11 tokens", "damaged", "data tokenize"}},
+		{"flipped last token", flip(len(orig) - 1), []string{"checksum mismatch", "11 tokens"}},
+		// A header that is consistent with its checksum but wrong says what is wrong.
+		{"3-byte tokens", sealed(12, u32(3)...), []string{"3 bytes per token", "want 2 (uint16) or 4 (uint32)"}},
+		{"vocab 0", sealed(16, u32(0)...), []string{"vocabulary size 0"}},
+		{"vocab too big for uint16", sealed(16, u32(70000)...), []string{"vocabulary size 70000", "2-byte tokens"}},
+		{"header size", sealed(20, u32(80)...), []string{"header size 80, want 72"}},
+		{"token count", sealed(24, u64(1<<62)...), []string{"out of range"}},
+		{"name length 0", sealed(64, 0, 0), []string{"tokenizer name of 0 bytes"}},
+		{"token outside vocabulary", reseal(patch(hs+2*3, 0x2c, 0x01), true), []string{"token 3", "is 300", "[0, 256)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -206,10 +252,71 @@ func TestReadShardErrors(t *testing.T) {
 					t.Errorf("error %q does not mention %q", err, s)
 				}
 			}
-			if _, err := LoadTokens(Source{Path: path, Format: "tokens"}, ByteTokenizer{}); err == nil {
-				t.Error("LoadTokens: no error")
+			if _, err := LoadTokens(Source{Path: path, Format: "tokens"}, ByteTokenizer{}); err == nil || !strings.Contains(err.Error(), path) {
+				t.Errorf("LoadTokens: error %v, want one naming %s", err, path)
 			}
 		})
+	}
+}
+
+// TestReadShardVersion1 reads testdata/shard-v1.tokens, written by the version 1 writer
+// (before checksums): it is read, and LoadTokens warns that it is not verified.
+func TestReadShardVersion1(t *testing.T) {
+	const path = "testdata/shard-v1.tokens"
+	const text = "a version 1 shard\nwritten before shards had checksums\n"
+	h, toks, err := ReadShard(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Version != 1 || h.HeaderSize != 64 || h.Tokenizer != "byte" || h.Documents != 2 || h.Checksum != 0 {
+		t.Errorf("header %+v: want version 1, a 64-byte header, tokenizer byte, 2 documents, no checksum", h)
+	}
+	if got := string(ByteTokenizer{}.Decode(toks)); got != text {
+		t.Errorf("tokens %q, want %q", got, text)
+	}
+	var log bytes.Buffer
+	loaded, err := LoadTokens(Source{Path: path, Format: "tokens", Log: &log}, ByteTokenizer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(loaded, toks) {
+		t.Errorf("LoadTokens gives %q, want %q", ByteTokenizer{}.Decode(loaded), text)
+	}
+	for _, s := range []string{"data: warning: ", path, "version 1", "no checksum", "data tokenize"} {
+		if !strings.Contains(log.String(), s) {
+			t.Errorf("log %q does not mention %q", log.String(), s)
+		}
+	}
+	// Its header is checked as version 1's layout.
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(orig)
+	binary.LittleEndian.PutUint32(bad[20:], 72)
+	p := filepath.Join(t.TempDir(), "bad.tokens")
+	if err := os.WriteFile(p, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadShard(p); err == nil || !strings.Contains(err.Error(), "header size 72, want 64") {
+		t.Errorf("version 1 shard with header size 72: error %v", err)
+	}
+	// A directory of several: each warned about up to maxWarnings, then one line.
+	dir := t.TempDir()
+	for i := range maxWarnings + 2 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("s%d.tokens", i)), orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log.Reset()
+	if _, err := LoadTokens(Source{Path: dir, Format: "tokens", Log: &log}, ByteTokenizer{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(log.String(), "no checksum"); n != maxWarnings {
+		t.Errorf("%d warnings about missing checksums, want %d:\n%s", n, maxWarnings, log.String())
+	}
+	if !strings.Contains(log.String(), "data: warning: 2 more like it in "+dir) {
+		t.Errorf("log does not count the warnings left out:\n%s", log.String())
 	}
 }
 
@@ -249,6 +356,20 @@ func TestLoadShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := slices.Concat(a, []int32{'\n'}, b)
+	// A copy of the directory with one byte of the second shard's tokens flipped.
+	damaged := t.TempDir()
+	for _, name := range []string{"shard-000000.tokens", "shard-000001.tokens"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "shard-000001.tokens" {
+			b[len(b)-2] ^= 0x01
+		}
+		if err := os.WriteFile(filepath.Join(damaged, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tt := range []struct {
 		name     string
 		src      Source
@@ -263,6 +384,7 @@ func TestLoadShards(t *testing.T) {
 		{"no shards", Source{Path: filepath.Join(dir, "notes.txt"), Include: nil}, []string{"not a token shard"}, nil},
 		{"only empty shards", Source{Path: filepath.Join(dir, "sub")}, []string{"no tokens", "1 shards", "empty"}, nil},
 		{"no match", Source{Path: t.TempDir()}, []string{"no token shards", `"*.tokens"`}, nil},
+		{"damaged shard", Source{Path: damaged}, []string{filepath.Join(damaged, "shard-000001.tokens"), "checksum mismatch"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.src.Format = "tokens"
@@ -305,5 +427,78 @@ func TestShardWriterErrors(t *testing.T) {
 	w.Abort()
 	if m, _ := filepath.Glob(filepath.Join(dir, "b.tokens*")); len(m) > 0 {
 		t.Errorf("Abort left %q", m)
+	}
+}
+
+// toVersion1 rewrites the version 2 shard b in version 1's layout: no checksums, the name
+// length at offset 56 and the name at 58.
+func toVersion1(b []byte) []byte {
+	le := binary.LittleEndian
+	hs := int(le.Uint32(b[20:]))
+	n := int(le.Uint16(b[64:]))
+	hs1 := int(headerSizeFor(shardFixedV1, n))
+	out := make([]byte, hs1, hs1+len(b)-hs)
+	copy(out, b[:56])
+	le.PutUint32(out[8:], 1)
+	le.PutUint32(out[20:], uint32(hs1))
+	le.PutUint16(out[56:], uint16(n))
+	copy(out[shardFixedV1:], b[shardFixedSize:shardFixedSize+n])
+	return append(out, b[hs:]...)
+}
+
+// TestShardVersion1Layout: toVersion1 of a shard written now is the version 1 file the old
+// writer wrote (testdata/shard-v1.tokens), and reads as the same tokens.
+func TestShardVersion1Layout(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.tokens")
+	writeShard(t, path, ByteTokenizer{}, "a version 1 shard", "written before shards had checksums\n")
+	v2, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := os.ReadFile("testdata/shard-v1.tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := toVersion1(v2); !bytes.Equal(got, v1) {
+		t.Errorf("toVersion1 gives\n% x\nwant\n% x", got, v1)
+	}
+}
+
+// BenchmarkReadShard reads a shard of 8M uint16 tokens as version 2 (the tokens' checksum
+// verified) and as version 1 (not), the same tokens: the difference is the verification.
+func BenchmarkReadShard(b *testing.B) {
+	dir := b.TempDir()
+	path := filepath.Join(dir, "v2.tokens")
+	w, err := CreateShard(path, ByteTokenizer{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	doc := ByteTokenizer{}.Encode(randomBytes(1 << 20))
+	for range 8 {
+		if err := w.WriteDocument(doc, len(doc)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	v2, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v1 := filepath.Join(dir, "v1.tokens")
+	if err := os.WriteFile(v1, toVersion1(v2), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range []string{path, v1} {
+		b.Run(strings.TrimSuffix(filepath.Base(p), ".tokens"), func(b *testing.B) {
+			b.SetBytes(int64(len(v2)))
+			var dst []int32
+			for b.Loop() {
+				if _, dst, err = appendShard(dst[:0], p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

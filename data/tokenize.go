@@ -100,7 +100,9 @@ func encodeDocs(ctx context.Context, w *docWalk, tok Tokenizer, workers int, emi
 		}
 	}()
 	var emitErr error
+	defer w.flushLog()
 	for b := range ordered {
+		w.flushLog()
 		<-b.done
 		if emitErr != nil {
 			continue

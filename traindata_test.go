@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// trainArgs are the arguments of a short tiny run on data.train = train into dir.
+func trainArgs(dir, train string, sets ...string) []string {
+	args := []string{"train", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "data.train=" + train, "--set", "training.steps=2", "--set", "run.output_dir=" + dir}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	return args
+}
+
+// TestTrainRefusesUnmeantData: data that is surely not what the user meant (a compressed
+// file read as text, a binary file) stops train with an error naming the file, what was
+// found and what to set.
+func TestTrainRefusesUnmeantData(t *testing.T) {
+	in := t.TempDir()
+	write := func(name string, b []byte) string {
+		p := filepath.Join(in, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	fmt.Fprintln(zw, `{"text": "a compressed JSON lines document"}`)
+	zw.Close()
+	binary := make([]byte, 4096)
+	for i := range binary {
+		binary[i] = byte(i * 7)
+	}
+	notUTF8 := bytes.Repeat([]byte{0xc3, 0x28, 0xff, 'a'}, 20000) // c3 and ff invalid: 50%
+	tests := []struct {
+		name, format, file string
+		want               []string
+	}{
+		{"gzip as text", "text", write("corpus.jsonl.gz", gz.Bytes()), []string{"is gzip-compressed", `data.format = "jsonl"`, `"c4"`}},
+		{"binary as text", "text", write("model.bin", binary), []string{"NUL byte at offset 0", `data.format = "text" reads UTF-8 text`}},
+		{"not UTF-8 as text", "text", write("latin.dat", notUTF8), []string{"50% of the first 64 KiB is not UTF-8", "more than 30% is refused"}},
+		{"binary as jsonl", "jsonl", write("model.jsonl", binary), []string{"NUL byte at offset 0", `data.format = "jsonl" reads JSON lines`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(trainArgs(t.TempDir(), tt.file, "data.format="+tt.format), &stdout, &stderr)
+			if err == nil {
+				t.Fatalf("train on %s as %s: no error\n%s", tt.file, tt.format, stderr.String())
+			}
+			for _, s := range append([]string{"data.train", tt.file}, tt.want...) {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+		})
+	}
+}
+
+// TestTrainTextDirectory trains on a directory of .txt and .md files with no data.include,
+// and says in its log that data.max_bytes cut the text, and which file holds invalid UTF-8.
+func TestTrainTextDirectory(t *testing.T) {
+	in := t.TempDir()
+	para := func(s string) []byte { return []byte(strings.Repeat(s+" ", 600/(len(s)+1)) + "\n") }
+	files := map[string][]byte{
+		"a.txt":     para("Plain text notes."),
+		"b.md":      para("# A *Markdown* page."),
+		"sub/c.txt": para("More notes, in a subdirectory."),
+		"d.txt":     para("Caf\xe9 cr\xe8me, in Windows-1252."), // some invalid UTF-8: read, with a warning
+	}
+	total := int64(len(files) - 1) // the separators; below 1,000,000 bytes in all
+	for name, b := range files {
+		p := filepath.Join(in, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		total += int64(len(b))
+	}
+	for _, tt := range []struct {
+		maxBytes int64
+		cut      bool
+	}{{0, false}, {total, false}, {1500, true}} {
+		t.Run(fmt.Sprint(tt.maxBytes), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			dir := t.TempDir()
+			err := run(trainArgs(dir, in, "data.format=text", fmt.Sprintf("data.max_bytes=%d", tt.maxBytes)), &stdout, &stderr)
+			if err != nil {
+				t.Fatalf("train: %v\n%s", err, stderr.String())
+			}
+			if ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl")); len(ms) != 2 {
+				t.Errorf("%d metric lines, want 2", len(ms))
+			}
+			log := stderr.String()
+			read := total
+			if tt.cut {
+				read = tt.maxBytes
+			}
+			if !strings.Contains(log, fmt.Sprintf("data: %d tokens from %s", read, in)) {
+				t.Errorf("stderr does not say %d tokens were read:\n%s", read, log)
+			}
+			cutLine := fmt.Sprintf("data: read 1,500 of %d,%03d bytes of text in %s, from ", total/1000, total%1000, in)
+			if got := strings.Contains(log, cutLine) && strings.Contains(log, "files (data.max_bytes = 1500; set 0 for all)\n"); got != tt.cut {
+				t.Errorf("stderr says the text was cut: %v, want %v (%q):\n%s", got, tt.cut, cutLine, log)
+			}
+			if !tt.cut && !strings.Contains(log, "data: warning: "+filepath.Join(in, "d.txt")+": ") {
+				t.Errorf("stderr does not warn about d.txt's invalid UTF-8:\n%s", log)
+			}
+		})
+	}
+}
+
+// TestTrainDamagedShard: data tokenize writes checksummed shards; one flipped byte makes
+// train fail naming the shard and the checksum.
+func TestTrainDamagedShard(t *testing.T) {
+	c4 := writeC4(t, 2, 40)
+	out := filepath.Join(t.TempDir(), "shards")
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"data", "tokenize", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "data.train=" + c4, "--set", "data.format=c4", "--set", "data.max_bytes=9000",
+		"--out", out, "--shard-tokens", "4000"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("data tokenize: %v\n%s", err, stderr.String())
+	}
+	if want := "data: read 9,000 bytes of text in " + c4 + ", from "; !strings.Contains(stderr.String(), want) {
+		t.Errorf("data tokenize's stderr does not say data.max_bytes cut the text (%q):\n%s", want, stderr.String())
+	}
+	// The shards train.
+	if err := run(trainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr); err != nil {
+		t.Fatalf("train on the shards: %v\n%s", err, stderr.String())
+	}
+	shard := filepath.Join(out, "shard-000001.tokens")
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0x04 // a bit of the last token
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = run(trainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr)
+	if err == nil {
+		t.Fatal("train on a damaged shard: no error")
+	}
+	for _, s := range []string{"data.train", shard, "checksum mismatch", "data tokenize"} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+}
