@@ -726,6 +726,9 @@ func (t *HFTokenizer) encodeSplit(dst []int32, part []byte, atStart bool, w *bpe
 	if len(part) == 0 {
 		return dst
 	}
+	if t.byteLevel && t.normalizers == nil && !t.prefixSpace {
+		return t.encodeByteLevel(dst, part, w) // LLaMA-3: no copy of the text
+	}
 	s := string(part)
 	for _, n := range t.normalizers {
 		switch n.kind {
