@@ -16,7 +16,9 @@ import (
 // slices they are given, and Decode(Encode(text)) must return text for any text the
 // tokenizer represents exactly: for ByteTokenizer any bytes; for a SentencePiece or
 // tokenizer.json with LLaMA's settings, valid UTF-8 that holds neither U+2581 ("▁", which
-// stands for a space) nor the text of an added token such as "<s>" (tokenizer.json only).
+// stands for a space) nor the text of an added token such as "<s>" (tokenizer.json only);
+// for a byte-level tokenizer.json (LLaMA-3), valid UTF-8 without the text of a special
+// token such as "<|begin_of_text|>".
 type Tokenizer interface {
 	// Encode returns the token ids of text.
 	Encode(text []byte) []int32
@@ -31,7 +33,9 @@ type Tokenizer interface {
 
 // SpecialTokens is implemented by tokenizers that have beginning- and end-of-sequence
 // tokens ([SentencePiece], [HFTokenizer]); an id is -1 where the tokenizer has none.
-// Encode never adds them: LLaMA-style evaluation prepends BOS itself.
+// Encode never adds them (Hugging Face's add_special_tokens=false): LLaMA-style evaluation
+// prepends BOS itself, and Hugging Face's encoding with add_special_tokens=true is BOS
+// followed by Encode's ids for LLaMA-2 and LLaMA-3 (their post-processor template).
 type SpecialTokens interface {
 	Specials() (bos, eos int32)
 }
