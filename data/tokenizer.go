@@ -88,6 +88,8 @@ func NewTokenizer(name string) (Tokenizer, error) {
 	}
 	if t := bytes.TrimLeft(head[:n], " \t\r\n"); len(t) > 0 && t[0] == '{' {
 		tok, err = LoadHFTokenizer(path)
+	} else if isTiktoken(head[:n]) {
+		return nil, fmt.Errorf("data: tokenizer %q: %s is a tiktoken BPE file (lines of base64 token and rank, as Meta's original LLaMA-3 tokenizer.model), which is not supported: use the tokenizer.json of the Hugging Face release", name, path)
 	} else {
 		tok, err = LoadSentencePiece(path)
 	}
@@ -96,6 +98,30 @@ func NewTokenizer(name string) (Tokenizer, error) {
 	}
 	tok.setName(name)
 	return tok, nil
+}
+
+// isTiktoken reports whether head, the start of a file, is a line of tiktoken's BPE format:
+// a token in base64, a space and its rank.
+func isTiktoken(head []byte) bool {
+	line, _, ok := bytes.Cut(head, []byte("\n"))
+	if !ok {
+		return false
+	}
+	tok, rank, ok := bytes.Cut(line, []byte(" "))
+	if !ok || len(tok) == 0 || len(rank) == 0 {
+		return false
+	}
+	for _, c := range tok {
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '=') {
+			return false
+		}
+	}
+	for _, c := range rank {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ByteTokenizer is the tokenizer with one token per byte: the id of a byte is its value, so
