@@ -19,8 +19,8 @@
 //     [FetchC4] downloads C4's files, resuming interrupted downloads.
 //   - A [Tokenizer] maps bytes to token ids and back: [ByteTokenizer] (one token per byte,
 //     vocabulary 256, the default), [SentencePiece] (a LLaMA-style tokenizer.model) or
-//     [HFTokenizer] (a Hugging Face tokenizer.json with a BPE model), chosen by
-//     [NewTokenizer].
+//     [HFTokenizer] (a Hugging Face tokenizer.json with a BPE model: LLaMA-2's with byte
+//     fallback, or byte-level as LLaMA-3 and GPT-2 ship it), chosen by [NewTokenizer].
 //   - A [Loader] packs the stream into windows of seqLen+1 tokens, visits them in a seeded
 //     permutation per epoch and yields [Batch] values of inputs and next-token targets. Its
 //     position is a small [LoaderState] that restores exactly, without replaying history.

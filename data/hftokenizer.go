@@ -14,15 +14,21 @@ import (
 )
 
 // HFTokenizer is a Hugging Face tokenizer read from a tokenizer.json file whose model is
-// BPE, the kind LLaMA-2, TinyLlama and Mistral ship. It encodes as the tokenizers library
-// does with add_special_tokens=false: added tokens are split out of the raw text first, each
-// remaining part goes through the normalizer and pre-tokenizer, then BPE merges by rank with
-// byte fallback. Decode skips special tokens and runs the file's decoder.
+// BPE: the kind LLaMA-2, TinyLlama and Mistral ship (characters with byte fallback), and
+// byte-level BPE as GPT-2 and LLaMA-3 ship it. It encodes as the tokenizers library does
+// with add_special_tokens=false: added tokens are split out of the raw text first, each
+// remaining part goes through the normalizer and pre-tokenizer, then BPE merges by rank
+// (with ignore_merges, a pre-token that is in the vocabulary is one token). Decode skips
+// special tokens and runs the file's decoder.
 //
 // Supported: normalizer null, Prepend, Replace (string patterns) and Sequence of them;
-// pre_tokenizer null or Metaspace; decoder Replace, ByteFallback, Fuse, Strip, Metaspace and
-// Sequence of them; added tokens with normalized, lstrip, rstrip and single_word false.
-// Anything else is refused by [LoadHFTokenizer] with an error that names it.
+// pre_tokenizer null, Metaspace, ByteLevel (with GPT-2's regular expression or none), and
+// Split by LLaMA-3's or GPT-2's regular expression (behavior Isolated) followed by ByteLevel;
+// decoder Replace, ByteFallback, Fuse, Strip, Metaspace, ByteLevel and Sequence of them;
+// post_processor null, ByteLevel, TemplateProcessing and Sequence of them (read for the
+// BOS and EOS tokens only: Encode adds none); added tokens with normalized, lstrip, rstrip
+// and single_word false. Anything else is refused by [LoadHFTokenizer] with an error that
+// names it.
 type HFTokenizer struct {
 	name string
 
@@ -36,6 +42,14 @@ type HFTokenizer struct {
 	ignoreMerges bool
 	byteIDs      [256]int32  // -1 where the vocabulary has no <0xNN>
 	byteChar     [0x80]int32 // vocabulary id of the one-byte character c, or -1
+
+	// Byte-level BPE (pre_tokenizer ByteLevel): the vocabulary by the bytes its tokens
+	// stand for, and the id of each byte's token (-1: none).
+	byteLevel   bool
+	rawVocab    map[string]int32
+	byteToken   [256]int32
+	split       splitKind
+	prefixSpace bool // ByteLevel's add_prefix_space
 
 	added      []hfAdded // sorted longest first
 	addedFirst [256]bool
@@ -87,10 +101,11 @@ type hfJSON struct {
 		Normalized bool   `json:"normalized"`
 		Special    bool   `json:"special"`
 	} `json:"added_tokens"`
-	Normalizer   json.RawMessage `json:"normalizer"`
-	PreTokenizer json.RawMessage `json:"pre_tokenizer"`
-	Decoder      json.RawMessage `json:"decoder"`
-	Model        *struct {
+	Normalizer    json.RawMessage `json:"normalizer"`
+	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+	PostProcessor json.RawMessage `json:"post_processor"`
+	Decoder       json.RawMessage `json:"decoder"`
+	Model         *struct {
 		Type                    string            `json:"type"`
 		Dropout                 *float64          `json:"dropout"`
 		UnkToken                *string           `json:"unk_token"`
@@ -118,15 +133,36 @@ type hfComponent struct {
 	Replacement    string            `json:"replacement"`
 	PrependScheme  string            `json:"prepend_scheme"`
 	AddPrefixSpace *bool             `json:"add_prefix_space"`
+	UseRegex       *bool             `json:"use_regex"`
 	Split          *bool             `json:"split"`
+	Behavior       string            `json:"behavior"`
+	Invert         bool              `json:"invert"`
 	Normalizers    []json.RawMessage `json:"normalizers"`
 	PreTokenizers  []json.RawMessage `json:"pretokenizers"`
 	Decoders       []json.RawMessage `json:"decoders"`
+	Processors     []json.RawMessage `json:"processors"`
+	Single         []hfTemplatePiece `json:"single"`
+	SpecialTokens  map[string]struct {
+		IDs []int32 `json:"ids"`
+	} `json:"special_tokens"`
+}
+
+// hfTemplatePiece is one element of a TemplateProcessing template: a special token or the
+// sequence.
+type hfTemplatePiece struct {
+	SpecialToken *struct {
+		ID string `json:"id"`
+	} `json:"SpecialToken"`
+	Sequence *struct {
+		ID string `json:"id"`
+	} `json:"Sequence"`
 }
 
 // LoadHFTokenizer reads a Hugging Face tokenizer.json whose model is BPE. BOS and EOS come
 // from tokenizer_config.json in the same directory (bos_token, eos_token) when that file
-// exists, else from the added tokens "<s>" and "</s>".
+// exists; else BOS is the token the post_processor's TemplateProcessing puts before the
+// text and EOS the one it puts after (LLaMA-2 and LLaMA-3 put BOS only); else they are the
+// added tokens "<s>" and "</s>", or LLaMA-3's "<|begin_of_text|>" and "<|end_of_text|>".
 func LoadHFTokenizer(path string) (*HFTokenizer, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -252,17 +288,104 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 	if t.decoders, err = parseHFSteps(f.Decoder, "decoder", "decoders"); err != nil {
 		return nil, err
 	}
-	if t.meta, err = parseHFPreTokenizer(f.PreTokenizer); err != nil {
+	if err = t.parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
-	t.splitLines = t.newlinesIndependent()
-	if id, ok := t.addedID("<s>"); ok {
-		t.bos = id
+	if t.byteLevel {
+		t.rawVocab = make(map[string]int32, len(m.Vocab))
+		for tok, id := range m.Vocab {
+			if b, ok := byteLevelBytes(tok); ok {
+				t.rawVocab[string(b)] = id
+			}
+		}
+		for b, r := range byteChars {
+			t.byteToken[b] = -1
+			if id, ok := m.Vocab[string(r)]; ok {
+				t.byteToken[b] = id
+			}
+		}
 	}
-	if id, ok := t.addedID("</s>"); ok {
-		t.eos = id
+	t.splitLines = !t.byteLevel && t.newlinesIndependent()
+	for _, names := range [][2]string{{"<s>", "</s>"}, {"<|begin_of_text|>", "<|end_of_text|>"}} {
+		if id, ok := t.addedID(names[0]); ok && t.bos < 0 {
+			t.bos = id
+		}
+		if id, ok := t.addedID(names[1]); ok && t.eos < 0 {
+			t.eos = id
+		}
+	}
+	bos, eos, err := parseHFPostProcessor(f.PostProcessor)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range []struct {
+		id  int32
+		dst *int32
+	}{{bos, &t.bos}, {eos, &t.eos}} {
+		if x.id >= int32(len(t.tokens)) {
+			return nil, fmt.Errorf("post_processor: special token id %d is outside the vocabulary of %d", x.id, len(t.tokens))
+		}
+		if x.id >= 0 {
+			*x.dst = x.id
+		}
 	}
 	return t, nil
+}
+
+// parseHFPostProcessor reads a post_processor for the tokens its TemplateProcessing puts
+// around a single sequence: bos is the one before it, eos the one after it, -1 for none
+// (or for more than one). ByteLevel, which only moves offsets, is accepted and ignored;
+// so is everything a Sequence holds besides them.
+func parseHFPostProcessor(raw json.RawMessage) (bos, eos int32, err error) {
+	bos, eos = -1, -1
+	if len(raw) == 0 || string(raw) == "null" {
+		return bos, eos, nil
+	}
+	var c hfComponent
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return bos, eos, fmt.Errorf("post_processor: %w", err)
+	}
+	switch c.Type {
+	case "ByteLevel":
+		return bos, eos, nil
+	case "Sequence":
+		for _, p := range c.Processors {
+			b, e, err := parseHFPostProcessor(p)
+			if err != nil {
+				return bos, eos, err
+			}
+			bos, eos = max(bos, b), max(eos, e)
+		}
+		return bos, eos, nil
+	case "TemplateProcessing":
+		seq := slices.IndexFunc(c.Single, func(p hfTemplatePiece) bool { return p.Sequence != nil })
+		if seq < 0 {
+			return bos, eos, errors.New("post_processor TemplateProcessing: single has no Sequence")
+		}
+		id := func(i int) (int32, error) {
+			p := c.Single[i].SpecialToken
+			if p == nil {
+				return -1, fmt.Errorf("post_processor TemplateProcessing: single[%d] is neither a SpecialToken nor a Sequence", i)
+			}
+			s, ok := c.SpecialTokens[p.ID]
+			if !ok || len(s.IDs) != 1 {
+				return -1, fmt.Errorf("post_processor TemplateProcessing: special token %q is not in special_tokens with one id", p.ID)
+			}
+			return s.IDs[0], nil
+		}
+		if seq == 1 {
+			if bos, err = id(0); err != nil {
+				return -1, -1, err
+			}
+		}
+		if seq == len(c.Single)-2 {
+			if eos, err = id(seq + 1); err != nil {
+				return -1, -1, err
+			}
+		}
+		return bos, eos, nil
+	}
+	return bos, eos, fmt.Errorf("post_processor %s is not supported (supported: null, ByteLevel, TemplateProcessing, Sequence)", c.Type)
 }
 
 // newlinesIndependent reports whether a newline never takes part in a merge, so that
@@ -318,7 +441,7 @@ func parseHFSteps(raw json.RawMessage, what, list string) ([]hfStep, error) {
 	}
 	supported := "Sequence, Prepend, Replace"
 	if what == "decoder" {
-		supported = "Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace"
+		supported = "Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace, ByteLevel"
 	}
 	bad := func(why string) error {
 		return fmt.Errorf("%s %s %s (supported: %s)", what, c.Type, why, supported)
@@ -350,7 +473,7 @@ func parseHFSteps(raw json.RawMessage, what, list string) ([]hfStep, error) {
 		if what == "normalizer" {
 			return []hfStep{{kind: c.Type, to: c.Prepend}}, nil
 		}
-	case "ByteFallback", "Fuse":
+	case "ByteFallback", "Fuse", "ByteLevel":
 		if what == "decoder" {
 			return []hfStep{{kind: c.Type}}, nil
 		}
@@ -374,26 +497,83 @@ func parseHFSteps(raw json.RawMessage, what, list string) ([]hfStep, error) {
 	return nil, bad("is not supported")
 }
 
-// parseHFPreTokenizer reads a pre_tokenizer: null or Metaspace (also alone in a Sequence).
-func parseHFPreTokenizer(raw json.RawMessage) (*hfMetaspace, error) {
+// parsePreTokenizer reads a pre_tokenizer: null; Metaspace; ByteLevel; or a Sequence of
+// Split (LLaMA-3's or GPT-2's regular expression, behavior Isolated, not inverted) and
+// ByteLevel (without its regular expression or prefix space), in that order, as LLaMA-3
+// ships. A Sequence of one is read as its element.
+func (t *HFTokenizer) parsePreTokenizer(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, nil
+		return nil
 	}
+	const supported = "(supported: null, Metaspace, ByteLevel, Sequence [Split, ByteLevel])"
 	var c hfComponent
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+		return fmt.Errorf("pre_tokenizer: %w", err)
 	}
-	if c.Type == "Sequence" && len(c.PreTokenizers) == 1 {
-		return parseHFPreTokenizer(c.PreTokenizers[0])
+	switch {
+	case c.Type == "Sequence" && len(c.PreTokenizers) == 1:
+		return t.parsePreTokenizer(c.PreTokenizers[0])
+	case c.Type == "Metaspace":
+		m, err := parseHFMetaspace(c)
+		if err != nil {
+			return fmt.Errorf("pre_tokenizer Metaspace: %w", err)
+		}
+		t.meta = &m
+		return nil
+	case c.Type == "ByteLevel":
+		return t.parseByteLevel(c, splitGPT2)
+	case c.Type == "Sequence" && len(c.PreTokenizers) == 2:
+		var split, bl hfComponent
+		if err := json.Unmarshal(c.PreTokenizers[0], &split); err != nil {
+			return fmt.Errorf("pre_tokenizer.pretokenizers[0]: %w", err)
+		}
+		if err := json.Unmarshal(c.PreTokenizers[1], &bl); err != nil {
+			return fmt.Errorf("pre_tokenizer.pretokenizers[1]: %w", err)
+		}
+		if split.Type != "Split" || bl.Type != "ByteLevel" {
+			return fmt.Errorf("pre_tokenizer Sequence [%s, %s] is not supported %s", split.Type, bl.Type, supported)
+		}
+		kind, err := parseHFSplit(split)
+		if err != nil {
+			return fmt.Errorf("pre_tokenizer.pretokenizers[0]: %w", err)
+		}
+		if bl.UseRegex == nil || *bl.UseRegex || bl.AddPrefixSpace != nil && *bl.AddPrefixSpace {
+			return errors.New("pre_tokenizer.pretokenizers[1]: ByteLevel after Split must have use_regex false and add_prefix_space false")
+		}
+		return t.parseByteLevel(bl, kind)
 	}
-	if c.Type != "Metaspace" {
-		return nil, fmt.Errorf("pre_tokenizer %s is not supported (supported: null, Metaspace)", c.Type)
+	return fmt.Errorf("pre_tokenizer %s is not supported %s", c.Type, supported)
+}
+
+// parseByteLevel reads a ByteLevel pre-tokenizer; split is what it splits the text with
+// when its use_regex is true (the default) or absent.
+func (t *HFTokenizer) parseByteLevel(c hfComponent, split splitKind) error {
+	t.byteLevel = true
+	t.split = split
+	if c.UseRegex != nil && !*c.UseRegex && split == splitGPT2 {
+		t.split = splitNone
 	}
-	m, err := parseHFMetaspace(c)
-	if err != nil {
-		return nil, fmt.Errorf("pre_tokenizer Metaspace: %w", err)
+	t.prefixSpace = c.AddPrefixSpace == nil || *c.AddPrefixSpace
+	return nil
+}
+
+// parseHFSplit reads a Split pre-tokenizer whose pattern is one of the regular
+// expressions implemented here.
+func parseHFSplit(c hfComponent) (splitKind, error) {
+	if c.Pattern == nil || c.Pattern.Regex == nil {
+		return 0, errors.New("Split: only a Regex pattern is supported")
 	}
-	return &m, nil
+	if c.Behavior != "Isolated" || c.Invert {
+		return 0, fmt.Errorf("Split: behavior %q, invert %v is not supported (only Isolated, false)", c.Behavior, c.Invert)
+	}
+	switch *c.Pattern.Regex {
+	case llama3Pattern:
+		return splitLlama3, nil
+	case gpt2Pattern:
+		return splitGPT2, nil
+	}
+	return 0, fmt.Errorf("Split: regular expression %q is not supported (only LLaMA-3's %q and GPT-2's %q)",
+		*c.Pattern.Regex, llama3Pattern, gpt2Pattern)
 }
 
 func parseHFMetaspace(c hfComponent) (hfMetaspace, error) {
@@ -486,7 +666,7 @@ func (t *HFTokenizer) Piece(id int32) string {
 // Encode returns the ids of text, without BOS or EOS (add_special_tokens=false). Text that
 // is not valid UTF-8 is read with U+FFFD for each malformed byte.
 func (t *HFTokenizer) Encode(text []byte) []int32 {
-	return t.AppendEncode(nil, text)
+	return t.AppendEncode(make([]int32, 0, len(text)/4+1), text) // LLaMA-3: 3 to 4 bytes a token on text
 }
 
 // AppendEncode appends the ids of text to dst and returns the extended slice.
@@ -546,6 +726,9 @@ func (t *HFTokenizer) encodeSplit(dst []int32, part []byte, atStart bool, w *bpe
 	if len(part) == 0 {
 		return dst
 	}
+	if t.byteLevel && t.normalizers == nil && !t.prefixSpace {
+		return t.encodeByteLevel(dst, part, w) // LLaMA-3: no copy of the text
+	}
 	s := string(part)
 	for _, n := range t.normalizers {
 		switch n.kind {
@@ -559,6 +742,12 @@ func (t *HFTokenizer) encodeSplit(dst []int32, part []byte, atStart bool, w *bpe
 	}
 	if s == "" {
 		return dst
+	}
+	if t.byteLevel {
+		if t.prefixSpace && s[0] != ' ' {
+			s = " " + s
+		}
+		return t.encodeByteLevel(dst, []byte(s), w)
 	}
 	if m := t.meta; m != nil {
 		s = strings.ReplaceAll(s, " ", m.replacement)
@@ -582,6 +771,51 @@ func (t *HFTokenizer) encodeSplit(dst []int32, part []byte, atStart bool, w *bpe
 		return dst
 	}
 	return t.encodeWord(dst, s, w)
+}
+
+// encodeByteLevel splits text with the pre-tokenizer's regular expression and encodes
+// each piece with byte-level BPE.
+func (t *HFTokenizer) encodeByteLevel(dst []int32, text []byte, w *bpeWork) []int32 {
+	word := func(start, end int) { dst = t.encodeBytes(dst, text[start:end], w) }
+	switch t.split {
+	case splitLlama3:
+		scanLlama3(text, word)
+	case splitGPT2:
+		scanGPT2(text, word)
+	default:
+		word(0, len(text))
+	}
+	return dst
+}
+
+// encodeBytes is tokenizers' BPE on one pre-token of a byte-level tokenizer: with
+// ignore_merges, the pre-token's own id if the vocabulary has it; else a symbol per byte
+// (bytes without a token become the unknown token, or nothing if there is none), merged by
+// rank.
+func (t *HFTokenizer) encodeBytes(dst []int32, word []byte, w *bpeWork) []int32 {
+	if len(word) == 0 {
+		return dst
+	}
+	if t.ignoreMerges {
+		if id, ok := t.rawVocab[string(word)]; ok {
+			return append(dst, id)
+		}
+	}
+	w.reset()
+	unk := false
+	for i, b := range word {
+		switch id := t.byteToken[b]; {
+		case id >= 0:
+			w.add(i, i+1, id, false)
+			unk = false
+		case t.unk >= 0 && !(unk && t.fuseUnk):
+			w.add(i, i+1, t.unk, false)
+			unk = true
+		case t.unk >= 0: // fused into the unknown token before it
+			w.syms[len(w.syms)-1].end = int32(i + 1)
+		}
+	}
+	return t.mergeAppend(dst, w)
 }
 
 // encodeWord is tokenizers' BPE on one word: a symbol per character (or its byte tokens,
@@ -632,6 +866,12 @@ func (t *HFTokenizer) encodeWord(dst []int32, word string, w *bpeWork) []int32 {
 		i += n
 	}
 	flushUnk()
+	return t.mergeAppend(dst, w)
+}
+
+// mergeAppend merges the symbols of w by rank, lowest first and leftmost on a tie, as
+// tokenizers' BPE does, and appends their ids to dst.
+func (t *HFTokenizer) mergeAppend(dst []int32, w *bpeWork) []int32 {
 	if len(w.syms) == 0 {
 		return dst
 	}
@@ -709,6 +949,18 @@ func (d hfStep) decode(toks []string) []string {
 		}
 	case "Fuse":
 		return []string{strings.Join(toks, "")}
+	case "ByteLevel":
+		// The bytes the tokens stand for, read as UTF-8 the way Rust's from_utf8_lossy
+		// does; a token with a character that stands for no byte stays as it is.
+		var raw []byte
+		for _, s := range toks {
+			if b, ok := byteLevelBytes(s); ok {
+				raw = append(raw, b...)
+			} else {
+				raw = append(raw, s...)
+			}
+		}
+		return []string{string(appendLossyUTF8(nil, raw))}
 	case "Strip":
 		for i, s := range toks {
 			r := []rune(s)

@@ -182,6 +182,14 @@ func TestHFTokenizerConfig(t *testing.T) {
 	}
 }
 
+// splitByteLevel is a pre_tokenizer as LLaMA-3 has it: Split by pattern, then ByteLevel.
+func splitByteLevel(pattern, behavior string, invert bool) map[string]any {
+	return map[string]any{"type": "Sequence", "pretokenizers": []any{
+		map[string]any{"type": "Split", "pattern": map[string]any{"Regex": pattern}, "behavior": behavior, "invert": invert},
+		map[string]any{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false},
+	}}
+}
+
 // TestLoadHFTokenizerErrors checks that unsupported or broken tokenizer.json files are
 // refused with an error naming the file, the key and what is supported.
 func TestLoadHFTokenizerErrors(t *testing.T) {
@@ -200,8 +208,24 @@ func TestLoadHFTokenizerErrors(t *testing.T) {
 	}{
 		{"unigram", func(f, m map[string]any) { m["type"] = "Unigram" }, []string{`model.type "Unigram"`, "only BPE"}},
 		{"no model", func(f, m map[string]any) { delete(f, "model") }, []string{"no model"}},
-		{"byte-level", func(f, m map[string]any) { f["pre_tokenizer"] = map[string]any{"type": "ByteLevel"} },
-			[]string{"pre_tokenizer ByteLevel", "Metaspace"}},
+		{"whitespace", func(f, m map[string]any) { f["pre_tokenizer"] = map[string]any{"type": "Whitespace"} },
+			[]string{"pre_tokenizer Whitespace", "Metaspace, ByteLevel"}},
+		{"other regex", func(f, m map[string]any) { f["pre_tokenizer"] = splitByteLevel(`\w+|\s+`, "Isolated", false) },
+			[]string{"pre_tokenizer.pretokenizers[0]", `regular expression "\\w+|\\s+" is not supported`, "LLaMA-3"}},
+		{"split removed", func(f, m map[string]any) { f["pre_tokenizer"] = splitByteLevel(llama3Pattern, "Removed", false) },
+			[]string{"pre_tokenizer.pretokenizers[0]", `behavior "Removed"`, "Isolated"}},
+		{"split inverted", func(f, m map[string]any) { f["pre_tokenizer"] = splitByteLevel(gpt2Pattern, "Isolated", true) },
+			[]string{"pre_tokenizer.pretokenizers[0]", "invert true"}},
+		{"split regex after", func(f, m map[string]any) {
+			p := splitByteLevel(llama3Pattern, "Isolated", false)
+			p["pretokenizers"].([]any)[1].(map[string]any)["use_regex"] = true
+			f["pre_tokenizer"] = p
+		}, []string{"pre_tokenizer.pretokenizers[1]", "use_regex false"}},
+		{"template without sequence", func(f, m map[string]any) {
+			f["post_processor"] = map[string]any{"type": "TemplateProcessing", "single": []any{}}
+		}, []string{"post_processor TemplateProcessing", "no Sequence"}},
+		{"bert processing", func(f, m map[string]any) { f["post_processor"] = map[string]any{"type": "BertProcessing"} },
+			[]string{"post_processor BertProcessing", "TemplateProcessing"}},
 		{"nfkc", func(f, m map[string]any) { f["normalizer"] = map[string]any{"type": "NFKC"} },
 			[]string{"normalizer NFKC", "Prepend, Replace"}},
 		{"regex replace", func(f, m map[string]any) {

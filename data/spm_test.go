@@ -3,7 +3,6 @@ package data
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -284,15 +283,30 @@ func benchText(b *testing.B) []byte {
 	return text
 }
 
-// BenchmarkEncode measures Encode throughput (MB/s of input text) for each tokenizer.
+// BenchmarkEncode measures Encode throughput (MB/s of input text) for each tokenizer: bytes,
+// the LLaMA-2-style test models (SentencePiece llama.model and its tokenizer.json, 1000
+// pieces) and LLaMA-3's real tokenizer.json (128256 tokens).
 func BenchmarkEncode(b *testing.B) {
 	text := benchText(b)
 	hf, err := LoadHFTokenizer(hfVariant(b, ""))
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, tok := range []Tokenizer{ByteTokenizer{}, loadSPM(b, "llama.model"), hf} {
-		b.Run(fmt.Sprintf("%T", tok), func(b *testing.B) {
+	llama3, err := LoadHFTokenizer(llama3Variant(b, ""))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		tok  Tokenizer
+	}{
+		{"byte", ByteTokenizer{}},
+		{"llama2-spm", loadSPM(b, "llama.model")},
+		{"llama2-hf", hf},
+		{"llama3-hf", llama3},
+	} {
+		tok := tc.tok
+		b.Run(tc.name, func(b *testing.B) {
 			b.SetBytes(int64(len(text)))
 			var n int
 			for b.Loop() {
@@ -300,5 +314,15 @@ func BenchmarkEncode(b *testing.B) {
 			}
 			b.ReportMetric(float64(len(text))/float64(n), "bytes/token")
 		})
+	}
+}
+
+// BenchmarkLoadLlama3 measures reading LLaMA-3's tokenizer.json (9 MB, 280147 merges).
+func BenchmarkLoadLlama3(b *testing.B) {
+	path := llama3Variant(b, "")
+	for b.Loop() {
+		if _, err := LoadHFTokenizer(path); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -16,7 +16,9 @@ import (
 // slices they are given, and Decode(Encode(text)) must return text for any text the
 // tokenizer represents exactly: for ByteTokenizer any bytes; for a SentencePiece or
 // tokenizer.json with LLaMA's settings, valid UTF-8 that holds neither U+2581 ("▁", which
-// stands for a space) nor the text of an added token such as "<s>" (tokenizer.json only).
+// stands for a space) nor the text of an added token such as "<s>" (tokenizer.json only);
+// for a byte-level tokenizer.json (LLaMA-3), valid UTF-8 without the text of a special
+// token such as "<|begin_of_text|>".
 type Tokenizer interface {
 	// Encode returns the token ids of text.
 	Encode(text []byte) []int32
@@ -31,7 +33,9 @@ type Tokenizer interface {
 
 // SpecialTokens is implemented by tokenizers that have beginning- and end-of-sequence
 // tokens ([SentencePiece], [HFTokenizer]); an id is -1 where the tokenizer has none.
-// Encode never adds them: LLaMA-style evaluation prepends BOS itself.
+// Encode never adds them (Hugging Face's add_special_tokens=false): LLaMA-style evaluation
+// prepends BOS itself, and Hugging Face's encoding with add_special_tokens=true is BOS
+// followed by Encode's ids for LLaMA-2 and LLaMA-3 (their post-processor template).
 type SpecialTokens interface {
 	Specials() (bos, eos int32)
 }
@@ -84,6 +88,8 @@ func NewTokenizer(name string) (Tokenizer, error) {
 	}
 	if t := bytes.TrimLeft(head[:n], " \t\r\n"); len(t) > 0 && t[0] == '{' {
 		tok, err = LoadHFTokenizer(path)
+	} else if isTiktoken(head[:n]) {
+		return nil, fmt.Errorf("data: tokenizer %q: %s is a tiktoken BPE file (lines of base64 token and rank, as Meta's original LLaMA-3 tokenizer.model), which is not supported: use the tokenizer.json of the Hugging Face release", name, path)
 	} else {
 		tok, err = LoadSentencePiece(path)
 	}
@@ -92,6 +98,30 @@ func NewTokenizer(name string) (Tokenizer, error) {
 	}
 	tok.setName(name)
 	return tok, nil
+}
+
+// isTiktoken reports whether head, the start of a file, is a line of tiktoken's BPE format:
+// a token in base64, a space and its rank.
+func isTiktoken(head []byte) bool {
+	line, _, ok := bytes.Cut(head, []byte("\n"))
+	if !ok {
+		return false
+	}
+	tok, rank, ok := bytes.Cut(line, []byte(" "))
+	if !ok || len(tok) == 0 || len(rank) == 0 {
+		return false
+	}
+	for _, c := range tok {
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '+' || c == '/' || c == '=') {
+			return false
+		}
+	}
+	for _, c := range rank {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ByteTokenizer is the tokenizer with one token per byte: the id of a byte is its value, so

@@ -83,6 +83,10 @@ func TestNewTokenizer(t *testing.T) {
 	if err := os.WriteFile(junk, []byte{0x0a, 0x7f, 1}, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	tiktoken := filepath.Join(t.TempDir(), "tokenizer.model")
+	if err := os.WriteFile(tiktoken, []byte("IQ== 0\nIg== 1\nIw== 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	badJSON := filepath.Join(empty, "bad.json")
 	if err := os.WriteFile(badJSON, []byte(`  {"model": {"type": "WordPiece"}}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -106,6 +110,7 @@ func TestNewTokenizer(t *testing.T) {
 		{empty, "", 0, []string{empty, "neither tokenizer.json nor tokenizer.model"}},
 		{junk, "", 0, []string{"sentencepiece model " + junk, "protobuf"}},
 		{badJSON, "", 0, []string{badJSON, `model.type "WordPiece"`, "only BPE"}},
+		{tiktoken, "", 0, []string{tiktoken, "tiktoken", "tokenizer.json"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
