@@ -365,7 +365,7 @@ func TestCUDARoPE(t *testing.T) {
 	for _, hd := range []int{8, 128} {
 		for _, inverse := range []bool{false, true} {
 			x := d.buf(randVec(r, len(pos)*3*hd, 1))
-			d.each(func(be Backend, i int) { be.RoPE(x[i], pos, 3, hd, 500000, inverse) })
+			d.each(func(be Backend, i int) { be.RoPE(x[i], pos, 3, hd, DefaultRoPE(500000, hd), inverse) })
 			d.close(t, fmt.Sprintf("hd%d inverse=%v", hd, inverse), x, 1e-6)
 		}
 	}
