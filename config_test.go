@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
-	"distflash/model"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"distflash/model"
 
 	"github.com/BurntSushi/toml"
 )
