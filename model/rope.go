@@ -15,13 +15,13 @@ import (
 //   - none: inv_freq[i] = rope_theta^(−2i/head_dim). Changing rope_theta alone is the "base
 //     frequency" adjustment of LLaMA-2-Long and Code Llama.
 //   - linear (position interpolation, Chen et al. 2023): inv_freq / factor.
-//   - dynamic (NTK-aware, the Reddit "dynamic NTK" of /u/emozilla): when the sequence length L
-//     exceeds original_max_position_embeddings L0, the base becomes
+//   - dynamic ("Dynamic NTK", Peng et al. 2023 §3.3): when the sequence length L exceeds
+//     original_max_position_embeddings L0, the base becomes
 //     rope_theta·(factor·L/L0 − (factor−1))^(d/(d−2)); at or below L0 it is plain RoPE.
-//   - yarn (Peng et al. 2023, §3.2–3.4): per frequency, a ramp between extrapolation (the plain
-//     frequency) and interpolation (frequency / factor), by how many turns the frequency makes
-//     over L0 (beta_fast, beta_slow); cos and sin are multiplied by attention_factor,
-//     0.1·ln(factor) + 1 unless given.
+//   - yarn (Peng et al. 2023, "YaRN", §3.2 and §3.4): per frequency, a ramp between
+//     extrapolation (the plain frequency) and interpolation (frequency / factor), by how many
+//     turns the frequency makes over L0 (beta_fast, beta_slow); cos and sin are multiplied by
+//     attention_factor, 0.1·ln(factor) + 1 unless given, so attention logits by its square.
 //   - llama3 (LLaMA 3.1): wavelengths shorter than L0/high_freq_factor are kept, longer than
 //     L0/low_freq_factor divided by factor, and those between interpolated smoothly.
 
