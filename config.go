@@ -205,8 +205,10 @@ func (c *Config) Set(override string) error {
 		shown = strconv.Quote(override)
 	}
 	key, value = strings.TrimSpace(key), strings.TrimSpace(value)
-	section, name, ok := strings.Cut(key, ".")
-	if !ok || !isBareKey(section) || !isBareKey(name) {
+	// The last dot separates the key from its table: model.rope_scaling.factor is in a sub-table.
+	dot := strings.LastIndex(key, ".")
+	section, name := key[:max(dot, 0)], key[dot+1:]
+	if dot < 0 || !isBareKey(name) || slices.ContainsFunc(strings.Split(section, "."), func(s string) bool { return !isBareKey(s) }) {
 		return fmt.Errorf("--set %s: key %q must be section.key, e.g. training.steps", shown, key)
 	}
 	var doc string
@@ -305,10 +307,10 @@ func isTOMLValue(s string) bool {
 // stringDoc is the TOML document setting section.name to the string value.
 func stringDoc(section, name, value string) string {
 	var b bytes.Buffer
-	if err := toml.NewEncoder(&b).Encode(map[string]map[string]string{section: {name: value}}); err != nil {
+	if err := toml.NewEncoder(&b).Encode(map[string]string{name: value}); err != nil {
 		panic(err) // a map of strings always encodes
 	}
-	return b.String()
+	return "[" + section + "]\n" + b.String()
 }
 
 // isBareKey reports whether s is a TOML bare key: ASCII letters, digits, '_' and '-'.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"distflash/model"
+
 	"github.com/BurntSushi/toml"
 )
 
@@ -295,6 +297,9 @@ func TestOverride(t *testing.T) {
 			return reflect.DeepEqual(c.Data.Include, []string{"*.go", "*.md"})
 		}},
 		{"model key", []string{"model.n_kv_heads=4"}, func(c Config) bool { return c.Model.NKVHeads == 4 }},
+		{"sub-table", []string{"model.rope_scaling.type=yarn", "model.rope_scaling.factor=4"}, func(c Config) bool {
+			return c.Model.RopeScaling == model.RopeScaling{Type: "yarn", Factor: 4, OriginalMaxPositionEmbeddings: 512}
+		}},
 		{"spaces", []string{" training.steps = 7 "}, func(c Config) bool { return c.Training.Steps == 7 }},
 		{"in order", []string{"training.steps=5", "training.steps=6"}, func(c Config) bool { return c.Training.Steps == 6 }},
 		{"others untouched", []string{"training.steps=5"}, func(c Config) bool { return c.Training.LR == 3e-3 && c.Run.Name == "tiny" }},
@@ -330,6 +335,9 @@ func TestOverrideErrors(t *testing.T) {
 		{"invalid value", "training.steps=0", []string{"training.steps = 0"}},
 		{"invalid enum", "device.kind=gpu", []string{"device.kind", `"gpu"`}},
 		{"negative seed", "run.seed=-1", []string{"run.seed = -1"}},
+		{"sub-table key", "model.rope_scaling.factr=2", []string{"unknown key model.rope_scaling.factr"}},
+		{"sub-table value", "model.rope_scaling.type=ntk", []string{`model.rope_scaling.type = "ntk": unknown`, "linear, dynamic, yarn, llama3"}},
+		{"empty table name", "model..factor=2", []string{"section.key"}},
 		{"newline shown quoted", "training.stepz=1\n", []string{`--set "training.stepz=1\n"`}},
 	}
 	for _, tt := range tests {

@@ -215,6 +215,7 @@ func (e *evaluator) sample(s evalSample) (lossSum float64, count int, err error)
 		if err != nil {
 			return err
 		}
+		e.models[r].SeqLen = n // the sample's length, not the padded T nor the rank's slice (dynamic RoPE)
 		sums[r], counts[r] = e.models[r].Forward(parallel.Shard(ids, 1, T, 1, pos), parallel.Shard(targets, 1, T, 1, pos), 1, pos)
 		return nil
 	})
@@ -372,7 +373,7 @@ func configTokenizer(cfg Config) (data.Tokenizer, error) {
 func hfModelConfig(h ckpt.HFConfig) model.Config {
 	return model.Config{Dim: h.HiddenSize, NLayers: h.NumHiddenLayers, NHeads: h.NumAttentionHeads,
 		NKVHeads: h.NumKeyValueHeads, HeadDim: h.HeadDim, FFNDim: h.IntermediateSize, VocabSize: h.VocabSize,
-		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.MaxPositionEmbeddings}
+		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.MaxPositionEmbeddings, RopeScaling: model.RopeScaling(h.RopeScaling)}
 }
 
 // loadHFModel loads a Hugging Face LLaMA directory: the shape from config.json, the weights

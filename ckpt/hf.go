@@ -54,6 +54,32 @@ type HFConfig struct {
 	TieWordEmbeddings     bool    // tie_word_embeddings: lm_head.weight is embed_tokens.weight
 	TorchDtype            string  // torch_dtype, informational ("bfloat16", "float16", "float32")
 	BOSTokenID            int     // bos_token_id; absent: 1 (LlamaConfig's default); null: -1, none
+	// RopeScaling is rope_scaling (absent, null or type "default": the zero value), in
+	// distflash's terms (see ReadHFConfig).
+	RopeScaling HFRopeScaling
+}
+
+// HFRopeScaling is a config.json rope_scaling that distflash implements. Its fields are
+// model.RopeScaling's, so one converts to the other; the JSON keys are rope_scaling's own.
+type HFRopeScaling struct {
+	Type                          string  // rope_type (or the legacy "type"): linear, dynamic, yarn, llama3; "" for none
+	Factor                        float64 // factor
+	OriginalMaxPositionEmbeddings int     // pretrained context (see ReadHFConfig for where it comes from)
+	LowFreqFactor                 float64 // low_freq_factor (llama3)
+	HighFreqFactor                float64 // high_freq_factor (llama3)
+	BetaFast                      float64 // beta_fast (yarn); 0: 32
+	BetaSlow                      float64 // beta_slow (yarn); 0: 1
+	AttentionFactor               float64 // attention_factor (yarn); 0: 0.1·ln(factor) + 1
+}
+
+// hfRopeKeys are the rope_scaling keys distflash reads for each rope_type besides rope_type
+// (or type); rope_scaling with any other key is refused.
+var hfRopeKeys = map[string][]string{
+	"default": nil,
+	"linear":  {"factor"},
+	"dynamic": {"factor", "original_max_position_embeddings"},
+	"yarn":    {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor"},
+	"llama3":  {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
 }
 
 // HF file names inside a model directory.
@@ -64,8 +90,19 @@ const (
 
 // ReadHFConfig reads a Hugging Face LLaMA config.json. A required key that is missing, a
 // value of the wrong type or out of range, and a setting distflash's LLaMA does not
-// implement (model_type other than "llama", hidden_act other than "silu", rope_scaling,
-// attention_bias or mlp_bias true) is an error naming the file, the key and the value.
+// implement (model_type other than "llama", hidden_act other than "silu", a rope_scaling
+// type or key other than those below, attention_bias or mlp_bias true) is an error naming
+// the file, the key and the value.
+//
+// rope_scaling is read as transformers computes it (modeling_rope_utils.py), for rope_type
+// (or the legacy "type") default, linear, dynamic, yarn and llama3, and
+// OriginalMaxPositionEmbeddings is always set for the types that use one: dynamic takes
+// max_position_embeddings as the pretrained length (an original_max_position_embeddings
+// that differs is refused); yarn takes original_max_position_embeddings, else
+// max_position_embeddings, and the explicit factor (as transformers ≥ 4.57 does; earlier
+// versions replace factor by max_position_embeddings / original_max_position_embeddings when
+// both are set); llama3 requires original_max_position_embeddings, low_freq_factor and
+// high_freq_factor.
 func ReadHFConfig(path string) (HFConfig, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -98,8 +135,8 @@ func ReadHFConfig(path string) (HFConfig, error) {
 	if act != "silu" {
 		r.fail("hidden_act = %q: distflash's MLP is SwiGLU, which needs \"silu\"", act)
 	}
-	if v, ok := m["rope_scaling"]; ok && !isNull(v) && !defaultRope(v) {
-		r.fail("rope_scaling = %s: scaled RoPE (linear, dynamic, yarn, llama3) is not implemented; want null", compact(v))
+	if v, ok := m["rope_scaling"]; ok && !isNull(v) {
+		c.RopeScaling = r.ropeScaling(v, c.MaxPositionEmbeddings)
 	}
 	for _, key := range []string{"attention_bias", "mlp_bias"} {
 		if r.bool(key, false) {
@@ -234,18 +271,72 @@ func (r *hfReader) positive(key string, v int) {
 	}
 }
 
-// defaultRope reports whether a rope_scaling value asks for plain RoPE:
-// {"rope_type": "default"} (or "type"), with nothing else.
-func defaultRope(v json.RawMessage) bool {
-	var m map[string]any
-	if json.Unmarshal(v, &m) != nil || len(m) != 1 {
-		return false
+// ropeScaling reads the rope_scaling object v (see ReadHFConfig); maxPos is
+// max_position_embeddings.
+func (r *hfReader) ropeScaling(v json.RawMessage, maxPos int) HFRopeScaling {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(v, &m); err != nil {
+		r.fail("rope_scaling = %s: want an object or null", compact(v))
+		return HFRopeScaling{}
 	}
-	t, ok := m["rope_type"]
+	sub := hfReader{path: r.path, m: map[string]json.RawMessage{}}
+	for k, x := range m {
+		sub.m["rope_scaling."+k] = x
+	}
+	typ := sub.string("rope_scaling.rope_type", "")
+	if legacy := sub.string("rope_scaling.type", ""); typ == "" {
+		typ = legacy
+	} else if legacy != "" && legacy != typ {
+		sub.fail("rope_scaling.rope_type = %q and rope_scaling.type = %q disagree", typ, legacy)
+	}
+	if typ == "" {
+		typ = "default"
+	}
+	keys, ok := hfRopeKeys[typ]
 	if !ok {
-		t = m["type"]
+		sub.fail("rope_scaling.rope_type = %q: not implemented; distflash implements default, linear, dynamic, yarn, llama3", typ)
 	}
-	return t == "default"
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if ok && k != "rope_type" && k != "type" && !isNull(m[k]) && !slices.Contains(keys, k) {
+			sub.fail("rope_scaling.%s = %s: not implemented for rope_type %q (distflash reads %s)", k, compact(m[k]), typ,
+				strings.Join(append([]string{"rope_type"}, keys...), ", "))
+		}
+	}
+	rs := HFRopeScaling{
+		Factor:                        sub.float("rope_scaling.factor", 0),
+		OriginalMaxPositionEmbeddings: sub.int("rope_scaling.original_max_position_embeddings", 0),
+		LowFreqFactor:                 sub.float("rope_scaling.low_freq_factor", 0),
+		HighFreqFactor:                sub.float("rope_scaling.high_freq_factor", 0),
+		BetaFast:                      sub.float("rope_scaling.beta_fast", 0),
+		BetaSlow:                      sub.float("rope_scaling.beta_slow", 0),
+		AttentionFactor:               sub.float("rope_scaling.attention_factor", 0),
+	}
+	if ok && typ != "default" {
+		rs.Type = typ
+		required := []string{"factor"}
+		if typ == "llama3" {
+			required = keys
+		}
+		for _, k := range required {
+			sub.get("rope_scaling."+k, true)
+		}
+	}
+	if rs.Type != "" && !(rs.Factor >= 1) && m["factor"] != nil && !isNull(m["factor"]) {
+		sub.fail("rope_scaling.factor = %s: must be ≥ 1", compact(m["factor"]))
+	}
+	switch typ {
+	case "dynamic":
+		if o := rs.OriginalMaxPositionEmbeddings; o != 0 && o != maxPos {
+			sub.fail("rope_scaling.original_max_position_embeddings = %d differs from max_position_embeddings = %d: transformers' dynamic scaling takes max_position_embeddings as the pretrained length", o, maxPos)
+		}
+		rs.OriginalMaxPositionEmbeddings = maxPos
+	case "yarn":
+		if rs.OriginalMaxPositionEmbeddings == 0 {
+			rs.OriginalMaxPositionEmbeddings = maxPos
+		}
+	}
+	r.errs = append(r.errs, sub.errs...)
+	return rs
 }
 
 func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }

@@ -165,7 +165,23 @@ func TestReadHFConfigDefaults(t *testing.T) {
 		{"num_key_value_heads", "1", func(c HFConfig) bool { return c.NumKeyValueHeads == 1 }},
 		{"head_dim", "16", func(c HFConfig) bool { return c.HeadDim == 16 }},
 		{"rope_scaling", "null", func(c HFConfig) bool { return true }},
-		{"rope_scaling", `{"rope_type": "default"}`, func(c HFConfig) bool { return true }},
+		{"rope_scaling", `{"rope_type": "default"}`, func(c HFConfig) bool { return c.RopeScaling == HFRopeScaling{} }},
+		{"rope_scaling", `{"type": "linear", "factor": 2.0}`, func(c HFConfig) bool { return c.RopeScaling == HFRopeScaling{Type: "linear", Factor: 2} }},
+		// dynamic: transformers' pretrained length is max_position_embeddings (2048 here).
+		{"rope_scaling", `{"rope_type": "dynamic", "factor": 2.0}`, func(c HFConfig) bool {
+			return c.RopeScaling == HFRopeScaling{Type: "dynamic", Factor: 2, OriginalMaxPositionEmbeddings: 2048}
+		}},
+		// yarn without original_max_position_embeddings: max_position_embeddings is the pretrained length.
+		{"rope_scaling", `{"rope_type": "yarn", "factor": 4.0, "attention_factor": null}`, func(c HFConfig) bool {
+			return c.RopeScaling == HFRopeScaling{Type: "yarn", Factor: 4, OriginalMaxPositionEmbeddings: 2048}
+		}},
+		{"rope_scaling", `{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "beta_fast": 16, "beta_slow": 2, "attention_factor": 1.2}`, func(c HFConfig) bool {
+			return c.RopeScaling == HFRopeScaling{Type: "yarn", Factor: 4, OriginalMaxPositionEmbeddings: 512, BetaFast: 16, BetaSlow: 2, AttentionFactor: 1.2}
+		}},
+		// LLaMA 3.1's own rope_scaling.
+		{"rope_scaling", `{"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}`, func(c HFConfig) bool {
+			return c.RopeScaling == HFRopeScaling{Type: "llama3", Factor: 8, OriginalMaxPositionEmbeddings: 8192, LowFreqFactor: 1, HighFreqFactor: 4}
+		}},
 		{"tie_word_embeddings", "true", func(c HFConfig) bool { return c.TieWordEmbeddings }},
 		{"rope_theta", "500000.0", func(c HFConfig) bool { return c.RopeTheta == 5e5 }},
 		{"max_position_embeddings", "4096", func(c HFConfig) bool { return c.MaxPositionEmbeddings == 4096 }},
@@ -194,8 +210,17 @@ func TestReadHFConfigErrors(t *testing.T) {
 		{"num_hidden_layers", `"two"`, []string{`num_hidden_layers = "two"`, "integer"}},
 		{"num_hidden_layers", "2.5", []string{"num_hidden_layers = 2.5", "integer"}},
 		{"intermediate_size", "0", []string{"intermediate_size = 0", "> 0"}},
-		{"rope_scaling", `{"type": "linear", "factor": 2.0}`, []string{`rope_scaling = {"type":"linear","factor":2.0}`, "want null"}},
-		{"rope_scaling", `{"rope_type": "default", "factor": 2.0}`, []string{`rope_scaling = {"rope_type":"default","factor":2.0}`}},
+		{"rope_scaling", `{"type": "longrope", "factor": 2.0}`, []string{`rope_scaling.rope_type = "longrope": not implemented`, "default, linear, dynamic, yarn, llama3"}},
+		{"rope_scaling", `{"rope_type": "default", "factor": 2.0}`, []string{`rope_scaling.factor = 2.0: not implemented for rope_type "default"`}},
+		{"rope_scaling", `{"rope_type": "yarn", "factor": 4.0, "mscale": 0.707}`, []string{`rope_scaling.mscale = 0.707: not implemented for rope_type "yarn"`, "beta_fast"}},
+		{"rope_scaling", `{"rope_type": "yarn", "factor": 4.0, "truncate": false}`, []string{`rope_scaling.truncate = false: not implemented`}},
+		{"rope_scaling", `{"rope_type": "linear", "factor": 0.5}`, []string{`rope_scaling.factor = 0.5: must be ≥ 1`}},
+		{"rope_scaling", `{"rope_type": "linear"}`, []string{`"rope_scaling.factor" is missing`}},
+		{"rope_scaling", `{"rope_type": "linear", "factor": "2"}`, []string{`rope_scaling.factor = "2": want a number`}},
+		{"rope_scaling", `{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}`, []string{`"rope_scaling.original_max_position_embeddings" is missing`}},
+		{"rope_scaling", `{"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1024}`, []string{"rope_scaling.original_max_position_embeddings = 1024 differs from max_position_embeddings = 2048"}},
+		{"rope_scaling", `{"rope_type": "linear", "type": "dynamic", "factor": 2.0}`, []string{`rope_scaling.rope_type = "linear" and rope_scaling.type = "dynamic" disagree`}},
+		{"rope_scaling", `[1]`, []string{`rope_scaling = [1]: want an object or null`}},
 		{"hidden_act", `"gelu"`, []string{`hidden_act = "gelu"`, "silu"}},
 		{"attention_bias", "true", []string{"attention_bias = true"}},
 		{"mlp_bias", "true", []string{"mlp_bias = true"}},

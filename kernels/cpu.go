@@ -275,28 +275,26 @@ func (c *CPU) RMSNormBackward(dx, dw, dout, x, w, rstd Buf, rows, dim int) {
 }
 
 // RoPE implements Backend. Angles are computed in float64 from the integer position, which
-// keeps them exact at the long positions (512K) this project trains at.
-func (c *CPU) RoPE(x Buf, pos []int32, heads, headDim int, theta float64, inverse bool) {
+// keeps them exact at the long positions (512K) this project trains at; cos·Scale and
+// sin·Scale are rounded to float32 once.
+func (c *CPU) RoPE(x Buf, pos []int32, heads, headDim int, t RoPETable, inverse bool) {
 	xs := f(x)
 	mustLen("rope x", xs, len(pos)*heads*headDim)
+	t.check(headDim)
 	half := headDim / 2
-	invFreq := make([]float64, half)
-	for i := range invFreq {
-		invFreq[i] = math.Pow(theta, -float64(2*i)/float64(headDim))
-	}
 	sign := 1.0
 	if inverse {
 		sign = -1
 	}
 	chunks(len(pos), 16, func(lo, hi int) {
 		cos, sin := make([]float32, half), make([]float32, half)
-		for t := lo; t < hi; t++ {
-			for i, fr := range invFreq {
-				s, c := math.Sincos(float64(pos[t]) * fr)
-				cos[i], sin[i] = float32(c), float32(sign*s)
+		for tok := lo; tok < hi; tok++ {
+			for i, fr := range t.InvFreq {
+				s, c := math.Sincos(float64(pos[tok]) * fr)
+				cos[i], sin[i] = float32(c*t.Scale), float32(sign*s*t.Scale)
 			}
 			for h := 0; h < heads; h++ {
-				v := xs[(t*heads+h)*headDim : (t*heads+h+1)*headDim]
+				v := xs[(tok*heads+h)*headDim : (tok*heads+h+1)*headDim]
 				for i := 0; i < half; i++ {
 					a, b := v[i], v[i+half]
 					v[i] = a*cos[i] - b*sin[i]

@@ -382,7 +382,7 @@ func TestRoPEMatchesHF(t *testing.T) {
 					want := refRoPE(x, ropePositions, heads, hd, theta, sign)
 					be := NewCPU()
 					xb := upload(be, x)
-					be.RoPE(xb, ropePositions, heads, hd, theta, inverse)
+					be.RoPE(xb, ropePositions, heads, hd, DefaultRoPE(theta, hd), inverse)
 					for v := 0; v < len(x)/hd; v++ {
 						if e := maxRelErr(Host(xb)[v*hd:(v+1)*hd], want[v*hd:(v+1)*hd]); e > 1e-6 {
 							t.Errorf("token %d (pos %d) head %d: rel err %.3g", v/heads, ropePositions[v/heads], v%heads, e)
@@ -421,15 +421,15 @@ func TestRoPEInverseAndOrthogonal(t *testing.T) {
 		be := NewCPU()
 
 		rt := upload(be, x)
-		be.RoPE(rt, ropePositions, heads, hd, theta, false)
+		be.RoPE(rt, ropePositions, heads, hd, DefaultRoPE(theta, hd), false)
 		rx := slices.Clone(Host(rt))
-		be.RoPE(rt, ropePositions, heads, hd, theta, true)
+		be.RoPE(rt, ropePositions, heads, hd, DefaultRoPE(theta, hd), true)
 		if e := maxRelErr(Host(rt), f64s(x)); e > 1e-6 {
 			t.Errorf("theta %g: inverse(forward(x)) differs from x by %.3g", theta, e)
 		}
 
 		yb := upload(be, y)
-		be.RoPE(yb, ropePositions, heads, hd, theta, true)
+		be.RoPE(yb, ropePositions, heads, hd, DefaultRoPE(theta, hd), true)
 		riy := Host(yb)
 		for v := 0; v < n/hd; v++ {
 			s := v * hd
@@ -443,6 +443,69 @@ func TestRoPEInverseAndOrthogonal(t *testing.T) {
 				t.Errorf("theta %g vector %d: |Rx|/|x| − 1 = %.3g", theta, v, d)
 			}
 		}
+	}
+}
+
+// TestRoPEScaledTable checks an arbitrary table (the scaled variants' inverse frequencies are
+// not powers of one base) with Scale ≠ 1 (YaRN's attention factor multiplies cos and sin):
+// the forward against x·cos·s + rotate_half(x)·sin·s in float64, and the inverse flag as the
+// transpose, <F x, y> = <x, Fᵀ y>, which is what the backward needs. Dividing by the scale in
+// the transpose instead (an inverse rather than a transpose) is caught by the same check.
+func TestRoPEScaledTable(t *testing.T) {
+	const heads, hd, scale = 2, 16, 1.1386
+	r := rand.New(rand.NewPCG(9, 9))
+	inv := make([]float64, hd/2)
+	for i := range inv {
+		inv[i] = math.Pow(10000, -float64(2*i)/hd) / (1 + 3*r.Float64())
+	}
+	tab := RoPETable{InvFreq: inv, Scale: scale}
+	n := len(ropePositions) * heads * hd
+	x, y := randVec(r, n, 1), randVec(r, n, 1)
+	ref := func(v []float32, sign float64, s float64) []float64 {
+		out := make([]float64, len(v))
+		for tok, p := range ropePositions {
+			for h := 0; h < heads; h++ {
+				o := (tok*heads + h) * hd
+				for i := 0; i < hd/2; i++ {
+					sn, cs := math.Sincos(sign * float64(p) * inv[i])
+					a, b := float64(v[o+i]), float64(v[o+i+hd/2])
+					out[o+i] = s * (a*cs - b*sn)
+					out[o+i+hd/2] = s * (b*cs + a*sn)
+				}
+			}
+		}
+		return out
+	}
+	be := NewCPU()
+	xb, yb := upload(be, x), upload(be, y)
+	be.RoPE(xb, ropePositions, heads, hd, tab, false)
+	be.RoPE(yb, ropePositions, heads, hd, tab, true)
+	fx, fty := Host(xb), Host(yb)
+	for _, c := range []struct {
+		name string
+		got  []float32
+		want []float64
+	}{{"forward", fx, ref(x, 1, scale)}, {"transpose", fty, ref(y, -1, scale)}} {
+		for v := 0; v < n/hd; v++ {
+			if e := maxRelErr(c.got[v*hd:(v+1)*hd], c.want[v*hd:(v+1)*hd]); e > 1e-6 {
+				t.Errorf("%s vector %d: rel err %.3g", c.name, v, e)
+			}
+		}
+	}
+	adjoint := func(fty []float64) (worst float64) {
+		for v := 0; v < n/hd; v++ {
+			s := v * hd
+			xs, ys := f64s(x[s:s+hd]), f64s(y[s:s+hd])
+			d := math.Abs(dot64(f64s(fx[s:s+hd]), ys)-dot64(xs, fty[s:s+hd])) / math.Sqrt(dot64(xs, xs)*dot64(ys, ys))
+			worst = max(worst, d)
+		}
+		return worst
+	}
+	if d := adjoint(f64s(fty)); d > 1e-6 {
+		t.Errorf("<Fx,y> − <x,Fᵀy> = %.3g of |x||y|", d)
+	}
+	if d := adjoint(ref(y, -1, 1/scale)); d < 1e-2 {
+		t.Errorf("the inverse map (scale 1/s) passes the transpose check: %.3g", d)
 	}
 }
 

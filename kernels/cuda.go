@@ -38,17 +38,12 @@ type CUDA struct {
 	info     deviceInfo
 	sigs     map[string][]string // parameter types of every kernel, from the PTX (ptxSignatures)
 
-	mu      sync.Mutex // guards the scratch buffers and prec
-	prec    cudaPrec
-	ints    *cuda.Mem    // positions, ids, targets, tile bounds
-	f64s    *cuda.Mem    // reduction partials, RoPE frequencies
-	flag    *cuda.Mem    // AllFinite's flag
-	halves  [4]*cuda.Mem // 16-bit operands of the tensor-core attention
-	invFreq struct {
-		theta float64
-		hd    int
-		vals  []float64
-	}
+	mu     sync.Mutex // guards the scratch buffers and prec
+	prec   cudaPrec
+	ints   *cuda.Mem    // positions, ids, targets, tile bounds
+	f64s   *cuda.Mem    // reduction partials, RoPE frequencies
+	flag   *cuda.Mem    // AllFinite's flag
+	halves [4]*cuda.Mem // 16-bit operands of the tensor-core attention
 }
 
 // ptxKernels lists the embedded modules and the kernels each defines.
@@ -492,31 +487,26 @@ func (c *CUDA) RMSNormBackward(dx, dw, dout, x, w, rstd Buf, rows, dim int) {
 	c.launch("df_rmsnorm_bwd_dw_final", ceilDiv(dim, ewThreads), 1, ewThreads, 0, dwp, part, int32(dim), int32(parts))
 }
 
-// RoPE implements Backend. The inverse frequencies are computed on the host exactly as the
-// CPU backend computes them; angles, sines and cosines in double on the device.
-func (c *CUDA) RoPE(x Buf, pos []int32, heads, headDim int, theta float64, inverse bool) {
+// RoPE implements Backend. The table's inverse frequencies are uploaded as they are (float64);
+// angles, sines and cosines and their product with the scale are computed in double on the
+// device, as on the CPU.
+func (c *CUDA) RoPE(x Buf, pos []int32, heads, headDim int, t RoPETable, inverse bool) {
 	xp := dptr("rope x", x, len(pos)*heads*headDim)
+	t.check(headDim)
 	if len(pos) == 0 || headDim < 2 {
 		return
 	}
 	half := headDim / 2
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.invFreq.theta != theta || c.invFreq.hd != headDim {
-		c.invFreq.theta, c.invFreq.hd = theta, headDim
-		c.invFreq.vals = make([]float64, half)
-		for i := range c.invFreq.vals {
-			c.invFreq.vals[i] = math.Pow(theta, -float64(2*i)/float64(headDim))
-		}
-	}
 	fp := c.grow(&c.f64s, 8*half)
-	c.htod(fp, unsafe.Pointer(&c.invFreq.vals[0]), 8*half)
+	c.htod(fp, unsafe.Pointer(&t.InvFreq[0]), 8*half)
 	pp := c.uploadInts(pos)
 	inv := int32(0)
 	if inverse {
 		inv = 1
 	}
-	c.launch("df_rope", rowGrid(len(pos)), 1, ewThreads, 2*half*4, xp, pp, fp, int32(len(pos)), int32(heads), int32(headDim), inv)
+	c.launch("df_rope", rowGrid(len(pos)), 1, ewThreads, 2*half*4, xp, pp, fp, int32(len(pos)), int32(heads), int32(headDim), inv, t.Scale)
 }
 
 // SwiGLU implements Backend.

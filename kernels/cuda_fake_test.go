@@ -151,7 +151,7 @@ func TestCUDAHostPTXSignatures(t *testing.T) {
 		"df_add":                 "u64 u64 u64 u64",
 		"df_xent":                "u64 u64 u64 u64 u32 u64 f32",
 		"df_adamw":               "u64 u64 u64 u64 u64 f32 f32 f32 f32 f32 f32 f32 f32",
-		"df_rope":                "u64 u64 u64 u32 u32 u32 u32",
+		"df_rope":                "u64 u64 u64 u32 u32 u32 u32 f64",
 		"df_attn_fwd_bf16_hd128": "u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u32 u32 u32 u32 f32 u32",
 		"df_attn_bwd_dkdv_f32":   "u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u32 u32 u32 u32 u32 f32 u32",
 	}
@@ -208,7 +208,7 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 	c.EmbeddingBackward(buf(10*8), buf(5*8), ids, 8)
 	c.RMSNorm(buf(6*8), buf(6), buf(6*8), buf(8), 6, 8, 1e-5)
 	c.RMSNormBackward(buf(6*8), buf(8), buf(6*8), buf(6*8), buf(8), buf(6), 6, 8)
-	c.RoPE(buf(5*3*8), []int32{0, 1, 2, 9, 4}, 3, 8, 1e4, true)
+	c.RoPE(buf(5*3*8), []int32{0, 1, 2, 9, 4}, 3, 8, DefaultRoPE(1e4, 8), true)
 	c.SwiGLU(buf(99), buf(99), buf(99))
 	c.SwiGLUBackward(buf(99), buf(99), buf(99), buf(99), buf(99))
 	c.CrossEntropy(buf(4), buf(4*11), buf(4*11), []int32{1, -1, 10, 0}, 11, 0.25)

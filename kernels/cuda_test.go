@@ -365,8 +365,17 @@ func TestCUDARoPE(t *testing.T) {
 	for _, hd := range []int{8, 128} {
 		for _, inverse := range []bool{false, true} {
 			x := d.buf(randVec(r, len(pos)*3*hd, 1))
-			d.each(func(be Backend, i int) { be.RoPE(x[i], pos, 3, hd, 500000, inverse) })
+			d.each(func(be Backend, i int) { be.RoPE(x[i], pos, 3, hd, DefaultRoPE(500000, hd), inverse) })
 			d.close(t, fmt.Sprintf("hd%d inverse=%v", hd, inverse), x, 1e-6)
+			// A scaled table (YaRN-like: frequencies not powers of one base, cos and sin × 1.1386).
+			tab := DefaultRoPE(10000, hd)
+			for i := range tab.InvFreq {
+				tab.InvFreq[i] /= 1 + float64(i%3)
+			}
+			tab.Scale = 1.1386
+			x = d.buf(randVec(r, len(pos)*3*hd, 1))
+			d.each(func(be Backend, i int) { be.RoPE(x[i], pos, 3, hd, tab, inverse) })
+			d.close(t, fmt.Sprintf("scaled table hd%d inverse=%v", hd, inverse), x, 1e-6)
 		}
 	}
 }

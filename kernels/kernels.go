@@ -136,11 +136,13 @@ type Backend interface {
 	RMSNorm(out, rstd, x, w Buf, rows, dim int, eps float32)
 	// RMSNormBackward adds the gradients with respect to x and w into dx and dw.
 	RMSNormBackward(dx, dw, dout, x, w, rstd Buf, rows, dim int)
-	// RoPE rotates x ([len(pos), heads, headDim]) in place by the rotary embedding of each
+	// RoPE rotates x ([len(pos), heads, headDim]) in place by the rotary embedding t of each
 	// token's position, in the rotate-half convention of Hugging Face LLaMA: for i < headDim/2,
-	// (x_i, x_{i+headDim/2}) turns by the angle pos·theta^(-2i/headDim). With inverse set it
-	// turns by the opposite angle, which is the backward of the forward rotation.
-	RoPE(x Buf, pos []int32, heads, headDim int, theta float64, inverse bool)
+	// (x_i, x_{i+headDim/2}) turns by the angle pos·t.InvFreq[i] (computed in float64) with its
+	// cosine and sine multiplied by t.Scale. With inverse set it turns by the opposite angle,
+	// with the same scale: the transpose of the forward map, which is its backward (and, when
+	// t.Scale is 1, its inverse). len(t.InvFreq) must be headDim/2.
+	RoPE(x Buf, pos []int32, heads, headDim int, t RoPETable, inverse bool)
 	// SwiGLU sets out = silu(gate) * up elementwise.
 	SwiGLU(out, gate, up Buf)
 	// SwiGLUBackward sets (overwrites) dgate and dup from dout.

@@ -22,9 +22,11 @@ type Config struct {
 }
 
 // RopeScaling is the [model.rope_scaling] table: Hugging Face's rope_scaling, with the same
-// names. Type "" (or "none") leaves RoPE as LLaMA-2 defines it.
+// names. Type "" (or "none") leaves RoPE as LLaMA-2 defines it. Config.Resolve checks it
+// (see RopeTypes for the types and rope.go for what each computes) and Config.RoPE turns it
+// into the table the kernels apply.
 type RopeScaling struct {
-	Type   string  `toml:"type" json:"rope_type"` // "" | none | linear | dynamic | yarn | llama3
+	Type   string  `toml:"type" json:"rope_type"` // "" | none | default | linear | dynamic | yarn | llama3
 	Factor float64 `toml:"factor" json:"factor"`  // context extension factor
 	// OriginalMaxPositionEmbeddings is the context the model was pretrained at (yarn, llama3,
 	// dynamic); 0 means model.max_seq_len / factor where a variant needs it.
@@ -79,7 +81,7 @@ func (c *Config) Resolve() error {
 	case c.MaxSeqLen <= 0:
 		return fmt.Errorf("model.max_seq_len = %d: must be > 0", c.MaxSeqLen)
 	}
-	return nil
+	return c.RopeScaling.resolve(c.HeadDim, c.MaxSeqLen)
 }
 
 // QDim is the width of the concatenated query heads, n_heads × head_dim.

@@ -37,6 +37,7 @@ type goldenCase struct {
 	layout  Layout
 	ids     []int32
 	targets []int32
+	seqLen  int // Model.SeqLen of compare (0: the default, max(pos)+1)
 }
 
 func loadGolden(t *testing.T, path string) goldenCase {
@@ -111,6 +112,7 @@ func relErr(got, want []float32) float64 {
 func (g goldenCase) compare(t *testing.T, cfg Config, policy Checkpoint) (fwdErr, gradErr float64, worst string) {
 	t.Helper()
 	m := New(cfg, policy, kernels.NewCPU())
+	m.SeqLen = g.seqLen
 	m.LoadParams(g.weights)
 	pos := Positions(g.T)
 	lossSum, n := m.Forward(g.ids, g.targets, g.B, pos)

@@ -85,6 +85,11 @@ type Model struct {
 	// Store, when set, lends the parameters unit by unit (FSDP, low-precision compute copies);
 	// Params and Grads are then empty and the gradients go where the store says.
 	Store ParamStore
+	// SeqLen is the length of the whole sequences whose positions Forward and ForwardBackward
+	// get: with sequence parallelism each rank holds a slice of the positions, and the caller
+	// sets the global length here. 0 means max(pos)+1, right for an unsharded sequence. Only
+	// model.rope_scaling.type dynamic depends on it (see Config.RoPE).
+	SeqLen int
 
 	units    []Unit
 	actBytes int64
@@ -93,14 +98,15 @@ type Model struct {
 	batch int // sequences in the current micro-batch
 	seq   int // tokens per sequence on this rank
 	pos   []int32
-	acts  []LayerActs // per block, fields per policy
-	work  LayerActs   // recompute scratch (policies layer and attn_output)
-	view  LayerActs   // work with the kept fields of one block swapped in
-	xOut  kernels.Buf // [n, dim] last block's output
-	normF kernels.Buf // [n, dim] final norm output
-	rstdF kernels.Buf // [n]
-	logit kernels.Buf // [n, vocab]; holds dlogits after backward
-	loss  kernels.Buf // [n] per-token loss
+	rope  kernels.RoPETable // of the current forward (Config.RoPE)
+	acts  []LayerActs       // per block, fields per policy
+	work  LayerActs         // recompute scratch (policies layer and attn_output)
+	view  LayerActs         // work with the kept fields of one block swapped in
+	xOut  kernels.Buf       // [n, dim] last block's output
+	normF kernels.Buf       // [n, dim] final norm output
+	rstdF kernels.Buf       // [n]
+	logit kernels.Buf       // [n, vocab]; holds dlogits after backward
+	loss  kernels.Buf       // [n] per-token loss
 	grad  gradScratch
 }
 
@@ -168,6 +174,13 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		panic(fmt.Sprintf("model: %d positions for sequences of %d tokens", len(pos), T))
 	}
 	m.pos = pos
+	seqLen := m.SeqLen
+	if seqLen == 0 {
+		for _, p := range pos {
+			seqLen = max(seqLen, int(p)+1)
+		}
+	}
+	m.rope = m.Cfg.RoPE(seqLen)
 	if m.batch == B && m.seq == T {
 		return
 	}
@@ -255,8 +268,8 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 	m.linear(a.K, a.Norm1, w.Wk, n, KV, D)
 	m.linear(a.V, a.Norm1, w.Wv, n, KV, D)
 	for b := 0; b < m.batch; b++ {
-		be.RoPE(m.seqSlice(a.Q, b, Q), m.pos, c.NHeads, c.HeadDim, c.RopeTheta, false)
-		be.RoPE(m.seqSlice(a.K, b, KV), m.pos, c.NKVHeads, c.HeadDim, c.RopeTheta, false)
+		be.RoPE(m.seqSlice(a.Q, b, Q), m.pos, c.NHeads, c.HeadDim, m.rope, false)
+		be.RoPE(m.seqSlice(a.K, b, KV), m.pos, c.NKVHeads, c.HeadDim, m.rope, false)
 	}
 	if attn {
 		m.Stats.AttnForwards++
@@ -325,8 +338,8 @@ func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels
 			m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV),
 			m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads), m.seqSlice(s.dattn, b, Q),
 			m.pos, m.heads())
-		be.RoPE(m.seqSlice(s.dq, b, Q), m.pos, c.NHeads, c.HeadDim, c.RopeTheta, true)
-		be.RoPE(m.seqSlice(s.dk, b, KV), m.pos, c.NKVHeads, c.HeadDim, c.RopeTheta, true)
+		be.RoPE(m.seqSlice(s.dq, b, Q), m.pos, c.NHeads, c.HeadDim, m.rope, true)
+		be.RoPE(m.seqSlice(s.dk, b, KV), m.pos, c.NKVHeads, c.HeadDim, m.rope, true)
 	}
 	m.linearBackward(s.dnorm, g.Wq, s.dq, a.Norm1, w.Wq, n, Q, D, 0)
 	m.linearBackward(s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1)

@@ -20,6 +20,11 @@ Usage
         bfloat16 / float16 conversions and products of bf16 / fp16-rounded
         operands (see "Mixed-precision files" below).  Deterministic.
 
+    /usr/bin/python3 scripts/reference.py rope
+        Regenerate model/testdata/rope/*.safetensors: the golden model files
+        (same layout) of each RoPE scaling (see "RoPE scaling" below).
+        Deterministic.
+
     /usr/bin/python3 scripts/reference.py hf
         Regenerate ckpt/testdata/hf/ (deterministic; see "Hugging Face
         fixtures" below).
@@ -111,6 +116,25 @@ Variants (L=2, V=61, B=2, T=12):
     mqa: D=32,  H=4,  K=1,  hd=8,  F=64, eps=1e-5, theta=1e4
     h33: D=132, H=33, K=11, hd=4,  F=48, eps=1e-5, theta=1e4
     h1:  D=16,  H=1,  K=1,  hd=16, F=40, eps=1e-5, theta=1e4
+
+RoPE scaling files: model/testdata/rope/<variant>.safetensors
+Same layout as the golden model files, for the RoPE variants of Hugging Face
+transformers' modeling_rope_utils (hf_rope_inv_freq: default, linear, dynamic,
+yarn, llama3), written from their definitions.  The cos and sin tables are
+cos/sin(cat(freqs, freqs)) * attention_factor (yarn's; 1 for the others), so q
+and k are both scaled.  Model L=2, D=32, H=2, K=1, hd=16, F=32, V=61, B=1,
+T=64; pretrained length 16, so 48 of the 64 positions lie beyond it.
+    theta:      rope_theta 1e6, no rope_scaling (a base change)
+    linear:     factor 4
+    dynamic:    factor 4, HF max_position_embeddings 16 (the base grows at T=64)
+    yarn:       factor 4, original_max_position_embeddings 16, defaults
+    yarn_betas: factor 4, original 16, beta_fast 8, beta_slow 0.5,
+                attention_factor 1.3, rope_theta 100 (a ramp over 3 dimensions)
+    llama3:     factor 4, original 16, low_freq_factor 0.5, high_freq_factor 2
+__metadata__ adds: "config" is distflash's [model] (max_seq_len, rope_scaling
+under its HF key names with original_max_position_embeddings explicit),
+"hf_config" the HF fields the table was computed from, "inv_freq" and
+"attention_factor" the table itself (JSON).
 
 Golden attention files: kernels/testdata/attn/<case>.safetensors
 The bare attention primitive (no projections, no RoPE), float64 reference:
@@ -348,12 +372,14 @@ def init_params(c, gen):
     return params
 
 
-def forward(c, P, tokens, attn_fn=causal_attention):
-    """P: dict name -> tensor (any float dtype). tokens: int64 [B, T]. Returns logits [B, T, V]."""
+def forward(c, P, tokens, attn_fn=causal_attention, rope=None):
+    """P: dict name -> tensor (any float dtype). tokens: int64 [B, T]. Returns logits [B, T, V].
+    rope: (cos, sin) [T, hd] of a scaled RoPE (hf_rope_cos_sin); None is plain RoPE with
+    c["rope_theta"]."""
     B, T = tokens.shape
     H, K, hd, eps = c["n_heads"], c["n_kv_heads"], c["head_dim"], c["norm_eps"]
     dtype = P["model.embed_tokens.weight"].dtype
-    cos, sin = rope_cos_sin(T, hd, c["rope_theta"], dtype)
+    cos, sin = rope if rope is not None else rope_cos_sin(T, hd, c["rope_theta"], dtype)
     x = P["model.embed_tokens.weight"][tokens]                     # [B, T, D]
     for i in range(c["n_layers"]):
         p = "model.layers.%d." % i
@@ -558,6 +584,188 @@ def cmd_golden(_args):
     for case in ATTN_CASES:
         path = gen_attn_case(*case)
         print("%-60s %8d bytes" % (os.path.relpath(path, REPO_ROOT), os.path.getsize(path)))
+
+
+# --------------------------------------------------------------------------
+# RoPE scaling files
+
+ROPE_DIR = os.path.join(REPO_ROOT, "model", "testdata", "rope")
+
+
+def hf_rope_inv_freq(hf, seq_len):
+    """(inv_freq [hd/2] float64, attention_factor) of RoPE as Hugging Face transformers'
+    modeling_rope_utils defines each rope_type, for a LlamaConfig-like dict hf (rope_theta,
+    head_dim, max_position_embeddings, rope_scaling) and a forward whose max(position_ids) + 1
+    is seq_len. Computed in float64 (transformers uses float32)."""
+    base, dim = hf["rope_theta"], hf["head_dim"]
+    rs = hf.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    expo = torch.arange(0, dim, 2, dtype=torch.float64) / dim
+
+    def plain(b):
+        return 1.0 / (b ** expo)
+
+    if kind == "default":
+        return plain(base), 1.0
+    factor = rs["factor"]
+    if kind == "linear":
+        # Position interpolation: positions / factor, i.e. every frequency / factor.
+        return plain(base) / factor, 1.0
+    if kind == "dynamic":
+        # NTK-aware: the base grows with the sequence beyond max_position_embeddings (which
+        # transformers reads as the pretrained length for this type).
+        L0 = hf["max_position_embeddings"]
+        L = max(seq_len, L0)
+        return plain(base * ((factor * L / L0) - (factor - 1)) ** (dim / (dim - 2))), 1.0
+    if kind == "yarn":
+        L0 = rs.get("original_max_position_embeddings", hf["max_position_embeddings"])
+        att = rs.get("attention_factor")
+        if att is None:
+            att = 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0
+        beta_fast = rs.get("beta_fast") or 32
+        beta_slow = rs.get("beta_slow") or 1
+
+        def turns_dim(turns):  # the dimension whose frequency turns `turns` times over L0
+            return dim * math.log(L0 / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+        lo = max(math.floor(turns_dim(beta_fast)), 0)
+        hi = min(math.ceil(turns_dim(beta_slow)), dim - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = ((torch.arange(dim // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+        pos_freqs = base ** expo
+        extrapolated, interpolated = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+        keep = 1 - ramp  # share of the extrapolated (unchanged) frequency
+        return interpolated * (1 - keep) + extrapolated * keep, att
+    if kind == "llama3":
+        inv = plain(base)
+        L0 = rs["original_max_position_embeddings"]
+        lo_f, hi_f = rs["low_freq_factor"], rs["high_freq_factor"]
+        wave = 2 * math.pi / inv
+        scaled = torch.where(wave > L0 / lo_f, inv / factor, inv)
+        smooth = (L0 / wave - lo_f) / (hi_f - lo_f)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wave < L0 / hi_f) & ~(wave > L0 / lo_f)
+        return torch.where(medium, smoothed, scaled), 1.0
+    raise ValueError("unknown rope_type " + kind)
+
+
+def hf_rope_cos_sin(hf, T, dtype):
+    """cos, sin [T, hd] at positions 0..T-1: HF multiplies both by the attention factor."""
+    inv, att = hf_rope_inv_freq(hf, T)
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return (emb.cos() * att).to(dtype), (emb.sin() * att).to(dtype)
+
+
+ROPE_BASE = dict(dim=32, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=16, ffn_dim=32,
+                 vocab_size=61, norm_eps=1e-5, rope_theta=10000.0, batch=1, seq_len=64)
+
+# (name, overrides of ROPE_BASE, HF rope_scaling, HF max_position_embeddings, seed). The
+# pretrained length is 16 and the sequences 64 long, so 3/4 of the positions lie beyond it.
+# max_position_embeddings is what a config.json must say for transformers to compute this
+# table: the pretrained length for dynamic (which reads it as such), pretrained × factor for
+# yarn (transformers 4.4x-4.5x take factor = max_position_embeddings /
+# original_max_position_embeddings when the latter is set; later versions take factor).
+ROPE_VARIANTS = [
+    ("theta", dict(rope_theta=1e6), None, 64, 2001),
+    ("linear", {}, {"rope_type": "linear", "factor": 4.0}, 64, 2002),
+    ("dynamic", {}, {"rope_type": "dynamic", "factor": 4.0}, 16, 2003),
+    ("yarn", {}, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, 64, 2004),
+    ("yarn_betas", dict(rope_theta=100.0),
+     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+      "beta_fast": 8.0, "beta_slow": 0.5, "attention_factor": 1.3}, 64, 2005),
+    ("llama3", {}, {"rope_type": "llama3", "factor": 4.0, "original_max_position_embeddings": 16,
+                    "low_freq_factor": 0.5, "high_freq_factor": 2.0}, 64, 2006),
+]
+
+
+def gen_rope_variant(name, over, rope_scaling, max_pos, seed):
+    c = dict(ROPE_BASE)
+    c.update(over)
+    hf = {"rope_theta": c["rope_theta"], "head_dim": c["head_dim"], "max_position_embeddings": max_pos,
+          "rope_scaling": rope_scaling}
+    gen = torch.Generator().manual_seed(seed)
+    P32 = init_params(c, gen)
+    B, T, V = c["batch"], c["seq_len"], c["vocab_size"]
+    tokens = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+
+    P64 = {k: v.to(torch.float64).requires_grad_(True) for k, v in P32.items()}
+    rope = hf_rope_cos_sin(hf, T, torch.float64)
+    logits = forward(c, P64, tokens, rope=rope)
+    loss = loss_fn(logits, targets)
+    loss.backward()
+
+    # distflash's [model] of the same model: max_seq_len is the sequence length, and
+    # original_max_position_embeddings is explicit (16) for the types that read it.
+    dc = dict(c)
+    dc["max_seq_len"] = T
+    if rope_scaling is not None:
+        dc["rope_scaling"] = dict(rope_scaling)
+        if rope_scaling["rope_type"] == "dynamic":
+            dc["rope_scaling"]["original_max_position_embeddings"] = max_pos
+    inv, att = hf_rope_inv_freq(hf, T)
+    tensors = [(k, P32[k].numpy()) for k, _ in param_shapes(c)]
+    tensors.append(("tokens", tokens.to(torch.int32).numpy()))
+    tensors.append(("targets", targets.to(torch.int32).numpy()))
+    tensors.append(("logits", logits.detach().to(torch.float32).numpy()))
+    tensors.append(("loss", loss.detach().to(torch.float32).reshape(1).numpy()))
+    for k, _ in param_shapes(c):
+        tensors.append(("grad." + k, P64[k].grad.to(torch.float32).numpy()))
+    meta = {
+        "config": json.dumps(dc, separators=(",", ":"), sort_keys=True),
+        "hf_config": json.dumps(hf, separators=(",", ":"), sort_keys=True),
+        "inv_freq": json.dumps([float(x) for x in inv]),
+        "attention_factor": repr(float(att)),
+        "generator": "scripts/reference.py",
+        "torch": torch.__version__,
+        "variant": name,
+    }
+    os.makedirs(ROPE_DIR, exist_ok=True)
+    path = os.path.join(ROPE_DIR, name + ".safetensors")
+    save_safetensors(path, tensors, meta)
+    return path, c, hf, float(loss)
+
+
+def _check_rope_definitions():
+    """Properties of the definitions above that do not restate them."""
+    hf = {"rope_theta": 10000.0, "head_dim": 16, "max_position_embeddings": 16, "rope_scaling": None}
+    plain, _ = hf_rope_inv_freq(hf, 64)
+    # linear is position interpolation: angle(p) = angle_plain(p / factor).
+    lin, _ = hf_rope_inv_freq(dict(hf, rope_scaling={"rope_type": "linear", "factor": 4.0}), 64)
+    p = torch.arange(64, dtype=torch.float64)
+    assert torch.allclose(torch.outer(p, lin), torch.outer(p / 4, plain), rtol=1e-15, atol=0)
+    # dynamic is plain RoPE up to the pretrained length, a larger base (lower frequencies) past it.
+    dyn = dict(hf, rope_scaling={"rope_type": "dynamic", "factor": 4.0})
+    assert torch.allclose(hf_rope_inv_freq(dyn, 16)[0], plain, rtol=1e-15, atol=0)
+    longer = hf_rope_inv_freq(dyn, 64)[0]
+    assert longer[0] == plain[0] and bool((longer[1:] < plain[1:]).all())
+    # yarn's extremes: the fastest frequency kept, the slowest divided by factor; the default
+    # attention factor 0.1 ln 4 + 1.
+    y, att = hf_rope_inv_freq(dict(hf, rope_scaling={"rope_type": "yarn", "factor": 4.0}), 64)
+    assert y[0] == plain[0] and abs(float(y[-1] / plain[-1]) - 0.25) < 1e-15
+    assert abs(att - (0.1 * math.log(4) + 1)) < 1e-15
+    # llama3: wavelengths below 16/2 kept, above 16/0.5 divided by 4, in between in (1/4, 1).
+    l3, _ = hf_rope_inv_freq(dict(hf, rope_scaling={"rope_type": "llama3", "factor": 4.0,
+                                                    "original_max_position_embeddings": 16,
+                                                    "low_freq_factor": 0.5, "high_freq_factor": 2.0}), 64)
+    wave = 2 * math.pi / plain
+    r = l3 / plain
+    assert bool((r[wave < 8] == 1).all()) and bool((r[wave > 32] == 0.25).all())
+    mid = (wave >= 8) & (wave <= 32)
+    assert bool(mid.any()) and bool(((r[mid] > 0.25) & (r[mid] < 1)).all())
+
+
+def cmd_rope(_args):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    _check_rope_definitions()
+    for v in ROPE_VARIANTS:
+        path, c, hf, loss = gen_rope_variant(*v)
+        inv, att = hf_rope_inv_freq(hf, c["seq_len"])
+        print("%-45s %7d bytes  loss=%.6f  attention_factor=%.4f  inv_freq[-1]=%.4g" % (
+            os.path.relpath(path, REPO_ROOT), os.path.getsize(path), loss, att, float(inv[-1])))
 
 
 # --------------------------------------------------------------------------
@@ -1016,6 +1224,7 @@ def main(argv=None):
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("golden", help="regenerate golden safetensors files")
     sub.add_parser("half", help="regenerate the bf16 / fp16 test vectors")
+    sub.add_parser("rope", help="regenerate the RoPE scaling vectors in model/testdata/rope")
     sub.add_parser("hf", help="regenerate the Hugging Face LLaMA fixtures in ckpt/testdata/hf")
     b = sub.add_parser("bench", help="fp32 training-step throughput")
     b.add_argument("--threads", type=int, default=1)
@@ -1038,7 +1247,7 @@ def main(argv=None):
     ba.add_argument("--steps", type=int, default=5)
     ba.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
-    {"golden": cmd_golden, "half": cmd_half, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
+    {"golden": cmd_golden, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -126,10 +126,11 @@ __global__ void df_rmsnorm_bwd_dw_final(float* __restrict__ dw, const double* __
 }
 
 // df_rope: block per token; the angles pos·invfreq[i] and their sine and cosine are computed in
-// double (exact at 512K positions), rounded to float32, then every head of the token is turned.
-// Dynamic shared memory: 2·(hd/2) floats.
+// double (exact at 512K positions), multiplied by scale (YaRN's attention factor, else 1),
+// rounded to float32, then every head of the token is turned. Dynamic shared memory: 2·(hd/2)
+// floats.
 __global__ void df_rope(float* __restrict__ x, const int* __restrict__ pos, const double* __restrict__ invfreq,
-                        int ntok, int heads, int hd, int inverse) {
+                        int ntok, int heads, int hd, int inverse, double scale) {
     extern __shared__ float cs[];
     int half = hd / 2;
     float* cosv = cs;
@@ -139,8 +140,8 @@ __global__ void df_rope(float* __restrict__ x, const int* __restrict__ pos, cons
         for (int i = threadIdx.x; i < half; i += blockDim.x) {
             double s, c;
             sincos((double)pos[t] * invfreq[i], &s, &c);
-            cosv[i] = (float)c;
-            sinv[i] = (float)(inverse ? -s : s);
+            cosv[i] = (float)(c * scale);
+            sinv[i] = (float)((inverse ? -s : s) * scale);
         }
         __syncthreads();
         float* xt = x + (long long)t * heads * hd;
