@@ -56,6 +56,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
 	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
 	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint (for jobs with a time limit); 0 = run to training.steps")
+	initFrom := fs.String("init-from", "", "start a new run (step 0) from the weights of a Hugging Face LLaMA directory, a .safetensors file or a distflash checkpoint; [model] and the tokenizer come from it unless the config sets them (see README)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -64,7 +65,14 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("train: unexpected arguments %q", fs.Args())
 	}
-	cfg, err := LoadConfig(*configPath, sets)
+	var cfg Config
+	var initParams []float32
+	var err error
+	if *initFrom != "" {
+		cfg, initParams, err = loadInitConfig(*configPath, sets, *initFrom, stderr)
+	} else {
+		cfg, err = LoadConfig(*configPath, sets)
+	}
 	if err != nil {
 		return err
 	}
@@ -72,7 +80,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))
 	}
-	opt := trainOptions{progress: *progress, resume: *resume, stopAfter: *stopAfter}
+	opt := trainOptions{progress: *progress, resume: *resume, stopAfter: *stopAfter, initParams: initParams}
 	comm, err := launchWorld(&cfg, stderr)
 	if err != nil {
 		return err
@@ -501,6 +509,8 @@ type trainOptions struct {
 	progress  bool   // draw a progress bar (else log lines)
 	resume    string // "", "auto" or a checkpoint path
 	stopAfter int    // stop (with a checkpoint) after this step; 0 = run to training.steps
+	// initParams, when set (--init-from), replace the initial weights (model Layout order).
+	initParams []float32
 	// comm, when set, makes this process one rank of a world of processes (MPI). Only rank 0
 	// prints and writes the run's shared files; every rank writes its checkpoint shard.
 	comm parallel.Comm
@@ -534,6 +544,11 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	t, err := newTrainerOn(cfg, stderr, opt.comm)
 	if err != nil {
 		return err
+	}
+	if opt.initParams != nil {
+		if err := t.loadWeights(opt.initParams); err != nil {
+			return err
+		}
 	}
 	var st trainState
 	if opt.resume != "" {

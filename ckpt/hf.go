@@ -302,6 +302,9 @@ func OpenHF(dir string) (*HFModel, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckHFArchitecture(filepath.Join(dir, HFConfigFile)); err != nil {
+		return nil, err
+	}
 	h := &HFModel{Dir: dir, Config: cfg, Files: map[string]string{}}
 	for _, name := range []string{"tokenizer.model", "tokenizer.json"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() {
@@ -366,6 +369,9 @@ func OpenHF(dir string) (*HFModel, error) {
 		}
 	default:
 		return nil, fmt.Errorf("ckpt: read %s: %w", indexPath, err)
+	}
+	if err := h.checkTied(); err != nil {
+		return nil, err
 	}
 	return h, nil
 }
