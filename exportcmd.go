@@ -159,6 +159,11 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	} else if !fi.IsDir() || ckpt.IsHFDir(*modelPath) {
 		return fmt.Errorf("export: --model %s: want a distflash checkpoint (a step directory or a run directory)", *modelPath)
 	}
+	c, err := ckpt.Open(*modelPath)
+	if err != nil {
+		return fmt.Errorf("export: --model %s: not a readable distflash checkpoint: %w", *modelPath, err)
+	}
+	c.Close()
 	saved, params, err := loadCheckpointParams(*modelPath)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)

@@ -69,6 +69,11 @@ func loadInitSource(path string, mc model.Config) (*initSource, error) {
 		}
 		return src, nil
 	case fi.IsDir():
+		c, err := ckpt.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from %s: neither a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
+		}
+		c.Close()
 		saved, params, err := loadCheckpointParams(path)
 		if err != nil {
 			return nil, fmt.Errorf("--init-from: %w", err)
