@@ -301,3 +301,33 @@ func TestExportErrors(t *testing.T) {
 		t.Errorf("failed exports left %d entries in %s, want only full/", len(ents), dir)
 	}
 }
+
+// TestExportConfigRopeScaling: config.json carries [model.rope_scaling] under Hugging Face's
+// names, and null when there is none ("" or "none").
+func TestExportConfigRopeScaling(t *testing.T) {
+	mc := model.DefaultConfig()
+	if err := mc.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		rs   model.RopeScaling
+		want string
+	}{
+		{model.RopeScaling{}, `"rope_scaling": null`},
+		{model.RopeScaling{Type: "none", Factor: 2}, `"rope_scaling": null`},
+		{model.RopeScaling{Type: "linear", Factor: 4}, `"rope_scaling": {"rope_type": "linear", "factor": 4}`},
+		{model.RopeScaling{Type: "llama3", Factor: 8, OriginalMaxPositionEmbeddings: 8192, LowFreqFactor: 1, HighFreqFactor: 4},
+			`"rope_scaling": {"rope_type": "llama3", "factor": 8, "original_max_position_embeddings": 8192, "low_freq_factor": 1, "high_freq_factor": 4}`},
+	} {
+		mc.RopeScaling = c.rs
+		js, err := exportConfig(mc, ckpt.DTypeF32, data.ByteTokenizer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		flat := strings.Join(strings.Fields(string(js)), " ")
+		flat = strings.NewReplacer("{ ", "{", " }", "}").Replace(flat)
+		if !strings.Contains(flat, c.want) {
+			t.Errorf("%+v: config.json %s\nwant %s", c.rs, flat, c.want)
+		}
+	}
+}

@@ -296,7 +296,9 @@ func IsHFDir(dir string) bool {
 // OpenHF reads dir's config.json and finds its weights: the shards that
 // model.safetensors.index.json lists when it exists (each must exist and hold the tensors
 // the index puts there), otherwise every *.safetensors file in dir. Only the safetensors
-// headers are read here; Load reads the data.
+// headers are read here (and, with tie_word_embeddings, a stored lm_head.weight, which must be
+// the embedding); Load reads the data. Architecture keys distflash does not implement are
+// refused (CheckHFArchitecture).
 func OpenHF(dir string) (*HFModel, error) {
 	cfg, err := ReadHFConfig(filepath.Join(dir, HFConfigFile))
 	if err != nil {
