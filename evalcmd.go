@@ -295,7 +295,7 @@ func loadEvalModel(path string, cfg Config, stderr io.Writer) (evalModel, error)
 	case fi.IsDir():
 		saved, params, dir, step, err := loadCheckpointParams(path, stderr)
 		if err != nil {
-			return evalModel{}, err
+			return evalModel{}, fmt.Errorf("eval: --model %w", err)
 		}
 		tok, err := configTokenizer(saved) // the tokenizer the model was trained with
 		if err != nil {
@@ -333,29 +333,29 @@ func loadCheckpointParams(path string, stderr io.Writer) (cfg Config, params []f
 	}
 	c, skipped, err := ckpt.ResolveOpen(path, spec)
 	for _, s := range skipped {
-		fmt.Fprintf(stderr, "eval: skipping damaged checkpoint: %v\n", s)
+		fmt.Fprintf(stderr, "skipping damaged checkpoint: %v\n", s)
 	}
 	if err == nil && c == nil {
 		err = fmt.Errorf("%s holds no checkpoint (no %s, no step-NNNNNN directory)", path, ckpt.ManifestFile)
 	}
 	if err != nil {
-		return Config{}, nil, "", 0, fmt.Errorf("eval: --model %s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
+		return Config{}, nil, "", 0, fmt.Errorf("%s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
 	}
 	defer c.Close()
 	dir, step = c.Dir(), c.Manifest().Step
 	saved := DefaultConfig()
 	if err := json.Unmarshal(c.Manifest().Config, &saved); err != nil {
-		return Config{}, nil, "", 0, fmt.Errorf("eval: %s: config in the manifest: %w", c.Dir(), err)
+		return Config{}, nil, "", 0, fmt.Errorf("%s: config in the manifest: %w", c.Dir(), err)
 	}
 	if err := saved.Model.Resolve(); err != nil {
-		return Config{}, nil, "", 0, fmt.Errorf("eval: %s: model in the manifest: %w", c.Dir(), err)
+		return Config{}, nil, "", 0, fmt.Errorf("%s: model in the manifest: %w", c.Dir(), err)
 	}
 	params, err = c.ReadTensor("params")
 	if err != nil {
-		return Config{}, nil, "", 0, fmt.Errorf("eval: %w", err)
+		return Config{}, nil, "", 0, err
 	}
 	if want := model.NewLayout(saved.Model).Size; len(params) != want {
-		return Config{}, nil, "", 0, fmt.Errorf("eval: %s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
+		return Config{}, nil, "", 0, fmt.Errorf("%s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
 	}
 	return saved, params, dir, step, nil
 }

@@ -26,10 +26,11 @@ import (
 const usage = `distflash trains LLaMA-family models on long sequences.
 
 Usage:
-  distflash train --config FILE [--set section.key=value ...] [--progress=false]
+  distflash train --config FILE [--set section.key=value ...] [--progress=false] [--init-from MODEL]
   distflash plan --config FILE [--set k=v ...] [--cluster 2x8xA100-80GB] [--format text|json]
                  [--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu 0.5]
   distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]
+  distflash export --model CHECKPOINT --out DIR [--dtype f32|bf16] [--max-shard-size 5GB]
   distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
   distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR]
   distflash plot RUN [RUN...] --out FILE.png|FILE.svg
@@ -40,6 +41,7 @@ Commands:
   plan    predict memory, communication and step time of a config on a GPU cluster
   eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text
   data    tokenize data.train into token shards; download C4
+  export  write a checkpoint as a Hugging Face LLaMA directory (config.json, safetensors, tokenizer)
   plot    draw loss, eval loss, learning rate, gradient norm and tokens/s of runs, overlaid
   version the version of this binary (commit, Go version, build tags)
 
@@ -71,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runEval(args[1:], stdout, stderr)
 	case "data":
 		return runData(args[1:], stdout, stderr)
+	case "export":
+		return runExport(args[1:], stdout, stderr)
 	case "plot":
 		return runPlot(args[1:], stdout, stderr)
 	case "version", "-version", "--version":

@@ -373,7 +373,7 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 	}
 	if len(refused) > 0 {
 		return fmt.Errorf("resume from %s: %s changed: the checkpoint's weights or data position mean something else under the new value; "+
-			"restore the checkpoint's value, or start a new run from its weights with another run.name", dir, strings.Join(refused, ", "))
+			"restore the checkpoint's value, or start a new run from its weights: --init-from %s --set run.name=OTHER", dir, strings.Join(refused, ", "), dir)
 	}
 	return nil
 }

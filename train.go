@@ -56,6 +56,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
 	fresh := fs.Bool("fresh", false, "start over in a run directory that holds an earlier run, moving that run aside to <dir>.old-<time> (nothing is deleted)")
 	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint (for jobs with a time limit); 0 = run to training.steps")
+	initFrom := fs.String("init-from", "", "start a new run (step 0) from the weights of a Hugging Face LLaMA directory, a .safetensors file or a distflash checkpoint; [model] and the tokenizer come from it unless the config sets them (see README)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -64,7 +65,14 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("train: unexpected arguments %q", fs.Args())
 	}
-	cfg, err := LoadConfig(*configPath, sets)
+	var cfg Config
+	var initParams []float32
+	var err error
+	if *initFrom != "" {
+		cfg, initParams, err = loadInitConfig(*configPath, sets, *initFrom, stderr)
+	} else {
+		cfg, err = LoadConfig(*configPath, sets)
+	}
 	if err != nil {
 		return err
 	}
@@ -75,7 +83,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if *fresh && *resume != "" {
 		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
 	}
-	opt := trainOptions{progress: *progress, resume: *resume, fresh: *fresh, stopAfter: *stopAfter, current: new(atomic.Int64)}
+	opt := trainOptions{progress: *progress, resume: *resume, fresh: *fresh, stopAfter: *stopAfter,
+		current: new(atomic.Int64), initParams: initParams}
 	comm, err := launchWorld(&cfg, stderr)
 	if err != nil {
 		return err
@@ -540,6 +549,8 @@ type trainOptions struct {
 	resume    string // "", "auto" or a checkpoint path
 	fresh     bool   // start over: move an earlier run in the run directory aside
 	stopAfter int    // stop (with a checkpoint) after this step; 0 = run to training.steps
+	// initParams, when set (--init-from), replace the initial weights (model Layout order).
+	initParams []float32
 	// comm, when set, makes this process one rank of a world of processes (MPI). Only rank 0
 	// prints and writes the run's shared files; every rank writes its checkpoint shard.
 	comm parallel.Comm
@@ -588,6 +599,11 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 	t, err := newTrainerOn(cfg, stderr, opt.comm)
 	if err != nil {
 		return err
+	}
+	if opt.initParams != nil {
+		if err := t.loadWeights(opt.initParams); err != nil {
+			return err
+		}
 	}
 	var ev *trainEval // rank 0's evaluation every eval.interval steps
 	if cfg.Eval.Interval > 0 && leader {

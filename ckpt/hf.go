@@ -387,10 +387,15 @@ func IsHFDir(dir string) bool {
 // OpenHF reads dir's config.json and finds its weights: the shards that
 // model.safetensors.index.json lists when it exists (each must exist and hold the tensors
 // the index puts there), otherwise every *.safetensors file in dir. Only the safetensors
-// headers are read here; Load reads the data.
+// headers are read here (and, with tie_word_embeddings, a stored lm_head.weight, which must be
+// the embedding); Load reads the data. Architecture keys distflash does not implement are
+// refused (CheckHFArchitecture).
 func OpenHF(dir string) (*HFModel, error) {
 	cfg, err := ReadHFConfig(filepath.Join(dir, HFConfigFile))
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckHFArchitecture(filepath.Join(dir, HFConfigFile)); err != nil {
 		return nil, err
 	}
 	h := &HFModel{Dir: dir, Config: cfg, Files: map[string]string{}}
@@ -457,6 +462,9 @@ func OpenHF(dir string) (*HFModel, error) {
 		}
 	default:
 		return nil, fmt.Errorf("ckpt: read %s: %w", indexPath, err)
+	}
+	if err := h.checkTied(); err != nil {
+		return nil, err
 	}
 	return h, nil
 }

@@ -29,6 +29,12 @@ Usage
         Regenerate ckpt/testdata/hf/ (deterministic; see "Hugging Face
         fixtures" below).
 
+    /usr/bin/python3 scripts/reference.py read-hf DIR --docs 'GLOB' --seq-len N \\
+        --samples S [--out FILE]
+        Loss of a Hugging Face LLaMA directory (what `distflash export` writes),
+        read with this file's own safetensors reader, on byte-tokenized
+        documents (see cmd_read_hf); prints JSON.
+
     /usr/bin/python3 scripts/reference.py bench --threads 2 --dim 128 \\
         --n-layers 4 --n-heads 4 --n-kv-heads 2 --ffn-dim 352 --vocab 256 \\
         --seq-len 128 --batch 8 --steps 10
@@ -1124,6 +1130,128 @@ def cmd_hf(_args):
 
 
 # --------------------------------------------------------------------------
+# reading a Hugging Face LLaMA directory (what `distflash export` writes)
+
+_ST_DTYPES = {"F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2),
+              "F64": (torch.float64, 8)}
+
+
+def read_safetensors_torch(path):
+    """Own safetensors reader (struct + json + torch.frombuffer; no safetensors package):
+    returns ({name: float64 tensor}, metadata). Checks every tensor's extent against its
+    shape and that the data section is covered without gaps or overlaps."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > len(raw) - 8:
+        raise ValueError("%s: header length %d exceeds the file" % (path, n))
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    meta = header.pop("__metadata__", {})
+    data = bytearray(raw[8 + n:])
+    out, spans = {}, []
+    for name, info in header.items():
+        dtype, size = _ST_DTYPES[info["dtype"]]
+        b, e = info["data_offsets"]
+        count = math.prod(info["shape"])
+        if e - b != count * size or e > len(data):
+            raise ValueError("%s: tensor %s: offsets [%d, %d) do not hold %s %s" % (path, name, b, e, info["shape"], info["dtype"]))
+        spans.append((b, e))
+        t = torch.frombuffer(data, dtype=dtype, count=count, offset=b) if count else torch.zeros(0, dtype=dtype)
+        out[name] = t.reshape(info["shape"]).to(torch.float64)
+    spans.sort()
+    pos = 0
+    for b, e in spans:
+        if b != pos:
+            raise ValueError("%s: data section has a gap or overlap at byte %d" % (path, pos))
+        pos = e
+    if pos != len(data):
+        raise ValueError("%s: %d bytes of data after the last tensor" % (path, len(data) - pos))
+    return out, meta
+
+
+def read_hf_dir(d):
+    """(config c as this file's model takes it, {name: float64 tensor}, HF config) of a
+    LlamaForCausalLM directory: config.json plus model.safetensors or the shards that
+    model.safetensors.index.json lists."""
+    with open(os.path.join(d, "config.json")) as f:
+        hc = json.load(f)
+    if hc.get("model_type", "llama") != "llama" or hc.get("hidden_act", "silu") != "silu":
+        raise ValueError("%s: not a LLaMA with SiLU" % d)
+    for key in ("attention_bias", "mlp_bias"):
+        if hc.get(key):
+            raise ValueError("%s: %s is not supported here" % (d, key))
+    if hc.get("rope_scaling") not in (None, {}):
+        raise ValueError("%s: rope_scaling %r: this mode computes plain RoPE" % (d, hc["rope_scaling"]))
+    H = hc["num_attention_heads"]
+    c = dict(dim=hc["hidden_size"], n_layers=hc["num_hidden_layers"], n_heads=H,
+             n_kv_heads=hc.get("num_key_value_heads") or H,
+             head_dim=hc.get("head_dim") or hc["hidden_size"] // H,
+             ffn_dim=hc["intermediate_size"], vocab_size=hc["vocab_size"],
+             norm_eps=hc.get("rms_norm_eps", 1e-6), rope_theta=hc.get("rope_theta", 10000.0))
+    index = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    P = {}
+    for fname in files:
+        tensors, meta = read_safetensors_torch(os.path.join(d, fname))
+        if meta.get("format") != "pt":
+            raise ValueError("%s: __metadata__ format %r: transformers wants \"pt\"" % (fname, meta.get("format")))
+        P.update(tensors)
+    if hc.get("tie_word_embeddings", False):
+        P.setdefault("lm_head.weight", P["model.embed_tokens.weight"])
+    want = dict(param_shapes(c))
+    extra = sorted(set(P) - set(want))
+    if extra:
+        raise ValueError("%s: tensors that are not parameters: %s" % (d, extra[:3]))
+    for name, shape in want.items():
+        if tuple(P[name].shape) != tuple(shape):
+            raise ValueError("%s: %s has shape %s, want %s" % (d, name, tuple(P[name].shape), shape))
+    return c, P, hc
+
+
+def cmd_read_hf(a):
+    """Loss of a Hugging Face LLaMA directory on documents, byte-tokenized (the byte tokenizer
+    that distflash's own runs use: one token per UTF-8 byte), with the config's bos_token_id
+    prepended when it is not null; each document cut to seq_len + 1 tokens; float64."""
+    import glob
+    torch.set_num_threads(1)
+    c, P, hc = read_hf_dir(a.dir)
+    bos = hc.get("bos_token_id")
+    V = c["vocab_size"]
+    sums, counts = [], []
+    for path in sorted(glob.glob(a.docs)):
+        if len(sums) == a.samples:
+            break
+        with open(path, "rb") as f:
+            ids = list(f.read())
+        if bos is not None:
+            ids = [bos] + ids
+        ids = ids[:a.seq_len + 1]
+        if len(ids) < 2:
+            continue
+        inp = torch.tensor([ids[:-1]], dtype=torch.int64)
+        tgt = torch.tensor([ids[1:]], dtype=torch.int64)
+        with torch.no_grad():
+            logits = forward(c, P, inp)
+            s = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), reduction="sum")
+        sums.append(float(s))
+        counts.append(len(ids) - 1)
+    total, n = sum(sums), sum(counts)
+    res = {"dir": os.path.relpath(a.dir, REPO_ROOT) if a.dir.startswith(REPO_ROOT) else a.dir,
+           "docs": a.docs, "seq_len": a.seq_len, "samples": len(sums),
+           "loss": total / n, "tokens": n, "sample_loss_sums": sums, "sample_tokens": counts,
+           "params": int(sum(P[name].numel() for name, _ in param_shapes(c))),
+           "torch": torch.__version__, "generator": "scripts/reference.py read-hf"}
+    print(json.dumps(res, indent=2, sort_keys=True))
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(json.dumps(res, indent=2, sort_keys=True) + "\n")
+
+
+# --------------------------------------------------------------------------
 # benchmarks (fp32)
 
 def _blas_info():
@@ -1226,6 +1354,12 @@ def main(argv=None):
     sub.add_parser("half", help="regenerate the bf16 / fp16 test vectors")
     sub.add_parser("rope", help="regenerate the RoPE scaling vectors in model/testdata/rope")
     sub.add_parser("hf", help="regenerate the Hugging Face LLaMA fixtures in ckpt/testdata/hf")
+    r = sub.add_parser("read-hf", help="loss of a Hugging Face LLaMA directory, read with this file's own safetensors reader")
+    r.add_argument("dir")
+    r.add_argument("--docs", required=True, help="glob of text files, one document each, in sorted order")
+    r.add_argument("--seq-len", type=int, required=True)
+    r.add_argument("--samples", type=int, required=True)
+    r.add_argument("--out", default="", help="also write the JSON result here")
     b = sub.add_parser("bench", help="fp32 training-step throughput")
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--dim", type=int, default=128)
@@ -1247,7 +1381,8 @@ def main(argv=None):
     ba.add_argument("--steps", type=int, default=5)
     ba.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
-    {"golden": cmd_golden, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn}[a.cmd](a)
+    {"golden": cmd_golden, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn,
+     "read-hf": cmd_read_hf}[a.cmd](a)
 
 
 if __name__ == "__main__":

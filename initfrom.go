@@ -1,0 +1,286 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"distflash/ckpt"
+	"distflash/data"
+	"distflash/model"
+)
+
+// train --init-from: a new run (step 0, fresh AdamW moments, the data order from its start)
+// whose weights come from a trained model instead of model.InitParams.
+//
+// The source is a Hugging Face LLaMA directory, a .safetensors file with distflash's (Hugging
+// Face's) tensor names, or a distflash checkpoint (a step directory, or a run directory for
+// its newest step; only its weights are used).
+//
+// Which [model] the run has. Each [model] key the config leaves at its built-in default
+// (model.DefaultConfig; configs/tiny.toml writes them out; 0 for head_dim and n_kv_heads,
+// "derive") and that no --set names is taken from the source. A key with another value, or
+// one named by --set, must agree with the source, and a disagreement is an error naming the
+// key and both values; except rope_theta, max_seq_len and rope_scaling, which a run may change
+// (that is how a context is extended): the config's value is used and the change printed.
+// A .safetensors file carries no config, so only the shapes it implies (dim, n_layers, ffn_dim,
+// vocab_size) come from it; the head layout and the rest come from the config.
+//
+// The tokenizer. data.tokenizer, when the config sets it to something other than "byte" or
+// --set names it, is used; otherwise the source's: an HF directory's tokenizer.model or
+// tokenizer.json, the checkpoint's data.tokenizer. A tokenizer with more tokens than the
+// model's vocabulary is an error naming both sizes.
+
+// initSource is a model loaded to start a run from.
+type initSource struct {
+	path      string
+	kind      string       // "hf", "safetensors" or "checkpoint"
+	model     model.Config // its shape (resolved); for a .safetensors file, the config's with the shapes the file implies
+	params    []float32    // in model.NewLayout(model) order
+	tokenizer string       // the source's tokenizer ("" none)
+}
+
+// loadInitSource loads path (see the file comment). mc is the config's [model], which a
+// .safetensors file needs for what its shapes do not say.
+func loadInitSource(path string, mc model.Config) (*initSource, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("--init-from: %w", err)
+	}
+	switch {
+	case fi.IsDir() && ckpt.IsHFDir(path):
+		h, err := ckpt.OpenHF(path)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from: %w", err)
+		}
+		src := &initSource{path: path, kind: "hf", model: hfModelConfig(h.Config), tokenizer: h.Tokenizer}
+		if err := src.model.Resolve(); err != nil {
+			return nil, fmt.Errorf("--init-from %s: config.json: %w", path, err)
+		}
+		layout := model.NewLayout(src.model)
+		src.params = make([]float32, layout.Size)
+		dsts := make([]ckpt.Dest, len(layout.Tensors))
+		for i, t := range layout.Tensors {
+			dsts[i] = ckpt.Dest{Name: t.Name, Shape: t.Shape, Data: src.params[t.Off : t.Off+t.Size()]}
+		}
+		if err := h.Load(dsts); err != nil {
+			return nil, fmt.Errorf("--init-from: %w", err)
+		}
+		return src, nil
+	case fi.IsDir():
+		saved, params, _, _, err := loadCheckpointParams(path, io.Discard)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from %w", err)
+		}
+		return &initSource{path: path, kind: "checkpoint", model: saved.Model, params: params, tokenizer: saved.Data.Tokenizer}, nil
+	case strings.HasSuffix(path, ".safetensors"):
+		st, err := ckpt.ReadSafetensors(path)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from: %w", err)
+		}
+		m, err := safetensorsShape(st, mc)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from: %w", err)
+		}
+		params, err := loadSafetensorsParams(path, m)
+		if err != nil {
+			return nil, fmt.Errorf("--init-from: %w", err)
+		}
+		return &initSource{path: path, kind: "safetensors", model: m, params: params}, nil
+	}
+	return nil, fmt.Errorf("--init-from %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a distflash checkpoint (step or run directory), or a .safetensors file", path)
+}
+
+// safetensorsShape is mc with the sizes the tensors of st fix: vocab_size and dim from the
+// embedding, n_layers from the blocks present, ffn_dim from the first gate projection.
+func safetensorsShape(st *ckpt.Safetensors, mc model.Config) (model.Config, error) {
+	emb, ok := st.Tensors["model.embed_tokens.weight"]
+	if !ok || len(emb.Shape) != 2 {
+		return mc, fmt.Errorf("%s: no 2-D model.embed_tokens.weight: not a model with distflash's (Hugging Face) tensor names", st.Path)
+	}
+	mc.VocabSize, mc.Dim = emb.Shape[0], emb.Shape[1]
+	layers := 0
+	for _, name := range st.Names() {
+		var i int
+		var rest string
+		if n, _ := fmt.Sscanf(name, "model.layers.%d.%s", &i, &rest); n == 2 {
+			layers = max(layers, i+1)
+		}
+	}
+	mc.NLayers = layers
+	if g, ok := st.Tensors["model.layers.0.mlp.gate_proj.weight"]; ok && len(g.Shape) == 2 {
+		mc.FFNDim = g.Shape[0]
+	}
+	if mc.HeadDim == 0 && mc.NHeads > 0 {
+		mc.HeadDim = mc.Dim / mc.NHeads
+	}
+	if err := mc.Resolve(); err != nil {
+		return mc, fmt.Errorf("%s: the shape its tensors and the config's [model] give: %w", st.Path, err)
+	}
+	return mc, nil
+}
+
+// modelKey is one [model] key: its name and how to read and write it.
+type modelKey struct {
+	name       string
+	get        func(*model.Config) any
+	set        func(dst, src *model.Config)
+	changeable bool // the run may use another value than the source's
+}
+
+var modelKeys = []modelKey{
+	{"dim", func(c *model.Config) any { return c.Dim }, func(d, s *model.Config) { d.Dim = s.Dim }, false},
+	{"n_layers", func(c *model.Config) any { return c.NLayers }, func(d, s *model.Config) { d.NLayers = s.NLayers }, false},
+	{"n_heads", func(c *model.Config) any { return c.NHeads }, func(d, s *model.Config) { d.NHeads = s.NHeads }, false},
+	{"n_kv_heads", func(c *model.Config) any { return c.NKVHeads }, func(d, s *model.Config) { d.NKVHeads = s.NKVHeads }, false},
+	{"head_dim", func(c *model.Config) any { return c.HeadDim }, func(d, s *model.Config) { d.HeadDim = s.HeadDim }, false},
+	{"ffn_dim", func(c *model.Config) any { return c.FFNDim }, func(d, s *model.Config) { d.FFNDim = s.FFNDim }, false},
+	{"vocab_size", func(c *model.Config) any { return c.VocabSize }, func(d, s *model.Config) { d.VocabSize = s.VocabSize }, false},
+	{"norm_eps", func(c *model.Config) any { return c.NormEps }, func(d, s *model.Config) { d.NormEps = s.NormEps }, false},
+	{"rope_theta", func(c *model.Config) any { return c.RopeTheta }, func(d, s *model.Config) { d.RopeTheta = s.RopeTheta }, true},
+	{"max_seq_len", func(c *model.Config) any { return c.MaxSeqLen }, func(d, s *model.Config) { d.MaxSeqLen = s.MaxSeqLen }, true},
+	{"rope_scaling", func(c *model.Config) any { return normRope(c.RopeScaling) }, func(d, s *model.Config) { d.RopeScaling = s.RopeScaling }, true},
+}
+
+// normRope makes "none" and "" the same (no scaling).
+func normRope(r model.RopeScaling) model.RopeScaling {
+	if r.Type == "none" {
+		r.Type = ""
+	}
+	return r
+}
+
+// setByFlag reports whether --set named section.key (or a key inside it, for tables).
+func setByFlag(sets []string, key string) bool {
+	for _, s := range sets {
+		k, _, _ := strings.Cut(s, "=")
+		k = strings.TrimSpace(k)
+		if k == key || strings.HasPrefix(k, key+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// applyInitSource makes cfg's [model] and data.tokenizer those of the run started from src
+// (see the file comment) and validates the result. Notes on what was taken or changed go to
+// stderr.
+func applyInitSource(cfg *Config, src *initSource, sets []string, stderr io.Writer) error {
+	def := model.DefaultConfig()
+	user := cfg.Model
+	final := src.model
+	var disagree, taken, changed []string
+	for _, k := range modelKeys {
+		u, d, s := k.get(&user), k.get(&def), k.get(&src.model)
+		derive := (k.name == "head_dim" || k.name == "n_kv_heads") && u == 0 // 0: derived, as left out
+		explicit := setByFlag(sets, "model."+k.name) || u != d && !derive
+		switch {
+		case !explicit:
+			if s != u {
+				taken = append(taken, fmt.Sprintf("%s = %v", k.name, s))
+			}
+		case u == s:
+		case k.changeable:
+			k.set(&final, &user)
+			changed = append(changed, fmt.Sprintf("%s = %v (the source has %v)", k.name, u, s))
+		case k.name == "vocab_size" && s.(int) > u.(int):
+			disagree = append(disagree, fmt.Sprintf("the source's vocabulary of %d tokens exceeds model.vocab_size = %d", s, u))
+		default:
+			disagree = append(disagree, fmt.Sprintf("model.%s = %v, the source has %v", k.name, u, s))
+		}
+	}
+	if len(disagree) > 0 {
+		return fmt.Errorf("%s: --init-from %s (%s): %s (leave these keys out of [model] to take the source's values)",
+			cfg.Path, src.path, src.kind, strings.Join(disagree, "; "))
+	}
+	cfg.Model = final
+	tokFromSource := src.tokenizer != "" && src.tokenizer != cfg.Data.Tokenizer && cfg.Data.Tokenizer == DefaultConfig().Data.Tokenizer && !setByFlag(sets, "data.tokenizer")
+	if tokFromSource {
+		cfg.Data.Tokenizer = src.tokenizer
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("--init-from %s: with [model] from the source: %w", src.path, err)
+	}
+	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
+	if err != nil {
+		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
+	}
+	if v := tok.VocabSize(); v > cfg.Model.VocabSize {
+		return fmt.Errorf("%s: --init-from %s: tokenizer %s has %d tokens, but the model's vocabulary has %d: use the model's own tokenizer (data.tokenizer)",
+			cfg.Path, src.path, tok.Name(), v, cfg.Model.VocabSize)
+	}
+	what := "weights"
+	if src.kind == "checkpoint" {
+		what = "weights only (step 0, fresh optimizer and data order)"
+	}
+	fmt.Fprintf(stderr, "init: %s from %s (%s, %s params)\n", what, src.path, src.kind, count(cfg.Model.NumParams()))
+	if len(taken) > 0 {
+		fmt.Fprintf(stderr, "init: [model] from the source: %s\n", strings.Join(taken, ", "))
+	}
+	if len(changed) > 0 {
+		fmt.Fprintf(stderr, "init: [model] changed by the config: %s\n", strings.Join(changed, ", "))
+	}
+	if tokFromSource {
+		fmt.Fprintf(stderr, "init: tokenizer %s from the source\n", cfg.Data.Tokenizer)
+	}
+	if v := tok.VocabSize(); v < cfg.Model.VocabSize && v*2 < cfg.Model.VocabSize {
+		fmt.Fprintf(stderr, "init: warning: tokenizer %s has %d tokens, the model's vocabulary %d: is it the model's tokenizer?\n", tok.Name(), v, cfg.Model.VocabSize)
+	}
+	return nil
+}
+
+// loadInitConfig is LoadConfig for train --init-from: the file and the overrides, then
+// [model] and data.tokenizer from the source at from, then validation (only then: the
+// built-in [model] a config leaves in place is not the run's). It returns the config and
+// the source's weights.
+func loadInitConfig(path string, sets []string, from string, stderr io.Writer) (Config, []float32, error) {
+	cfg := DefaultConfig()
+	cfg.Path = path
+	text, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("config: %w", err)
+	}
+	md, err := decode(string(text), &cfg)
+	if err != nil {
+		return Config{}, nil, fmt.Errorf("%s%s", path, decodeError(err))
+	}
+	if err := unknownKeys(md.Undecoded(), path+": "); err != nil {
+		return Config{}, nil, err
+	}
+	for _, o := range sets {
+		if err := cfg.Set(o); err != nil {
+			return Config{}, nil, err
+		}
+	}
+	src, err := loadInitSource(from, cfg.Model)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	if err := applyInitSource(&cfg, src, sets, stderr); err != nil {
+		return Config{}, nil, err
+	}
+	if n := model.NewLayout(cfg.Model).Size; n != len(src.params) {
+		return Config{}, nil, fmt.Errorf("--init-from %s: %d weights for a model of %d", from, len(src.params), n)
+	}
+	return cfg, src.params, nil
+}
+
+// loadWeights replaces every rank's weights with params (model Layout order): all of them,
+// or the rank's FSDP chunks, and the 16-bit compute copy where there is one.
+func (t *trainer) loadWeights(params []float32) error {
+	if n := t.ranks[0].model.Layout.Size; len(params) != n {
+		return fmt.Errorf("init: %d weights for a model of %d", len(params), n)
+	}
+	return t.run(func(r *rank) error {
+		if r.fsdp != nil {
+			r.fsdp.Load(params)
+			return nil
+		}
+		r.model.LoadParams(params)
+		if r.cast != nil {
+			r.cast.Refresh()
+		}
+		return nil
+	})
+}

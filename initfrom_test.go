@@ -1,0 +1,309 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"distflash/ckpt"
+	"distflash/kernels"
+	"distflash/model"
+)
+
+// initBase are the train overrides of the short --init-from runs: a little data, short
+// sequences, one step.
+func initBase(dir string) []string {
+	return []string{"--set", "data.max_bytes=65536", "--set", "data.seq_len=64", "--set", "data.batch_size=2",
+		"--set", "training.steps=1", "--set", "training.warmup_steps=0", "--set", "run.output_dir=" + dir}
+}
+
+// setsOf returns the values of --set flags in args.
+func setsOf(args []string) []string {
+	var out []string
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "--set" {
+			out = append(out, args[i+1])
+		}
+	}
+	return out
+}
+
+// tinyCheckpoint trains a small model (dim 32, byte tokenizer) for 3 steps and returns its
+// run directory, which holds the checkpoint of step 3.
+func tinyCheckpoint(t *testing.T, extra ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "model.dim=32", "--set", "model.n_layers=2", "--set", "model.ffn_dim=64", "--set", "model.max_seq_len=256",
+		"--set", "data.max_bytes=65536", "--set", "data.seq_len=64", "--set", "data.batch_size=2",
+		"--set", "training.steps=3", "--set", "training.warmup_steps=1", "--set", "checkpoint.interval=3",
+		"--set", "run.name=src", "--set", "run.output_dir=" + dir}, extra...)
+	var stdout, stderr bytes.Buffer
+	if err := run(args, &stdout, &stderr); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr.String())
+	}
+	return filepath.Join(dir, "src")
+}
+
+// sourceSafetensors writes the weights of the HF fixture llama-sharded as one F32
+// .safetensors file with distflash's names.
+func sourceSafetensors(t *testing.T) string {
+	t.Helper()
+	em, err := loadEvalModel("ckpt/testdata/hf/llama-sharded", DefaultConfig(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := model.NewLayout(em.cfg)
+	var ts []ckpt.WTensor
+	for _, tn := range layout.Tensors {
+		ts = append(ts, ckpt.WTensor{Name: tn.Name, Shape: tn.Shape, Data: em.params[tn.Off : tn.Off+tn.Size()]})
+	}
+	path := filepath.Join(t.TempDir(), "weights.safetensors")
+	if err := ckpt.WriteSafetensors(path, ts, ckpt.DTypeF32, nil); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// firstBatchLoss is the loss of the weights of src (read as eval reads them) on the first
+// batch a run of cfg trains on, computed by one plain model.
+func firstBatchLoss(t *testing.T, cfg Config, src string) float64 {
+	t.Helper()
+	em, err := loadEvalModel(src, cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := newTrainer(cfg, io.Discard) // for its data loader only
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := tr.loader.Next()
+	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
+	m.LoadParams(em.params)
+	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
+	return sum / float64(n)
+}
+
+// TestInitFromSources runs `train --init-from` from each kind of source through the CLI: the
+// run starts at step 0 (its first metrics line is step 1) with the source's weights: its first
+// loss is the source's loss on that batch (computed apart), which is not the loss of a fresh
+// initialisation; [model] comes from the source; the checkpoint written is of step 1.
+func TestInitFromSources(t *testing.T) {
+	ckptDir := tinyCheckpoint(t)
+	for _, src := range []struct{ kind, path string }{
+		{"hf", "ckpt/testdata/hf/llama-sharded"},
+		{"hf", "ckpt/testdata/hf/llama-tied"},
+		{"safetensors", sourceSafetensors(t)},
+		{"checkpoint", ckptDir},
+		{"checkpoint", filepath.Join(ckptDir, "step-000003")},
+	} {
+		t.Run(src.kind+"/"+filepath.Base(src.path), func(t *testing.T) {
+			dir := t.TempDir()
+			args := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", src.path,
+				"--set", "checkpoint.interval=1"}, initBase(dir)...)
+			var stdout, stderr bytes.Buffer
+			if err := run(args, &stdout, &stderr); err != nil {
+				t.Fatalf("train: %v\n%s", err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "init: ") || !strings.Contains(stderr.String(), "("+src.kind+", ") {
+				t.Errorf("stderr does not report the init:\n%s", stderr.String())
+			}
+			ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+			if len(ms) != 1 || ms[0].Step != 1 {
+				t.Fatalf("metrics %+v, want one line of step 1", ms)
+			}
+			cfg, _, err := loadInitConfig("configs/tiny.toml", setsOf(args), src.path, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := firstBatchLoss(t, cfg, src.path)
+			if d := relDiff(ms[0].Loss, want); d > 1e-6 {
+				t.Errorf("first loss %.9g, the source's on that batch %.9g (rel %.1e)", ms[0].Loss, want, d)
+			}
+			if lnV := math.Log(float64(cfg.Model.VocabSize)); math.Abs(want-lnV) < 0.05 {
+				t.Errorf("the source's loss %.4f is that of a fresh initialisation (ln V = %.4f): the test proves nothing", want, lnV)
+			}
+			if cfg.Model.Dim == model.DefaultConfig().Dim {
+				t.Errorf("[model] dim %d: not the source's", cfg.Model.Dim)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "tiny", "step-000001")); err != nil {
+				t.Errorf("checkpoint of step 1: %v", err)
+			}
+		})
+	}
+}
+
+// TestInitFromEveryParallelism: with sequence parallelism, FSDP, data-parallel replicas and
+// bf16 compute, every rank starts from exactly the source's weights (gathered back bit for
+// bit), and the first step's loss equals the one-worker run's.
+func TestInitFromEveryParallelism(t *testing.T) {
+	const src = "ckpt/testdata/hf/llama-sharded"
+	base := initBase(t.TempDir())
+	one := func(sets ...string) (*trainer, []float32, Metrics) {
+		t.Helper()
+		cfg, params, err := loadInitConfig("configs/tiny.toml", setsOf(append(base, sets...)), src, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := newTrainer(cfg, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.loadWeights(params); err != nil {
+			t.Fatal(err)
+		}
+		got := tr.fullParams()
+		for i := range params {
+			if math.Float32bits(got[i]) != math.Float32bits(params[i]) {
+				t.Fatalf("%v: weight %d is %v on the ranks, %v in the source", sets, i, got[i], params[i])
+			}
+		}
+		m, err := tr.step(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr, params, m
+	}
+	_, _, ref := one()
+	for _, c := range []struct {
+		sets []string
+		tol  float64 // first loss vs one worker (NaN: other batches, not compared)
+	}{
+		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4"}, 1e-6},
+		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4", "--set", "parallelism.attention=zigzag"}, 1e-6},
+		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4", "--set", "parallelism.fsdp=true"}, 1e-6},
+		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=2", "--set", "parallelism.fsdp=true"}, math.NaN()},
+		{[]string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=1"}, math.NaN()},
+		{[]string{"--set", "training.mixed_precision=bf16"}, 2e-2},
+		{[]string{"--set", "training.mixed_precision=bf16", "--set", "parallelism.world_size=2", "--set", "parallelism.fsdp=true", "--set", "parallelism.sequence_parallel_degree=2"}, 2e-2},
+	} {
+		t.Run(strings.Join(setsOf(c.sets), ","), func(t *testing.T) {
+			_, _, m := one(c.sets...)
+			if !math.IsNaN(c.tol) {
+				if d := relDiff(m.Loss, ref.Loss); d > c.tol {
+					t.Errorf("first loss %.9g, one worker %.9g (rel %.1e > %g)", m.Loss, ref.Loss, d, c.tol)
+				}
+			}
+		})
+	}
+}
+
+// TestInitFromModelKeys: keys left at their defaults come from the source; rope_theta,
+// max_seq_len and rope_scaling may be changed; any other key set otherwise must agree, and a
+// disagreement names the key and both values; an agreeing explicit [model] is accepted.
+func TestInitFromModelKeys(t *testing.T) {
+	const src = "ckpt/testdata/hf/llama-sharded" // dim 32, 2 layers, 4/2 heads, ffn 64, vocab 256, 512 positions
+	base := setsOf(initBase(t.TempDir()))
+	cfg, _, err := loadInitConfig("configs/tiny.toml", append(base, "model.max_seq_len=2048", "model.rope_theta=40000"), src, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := model.Config{Dim: 32, NLayers: 2, NHeads: 4, NKVHeads: 2, HeadDim: 8, FFNDim: 64, VocabSize: 256,
+		NormEps: 1e-5, RopeTheta: 40000, MaxSeqLen: 2048}
+	if cfg.Model != want {
+		t.Errorf("[model] %+v\nwant %+v", cfg.Model, want)
+	}
+	agree := filepath.Join(t.TempDir(), "agree.toml")
+	os.WriteFile(agree, []byte("[model]\ndim = 32\nn_heads = 4\nn_kv_heads = 2\nffn_dim = 64\nmax_seq_len = 512\n"), 0o644)
+	if _, _, err := loadInitConfig(agree, base, src, io.Discard); err != nil {
+		t.Errorf("a config that agrees with the source: %v", err)
+	}
+	for _, c := range []struct {
+		sets []string
+		want []string
+	}{
+		{[]string{"model.dim=64"}, []string{"model.dim = 64, the source has 32"}},
+		{[]string{"model.n_kv_heads=4", "model.ffn_dim=128"}, []string{"model.n_kv_heads = 4, the source has 2", "model.ffn_dim = 128, the source has 64"}},
+		{[]string{"model.norm_eps=1e-6"}, []string{"model.norm_eps = 1e-06, the source has 1e-05"}},
+		{[]string{"model.n_layers=4"}, []string{"model.n_layers = 4, the source has 2"}},
+		{[]string{"model.vocab_size=128"}, []string{"the source's vocabulary of 256 tokens exceeds model.vocab_size = 128"}},
+		{[]string{"model.vocab_size=512"}, []string{"model.vocab_size = 512, the source has 256"}},
+		{[]string{"data.seq_len=1024"}, []string{"data.seq_len = 1024 exceeds model.max_seq_len = 512"}},
+		{[]string{"data.tokenizer=data/testdata/tok/llama.model"}, []string{"has 1000 tokens, but the model's vocabulary has 256"}},
+	} {
+		_, _, err := loadInitConfig("configs/tiny.toml", append(slicesClone(base), c.sets...), src, io.Discard)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: %v; want %q", c.sets, err, w)
+			}
+		}
+	}
+}
+
+func slicesClone(s []string) []string { return append([]string(nil), s...) }
+
+// TestInitFromTokenizer: the tokenizer of an HF directory is used unless the config names one.
+// The source is an export of a run trained with a SentencePiece tokenizer (1000 tokens), so
+// its directory holds tokenizer.model.
+func TestInitFromTokenizer(t *testing.T) {
+	run := tinyCheckpoint(t, "--set", "data.tokenizer=data/testdata/tok/llama.model", "--set", "model.vocab_size=1024")
+	hf := filepath.Join(t.TempDir(), "hf")
+	var stdout, stderr bytes.Buffer
+	if err := runExport([]string{"--model", run, "--out", hf}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	base := setsOf(initBase(t.TempDir()))
+	cfg, _, err := loadInitConfig("configs/tiny.toml", base, hf, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Data.Tokenizer != filepath.Join(hf, "tokenizer.model") || cfg.Model.VocabSize != 1024 {
+		t.Errorf("tokenizer %q, vocab %d; want the export's tokenizer.model and 1024", cfg.Data.Tokenizer, cfg.Model.VocabSize)
+	}
+	cfg, _, err = loadInitConfig("configs/tiny.toml", append(base, "data.tokenizer=byte"), hf, io.Discard)
+	if err != nil || cfg.Data.Tokenizer != "byte" {
+		t.Errorf("--set data.tokenizer=byte: %q, %v", cfg.Data.Tokenizer, err)
+	}
+}
+
+// TestInitFromBadSources: unsupported HF settings are refused naming the field, through the
+// CLI, before anything is written; so are paths that are no model.
+func TestInitFromBadSources(t *testing.T) {
+	edit := func(key string, v any) string {
+		dir := t.TempDir()
+		for _, f := range []string{"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"} {
+			b, err := os.ReadFile(filepath.Join("ckpt/testdata/hf/llama-sharded", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(dir, f), b, 0o644)
+		}
+		path := filepath.Join(dir, "config.json")
+		raw, _ := os.ReadFile(path)
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		m[key] = v
+		js, _ := json.Marshal(m)
+		os.WriteFile(path, js, 0o644)
+		return dir
+	}
+	notModel := t.TempDir()
+	for _, c := range []struct{ from, want string }{
+		{edit("attention_bias", true), "attention_bias = true"},
+		{edit("mlp_bias", true), "mlp_bias = true"},
+		{edit("hidden_act", "relu"), `hidden_act = "relu"`},
+		{edit("num_local_experts", 8), "num_local_experts = 8"},
+		{edit("sliding_window", 4096), "sliding_window = 4096"},
+		{edit("tie_word_embeddings", true), "tie_word_embeddings = true, but"},
+		{notModel, "neither a Hugging Face directory"},
+		{"ckpt/testdata/hf/permute.safetensors", "no 2-D model.embed_tokens.weight"},
+		{"configs/tiny.toml", "want a Hugging Face LLaMA directory"},
+	} {
+		out := t.TempDir()
+		var stdout, stderr bytes.Buffer
+		err := run(append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", c.from}, initBase(out)...), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--init-from %s: %v; want %q", c.from, err, c.want)
+		}
+		if ents, _ := os.ReadDir(out); len(ents) > 0 {
+			t.Errorf("--init-from %s: wrote %d entries into run.output_dir", c.from, len(ents))
+		}
+	}
+}
