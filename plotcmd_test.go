@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
 )
 
 // synthMetrics is n steps of a run as train writes them: the loss falls from ln 256 towards
@@ -487,5 +489,50 @@ func TestPlotManyRuns(t *testing.T) {
 	}
 	if strings.Contains(all, "steps 1–30") {
 		t.Errorf("ten runs got two legend lines each:\n%s", all)
+	}
+}
+
+// TestMovingAverage: centred inside, shrinking to the first value at the start, cut at the
+// end.
+func TestMovingAverage(t *testing.T) {
+	var xys plotter.XYs
+	for i := 1; i <= 10; i++ {
+		xys = append(xys, plotter.XY{X: float64(i), Y: float64(i * i)})
+	}
+	got := movingAverage(xys, 3)
+	want := []float64{1, (1 + 4 + 9) / 3.0, (4 + 9 + 16) / 3.0, (9 + 16 + 25) / 3.0, (16 + 25 + 36) / 3.0,
+		(25 + 36 + 49) / 3.0, (36 + 49 + 64) / 3.0, (49 + 64 + 81) / 3.0, (64 + 81 + 100) / 3.0, (81 + 100) / 2.0}
+	for i := range want {
+		if got[i].X != xys[i].X || math.Abs(got[i].Y-want[i]) > 1e-12 {
+			t.Errorf("point %d: %v, want (%g, %g)", i, got[i], xys[i].X, want[i])
+		}
+	}
+}
+
+// TestDecimate: a long line is drawn from at most 2 points per bucket, in order, keeping its
+// highest and lowest points; a short one is left alone.
+func TestDecimate(t *testing.T) {
+	var xys plotter.XYs
+	for i := range 10000 {
+		xys = append(xys, plotter.XY{X: float64(i), Y: math.Sin(float64(i) / 50)})
+	}
+	xys[4321].Y, xys[8765].Y = 40, -7
+	got := decimate(xys, 100)
+	if len(got) > 200 {
+		t.Errorf("%d points, want at most 200", len(got))
+	}
+	var sawHigh, sawLow bool
+	for i, p := range got {
+		if i > 0 && p.X <= got[i-1].X {
+			t.Fatalf("x not increasing at %d: %g after %g", i, p.X, got[i-1].X)
+		}
+		sawHigh = sawHigh || p == xys[4321]
+		sawLow = sawLow || p == xys[8765]
+	}
+	if !sawHigh || !sawLow {
+		t.Errorf("spike kept %v, dip kept %v; want both", sawHigh, sawLow)
+	}
+	if short := decimate(xys[:150], 100); len(short) != 150 {
+		t.Errorf("150 points decimated to %d, want all kept", len(short))
 	}
 }

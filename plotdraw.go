@@ -74,7 +74,6 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 
 	lossStep := newPanel("step", "loss (nats/token)")
 	lossTokens := newPanel("tokens", "loss (nats/token)")
-	lossTokens.X.Tick.Marker = niceTicks{si: true}
 	lr := newPanel("step", "learning rate")
 	gradNorm := newPanel("step", "global L2 norm (log scale)")
 	speed := newPanel("step", "tokens/s")
@@ -173,7 +172,7 @@ func newPanel(x, y string) *plot.Plot {
 	p.Y.Label.TextStyle.Font = plotFont(11)
 	p.X.Tick.Label.Font = plotFont(10)
 	p.Y.Tick.Label.Font = plotFont(10)
-	p.X.Tick.Marker = niceTicks{}
+	p.X.Tick.Marker = niceTicks{si: true}
 	p.Y.Tick.Marker = niceTicks{}
 	g := plotter.NewGrid()
 	g.Vertical.Color = color.Gray{0xe0}
@@ -190,8 +189,10 @@ func appendFinite(xys plotter.XYs, x, y float64) plotter.XYs {
 	return append(xys, plotter.XY{X: x, Y: y})
 }
 
-// addLine adds a run's line to p; a single point is drawn as a dot, so that it shows.
+// addLine adds a run's line to p; a single point is drawn as a dot, so that it shows. A long
+// line is drawn from its envelope (see decimate).
 func addLine(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle) error {
+	xys = decimate(xys, lineBuckets)
 	switch len(xys) {
 	case 0:
 		return nil
@@ -213,8 +214,40 @@ func addLine(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle) error {
 	return nil
 }
 
+// lineBuckets is the number of pieces a long line is cut into for drawing: about twice the
+// pixels across a panel.
+const lineBuckets = 1000
+
+// decimate returns xys when it has at most 2·buckets points, else its envelope: xys cut
+// into buckets runs of consecutive points, each drawn by its lowest and highest point (in
+// their order), so a panel shows every spike of a long run while drawing 2·buckets points
+// (a 100k-step PNG takes a minute otherwise).
+func decimate(xys plotter.XYs, buckets int) plotter.XYs {
+	if len(xys) <= 2*buckets {
+		return xys
+	}
+	out := make(plotter.XYs, 0, 2*buckets)
+	for b := range buckets {
+		lo, hi := b*len(xys)/buckets, (b+1)*len(xys)/buckets
+		imin, imax := lo, lo
+		for i := lo; i < hi; i++ {
+			if xys[i].Y < xys[imin].Y {
+				imin = i
+			}
+			if xys[i].Y > xys[imax].Y {
+				imax = i
+			}
+		}
+		out = append(out, xys[min(imin, imax)])
+		if imin != imax {
+			out = append(out, xys[max(imin, imax)])
+		}
+	}
+	return out
+}
+
 // addNoisy adds a per-step series that is noisy (loss, gradient norm, tokens/s): with a
-// window win > 1, each step faint and the centred moving average over win steps bold.
+// window win > 1, each step faint and the moving average over win steps bold.
 func addNoisy(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle, win int) error {
 	if win <= 1 || len(xys) <= win {
 		return addLine(p, xys, sty)
@@ -242,17 +275,20 @@ func smoothWindow(runs []*plotRun) int {
 	return n/40*2 + 1
 }
 
-// movingAverage is the centred moving average of xys's Y over w points (fewer at the ends,
-// where the window is cut to stay centred).
+// movingAverage is the moving average of xys's Y over w points centred on each point. Near
+// the start the window shrinks to stay centred, so the curve starts at the first value
+// (training curves move fastest there); near the end it is cut, so the curve ends at the
+// mean of the last points rather than at the last, noisy one. From prefix sums: O(len(xys)).
 func movingAverage(xys plotter.XYs, w int) plotter.XYs {
+	sum := make([]float64, len(xys)+1)
+	for i, p := range xys {
+		sum[i+1] = sum[i] + p.Y
+	}
 	out := make(plotter.XYs, len(xys))
 	for i := range xys {
-		h := min(w/2, i, len(xys)-1-i)
-		var sum float64
-		for j := i - h; j <= i+h; j++ {
-			sum += xys[j].Y
-		}
-		out[i] = plotter.XY{X: xys[i].X, Y: sum / float64(2*h+1)}
+		h := min(w/2, i)
+		lo, hi := i-h, min(len(xys)-1, i+h)
+		out[i] = plotter.XY{X: xys[i].X, Y: (sum[hi+1] - sum[lo]) / float64(hi-lo+1)}
 	}
 	return out
 }
@@ -451,7 +487,7 @@ func drawLegend(c draw.Canvas, runs []*plotRun, win int) {
 		}
 	}
 	if win > 1 {
-		keys = append(keys, fmt.Sprintf("faint: every step;  bold: centred moving average over %d steps", win))
+		keys = append(keys, fmt.Sprintf("faint: every step;  bold: moving average over %d steps", win))
 	}
 	if anyEval {
 		keys = append(keys, "solid: training loss;  dashed with circles: eval loss (data.eval)")
