@@ -509,8 +509,8 @@ func TestMovingAverage(t *testing.T) {
 	}
 }
 
-// TestDecimate: a long line is drawn from at most 2 points per bucket, in order, keeping its
-// highest and lowest points; a short one is left alone.
+// TestDecimate: a long line is drawn from at most 2 points per bucket and its ends, in
+// order, keeping its highest and lowest points; a short one is left alone.
 func TestDecimate(t *testing.T) {
 	var xys plotter.XYs
 	for i := range 10000 {
@@ -518,8 +518,11 @@ func TestDecimate(t *testing.T) {
 	}
 	xys[4321].Y, xys[8765].Y = 40, -7
 	got := decimate(xys, 100)
-	if len(got) > 200 {
-		t.Errorf("%d points, want at most 200", len(got))
+	if len(got) > 202 {
+		t.Errorf("%d points, want at most 202", len(got))
+	}
+	if got[0] != xys[0] || got[len(got)-1] != xys[len(xys)-1] {
+		t.Errorf("ends %v, %v; want the line's ends %v, %v", got[0], got[len(got)-1], xys[0], xys[len(xys)-1])
 	}
 	var sawHigh, sawLow bool
 	for i, p := range got {
