@@ -91,7 +91,8 @@ func absDiff(a, b uint32) uint32 {
 	return b - a
 }
 
-// svgTexts parses an SVG file as XML and returns its root element's name and its texts.
+// svgTexts parses an SVG file as XML and returns its root element (name and size) and its
+// texts.
 func svgTexts(t *testing.T, path string) (string, []string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -114,6 +115,11 @@ func svgTexts(t *testing.T, path string) (string, []string) {
 		case xml.StartElement:
 			if root == "" {
 				root = tok.Name.Local
+				for _, a := range tok.Attr {
+					if a.Name.Local == "width" || a.Name.Local == "height" {
+						root += " " + a.Name.Local + "=" + a.Value
+					}
+				}
 			}
 			inText = tok.Name.Local == "text"
 		case xml.CharData:
@@ -160,8 +166,8 @@ func TestPlotTwoRuns(t *testing.T) {
 			continue
 		}
 		root, texts := svgTexts(t, out)
-		if root != "svg" {
-			t.Errorf("root element %q, want svg", root)
+		if want := "svg width=864pt height=756pt"; root != want { // 12 × 10.5 inches
+			t.Errorf("root element %q, want %q", root, want)
 		}
 		all := strings.Join(texts, "\n")
 		for _, want := range []string{"alpha", "beta", "Training loss", "Learning rate", "Gradient norm", "Throughput",
@@ -330,7 +336,7 @@ func TestPlotTrainedRun(t *testing.T) {
 	if err := writeRunPlot(runDir, svg); err != nil {
 		t.Fatal(err)
 	}
-	if root, texts := svgTexts(t, svg); root != "svg" || !strings.Contains(strings.Join(texts, " "), "distflash training: tiny") {
+	if root, texts := svgTexts(t, svg); !strings.HasPrefix(root, "svg ") || !strings.Contains(strings.Join(texts, " "), "distflash training: tiny") {
 		t.Errorf("writeRunPlot: root %q, texts %q", root, texts)
 	}
 }
