@@ -51,11 +51,13 @@ func runPlot(args []string, stdout, stderr io.Writer) error {
 		runs = append(runs, rest[0])
 		args = rest[1:]
 	}
-	if *out == "" {
-		return errors.New("plot: --out FILE.png or FILE.svg is required")
-	}
 	if len(runs) == 0 {
+		fs.Usage()
 		return errors.New("plot: no run given: distflash plot RUN [RUN...] --out FILE.png")
+	}
+	if *out == "" {
+		fs.Usage()
+		return errors.New("plot: --out FILE.png or FILE.svg is required")
 	}
 	if err := writePlot(runs, *out, stderr); err != nil {
 		return err
