@@ -1,4 +1,4 @@
-package main
+package runplot
 
 import (
 	"fmt"
@@ -57,8 +57,9 @@ func runStyle(i int) draw.LineStyle {
 	return s
 }
 
-// drawRuns draws the runs into w as format ("png" or "svg").
-func drawRuns(w io.Writer, runs []*plotRun, format string) error {
+// Draw draws the runs overlaid into w as format, "png" (1200 × 1050 pixels) or "svg" (12 ×
+// 10.5 inches).
+func Draw(w io.Writer, runs []*Run, format string) error {
 	var c vg.CanvasWriterTo
 	switch format {
 	case "png":
@@ -74,7 +75,6 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 
 	lossStep := newPanel("step", "loss (nats/token)")
 	lossTokens := newPanel("tokens", "loss (nats/token)")
-	lossTokens.X.Tick.Marker = niceTicks{si: true}
 	lr := newPanel("step", "learning rate")
 	gradNorm := newPanel("step", "global L2 norm (log scale)")
 	speed := newPanel("step", "tokens/s")
@@ -87,17 +87,17 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 	for i, r := range runs {
 		sty := runStyle(i)
 		var loss, lossTok, eval, evalTok, lrs, norms, tps plotter.XYs
-		for _, p := range r.points {
-			x := float64(p.step)
-			loss = appendFinite(loss, x, p.loss)
-			lossTok = appendFinite(lossTok, p.tokens, p.loss)
-			eval = appendFinite(eval, x, p.evalLoss)
-			evalTok = appendFinite(evalTok, p.tokens, p.evalLoss)
-			lrs = appendFinite(lrs, x, p.lr)
-			if p.gradNorm > 0 {
-				norms = appendFinite(norms, x, math.Log10(p.gradNorm))
+		for _, p := range r.Points {
+			x := float64(p.Step)
+			loss = appendFinite(loss, x, p.Loss)
+			lossTok = appendFinite(lossTok, p.Tokens, p.Loss)
+			eval = appendFinite(eval, x, p.EvalLoss)
+			evalTok = appendFinite(evalTok, p.Tokens, p.EvalLoss)
+			lrs = appendFinite(lrs, x, p.LR)
+			if p.GradNorm > 0 {
+				norms = appendFinite(norms, x, math.Log10(p.GradNorm))
 			}
-			tps = appendFinite(tps, x, p.tokensPerSec)
+			tps = appendFinite(tps, x, p.TokensPerSec)
 		}
 		if err := addLine(lr, lrs, sty); err != nil {
 			return err
@@ -118,13 +118,13 @@ func drawRuns(w io.Writer, runs []*plotRun, format string) error {
 				return err
 			}
 		}
-		if r.divergedAt > 0 {
+		if r.DivergedAt > 0 {
 			for _, p := range []*plot.Plot{lossStep, lr, gradNorm, speed} {
-				p.Add(vLine{x: float64(r.divergedAt), sty: sty})
+				p.Add(vLine{x: float64(r.DivergedAt), sty: sty})
 			}
-			for _, p := range r.points {
-				if p.step == r.divergedAt && !math.IsNaN(p.tokens) {
-					lossTokens.Add(vLine{x: p.tokens, sty: sty})
+			for _, p := range r.Points {
+				if p.Step == r.DivergedAt && !math.IsNaN(p.Tokens) {
+					lossTokens.Add(vLine{x: p.Tokens, sty: sty})
 				}
 			}
 		}
@@ -173,7 +173,7 @@ func newPanel(x, y string) *plot.Plot {
 	p.Y.Label.TextStyle.Font = plotFont(11)
 	p.X.Tick.Label.Font = plotFont(10)
 	p.Y.Tick.Label.Font = plotFont(10)
-	p.X.Tick.Marker = niceTicks{}
+	p.X.Tick.Marker = niceTicks{si: true}
 	p.Y.Tick.Marker = niceTicks{}
 	g := plotter.NewGrid()
 	g.Vertical.Color = color.Gray{0xe0}
@@ -190,8 +190,10 @@ func appendFinite(xys plotter.XYs, x, y float64) plotter.XYs {
 	return append(xys, plotter.XY{X: x, Y: y})
 }
 
-// addLine adds a run's line to p; a single point is drawn as a dot, so that it shows.
+// addLine adds a run's line to p; a single point is drawn as a dot, so that it shows. A long
+// line is drawn from its envelope (see decimate).
 func addLine(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle) error {
+	xys = decimate(xys, lineBuckets)
 	switch len(xys) {
 	case 0:
 		return nil
@@ -213,8 +215,42 @@ func addLine(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle) error {
 	return nil
 }
 
+// lineBuckets is the number of pieces a long line is cut into for drawing: about twice the
+// pixels across a panel.
+const lineBuckets = 1000
+
+// decimate returns xys when it has at most 2·buckets points, else its envelope: its first
+// and last point and, of each of buckets runs of consecutive points, the lowest and the
+// highest (in their order), so a panel shows every spike of a long run while drawing at most
+// 2·buckets+2 points (a 100k-step PNG takes a minute otherwise).
+func decimate(xys plotter.XYs, buckets int) plotter.XYs {
+	if len(xys) <= 2*buckets {
+		return xys
+	}
+	out := make(plotter.XYs, 0, 2*buckets+2)
+	out = append(out, xys[0]) // the ends, so that the line spans the run
+	for b := range buckets {
+		lo, hi := b*len(xys)/buckets, (b+1)*len(xys)/buckets
+		imin, imax := lo, lo
+		for i := lo; i < hi; i++ {
+			if xys[i].Y < xys[imin].Y {
+				imin = i
+			}
+			if xys[i].Y > xys[imax].Y {
+				imax = i
+			}
+		}
+		for _, i := range []int{min(imin, imax), max(imin, imax)} {
+			if i > 0 && i < len(xys)-1 && xys[i] != out[len(out)-1] {
+				out = append(out, xys[i])
+			}
+		}
+	}
+	return append(out, xys[len(xys)-1])
+}
+
 // addNoisy adds a per-step series that is noisy (loss, gradient norm, tokens/s): with a
-// window win > 1, each step faint and the centred moving average over win steps bold.
+// window win > 1, each step faint and the moving average over win steps bold.
 func addNoisy(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle, win int) error {
 	if win <= 1 || len(xys) <= win {
 		return addLine(p, xys, sty)
@@ -231,10 +267,10 @@ func addNoisy(p *plot.Plot, xys plotter.XYs, sty draw.LineStyle, win int) error 
 
 // smoothWindow is the moving average's width for the runs: odd, about a twentieth of the
 // longest run's steps; 1 (no smoothing) below 40 steps.
-func smoothWindow(runs []*plotRun) int {
+func smoothWindow(runs []*Run) int {
 	n := 0
 	for _, r := range runs {
-		n = max(n, len(r.points))
+		n = max(n, len(r.Points))
 	}
 	if n < 40 {
 		return 1
@@ -242,17 +278,20 @@ func smoothWindow(runs []*plotRun) int {
 	return n/40*2 + 1
 }
 
-// movingAverage is the centred moving average of xys's Y over w points (fewer at the ends,
-// where the window is cut to stay centred).
+// movingAverage is the moving average of xys's Y over w points centred on each point. Near
+// the start the window shrinks to stay centred, so the curve starts at the first value
+// (training curves move fastest there); near the end it is cut, so the curve ends at the
+// mean of the last points rather than at the last, noisy one. From prefix sums: O(len(xys)).
 func movingAverage(xys plotter.XYs, w int) plotter.XYs {
+	sum := make([]float64, len(xys)+1)
+	for i, p := range xys {
+		sum[i+1] = sum[i] + p.Y
+	}
 	out := make(plotter.XYs, len(xys))
 	for i := range xys {
-		h := min(w/2, i, len(xys)-1-i)
-		var sum float64
-		for j := i - h; j <= i+h; j++ {
-			sum += xys[j].Y
-		}
-		out[i] = plotter.XY{X: xys[i].X, Y: sum / float64(2*h+1)}
+		h := min(w/2, i)
+		lo, hi := i-h, min(len(xys)-1, i+h)
+		out[i] = plotter.XY{X: xys[i].X, Y: (sum[hi+1] - sum[lo]) / float64(hi-lo+1)}
 	}
 	return out
 }
@@ -295,12 +334,12 @@ func (v vLine) DataRange() (xmin, xmax, ymin, ymax float64) {
 // clipLossAxis keeps the loss axis readable when a run blows up: the top is at most 1.5 times
 // the highest first loss of the runs (a fresh model's loss, about ln vocab). It reports
 // whether it clipped, for the title to say that higher values run off the panel.
-func clipLossAxis(p *plot.Plot, runs []*plotRun) bool {
+func clipLossAxis(p *plot.Plot, runs []*Run) bool {
 	first := math.Inf(-1)
 	for _, r := range runs {
-		for _, pt := range r.points {
-			if !math.IsNaN(pt.loss) {
-				first = math.Max(first, pt.loss)
+		for _, pt := range r.Points {
+			if !math.IsNaN(pt.Loss) {
+				first = math.Max(first, pt.Loss)
 				break
 			}
 		}
@@ -347,12 +386,12 @@ func logAxis(p *plot.Plot) {
 
 // plotTitles are the candidate lines above the panels, longest first: the runs and which
 // diverged; the runs counted and which diverged; the runs and the diverged counted.
-func plotTitles(runs []*plotRun) []string {
+func plotTitles(runs []*Run) []string {
 	var names, diverged []string
 	for _, r := range runs {
-		names = append(names, r.name)
-		if r.divergedAt > 0 {
-			diverged = append(diverged, fmt.Sprintf("  —  %s DIVERGED at step %d", r.name, r.divergedAt))
+		names = append(names, r.Name)
+		if r.DivergedAt > 0 {
+			diverged = append(diverged, fmt.Sprintf("  —  %s DIVERGED at step %d", r.Name, r.DivergedAt))
 		}
 	}
 	counted := fmt.Sprintf("distflash training: %d runs", len(runs))
@@ -422,7 +461,7 @@ func drawPanelTitle(c draw.Canvas, p *plot.Plot, title string) {
 }
 
 // drawTitle writes the title centred at the top of c: the longest of plotTitles that fits.
-func drawTitle(c draw.Canvas, runs []*plotRun) {
+func drawTitle(c draw.Canvas, runs []*Run) {
 	sty := textStyle(16, color.Black)
 	sty.Font.Weight = xfont.WeightBold
 	sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop
@@ -441,17 +480,17 @@ func drawTitle(c draw.Canvas, runs []*plotRun) {
 // line, then what the line styles mean. With more runs than two lines each fit, each run
 // gets one line (name, and whether it diverged), in a smaller font if need be; text wider
 // than the tile is cut with "…".
-func drawLegend(c draw.Canvas, runs []*plotRun, win int) {
+func drawLegend(c draw.Canvas, runs []*Run, win int) {
 	var keys []string
 	anyEval, anyDiverged := false, false
 	for _, r := range runs {
-		anyDiverged = anyDiverged || r.divergedAt > 0
-		for _, p := range r.points {
-			anyEval = anyEval || !math.IsNaN(p.evalLoss)
+		anyDiverged = anyDiverged || r.DivergedAt > 0
+		for _, p := range r.Points {
+			anyEval = anyEval || !math.IsNaN(p.EvalLoss)
 		}
 	}
 	if win > 1 {
-		keys = append(keys, fmt.Sprintf("faint: every step;  bold: centred moving average over %d steps", win))
+		keys = append(keys, fmt.Sprintf("faint: every step;  bold: moving average over %d steps", win))
 	}
 	if anyEval {
 		keys = append(keys, "solid: training loss;  dashed with circles: eval loss (data.eval)")
@@ -492,11 +531,11 @@ func drawLegend(c draw.Canvas, runs []*plotRun, win int) {
 		sty := runStyle(i)
 		sty.Width = min(vg.Points(3), step/3)
 		c.StrokeLine2(sty, x0, y, x0+vg.Points(26), y)
-		label := r.name
-		if r.divergedAt > 0 {
-			label += fmt.Sprintf("   DIVERGED at step %d", r.divergedAt)
+		label := r.Name
+		if r.DivergedAt > 0 {
+			label += fmt.Sprintf("   DIVERGED at step %d", r.DivergedAt)
 			if twoLines {
-				label += fmt.Sprintf(" (non-finite %s)", r.divergedWhat)
+				label += fmt.Sprintf(" (non-finite %s)", r.DivergedWhat)
 			}
 		}
 		c.FillText(name, vg.Point{X: textX, Y: y}, fitText(name, label, c.Max.X-textX))
@@ -522,35 +561,35 @@ func fitText(sty draw.TextStyle, s string, w vg.Length) string {
 
 // runSummary is the run's line under its name: steps, tokens, first and last loss, last
 // eval loss, fp16 skips.
-func runSummary(r *plotRun) string {
-	first, last := r.points[0], r.points[len(r.points)-1]
-	parts := []string{fmt.Sprintf("steps %d–%d", first.step, last.step)}
-	if first.step == last.step {
-		parts[0] = fmt.Sprintf("step %d", first.step)
+func runSummary(r *Run) string {
+	first, last := r.Points[0], r.Points[len(r.Points)-1]
+	parts := []string{fmt.Sprintf("steps %d–%d", first.Step, last.Step)}
+	if first.Step == last.Step {
+		parts[0] = fmt.Sprintf("step %d", first.Step)
 	}
-	if !math.IsNaN(last.tokens) {
-		parts = append(parts, formatSI(last.tokens)+" tokens")
+	if !math.IsNaN(last.Tokens) {
+		parts = append(parts, formatSI(last.Tokens)+" tokens")
 	}
 	fl, ll := math.NaN(), math.NaN()
-	for _, p := range r.points {
-		if !math.IsNaN(p.loss) {
+	for _, p := range r.Points {
+		if !math.IsNaN(p.Loss) {
 			if math.IsNaN(fl) {
-				fl = p.loss
+				fl = p.Loss
 			}
-			ll = p.loss
+			ll = p.Loss
 		}
 	}
 	if !math.IsNaN(fl) {
 		parts = append(parts, fmt.Sprintf("loss %.3f → %.3f", fl, ll))
 	}
-	for i := len(r.points) - 1; i >= 0; i-- {
-		if p := r.points[i]; !math.IsNaN(p.evalLoss) {
-			parts = append(parts, fmt.Sprintf("eval %.3f at step %d", p.evalLoss, p.step))
+	for i := len(r.Points) - 1; i >= 0; i-- {
+		if p := r.Points[i]; !math.IsNaN(p.EvalLoss) {
+			parts = append(parts, fmt.Sprintf("eval %.3f at step %d", p.EvalLoss, p.Step))
 			break
 		}
 	}
-	if r.skipped > 0 {
-		parts = append(parts, fmt.Sprintf("%d fp16 steps skipped", r.skipped))
+	if r.Skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d fp16 steps skipped", r.Skipped))
 	}
 	return strings.Join(parts, ",  ")
 }
