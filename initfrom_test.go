@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,7 +227,7 @@ func TestInitFromModelKeys(t *testing.T) {
 		{[]string{"data.seq_len=1024"}, []string{"data.seq_len = 1024 exceeds model.max_seq_len = 512"}},
 		{[]string{"data.tokenizer=data/testdata/tok/llama.model"}, []string{"has 1000 tokens, but the model's vocabulary has 256"}},
 	} {
-		_, _, err := loadInitConfig("configs/tiny.toml", append(slicesClone(base), c.sets...), src, io.Discard)
+		_, _, err := loadInitConfig("configs/tiny.toml", append(slices.Clone(base), c.sets...), src, io.Discard)
 		for _, w := range c.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%v: %v; want %q", c.sets, err, w)
@@ -234,8 +235,6 @@ func TestInitFromModelKeys(t *testing.T) {
 		}
 	}
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 // TestInitFromTokenizer: the tokenizer of an HF directory is used unless the config names one.
 // The source is an export of a run trained with a SentencePiece tokenizer (1000 tokens), so
