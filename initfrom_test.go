@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -304,5 +305,29 @@ func TestInitFromBadSources(t *testing.T) {
 		if ents, _ := os.ReadDir(out); len(ents) > 0 {
 			t.Errorf("--init-from %s: wrote %d entries into run.output_dir", c.from, len(ents))
 		}
+	}
+}
+
+// TestInitFromResume: a run started with --init-from, stopped at step 2 and resumed with
+// the same --init-from and --resume auto, ends bit-identical to the run that never stopped
+// (the checkpoint's weights, moments and data position replace the source's).
+func TestInitFromResume(t *testing.T) {
+	const src = "ckpt/testdata/hf/llama-sharded"
+	straight, split := t.TempDir(), t.TempDir()
+	args := func(dir string, extra ...string) []string {
+		a := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", src}, initBase(dir)...)
+		return append(a, append([]string{"--set", "training.steps=4", "--set", "checkpoint.interval=2"}, extra...)...)
+	}
+	for _, a := range [][]string{args(straight), args(split, "--stop-after", "2"), args(split, "--resume", "auto")} {
+		var stdout, stderr bytes.Buffer
+		if err := run(a, &stdout, &stderr); err != nil {
+			t.Fatalf("%v: %v\n%s", a, err, stderr.String())
+		}
+	}
+	if err := sameState(stateOf(t, filepath.Join(straight, "tiny", "step-000004")), stateOf(t, filepath.Join(split, "tiny", "step-000004"))); err != nil {
+		t.Errorf("straight vs stopped at 2 and resumed: %v", err)
+	}
+	if a, b := lossesOf(t, filepath.Join(straight, "tiny")), lossesOf(t, filepath.Join(split, "tiny")); fmt.Sprint(a) != fmt.Sprint(b) || len(a) != 4 {
+		t.Errorf("losses %v and %v", a, b)
 	}
 }
