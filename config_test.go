@@ -229,7 +229,7 @@ func TestValidateInvalid(t *testing.T) {
 		{"loss scale growth", func(c *Config) { c.Training.LossScaleGrowthInterval = 0 }, []string{"training.loss_scale_growth_interval = 0"}},
 		{"world vs sp", func(c *Config) { c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 6, 4 },
 			[]string{"parallelism.world_size = 6 is not a multiple of parallelism.sequence_parallel_degree = 4"}},
-		{"eval interval without data", func(c *Config) { c.Eval.Interval = 10 }, []string{"eval.interval = 10", "data.eval"}},
+		{"eval interval without data", func(c *Config) { c.Eval.Interval, c.Data.Eval = 10, "" }, []string{"eval.interval = 10", "data.eval"}},
 		{"world_size", func(c *Config) { c.Parallelism.WorldSize = 0 }, []string{"parallelism.world_size = 0"}},
 		{"sequence_parallel_degree", func(c *Config) { c.Parallelism.SequenceParallelDegree = 0 }, []string{"parallelism.sequence_parallel_degree = 0"}},
 		{"world not multiple of sp", func(c *Config) { c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 6, 4 },

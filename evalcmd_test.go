@@ -420,7 +420,7 @@ func TestEvalErrors(t *testing.T) {
 		{"not a model", []string{"--model", notModel}, []string{notModel, "nor a readable distflash checkpoint"}},
 		{"no such model", []string{"--model", filepath.Join(notModel, "nope")}, []string{"nope", "no such file"}},
 		{"seq-len too long", []string{"--model", sharded, "--seq-len", "1024"}, []string{"--seq-len 1024", "512"}},
-		{"no data", []string{"--model", sharded, "--data", ""}, []string{"--data"}},
+		{"no data", []string{"--model", sharded, "--data", "", "--set", "data.eval="}, []string{"--data"}},
 		{"missing data", []string{"--model", sharded, "--data", filepath.Join(notModel, "x.txt")}, []string{"x.txt"}},
 		{"own safetensors, wrong shape", []string{"--model", "model/testdata/golden/mha.safetensors"},
 			[]string{"mha.safetensors", `"model.embed_tokens.weight"`, "[61 32]", "[256 128]"}},

@@ -285,7 +285,7 @@ func TestExportErrors(t *testing.T) {
 		{[]string{"--model", run, "--out", out, "--max-shard-size", "lots"}, "--max-shard-size: size \"lots\""},
 		{[]string{"--model", "ckpt/testdata/hf/llama-sharded", "--out", out}, "want a distflash checkpoint"},
 		{[]string{"--model", filepath.Join(dir, "missing"), "--out", out}, "no such file"},
-		{[]string{"--model", dir, "--out", out}, "not a readable distflash checkpoint"},
+		{[]string{"--model", dir, "--out", out}, "nor a readable distflash checkpoint"},
 		{[]string{"--out", out}, "--model CHECKPOINT and --out DIR are required"},
 	} {
 		var stdout, stderr bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"distflash/ckpt"
 	"distflash/data"
 	"distflash/model"
+	"distflash/parallel"
 )
 
 // train --init-from: a new run (step 0, fresh AdamW moments, the data order from its start)
@@ -235,6 +236,9 @@ func applyInitSource(cfg *Config, src *initSource, sets []string, stderr io.Writ
 // built-in [model] a config leaves in place is not the run's). It returns the config and
 // the source's weights.
 func loadInitConfig(path string, sets []string, from string, stderr io.Writer) (Config, []float32, error) {
+	if l, err := parallel.MPIEnv(); err == nil && l != nil && l.Rank > 0 {
+		stderr = io.Discard // every process loads the source; rank 0 reports it
+	}
 	cfg := DefaultConfig()
 	cfg.Path = path
 	text, err := os.ReadFile(path)

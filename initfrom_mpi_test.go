@@ -29,6 +29,9 @@ func TestMPIInitFrom(t *testing.T) {
 			if err != nil {
 				t.Fatalf("mpirun: %v\n%s", err, out)
 			}
+			if n := strings.Count(out, "init: weights from"); n != 1 {
+				t.Errorf("%d processes reported the init, want rank 0 only:\n%s", n, out)
+			}
 			a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(mpi, "tiny-sp4"))
 			if len(a) != 6 || fmt.Sprint(a) != fmt.Sprint(b) {
 				t.Errorf("losses in-process %v\nover MPI %v", a, b)

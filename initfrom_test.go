@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,7 +228,7 @@ func TestInitFromModelKeys(t *testing.T) {
 		{[]string{"data.seq_len=1024"}, []string{"data.seq_len = 1024 exceeds model.max_seq_len = 512"}},
 		{[]string{"data.tokenizer=data/testdata/tok/llama.model"}, []string{"has 1000 tokens, but the model's vocabulary has 256"}},
 	} {
-		_, _, err := loadInitConfig("configs/tiny.toml", append(slicesClone(base), c.sets...), src, io.Discard)
+		_, _, err := loadInitConfig("configs/tiny.toml", append(slices.Clone(base), c.sets...), src, io.Discard)
 		for _, w := range c.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%v: %v; want %q", c.sets, err, w)
@@ -234,8 +236,6 @@ func TestInitFromModelKeys(t *testing.T) {
 		}
 	}
 }
-
-func slicesClone(s []string) []string { return append([]string(nil), s...) }
 
 // TestInitFromTokenizer: the tokenizer of an HF directory is used unless the config names one.
 // The source is an export of a run trained with a SentencePiece tokenizer (1000 tokens), so
@@ -292,7 +292,7 @@ func TestInitFromBadSources(t *testing.T) {
 		{edit("num_local_experts", 8), "num_local_experts = 8"},
 		{edit("sliding_window", 4096), "sliding_window = 4096"},
 		{edit("tie_word_embeddings", true), "tie_word_embeddings = true, but"},
-		{notModel, "neither a Hugging Face directory"},
+		{notModel, "not a Hugging Face directory"},
 		{"ckpt/testdata/hf/permute.safetensors", "no 2-D model.embed_tokens.weight"},
 		{"configs/tiny.toml", "want a Hugging Face LLaMA directory"},
 	} {
@@ -305,5 +305,29 @@ func TestInitFromBadSources(t *testing.T) {
 		if ents, _ := os.ReadDir(out); len(ents) > 0 {
 			t.Errorf("--init-from %s: wrote %d entries into run.output_dir", c.from, len(ents))
 		}
+	}
+}
+
+// TestInitFromResume: a run started with --init-from, stopped at step 2 and resumed with
+// the same --init-from and --resume auto, ends bit-identical to the run that never stopped
+// (the checkpoint's weights, moments and data position replace the source's).
+func TestInitFromResume(t *testing.T) {
+	const src = "ckpt/testdata/hf/llama-sharded"
+	straight, split := t.TempDir(), t.TempDir()
+	args := func(dir string, extra ...string) []string {
+		a := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", src}, initBase(dir)...)
+		return append(a, append([]string{"--set", "training.steps=4", "--set", "checkpoint.interval=2"}, extra...)...)
+	}
+	for _, a := range [][]string{args(straight), args(split, "--stop-after", "2"), args(split, "--resume", "auto")} {
+		var stdout, stderr bytes.Buffer
+		if err := run(a, &stdout, &stderr); err != nil {
+			t.Fatalf("%v: %v\n%s", a, err, stderr.String())
+		}
+	}
+	if err := sameState(stateOf(t, filepath.Join(straight, "tiny", "step-000004")), stateOf(t, filepath.Join(split, "tiny", "step-000004"))); err != nil {
+		t.Errorf("straight vs stopped at 2 and resumed: %v", err)
+	}
+	if a, b := lossesOf(t, filepath.Join(straight, "tiny")), lossesOf(t, filepath.Join(split, "tiny")); fmt.Sprint(a) != fmt.Sprint(b) || len(a) != 4 {
+		t.Errorf("losses %v and %v", a, b)
 	}
 }

@@ -7,6 +7,8 @@
 //	distflash train --config configs/tiny.toml [--set section.key=value ...]
 //	distflash plan --config configs/llama7b-512k.toml [--cluster 2x8xA100-80GB] [--sweep seq_len=8K..512K] [--attention all]
 //	distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048]
+//	distflash train --config FILE --init-from HF-DIR|FILE.safetensors|CHECKPOINT
+//	distflash export --model CHECKPOINT --out DIR [--dtype f32|bf16] [--max-shard-size 5GB]
 //	distflash plot RUN [RUN...] --out FILE.png|FILE.svg
 //
 // See README.md and docs/design.md for the configuration and the design.
