@@ -419,7 +419,12 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 // parseHFMerge reads a merge in either form: "a b" or ["a", "b"].
 func parseHFMerge(raw json.RawMessage) (string, string, error) {
 	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		s = string(raw[1 : n-1]) // no escapes: the string is the text between the quotes
+	} else if err := json.Unmarshal(raw, &s); err != nil {
+		s = ""
+	}
+	if s != "" {
 		a, b, ok := strings.Cut(s, " ")
 		if !ok || strings.Contains(b, " ") {
 			return "", "", fmt.Errorf("%q is not two tokens separated by one space", s)
