@@ -211,12 +211,19 @@ func TestLlama3RoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	texts := append(roundTripText(), "<|begin_of_text|>", "\u0085\u2028\u3000 \t\r\n\v\f", strings.Repeat("9", 1000))
+	// Long pre-tokens too: a 256 KiB word (BPE with a heap stays O(n log n)), a run of
+	// digits, of punctuation, of spaces before a word.
+	texts := append(roundTripText(), "<|begin_of_text|>", "\u0085\u2028\u3000 \t\r\n\v\f",
+		strings.Repeat("tokenizer", 256<<10/9), strings.Repeat("9", 1000), strings.Repeat("!?", 5000),
+		strings.Repeat(" ", 10000)+"x")
 	want := make([][]int32, len(texts))
 	for i, s := range texts {
 		want[i] = tok.Encode([]byte(s))
 		if got := tok.Decode(want[i]); string(got) != s && s != "<|begin_of_text|>" {
-			t.Errorf("Decode(Encode(%q)) = %q", s, got)
+			t.Errorf("Decode(Encode(%.40q)) = %.40q", s, got)
+		}
+		if len(s) > 1<<17 && len(want[i]) > len(s)/2 {
+			t.Errorf("%d ids for %.20q, %d bytes: hardly merged", len(want[i]), s, len(s))
 		}
 	}
 	done := make(chan bool)

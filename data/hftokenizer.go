@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -49,7 +50,8 @@ type HFTokenizer struct {
 	rawVocab    map[string]int32
 	byteToken   [256]int32
 	split       splitKind
-	prefixSpace bool // ByteLevel's add_prefix_space
+	prefixSpace bool       // ByteLevel's add_prefix_space
+	cache       *wordCache // ids of pre-tokens that took merges
 
 	added      []hfAdded // sorted longest first
 	addedFirst [256]bool
@@ -292,6 +294,7 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 		return nil, err
 	}
 	if t.byteLevel {
+		t.cache = &wordCache{m: make(map[string][]int32)}
 		t.rawVocab = make(map[string]int32, len(m.Vocab))
 		for tok, id := range m.Vocab {
 			if b, ok := byteLevelBytes(tok); ok {
@@ -416,7 +419,12 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 // parseHFMerge reads a merge in either form: "a b" or ["a", "b"].
 func parseHFMerge(raw json.RawMessage) (string, string, error) {
 	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		s = string(raw[1 : n-1]) // no escapes: the string is the text between the quotes
+	} else if err := json.Unmarshal(raw, &s); err != nil {
+		s = ""
+	}
+	if s != "" {
 		a, b, ok := strings.Cut(s, " ")
 		if !ok || strings.Contains(b, " ") {
 			return "", "", fmt.Errorf("%q is not two tokens separated by one space", s)
@@ -801,6 +809,9 @@ func (t *HFTokenizer) encodeBytes(dst []int32, word []byte, w *bpeWork) []int32 
 			return append(dst, id)
 		}
 	}
+	if ids, ok := t.cache.get(word); ok {
+		return append(dst, ids...)
+	}
 	w.reset()
 	unk := false
 	for i, b := range word {
@@ -815,7 +826,46 @@ func (t *HFTokenizer) encodeBytes(dst []int32, word []byte, w *bpeWork) []int32 
 			w.syms[len(w.syms)-1].end = int32(i + 1)
 		}
 	}
-	return t.mergeAppend(dst, w)
+	n := len(dst)
+	dst = t.mergeAppend(dst, w)
+	t.cache.put(word, dst[n:])
+	return dst
+}
+
+// wordCache holds the ids of pre-tokens that BPE merged, as tokenizers' BPE cache does, so
+// that a word seen again (an identifier in code, a rare name) costs a map lookup. It holds
+// words of at most wordCacheLen bytes and stops growing at wordCacheSize entries. Encoders
+// running at once share it: a lookup or an insertion that would wait for the lock is
+// skipped instead.
+type wordCache struct {
+	mu sync.RWMutex
+	m  map[string][]int32
+}
+
+const (
+	wordCacheSize = 1 << 16
+	wordCacheLen  = 256
+)
+
+// get returns the cached ids of word.
+func (c *wordCache) get(word []byte) ([]int32, bool) {
+	if len(word) > wordCacheLen || !c.mu.TryRLock() {
+		return nil, false
+	}
+	ids, ok := c.m[string(word)]
+	c.mu.RUnlock()
+	return ids, ok
+}
+
+// put caches a copy of ids as the ids of word, if there is room.
+func (c *wordCache) put(word []byte, ids []int32) {
+	if len(word) > wordCacheLen || !c.mu.TryLock() {
+		return
+	}
+	if len(c.m) < wordCacheSize {
+		c.m[string(word)] = slices.Clone(ids)
+	}
+	c.mu.Unlock()
 }
 
 // encodeWord is tokenizers' BPE on one word: a symbol per character (or its byte tokens,
