@@ -373,7 +373,7 @@ func configTokenizer(cfg Config) (data.Tokenizer, error) {
 func hfModelConfig(h ckpt.HFConfig) model.Config {
 	return model.Config{Dim: h.HiddenSize, NLayers: h.NumHiddenLayers, NHeads: h.NumAttentionHeads,
 		NKVHeads: h.NumKeyValueHeads, HeadDim: h.HeadDim, FFNDim: h.IntermediateSize, VocabSize: h.VocabSize,
-		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.MaxPositionEmbeddings, RopeScaling: model.RopeScaling(h.RopeScaling)}
+		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.ContextLength(), RopeScaling: model.RopeScaling(h.RopeScaling)}
 }
 
 // loadHFModel loads a Hugging Face LLaMA directory: the shape from config.json, the weights

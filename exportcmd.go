@@ -37,7 +37,7 @@ type hfConfigJSON struct {
 	MaxPositionEmbeddings int                `json:"max_position_embeddings"`
 	RMSNormEps            float64            `json:"rms_norm_eps"`
 	RopeTheta             float64            `json:"rope_theta"`
-	RopeScaling           *model.RopeScaling `json:"rope_scaling"`
+	RopeScaling           map[string]any     `json:"rope_scaling"`
 	VocabSize             int                `json:"vocab_size"`
 	TieWordEmbeddings     bool               `json:"tie_word_embeddings"`
 	AttentionBias         bool               `json:"attention_bias"`
@@ -51,6 +51,37 @@ type hfConfigJSON struct {
 	TorchDtype            string             `json:"torch_dtype"`
 }
 
+// hfRopeScaling is config.json's rope_scaling for mc (nil: none) with only the keys
+// transformers reads for its rope_type, and the max_position_embeddings that makes
+// transformers (and ckpt.ReadHFConfig with HFConfig.ContextLength) compute mc's table:
+// dynamic scaling takes max_position_embeddings as the pretrained length, so it is
+// original_max_position_embeddings there; the other types keep model.max_seq_len and name the
+// pretrained length in rope_scaling.
+func hfRopeScaling(mc model.Config) (map[string]any, int) {
+	rs := mc.RopeScaling
+	m := map[string]any{"rope_type": rs.Type, "factor": rs.Factor}
+	put := func(key string, v float64) {
+		if v != 0 {
+			m[key] = v
+		}
+	}
+	switch rs.Type {
+	case "", "none":
+		return nil, mc.MaxSeqLen
+	case "dynamic":
+		return m, rs.OriginalMaxPositionEmbeddings
+	case "yarn":
+		m["original_max_position_embeddings"] = rs.OriginalMaxPositionEmbeddings
+		put("beta_fast", rs.BetaFast)
+		put("beta_slow", rs.BetaSlow)
+		put("attention_factor", rs.AttentionFactor)
+	case "llama3":
+		m["original_max_position_embeddings"] = rs.OriginalMaxPositionEmbeddings
+		m["low_freq_factor"], m["high_freq_factor"] = rs.LowFreqFactor, rs.HighFreqFactor
+	}
+	return m, mc.MaxSeqLen
+}
+
 // exportConfig is the config.json of model mc stored as dtype, with the tokenizer's BOS and
 // EOS ids when it has them (null otherwise).
 func exportConfig(mc model.Config, dtype string, tok data.Tokenizer) ([]byte, error) {
@@ -62,9 +93,7 @@ func exportConfig(mc model.Config, dtype string, tok data.Tokenizer) ([]byte, er
 		RopeTheta: mc.RopeTheta, VocabSize: mc.VocabSize, PretrainingTP: 1, InitializerRange: 0.02,
 		UseCache: true, TorchDtype: map[string]string{ckpt.DTypeF32: "float32", ckpt.DTypeBF16: "bfloat16"}[dtype],
 	}
-	if rs := mc.RopeScaling; rs.Type != "" && rs.Type != "none" {
-		c.RopeScaling = &rs
-	}
+	c.RopeScaling, c.MaxPositionEmbeddings = hfRopeScaling(mc)
 	if st, ok := tok.(data.SpecialTokens); ok {
 		bos, eos := st.Specials()
 		if bos >= 0 {

@@ -316,9 +316,9 @@ func TestExportConfigRopeScaling(t *testing.T) {
 	}{
 		{model.RopeScaling{}, `"rope_scaling": null`},
 		{model.RopeScaling{Type: "none", Factor: 2}, `"rope_scaling": null`},
-		{model.RopeScaling{Type: "linear", Factor: 4}, `"rope_scaling": {"rope_type": "linear", "factor": 4}`},
+		{model.RopeScaling{Type: "linear", Factor: 4}, `"rope_scaling": {"factor": 4, "rope_type": "linear"}`},
 		{model.RopeScaling{Type: "llama3", Factor: 8, OriginalMaxPositionEmbeddings: 8192, LowFreqFactor: 1, HighFreqFactor: 4},
-			`"rope_scaling": {"rope_type": "llama3", "factor": 8, "original_max_position_embeddings": 8192, "low_freq_factor": 1, "high_freq_factor": 4}`},
+			`"rope_scaling": {"factor": 8, "high_freq_factor": 4, "low_freq_factor": 1, "original_max_position_embeddings": 8192, "rope_type": "llama3"}`},
 	} {
 		mc.RopeScaling = c.rs
 		js, err := exportConfig(mc, ckpt.DTypeF32, data.ByteTokenizer{})
@@ -330,5 +330,49 @@ func TestExportConfigRopeScaling(t *testing.T) {
 		if !strings.Contains(flat, c.want) {
 			t.Errorf("%+v: config.json %s\nwant %s", c.rs, flat, c.want)
 		}
+	}
+}
+
+// TestExportRopeScalingRoundTrip trains a model under each rope scaling for 2 steps at 4× its
+// pretrained length, exports it and evaluates both: the Hugging Face directory reads back the
+// same model (shape, rope_scaling, context length) and gives the checkpoint's loss bit for bit
+// at the long length, which only holds if the exported config computes the same RoPE table.
+func TestExportRopeScalingRoundTrip(t *testing.T) {
+	for _, c := range [][]string{
+		{"model.rope_theta=40000"},
+		{"model.rope_scaling.type=linear", "model.rope_scaling.factor=4"},
+		{"model.rope_scaling.type=dynamic", "model.rope_scaling.factor=4"},
+		{"model.rope_scaling.type=yarn", "model.rope_scaling.factor=4", "model.rope_scaling.beta_fast=16"},
+		{"model.rope_scaling.type=llama3", "model.rope_scaling.factor=4", "model.rope_scaling.low_freq_factor=1",
+			"model.rope_scaling.high_freq_factor=4"},
+	} {
+		t.Run(c[0], func(t *testing.T) {
+			var extra []string
+			for _, s := range c {
+				extra = append(extra, "--set", s)
+			}
+			run := tinyCheckpoint(t, extra...)
+			out := filepath.Join(t.TempDir(), "hf")
+			exportTo(t, "--model", run, "--out", out)
+			ref := evalReportOf(t, run, 200)
+			got := evalReportOf(t, out, 200)
+			if got.Loss != ref.Loss || got.Tokens != ref.Tokens {
+				t.Errorf("exported: loss %v over %d tokens, the checkpoint %v over %d", got.Loss, got.Tokens, ref.Loss, ref.Tokens)
+			}
+			mc, _ := hfParams(t, out)
+			want := DefaultConfig()
+			for _, s := range append(setsOf(extra), "model.dim=32", "model.n_layers=2", "model.ffn_dim=64", "model.max_seq_len=256") {
+				if err := want.Set(s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := want.Model.Resolve(); err != nil {
+				t.Fatal(err)
+			}
+			if mc.RopeScaling != want.Model.RopeScaling || mc.RopeTheta != want.Model.RopeTheta || mc.MaxSeqLen != want.Model.MaxSeqLen {
+				t.Errorf("read back: rope_theta %g, %+v, max_seq_len %d; want %g, %+v, %d", mc.RopeTheta, mc.RopeScaling, mc.MaxSeqLen,
+					want.Model.RopeTheta, want.Model.RopeScaling, want.Model.MaxSeqLen)
+			}
+		})
 	}
 }

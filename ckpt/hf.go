@@ -59,6 +59,19 @@ type HFConfig struct {
 	RopeScaling HFRopeScaling
 }
 
+// ContextLength is the longest sequence the model is meant for: max_position_embeddings, or,
+// where rope_scaling extends a context that max_position_embeddings names as the pretrained
+// one (dynamic; yarn without its own original_max_position_embeddings), that times the
+// factor.
+func (c HFConfig) ContextLength() int {
+	rs := c.RopeScaling
+	switch {
+	case rs.Type == "dynamic", rs.Type == "yarn" && rs.OriginalMaxPositionEmbeddings == c.MaxPositionEmbeddings:
+		return int(float64(c.MaxPositionEmbeddings) * rs.Factor)
+	}
+	return c.MaxPositionEmbeddings
+}
+
 // HFRopeScaling is a config.json rope_scaling that distflash implements. Its fields are
 // model.RopeScaling's, so one converts to the other; the JSON keys are rope_scaling's own.
 type HFRopeScaling struct {
