@@ -239,23 +239,9 @@ func loadInitConfig(path string, sets []string, from string, stderr io.Writer) (
 	if l, err := parallel.MPIEnv(); err == nil && l != nil && l.Rank > 0 {
 		stderr = io.Discard // every process loads the source; rank 0 reports it
 	}
-	cfg := DefaultConfig()
-	cfg.Path = path
-	text, err := os.ReadFile(path)
+	cfg, err := readConfig(path, sets) // validated once [model] is taken from the source
 	if err != nil {
-		return Config{}, nil, fmt.Errorf("config: %w", err)
-	}
-	md, err := decode(string(text), &cfg)
-	if err != nil {
-		return Config{}, nil, fmt.Errorf("%s%s", path, decodeError(err))
-	}
-	if err := unknownKeys(md.Undecoded(), path+": "); err != nil {
 		return Config{}, nil, err
-	}
-	for _, o := range sets {
-		if err := cfg.Set(o); err != nil {
-			return Config{}, nil, err
-		}
 	}
 	src, err := loadInitSource(from, cfg.Model)
 	if err != nil {

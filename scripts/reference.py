@@ -1180,8 +1180,6 @@ def read_hf_dir(d):
     for key in ("attention_bias", "mlp_bias"):
         if hc.get(key):
             raise ValueError("%s: %s is not supported here" % (d, key))
-    if hc.get("rope_scaling") not in (None, {}):
-        raise ValueError("%s: rope_scaling %r: this mode computes plain RoPE" % (d, hc["rope_scaling"]))
     H = hc["num_attention_heads"]
     c = dict(dim=hc["hidden_size"], n_layers=hc["num_hidden_layers"], n_heads=H,
              n_kv_heads=hc.get("num_key_value_heads") or H,
@@ -1234,8 +1232,13 @@ def cmd_read_hf(a):
             continue
         inp = torch.tensor([ids[:-1]], dtype=torch.int64)
         tgt = torch.tensor([ids[1:]], dtype=torch.int64)
+        rope = None
+        if hc.get("rope_scaling"):  # as transformers computes it for this length (hf_rope_cos_sin)
+            hf = dict(rope_theta=c["rope_theta"], head_dim=c["head_dim"],
+                      max_position_embeddings=hc["max_position_embeddings"], rope_scaling=hc["rope_scaling"])
+            rope = hf_rope_cos_sin(hf, inp.shape[1], torch.float64)
         with torch.no_grad():
-            logits = forward(c, P, inp)
+            logits = forward(c, P, inp, rope=rope)
             s = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), reduction="sum")
         sums.append(float(s))
         counts.append(len(ids) - 1)
