@@ -158,18 +158,17 @@ class AttnOutBlock(torch.autograd.Function):
             q, k, v = part_a(c, x, p, cos, sin)
             o, st = ops.forward(q.contiguous(), expand_kv(k, rep).contiguous(), expand_kv(v, rep).contiguous(), scale)
             out = part_b(c, x, o, p)
-        ctx.st_len = len(st)
-        ctx.save_for_backward(x, o, *[t if torch.is_tensor(t) else torch.tensor(t) for t in st], *p)
-        ctx.st_types = [torch.is_tensor(t) for t in st]
+        # o and the attention state (lse, and on CUDA the flash op's bookkeeping: sequence
+        # offsets, lengths, RNG state) are intermediates, held on ctx until the backward.
+        ctx.o, ctx.st = o, st
+        ctx.save_for_backward(x, *p)
         return out
 
     @staticmethod
     def backward(ctx, gout):
         c, ops, amp = ctx.c, ctx.ops, ctx.amp
-        saved = ctx.saved_tensors
-        x, o = saved[0], saved[1]
-        st = [t if is_t else int(t.item()) for t, is_t in zip(saved[2:2 + ctx.st_len], ctx.st_types)]
-        p = saved[2 + ctx.st_len:]
+        x, *p = ctx.saved_tensors
+        o, st = ctx.o, ctx.st
         rep = c.heads // c.kv
         scale = 1.0 / math.sqrt(c.hd)
         with torch.enable_grad(), autocast(x.device, amp):
@@ -183,6 +182,7 @@ class AttnOutBlock(torch.autograd.Function):
             q, k, v = part_a(c, xa, pa, ctx.cos, ctx.sin)
             ke, ve = expand_kv(k, rep).contiguous(), expand_kv(v, rep).contiguous()
             dq, dk, dv = ops.backward(gb[1].to(o.dtype).contiguous(), q.contiguous(), ke, ve, st, scale)
+            ctx.o = ctx.st = None
             B, H, S, hd = dk.shape
             dk = dk.view(B, c.kv, rep, S, hd).sum(2)
             dv = dv.view(B, c.kv, rep, S, hd).sum(2)

@@ -2,7 +2,7 @@
 # The GPU check of distflash in one command per machine (README: "CUDA backend", "GPU check").
 #
 #   scripts/gpu_check.sh pack DIR
-#       On a machine with Go and the CUDA toolkit headers (Debian 12: nvidia-cuda-toolkit): builds
+#       On a machine with Go and a C compiler (no CUDA toolkit needed): builds
 #       the -tags cuda distflash binary and the kernels test binary (stripped), and copies them
 #       with the kernels' test vectors, the configs, 2 MiB of the Go source as byte-token shards
 #       (the tiny config's training text) and the PyTorch scripts into DIR (about 30 MB).
@@ -15,18 +15,29 @@
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
 #   scripts/gpu_check.sh dry-run OUT
-#       Without a GPU: packs into OUT/pack, then runs every phase with --dry (host-side tests,
+#       Without a GPU: checks kernels/cuda/cuda_abi.h against the CUDA headers where they are
+#       installed, packs into OUT/pack, then runs every phase with --dry (host-side tests,
 #       CPU training, device.kind = cuda failing clearly, the PyTorch scripts on the CPU at
 #       small sizes, plan, the report writer). Exit status 0 when everything passed.
 set -euo pipefail
 
 usage() {
-	sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
 here="$(cd "$(dirname "$0")" && pwd)"
-py="${PYTHON:-python3}"
+# python3 with PyTorch: $PYTHON, else the first of python3 and /usr/bin/python3 that imports torch.
+py="${PYTHON:-}"
+if [[ -z "$py" ]]; then
+	py=python3
+	for c in python3 /usr/bin/python3; do
+		if command -v "$c" >/dev/null && "$c" -c 'import torch' 2>/dev/null; then
+			py="$c"
+			break
+		fi
+	done
+fi
 
 pack() {
 	local dir="$1" repo
@@ -88,8 +99,13 @@ dry-run)
 	[[ $# -eq 1 ]] || usage
 	out="$1"
 	mkdir -p "$out"
-	pack "$out/pack"
 	status=0
+	if echo '#include <cuda.h>' | gcc -E -x c - >/dev/null 2>&1; then
+		"$here/check_cuda_abi.sh" || status=1
+	else
+		echo "dry-run: no cuda.h here: kernels/cuda/cuda_abi.h not compared with the CUDA headers"
+	fi
+	pack "$out/pack"
 	for phase in correctness attention model; do
 		"$py" "$out/pack/bench/gpu_check.py" run --pack "$out/pack" --out "$out/$phase" --phase "$phase" --dry || status=1
 	done

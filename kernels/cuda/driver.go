@@ -16,32 +16,19 @@ package cuda
 
 /*
 #cgo LDFLAGS: -ldl
-#include <cuda.h>
-#include <cublas_v2.h>
+#include "cuda_abi.h"
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-// The driver (libcuda.so.1) and cuBLAS are opened with dlopen at the first Open, not linked:
-// a -tags cuda binary then starts, plans and trains on the CPU on a machine without the NVIDIA
-// driver or the CUDA toolkit, and runs on any cuBLAS major version (the calls used here have
-// kept their ABI since CUDA 11). Each entry point is a pointer p_NAME resolved by the symbol
-// that the headers map NAME to (cuda.h maps e.g. cuMemcpyHtoDAsync to cuMemcpyHtoDAsync_v2).
-#define DF_STR2(x) #x
-#define DF_STR(x) DF_STR2(x)
-#define DF_CU_FUNCS(X) X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) \
-	X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) \
-	X(cuCtxSetCurrent) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) \
-	X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemsetD32Async) X(cuMemcpyHtoDAsync) \
-	X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuModuleLoadDataEx) X(cuModuleUnload) \
-	X(cuModuleGetFunction) X(cuFuncGetAttribute) X(cuFuncSetAttribute) X(cuLaunchKernel) \
-	X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute) \
-	X(cuGetErrorName) X(cuGetErrorString)
-#define DF_BLAS_FUNCS(X) X(cublasCreate) X(cublasDestroy) X(cublasSetStream) X(cublasGemmEx) \
-	X(cublasGetStatusName) X(cublasGetStatusString)
-#define DF_DECLARE(name) static __typeof__(&name) p_##name;
+// The driver (libcuda.so.1) and cuBLAS are opened with dlopen at the first Open, not linked,
+// and their declarations come from cuda_abi.h, not the toolkit's headers: the package builds
+// with a C compiler alone, a -tags cuda binary starts, plans and trains on the CPU on a machine
+// without the NVIDIA driver or the CUDA toolkit, and it runs on any cuBLAS major version from
+// 11 on (the calls used here have kept their ABI). Each entry point NAME is a pointer p_NAME.
+#define DF_DECLARE(name, sym, ret, params) static ret(*p_##name) params;
 DF_CU_FUNCS(DF_DECLARE)
 DF_BLAS_FUNCS(DF_DECLARE)
 
@@ -58,16 +45,16 @@ static int df_open_libs(char* err, size_t n) {
 		snprintf(err, n, "cannot load the NVIDIA driver library %s (is an NVIDIA driver installed? DISTFLASH_LIBCUDA names another path): %s", cu, dlerror());
 		return 1;
 	}
-#define DF_RESOLVE_CU(name) \
-	p_##name = (__typeof__(p_##name))dlsym(h, DF_STR(name)); \
-	if (p_##name == NULL) { snprintf(err, n, "%s has no %s: the driver is older than CUDA 11.8", cu, DF_STR(name)); return 1; }
+#define DF_RESOLVE_CU(name, sym, ret, params) \
+	p_##name = (ret(*) params)dlsym(h, sym); \
+	if (p_##name == NULL) { snprintf(err, n, "%s has no %s: the driver is older than CUDA 11.8", cu, sym); return 1; }
 	DF_CU_FUNCS(DF_RESOLVE_CU)
 	const char* blas = getenv("DISTFLASH_CUBLAS");
 	void* b = NULL;
 	char tried[512] = "";
 	if (blas != NULL && blas[0] != 0) {
 		b = dlopen(blas, RTLD_NOW | RTLD_GLOBAL);
-		snprintf(tried, sizeof tried, "%s: %s", blas, b ? "" : dlerror());
+		if (b == NULL) snprintf(tried, sizeof tried, "%s", dlerror());
 	} else {
 		for (size_t i = 0; i < sizeof df_cublas_names / sizeof df_cublas_names[0] && b == NULL; i++) {
 			blas = df_cublas_names[i];
@@ -82,9 +69,9 @@ static int df_open_libs(char* err, size_t n) {
 		snprintf(err, n, "cannot load cuBLAS (set LD_LIBRARY_PATH to its directory or DISTFLASH_CUBLAS to the file): %s", tried);
 		return 1;
 	}
-#define DF_RESOLVE_BLAS(name) \
-	p_##name = (__typeof__(p_##name))dlsym(b, DF_STR(name)); \
-	if (p_##name == NULL) { snprintf(err, n, "%s has no %s", blas, DF_STR(name)); return 1; }
+#define DF_RESOLVE_BLAS(name, sym, ret, params) \
+	p_##name = (ret(*) params)dlsym(b, sym); \
+	if (p_##name == NULL) { snprintf(err, n, "%s has no %s", blas, sym); return 1; }
 	DF_BLAS_FUNCS(DF_RESOLVE_BLAS)
 	return 0;
 }
