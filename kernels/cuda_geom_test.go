@@ -3,8 +3,8 @@
 package kernels
 
 // Tests of the CUDA backend's host-side planning (cuda_geom.go). They need no GPU: run them on
-// any machine with the CUDA toolkit's headers (the binary opens the driver and cuBLAS at run
-// time, so it needs neither library) by
+// any machine with a C compiler (the package declares the CUDA calls itself and opens the
+// driver and cuBLAS at run time, so it needs neither the toolkit nor the libraries) by
 //
 //	go test -tags cuda -run 'TestCUDAHost' ./kernels
 
