@@ -7,8 +7,8 @@ optionally, Nsight Compute, but no Go. scripts/gpu_check.sh is the entry point:
                                    [--budget SECONDS] [--dry]
     python3 bench/gpu_check.py merge --dest DIR OUT1 OUT2 ...
 
-Phases (each fits one 10-minute command; every step has its own time limit, a failing or
-timed-out step is recorded and the next one runs):
+Phases (each fits one 10-minute command, all three 20 minutes: BUDGET; every step has its own
+time limit, a failing or timed-out step is recorded and the next one runs):
 
   correctness  the kernels test binary (every Backend method against the CPU backend, the
                training-step parity test, the host-side tests), then `train --config tiny.toml`
@@ -16,10 +16,11 @@ timed-out step is recorded and the next one runs):
                within 1e-5 relative of cpu's. bf16: max_s |cuda_bf16 − cpu_fp32| / cpu_fp32 ≤
                2 × max_s |cpu_bf16 − cpu_fp32| / cpu_fp32 (cuda's bf16 curve stays in the band
                the CPU's bf16 run has around the fp32 curve; 2× for two independent roundings).
-  attention    bench/cuda_attn.py: distflash's FlashAttention kernel (forward, forward+backward,
-               causal, bf16, head_dim 64 and 128, seq 4K/16K/64K) beside torch SDPA (flash and
-               cuDNN backends) on the same shapes; then one `ncu` profile of the forward and the
-               two backward kernels (head_dim 128, 16K).
+  attention    bench/cuda_attn.py, in two steps (torch, then distflash): distflash's
+               FlashAttention kernel (forward, forward+backward, causal, bf16, head_dim 64 and
+               128, seq 4K/16K/64K) beside torch SDPA (flash and cuDNN backends) on the same
+               shapes; then one `ncu` profile of the forward and the two backward kernels
+               (head_dim 128, 16K).
   model        a 0.85B LLaMA (configs/llama-1b.toml: dim 2048, 16 layers, 16 heads, 4 kv heads,
                ffn 5632, vocab 32000), bf16, attn_output checkpointing, at seq 8K and 32K:
                distflash train on cuda vs bench/torch_llama.py (plain PyTorch, same model and
@@ -57,6 +58,9 @@ import threading
 import time
 
 PHASES = ["correctness", "attention", "model"]
+# Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
+# command; a step gets the smaller of its own limit and what is left of the budget.
+BUDGET = {"correctness": 360, "attention": 420, "model": 420}
 CURVE_STEPS = 50
 FP32_TOL = 1e-5
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -194,6 +198,24 @@ def find_cublas():
     return max(found, key=lambda p: (major(p), p)) if found else None
 
 
+def find_libcuda():
+    """libcuda.so.1 where the loader would not find it by name (None: leave it to the loader)."""
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+        if "libcuda.so.1 " in out:
+            return None
+    except OSError:
+        pass
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and os.path.exists(os.path.join(d, "libcuda.so.1")):
+            return None
+    for p in ["/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/lib/libcuda.so.1",
+              "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"]:
+        if os.path.exists(p):
+            return p
+    return None
+
+
 def setup_env(r):
     """LD_LIBRARY_PATH and DISTFLASH_CUBLAS for cuBLAS; GPU, driver, torch and ncu facts."""
     info = {}
@@ -202,6 +224,10 @@ def setup_env(r):
         r.env["DISTFLASH_CUBLAS"] = blas
         r.env["LD_LIBRARY_PATH"] = os.path.dirname(blas) + ":" + r.env.get("LD_LIBRARY_PATH", "")
     info["cublas"] = blas
+    cu = os.environ.get("DISTFLASH_LIBCUDA") or find_libcuda()
+    if cu:
+        r.env["DISTFLASH_LIBCUDA"] = cu
+    info["libcuda"] = cu
     try:
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
                             "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
@@ -416,21 +442,43 @@ def expect_no_gpu(r, name, prec):
 # Phase attention
 
 
-def attention_step(r, limit):
-    jpath = os.path.join(r.work, "attn.jsonl")
-    cmd = [sys.executable, os.path.join(r.pack, "bench", "cuda_attn.py"), "--json", jpath]
+def attention_step(r, limit, side):
+    """One side of bench/cuda_attn.py (torch SDPA or distflash), each in its own bounded step so
+    that a slow or failing side leaves the other's numbers."""
+    jpath = os.path.join(r.work, f"attn_{side}.jsonl")
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "cuda_attn.py"), "--json", jpath,
+           "--skip-go" if side == "torch" else "--skip-torch"]
+    if r.dry and side == "distflash":
+        # No GPU: the benchmark must start from the test binary and fail, saying so.
+        cmd += ["--go-bin", r.bin("kernels.test"), "--seqs", "4096", "--head-dims", "128", "--benchtime", "1x"]
+        code, text = r.sh("attention_distflash", cmd, limit, ok_codes=(0, 1))
+        if code == 0 or "need a GPU" not in text:
+            raise Fail(f"the distflash benchmark without a GPU: exit {code}, no clear error: {tail(text, 300)}")
+        return {"clear_error": re.findall(r"need a GPU: .*", text)[0][:300]}
     if r.dry:
-        cmd += ["--device", "cpu", "--skip-go", "--fill", "256", "--seqs", "128,256", "--head-dims", "64,128", "--reps", "2"]
+        cmd += ["--device", "cpu", "--fill", "256", "--seqs", "128,256", "--head-dims", "64,128", "--reps", "2"]
     else:
         cmd += ["--go-bin", r.bin("kernels.test"), "--seqs", "4096,16384,65536", "--head-dims", "64,128",
-                "--benchtime", "5x", "--reps", "10"]
-    _, text = r.sh("attention", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
+                "--benchtime", "3x", "--reps", "10"]
+    _, text = r.sh(f"attention_{side}", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
     with open(jpath) as f:
         recs = [json.loads(line) for line in f if line.strip()]
-    res = {"shapes": recs, "table": [line for line in text.splitlines() if re.match(r"^\s*\d+\s+\d+\s", line)]}
-    if r.dry:
+    res = {"shapes": recs}
+    if r.dry and side == "torch":
         res["parse_go_check"] = check_parse_go(r)
     return res
+
+
+def merge_attention(steps):
+    """The per-shape records of the torch and distflash attention steps, joined."""
+    out = {}
+    for name, key in (("attention: torch SDPA", "torch"), ("attention: distflash kernel", "distflash")):
+        for s in (steps.get(name) or {}).get("shapes", []):
+            d = out.setdefault((s["seq"], s["head_dim"]), {k: s[k] for k in ("seq", "head_dim", "heads", "batch")})
+            d[key] = s.get(key)
+            if key == "torch":
+                d["torch_version"], d["device"] = s.get("torch_version"), s.get("device")
+    return [out[k] for k in sorted(out, key=lambda k: (k[1], k[0]))]
 
 
 def check_parse_go(r):
@@ -625,7 +673,8 @@ def phase_correctness(r):
 
 
 def phase_attention(r):
-    r.step("attention", "FlashAttention vs torch SDPA", lambda t: attention_step(r, t), 330)
+    r.step("attention", "attention: torch SDPA", lambda t: attention_step(r, t, "torch"), 150)
+    r.step("attention", "attention: distflash kernel", lambda t: attention_step(r, t, "distflash"), 300)
     r.step("attention", "ncu profile (hd128, 16K)", lambda t: ncu_step(r, t), 180)
 
 
@@ -696,12 +745,12 @@ def render(rep):
         for k, v in c.items():
             if isinstance(v, dict):
                 L.append(f"\n{k}: {v}")
-    at = by.get("FlashAttention vs torch SDPA")
-    if at and at.get("shapes"):
+    shapes = merge_attention(by)
+    if shapes:
         L += ["", "## Attention (causal, bf16; TFLOP/s of useful work; torch = faster of SDPA flash / cuDNN)", "",
               "| head_dim | seq | batch×heads | torch fwd | ours fwd | ratio | torch fwd+bwd | ours fwd+bwd | ratio |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-        for s in at["shapes"]:
+        for s in shapes:
             t = (s.get("torch") or {}).get("best", {})
             g = s.get("distflash") or {}
 
@@ -796,7 +845,8 @@ def main():
     r.add_argument("--pack", required=True)
     r.add_argument("--out", required=True)
     r.add_argument("--phase", default="all", choices=PHASES + ["all"])
-    r.add_argument("--budget", type=float, default=None, help="seconds for all steps (default 540 a phase)")
+    r.add_argument("--budget", type=float, default=None,
+                   help=f"seconds for all steps (default {BUDGET}, summed for all)")
     r.add_argument("--dry", action="store_true")
     m = sub.add_parser("merge")
     m.add_argument("--dest", required=True)
@@ -804,7 +854,7 @@ def main():
     a = ap.parse_args()
     if a.cmd == "run":
         if a.budget is None:
-            a.budget = 540 * (len(PHASES) if a.phase == "all" else 1)
+            a.budget = sum(BUDGET.values()) if a.phase == "all" else BUDGET[a.phase]
         sys.exit(cmd_run(a))
     sys.exit(cmd_merge(a))
 

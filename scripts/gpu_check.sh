@@ -11,7 +11,7 @@
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
 #       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Each phase fits in 9 minutes (--budget, default 540 s a phase).
+#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7; all 20.
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
 #   scripts/gpu_check.sh dry-run OUT
