@@ -3,7 +3,8 @@
 package kernels
 
 // Tests of the CUDA backend's host-side planning (cuda_geom.go). They need no GPU: run them on
-// any machine with the CUDA libraries to link against by
+// any machine with a C compiler (the package declares the CUDA calls itself and opens the
+// driver and cuBLAS at run time, so it needs neither the toolkit nor the libraries) by
 //
 //	go test -tags cuda -run 'TestCUDAHost' ./kernels
 
@@ -11,6 +12,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -295,6 +298,35 @@ func TestCUDAHostBadDevice(t *testing.T) {
 		}
 		t.Logf("NewCUDA(%d): %v", d, err)
 	}
+}
+
+// TestCUDAHostNoDriver runs the test binary again with DISTFLASH_LIBCUDA naming a library that
+// does not exist (as on a machine without the NVIDIA driver): the binary starts, the CPU
+// backend works, and device "cuda" fails with an error that names the driver library.
+func TestCUDAHostNoDriver(t *testing.T) {
+	if os.Getenv("DISTFLASH_NO_DRIVER_CHILD") == "1" {
+		if _, err := NewDevice("cpu", 0); err != nil {
+			t.Fatalf("NewDevice(cpu): %v", err)
+		}
+		be, err := NewDevice("cuda", 0)
+		if err == nil || be != nil {
+			t.Fatalf("NewDevice(cuda) without a driver = %v, %v; want an error", be, err)
+		}
+		for _, want := range []string{"kernels: cuda: ", "cannot load the NVIDIA driver library /nonexistent/libcuda.so.1", "No such file"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("NewDevice(cuda) without a driver: %q does not contain %q", err, want)
+			}
+		}
+		fmt.Println("child error:", err)
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestCUDAHostNoDriver$", "-test.v")
+	cmd.Env = append(os.Environ(), "DISTFLASH_NO_DRIVER_CHILD=1", "DISTFLASH_LIBCUDA=/nonexistent/libcuda.so.1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "child error: kernels: cuda: cannot load") {
+		t.Fatalf("child test: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
 }
 
 func TestCUDAHostGrids(t *testing.T) {

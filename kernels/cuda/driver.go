@@ -2,7 +2,8 @@
 
 // Package cuda is the thin layer over the CUDA driver API and cuBLAS that the CUDA backend of
 // package kernels (kernels/cuda*.go, build tag cuda) runs on: device and primary context, one
-// stream, stream-ordered memory, copies, module loading, kernel launches and GEMMs, through cgo.
+// stream, stream-ordered memory, copies, module loading, kernel launches and GEMMs, through cgo,
+// with the driver and cuBLAS opened at run time (Load) rather than linked.
 // It also holds the backend's CUDA C sources (*.cu) and embeds the PTX that
 // scripts/build_cuda.sh compiles from them (PTX).
 //
@@ -14,56 +15,137 @@
 package cuda
 
 /*
-#cgo LDFLAGS: -lcuda -lcublas
-#include <cuda.h>
-#include <cublas_v2.h>
+#cgo LDFLAGS: -ldl
+#include "cuda_abi.h"
+#include <dlfcn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+// The driver (libcuda.so.1) and cuBLAS are opened with dlopen at the first Open, not linked,
+// and their declarations come from cuda_abi.h, not the toolkit's headers: the package builds
+// with a C compiler alone, a -tags cuda binary starts, plans and trains on the CPU on a machine
+// without the NVIDIA driver or the CUDA toolkit, and it runs on any cuBLAS major version from
+// 11 on (the calls used here have kept their ABI). Each entry point NAME is a pointer p_NAME.
+#define DF_DECLARE(name, sym, ret, params) static ret(*p_##name) params;
+DF_CU_FUNCS(DF_DECLARE)
+DF_BLAS_FUNCS(DF_DECLARE)
+
+// df_cublas_names are the cuBLAS libraries tried in order when DISTFLASH_CUBLAS names none.
+static const char* df_cublas_names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"};
+
+// df_open_libs opens libcuda.so.1 (or $DISTFLASH_LIBCUDA) and cuBLAS (or $DISTFLASH_CUBLAS) and
+// resolves every entry point. It returns 0, or 1 with a message in err.
+static int df_open_libs(char* err, size_t n) {
+	const char* cu = getenv("DISTFLASH_LIBCUDA");
+	if (cu == NULL || cu[0] == 0) cu = "libcuda.so.1";
+	void* h = dlopen(cu, RTLD_NOW | RTLD_GLOBAL);
+	if (h == NULL) {
+		snprintf(err, n, "cannot load the NVIDIA driver library %s (is an NVIDIA driver installed? DISTFLASH_LIBCUDA names another path): %s", cu, dlerror());
+		return 1;
+	}
+#define DF_RESOLVE_CU(name, sym, ret, params) \
+	p_##name = (ret(*) params)dlsym(h, sym); \
+	if (p_##name == NULL) { snprintf(err, n, "%s has no %s: the driver is older than CUDA 11.8", cu, sym); return 1; }
+	DF_CU_FUNCS(DF_RESOLVE_CU)
+	const char* blas = getenv("DISTFLASH_CUBLAS");
+	void* b = NULL;
+	char tried[512] = "";
+	if (blas != NULL && blas[0] != 0) {
+		b = dlopen(blas, RTLD_NOW | RTLD_GLOBAL);
+		if (b == NULL) snprintf(tried, sizeof tried, "%s", dlerror());
+	} else {
+		for (size_t i = 0; i < sizeof df_cublas_names / sizeof df_cublas_names[0] && b == NULL; i++) {
+			blas = df_cublas_names[i];
+			b = dlopen(blas, RTLD_NOW | RTLD_GLOBAL);
+			if (b == NULL) {
+				size_t len = strlen(tried);
+				snprintf(tried + len, sizeof tried - len, "%s%s", len ? "; " : "", dlerror());
+			}
+		}
+	}
+	if (b == NULL) {
+		snprintf(err, n, "cannot load cuBLAS (set LD_LIBRARY_PATH to its directory or DISTFLASH_CUBLAS to the file): %s", tried);
+		return 1;
+	}
+#define DF_RESOLVE_BLAS(name, sym, ret, params) \
+	p_##name = (ret(*) params)dlsym(b, sym); \
+	if (p_##name == NULL) { snprintf(err, n, "%s has no %s", blas, sym); return 1; }
+	DF_BLAS_FUNCS(DF_RESOLVE_BLAS)
+	return 0;
+}
+
+static CUresult df_init(void) { return p_cuInit(0); }
+static CUresult df_device_count(int* n) { return p_cuDeviceGetCount(n); }
+static CUresult df_device_get(CUdevice* d, int ordinal) { return p_cuDeviceGet(d, ordinal); }
+static CUresult df_device_name(char* name, int len, CUdevice d) { return p_cuDeviceGetName(name, len, d); }
+static CUresult df_device_attr(int* v, CUdevice_attribute a, CUdevice d) { return p_cuDeviceGetAttribute(v, a, d); }
+static CUresult df_ctx_retain(CUcontext* c, CUdevice d) { return p_cuDevicePrimaryCtxRetain(c, d); }
+static CUresult df_ctx_release(CUdevice d) { return p_cuDevicePrimaryCtxRelease(d); }
+static CUresult df_ctx_current(CUcontext c) { return p_cuCtxSetCurrent(c); }
+static CUresult df_stream_create(CUstream* s) { return p_cuStreamCreate(s, CU_STREAM_NON_BLOCKING); }
+static CUresult df_stream_destroy(CUstream s) { return p_cuStreamDestroy(s); }
+static CUresult df_module_unload(CUmodule m) { return p_cuModuleUnload(m); }
+
+// df_error_name and df_error_string describe a CUresult (NULL before the driver is loaded).
+static const char* df_error_name(CUresult r) {
+	const char* s = NULL;
+	if (p_cuGetErrorName != NULL) p_cuGetErrorName(r, &s);
+	return s;
+}
+static const char* df_error_string(CUresult r) {
+	const char* s = NULL;
+	if (p_cuGetErrorString != NULL) p_cuGetErrorString(r, &s);
+	return s;
+}
+static const char* df_blas_status_name(int st) { return p_cublasGetStatusName((cublasStatus_t)st); }
+static const char* df_blas_status_string(int st) { return p_cublasGetStatusString((cublasStatus_t)st); }
 
 static CUresult df_alloc(CUcontext c, CUstream s, CUdeviceptr* p, size_t bytes) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	r = cuMemAllocAsync(p, bytes, s);
+	r = p_cuMemAllocAsync(p, bytes, s);
 	if (r != CUDA_SUCCESS) return r;
-	return cuMemsetD32Async(*p, 0, bytes / 4, s);
+	return p_cuMemsetD32Async(*p, 0, bytes / 4, s);
 }
 
 static CUresult df_free(CUcontext c, CUstream s, CUdeviceptr p) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	return cuMemFreeAsync(p, s);
+	return p_cuMemFreeAsync(p, s);
 }
 
 static CUresult df_htod(CUcontext c, CUstream s, CUdeviceptr dst, const void* src, size_t bytes) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	return cuMemcpyHtoDAsync(dst, src, bytes, s);
+	return p_cuMemcpyHtoDAsync(dst, src, bytes, s);
 }
 
 static CUresult df_dtoh(CUcontext c, CUstream s, void* dst, CUdeviceptr src, size_t bytes) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	r = cuMemcpyDtoHAsync(dst, src, bytes, s);
+	r = p_cuMemcpyDtoHAsync(dst, src, bytes, s);
 	if (r != CUDA_SUCCESS) return r;
-	return cuStreamSynchronize(s);
+	return p_cuStreamSynchronize(s);
 }
 
 static CUresult df_dtod(CUcontext c, CUstream s, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	return cuMemcpyDtoDAsync(dst, src, bytes, s);
+	return p_cuMemcpyDtoDAsync(dst, src, bytes, s);
 }
 
 static CUresult df_memset32(CUcontext c, CUstream s, CUdeviceptr dst, unsigned int v, size_t n) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	return cuMemsetD32Async(dst, v, n, s);
+	return p_cuMemsetD32Async(dst, v, n, s);
 }
 
 static CUresult df_sync(CUcontext c, CUstream s) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	return cuStreamSynchronize(s);
+	return p_cuStreamSynchronize(s);
 }
 
 // df_launch launches f with its parameters stored one per 64-bit slot of vals (a 32-bit
@@ -73,48 +155,48 @@ static CUresult df_launch(CUcontext c, CUstream s, CUfunction f, unsigned gx, un
 	void* ptrs[32];
 	if (n > 32) return CUDA_ERROR_INVALID_VALUE;
 	for (int i = 0; i < n; i++) ptrs[i] = &vals[i];
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	return cuLaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, s, ptrs, NULL);
+	return p_cuLaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, s, ptrs, NULL);
 }
 
 static CUresult df_load(CUcontext c, CUmodule* m, const void* image, char* log, size_t logSize) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
 	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
 	void* vals[2] = {log, (void*)(uintptr_t)logSize};
-	return cuModuleLoadDataEx(m, image, 2, opts, vals);
+	return p_cuModuleLoadDataEx(m, image, 2, opts, vals);
 }
 
 static CUresult df_func(CUcontext c, CUmodule m, CUfunction* f, const char* name, int smemOptin) {
-	CUresult r = cuCtxSetCurrent(c);
+	CUresult r = p_cuCtxSetCurrent(c);
 	if (r != CUDA_SUCCESS) return r;
-	r = cuModuleGetFunction(f, m, name);
+	r = p_cuModuleGetFunction(f, m, name);
 	if (r != CUDA_SUCCESS) return r;
 	int static_smem = 0;
-	r = cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, *f);
+	r = p_cuFuncGetAttribute(&static_smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, *f);
 	if (r != CUDA_SUCCESS) return r;
-	return cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smemOptin - static_smem);
+	return p_cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smemOptin - static_smem);
 }
 
 static CUresult df_pool(CUdevice d) {
 	CUmemoryPool pool;
-	CUresult r = cuDeviceGetDefaultMemPool(&pool, d);
+	CUresult r = p_cuDeviceGetDefaultMemPool(&pool, d);
 	if (r != CUDA_SUCCESS) return r;
 	cuuint64_t keep = UINT64_MAX;  // keep freed memory in the pool: allocation then costs no driver call
-	return cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+	return p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
 }
 
 static int df_blas_create(CUcontext c, CUstream s, cublasHandle_t* h) {
-	if (cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
-	cublasStatus_t st = cublasCreate(h);
+	if (p_cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
+	cublasStatus_t st = p_cublasCreate(h);
 	if (st != CUBLAS_STATUS_SUCCESS) return st;
-	return cublasSetStream(*h, (cudaStream_t)s);
+	return p_cublasSetStream(*h, (cudaStream_t)s);
 }
 
 static int df_blas_destroy(CUcontext c, cublasHandle_t h) {
-	if (cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
-	return cublasDestroy(h);
+	if (p_cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
+	return p_cublasDestroy(h);
 }
 
 // df_gemm is one cublasGemmEx call on float32 column-major matrices; compute selects the
@@ -123,11 +205,11 @@ static int df_blas_destroy(CUcontext c, cublasHandle_t h) {
 static int df_gemm(CUcontext c, cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha,
                    CUdeviceptr A, int lda, CUdeviceptr B, int ldb, float beta, CUdeviceptr C, int ldc,
                    int compute) {
-	if (cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
+	if (p_cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
 	cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
 	if (compute == 1) ct = CUBLAS_COMPUTE_32F_FAST_16BF;
 	if (compute == 2) ct = CUBLAS_COMPUTE_32F_FAST_16F;
-	return cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
+	return p_cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
 	                    (const void*)A, CUDA_R_32F, lda, (const void*)B, CUDA_R_32F, ldb, &beta, (void*)C,
 	                    CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
 }
@@ -136,8 +218,10 @@ import "C"
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 )
@@ -156,9 +240,7 @@ type Error struct {
 }
 
 func (e Error) Error() string {
-	var name, desc *C.char
-	C.cuGetErrorName(C.CUresult(e.Code), &name)
-	C.cuGetErrorString(C.CUresult(e.Code), &desc)
+	name, desc := C.df_error_name(C.CUresult(e.Code)), C.df_error_string(C.CUresult(e.Code))
 	n, d := fmt.Sprintf("CUresult %d", e.Code), ""
 	if name != nil {
 		n = C.GoString(name)
@@ -185,8 +267,8 @@ func blasError(call string, st C.int) error {
 	if st < 0 {
 		return fmt.Errorf("%s: cuCtxSetCurrent failed", call)
 	}
-	return fmt.Errorf("%s: %s: %s", call, C.GoString(C.cublasGetStatusName(C.cublasStatus_t(st))),
-		C.GoString(C.cublasGetStatusString(C.cublasStatus_t(st))))
+	return fmt.Errorf("%s: %s: %s", call, C.GoString(C.df_blas_status_name(st)),
+		C.GoString(C.df_blas_status_string(st)))
 }
 
 // Ptr is a device address (CUdeviceptr).
@@ -215,31 +297,56 @@ type Device struct {
 // attr reads one device attribute.
 func attr(d C.CUdevice, a C.CUdevice_attribute) (int, error) {
 	var v C.int
-	if err := check("cuDeviceGetAttribute", C.cuDeviceGetAttribute(&v, a, d)); err != nil {
+	if err := check("cuDeviceGetAttribute", C.df_device_attr(&v, a, d)); err != nil {
 		return 0, err
 	}
 	return int(v), nil
 }
 
+// libs is the outcome of opening the driver and cuBLAS libraries, once per process.
+var libs struct {
+	once sync.Once
+	err  error
+}
+
+// Load opens the NVIDIA driver library (libcuda.so.1, or the file $DISTFLASH_LIBCUDA names) and
+// cuBLAS (the first of libcublas.so.13, .12, .11 and libcublas.so on the loader's path, or
+// $DISTFLASH_CUBLAS) and resolves the calls this package makes. Open calls it; nothing is
+// loaded before, so a binary built with -tags cuda starts on a machine without either library.
+// It returns the same error on every call after a failure.
+func Load() error {
+	libs.once.Do(func() {
+		msg := (*C.char)(C.calloc(1, 1024))
+		defer C.free(unsafe.Pointer(msg))
+		if C.df_open_libs(msg, 1024) != 0 {
+			libs.err = errors.New(C.GoString(msg))
+		}
+	})
+	return libs.err
+}
+
 // Open initialises the driver and opens GPU ordinal with its primary context, a non-blocking
 // stream, the stream-ordered memory pool (freed memory is kept for reuse) and cuBLAS.
 func Open(ordinal int) (*Device, error) {
-	if err := check("cuInit", C.cuInit(0)); err != nil {
+	if err := Load(); err != nil {
+		return nil, err
+	}
+	if err := check("cuInit", C.df_init()); err != nil {
 		return nil, err
 	}
 	var count C.int
-	if err := check("cuDeviceGetCount", C.cuDeviceGetCount(&count)); err != nil {
+	if err := check("cuDeviceGetCount", C.df_device_count(&count)); err != nil {
 		return nil, err
 	}
 	if ordinal < 0 || ordinal >= int(count) {
 		return nil, fmt.Errorf("device %d: the machine has %d CUDA device(s)", ordinal, int(count))
 	}
 	d := &Device{Ordinal: ordinal, funcs: map[string]C.CUfunction{}}
-	if err := check("cuDeviceGet", C.cuDeviceGet(&d.dev, C.int(ordinal))); err != nil {
+	if err := check("cuDeviceGet", C.df_device_get(&d.dev, C.int(ordinal))); err != nil {
 		return nil, err
 	}
 	var name [256]C.char
-	if err := check("cuDeviceGetName", C.cuDeviceGetName(&name[0], C.int(len(name)), d.dev)); err != nil {
+	if err := check("cuDeviceGetName", C.df_device_name(&name[0], C.int(len(name)), d.dev)); err != nil {
 		return nil, err
 	}
 	d.Name = C.GoString(&name[0])
@@ -263,17 +370,17 @@ func Open(ordinal int) (*Device, error) {
 	if pools == 0 {
 		return nil, fmt.Errorf("device %d (%s): no stream-ordered memory pools (CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 0)", ordinal, d.Name)
 	}
-	if err := check("cuDevicePrimaryCtxRetain", C.cuDevicePrimaryCtxRetain(&d.ctx, d.dev)); err != nil {
+	if err := check("cuDevicePrimaryCtxRetain", C.df_ctx_retain(&d.ctx, d.dev)); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*Device, error) {
 		d.Close()
 		return nil, err
 	}
-	if err := check("cuCtxSetCurrent", C.cuCtxSetCurrent(d.ctx)); err != nil {
+	if err := check("cuCtxSetCurrent", C.df_ctx_current(d.ctx)); err != nil {
 		return fail(err)
 	}
-	if err := check("cuStreamCreate", C.cuStreamCreate(&d.stream, C.CU_STREAM_NON_BLOCKING)); err != nil {
+	if err := check("cuStreamCreate", C.df_stream_create(&d.stream)); err != nil {
 		return fail(err)
 	}
 	if err := check("cuMemPoolSetAttribute", C.df_pool(d.dev)); err != nil {
@@ -328,13 +435,13 @@ func (d *Device) Close() error {
 		keep(blasError("cublasDestroy", C.df_blas_destroy(d.ctx, d.blas)))
 	}
 	for _, m := range d.mods {
-		keep(check("cuModuleUnload", C.cuModuleUnload(m)))
+		keep(check("cuModuleUnload", C.df_module_unload(m)))
 	}
 	if d.stream != nil {
-		keep(check("cuStreamDestroy", C.cuStreamDestroy(d.stream)))
+		keep(check("cuStreamDestroy", C.df_stream_destroy(d.stream)))
 	}
 	if d.ctx != nil {
-		keep(check("cuDevicePrimaryCtxRelease", C.cuDevicePrimaryCtxRelease(d.dev)))
+		keep(check("cuDevicePrimaryCtxRelease", C.df_ctx_release(d.dev)))
 	}
 	return first
 }

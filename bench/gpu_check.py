@@ -1,0 +1,863 @@
+#!/usr/bin/env python3
+"""The GPU check of distflash, run from a folder that `scripts/gpu_check.sh pack` made (binaries,
+test binary, PyTorch scripts, token data), on a machine with an NVIDIA GPU, PyTorch and,
+optionally, Nsight Compute, but no Go. scripts/gpu_check.sh is the entry point:
+
+    python3 bench/gpu_check.py run --pack DIR --out OUT [--phase correctness|attention|model|all]
+                                   [--budget SECONDS] [--dry]
+    python3 bench/gpu_check.py merge --dest DIR OUT1 OUT2 ...
+
+Phases (each fits one 10-minute command, all three 20 minutes: BUDGET; every step has its own
+time limit, a failing or timed-out step is recorded and the next one runs):
+
+  correctness  the kernels test binary (every Backend method against the CPU backend, the
+               training-step parity test, the host-side tests), then `train --config tiny.toml`
+               for 50 steps four times: cpu/cuda × fp32/bf16. fp32: cuda's loss at every step
+               within 1e-5 relative of cpu's. bf16: max_s |cuda_bf16 − cpu_fp32| / cpu_fp32 ≤
+               2 × max_s |cpu_bf16 − cpu_fp32| / cpu_fp32 (cuda's bf16 curve stays in the band
+               the CPU's bf16 run has around the fp32 curve; 2× for two independent roundings).
+  attention    bench/cuda_attn.py, in two steps (torch, then distflash): distflash's
+               FlashAttention kernel (forward, forward+backward, causal, bf16, head_dim 64 and
+               128, seq 4K/16K/64K) beside torch SDPA (flash and cuDNN backends) on the same
+               shapes; then one `ncu` profile of the forward and the two backward kernels
+               (head_dim 128, 16K).
+  model        a 0.85B LLaMA (configs/llama-1b.toml: dim 2048, 16 layers, 16 heads, 4 kv heads,
+               ffn 5632, vocab 32000), bf16, attn_output checkpointing, at seq 8K and 32K:
+               distflash train on cuda vs bench/torch_llama.py (plain PyTorch, same model and
+               checkpointing) vs `distflash plan --cluster 1x1xH100-80GB` (or H200-141GB). Peak
+               GPU memory is the largest `nvidia-smi` memory.used while the run lasts, minus the
+               value before it (the same measurement for both programs; PyTorch's allocator peak
+               is reported beside it).
+
+MFU counts 6·N + 6·L·d·S FLOPs per token: N the parameters without the input embedding table
+(the output head's matmul counts), L layers, d = heads × head_dim, S the sequence length; the
+attention term is 12·L·d·S (QKᵀ and PV, forward and backward) halved for the causal mask.
+Recomputation is not counted. Peak: 989e12 bf16 FLOP/s dense for H100 SXM and H200.
+
+--dry runs what needs no GPU, on the CPU at small sizes, through the same code: the host-side
+tests of the test binary, the CPU training curves (and checks that device.kind = cuda fails
+with a clear error), the PyTorch scripts, plan, the parsers and the report writer.
+
+OUT receives report.md, report.json and logs.tar.gz (every step's output), plus ncu_attn.ncu-rep
+and ncu_attn.txt from the attention phase: few files, since a device command returns at most 8.
+"""
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+PHASES = ["correctness", "attention", "model"]
+# Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
+# command; a step gets the smaller of its own limit and what is left of the budget.
+BUDGET = {"correctness": 360, "attention": 420, "model": 420}
+CURVE_STEPS = 50
+FP32_TOL = 1e-5
+PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Runner:
+    """Runs steps with time limits inside a budget and records them."""
+
+    def __init__(self, pack, out, budget, dry):
+        self.pack, self.out, self.dry = os.path.abspath(pack), os.path.abspath(out), dry
+        self.work = os.path.join(self.out, "work")
+        self.logs = os.path.join(self.work, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.deadline = time.monotonic() + budget
+        self.steps = []
+        self.env = dict(os.environ)
+        self.meta = {"started": now(), "dry_run": dry, "pack": self.read_manifest()}
+
+    def read_manifest(self):
+        try:
+            with open(os.path.join(self.pack, "MANIFEST.json")) as f:
+                return json.load(f)
+        except OSError as e:
+            return {"error": str(e)}
+
+    def bin(self, name):
+        return os.path.join(self.pack, "bin", name)
+
+    def left(self):
+        return self.deadline - time.monotonic()
+
+    def step(self, phase, name, fn, timeout):
+        """Runs fn(timeout) -> dict (its result) and records it; fn raises Fail or Timeout."""
+        rec = {"phase": phase, "name": name, "status": "pass", "started": now()}
+        limit = min(timeout, self.left() - 5)
+        if limit < min(30, timeout):
+            rec.update(status="skipped", note=f"budget: {self.left():.0f} s left, step needs up to {timeout} s")
+            self.steps.append(rec)
+            print(f"[{phase}] {name}: skipped (budget)", flush=True)
+            return rec
+        t0 = time.monotonic()
+        print(f"[{phase}] {name} (limit {limit:.0f} s) ...", flush=True)
+        try:
+            rec["result"] = fn(limit) or {}
+        except Timeout as e:
+            rec.update(status="timeout", note=str(e))
+        except Skip as e:
+            rec.update(status="skipped", note=str(e))
+        except Fail as e:
+            rec.update(status="fail", note=str(e))
+        except Exception as e:  # a bug in this script or unexpected output: record, go on
+            rec.update(status="fail", note=f"{type(e).__name__}: {e}")
+        rec["seconds"] = round(time.monotonic() - t0, 2)
+        if "result" in rec and isinstance(rec["result"], dict) and rec["result"].get("failed"):
+            rec["status"] = "fail"
+            rec.setdefault("note", rec["result"]["failed"])
+        self.steps.append(rec)
+        print(f"[{phase}] {name}: {rec['status']} in {rec['seconds']} s {rec.get('note', '')}", flush=True)
+        return rec
+
+    def sh(self, name, cmd, timeout, cwd=None, env=None, ok_codes=(0,)):
+        """Runs cmd, its output to logs/name.log; returns (exit code, output)."""
+        log = os.path.join(self.logs, name + ".log")
+        e = dict(self.env, **(env or {}))
+        with open(log, "w") as f:
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            try:  # a session of its own, so that a timeout ends its children too (GPU work)
+                p = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            except OSError as err:
+                raise Fail(f"cannot run {cmd[0]}: {err}")
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                raise Timeout(f"{os.path.basename(cmd[0])} ran past {timeout:.0f} s (log: logs/{name}.log)")
+        with open(log, errors="replace") as f:
+            text = f.read()
+        if p.returncode not in ok_codes:
+            raise Fail(f"exit status {p.returncode}: {tail(text, 600)}")
+        return p.returncode, text
+
+
+class Fail(Exception):
+    pass
+
+
+class Timeout(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def tail(text, n):
+    t = text.strip()
+    return t if len(t) <= n else "…" + t[-n:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment
+
+
+def find_cublas():
+    """The newest libcublas.so.N this machine has (path), or None."""
+    pats = ["/usr/local/cuda*/lib64/libcublas.so.*", "/usr/local/cuda*/targets/*/lib/libcublas.so.*",
+            "/usr/lib/x86_64-linux-gnu/libcublas.so.*", "/opt/*/.venv/lib/python3*/site-packages/nvidia/**/libcublas.so.*",
+            "/usr/local/lib/python3*/dist-packages/nvidia/**/libcublas.so.*"]
+    try:
+        import site
+        for d in site.getsitepackages():
+            pats.append(os.path.join(d, "nvidia", "**", "libcublas.so.*"))
+    except (ImportError, AttributeError):
+        pass
+    found = set()
+    for p in pats:
+        found.update(glob.glob(p, recursive=True))
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+        found.update(re.findall(r"=> (\S*libcublas\.so\.\d+)\s*$", out, re.M))
+    except OSError:
+        pass
+
+    def major(p):
+        m = re.search(r"libcublas\.so\.(\d+)$", p)
+        return int(m.group(1)) if m else -1
+
+    found = [p for p in found if major(p) >= 11]
+    return max(found, key=lambda p: (major(p), p)) if found else None
+
+
+def find_libcuda():
+    """libcuda.so.1 where the loader would not find it by name (None: leave it to the loader)."""
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+        if "libcuda.so.1 " in out:
+            return None
+    except OSError:
+        pass
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        if d and os.path.exists(os.path.join(d, "libcuda.so.1")):
+            return None
+    for p in ["/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/lib/libcuda.so.1",
+              "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"]:
+        if os.path.exists(p):
+            return p
+    return None
+
+
+def setup_env(r):
+    """LD_LIBRARY_PATH and DISTFLASH_CUBLAS for cuBLAS; GPU, driver, torch and ncu facts."""
+    info = {}
+    blas = os.environ.get("DISTFLASH_CUBLAS") or find_cublas()
+    if blas:
+        r.env["DISTFLASH_CUBLAS"] = blas
+        r.env["LD_LIBRARY_PATH"] = os.path.dirname(blas) + ":" + r.env.get("LD_LIBRARY_PATH", "")
+    info["cublas"] = blas
+    cu = os.environ.get("DISTFLASH_LIBCUDA") or find_libcuda()
+    if cu:
+        r.env["DISTFLASH_LIBCUDA"] = cu
+    info["libcuda"] = cu
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        info["nvidia_smi"] = q.stdout.strip() or q.stderr.strip()
+        info["gpu"] = q.stdout.split(",")[0].strip() if q.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired) as e:
+        info["nvidia_smi"], info["gpu"] = f"unavailable: {e}", None
+    try:
+        import torch
+        info["torch"] = torch.__version__
+        info["torch_cuda"] = torch.version.cuda
+    except ImportError:
+        info["torch"] = None
+    info["ncu"] = find_ncu()
+    info["python"] = sys.version.split()[0]
+    return info
+
+
+def find_ncu():
+    p = shutil.which("ncu")
+    if p:
+        return p
+    c = sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu") + glob.glob("/usr/local/cuda*/bin/ncu"))
+    return c[-1] if c else None
+
+
+def peak_flops(gpu):
+    if not gpu:
+        return None
+    for k in ["H100 PCIe", "H100", "H200", "A100"]:
+        if k in gpu:
+            return PEAK_FLOPS[k]
+    return None
+
+
+class MemSampler:
+    """Largest nvidia-smi memory.used (MiB) of GPU 0 while it runs, minus the value at start."""
+
+    def __init__(self):
+        self.base = self.read()
+        self.peak, self.stop = self.base, threading.Event()
+        self.t = threading.Thread(target=self.loop, daemon=True)
+
+    @staticmethod
+    def read():
+        try:
+            q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                               capture_output=True, text=True, timeout=10)
+            return float(q.stdout.split()[0])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            return None
+
+    def loop(self):
+        while not self.stop.wait(0.25):
+            v = self.read()
+            if v is not None and (self.peak is None or v > self.peak):
+                self.peak = v
+
+    def __enter__(self):
+        if self.base is not None:
+            self.t.start()
+        return self
+
+    def __exit__(self, *a):
+        self.stop.set()
+        if self.t.is_alive():
+            self.t.join()
+
+    def result(self):
+        if self.base is None or self.peak is None:
+            return None
+        return (self.peak - self.base) * 2**20
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase correctness
+
+
+TEST_LINE = re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+)")
+
+
+def parse_tests(text):
+    res = {"PASS": [], "FAIL": [], "SKIP": []}
+    for line in text.splitlines():
+        m = TEST_LINE.match(line)
+        if m:
+            res[m.group(1)].append(m.group(2))
+    return res
+
+
+def kernels_tests(r, limit):
+    run = "TestCUDAHost" if r.dry else "."
+    code, text = r.sh("kernels_test", [r.bin("kernels.test"), "-test.v", "-test.run", run,
+                                        "-test.timeout", f"{int(limit) - 10}s"],
+                      limit, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1))
+    t = parse_tests(text)
+    cuda = [n for n in t["PASS"] + t["FAIL"] if n.startswith("TestCUDA")]
+    res = {"passed": len(t["PASS"]), "failed_tests": t["FAIL"], "skipped_tests": t["SKIP"], "cuda_tests": len(cuda),
+           "exit": code}
+    if code != 0 or t["FAIL"]:
+        res["failed"] = f"{len(t['FAIL'])} test(s) failed: {', '.join(t['FAIL'][:12])}" if t["FAIL"] else \
+            f"exit status {code}: {tail(text, 400)}"
+    elif not t["PASS"]:
+        res["failed"] = "no test ran"
+    return res
+
+
+def train_curve(r, name, device, prec, limit, steps=CURVE_STEPS, config="tiny.toml", extra=()):
+    runs = os.path.join(r.work, "runs")
+    cmd = [r.bin("distflash"), "train", "--config", os.path.join(r.pack, "configs", config),
+           "--set", f"data.train={os.path.join(r.pack, 'data', 'go.tokens')}", "--set", "data.format=tokens",
+           "--set", f"training.steps={steps}", "--set", f"device.kind={device}",
+           "--set", f"training.mixed_precision={prec}", "--set", f"run.output_dir={runs}", "--set", f"run.name={name}",
+           "--set", "run.log_interval=1", "--progress=false", *extra]
+    r.sh(name, cmd, limit, cwd=r.work)
+    return read_metrics(os.path.join(runs, name, "metrics.jsonl"))
+
+
+def read_metrics(path):
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [row for row in rows if "loss" in row and "step" in row]
+
+
+def curves_step(r, limit):
+    """The four 50-step runs and their comparison."""
+    deadline = time.monotonic() + limit
+    runs = [(dev, prec) for dev in ["cpu", "cuda"] for prec in ["fp32", "bf16"]]
+    # Each run's share of the time left; a dry run's cuda runs only start and fail.
+    weight = [0.2 if r.dry and dev == "cuda" else 1 for dev, _ in runs]
+    out, errs = {}, []
+    for i, (dev, prec) in enumerate(runs):
+        name = f"tiny-{dev}-{prec}"
+        per = max(20, (deadline - time.monotonic()) * weight[i] / sum(weight[i:]))
+        if r.dry and dev == "cuda":
+            out[name] = expect_no_gpu(r, name, prec)
+            continue
+        try:
+            out[name] = [m["loss"] for m in train_curve(r, name, dev, prec, per)]
+        except (Fail, Timeout) as e:
+            errs.append(f"{name}: {e}")
+    res = {"curves": out}
+    if r.dry:
+        if "tiny-cpu-fp32" in out and "tiny-cpu-bf16" in out:
+            res["comparator_check"] = check_comparator(out)
+        if errs:
+            res["failed"] = "; ".join(errs)
+        return res
+    res.update(compare_curves(out))
+    if errs:
+        res["failed"] = "; ".join(errs) + ("; " + res["failed"] if res.get("failed") else "")
+    return res
+
+
+def compare_curves(c):
+    """The fp32 and bf16 criteria of the module doc, from loss lists."""
+    res, bad = {}, []
+
+    def rel(a, b):
+        return max(abs(x - y) / abs(y) for x, y in zip(a, b)) if a and b else None
+
+    need = ["tiny-cpu-fp32", "tiny-cuda-fp32", "tiny-cpu-bf16", "tiny-cuda-bf16"]
+    have = {k: c.get(k) for k in need}
+    for k, v in have.items():
+        if not v or len(v) != CURVE_STEPS:
+            bad.append(f"{k}: {len(v) if v else 0} of {CURVE_STEPS} steps")
+    if have["tiny-cpu-fp32"] and have["tiny-cuda-fp32"]:
+        res["fp32_max_rel"] = rel(have["tiny-cuda-fp32"], have["tiny-cpu-fp32"])
+        res["fp32_ok"] = res["fp32_max_rel"] <= FP32_TOL
+        if not res["fp32_ok"]:
+            bad.append(f"fp32: cuda vs cpu loss differs by {res['fp32_max_rel']:.3g} relative (> {FP32_TOL})")
+    if all(have[k] for k in ["tiny-cpu-fp32", "tiny-cpu-bf16", "tiny-cuda-bf16"]):
+        band = rel(have["tiny-cpu-bf16"], have["tiny-cpu-fp32"])
+        dev = rel(have["tiny-cuda-bf16"], have["tiny-cpu-fp32"])
+        res.update(bf16_cpu_band=band, bf16_cuda_vs_fp32=dev, bf16_cuda_vs_cpu_bf16=rel(have["tiny-cuda-bf16"], have["tiny-cpu-bf16"]))
+        res["bf16_ok"] = dev <= 2 * band
+        if not res["bf16_ok"]:
+            bad.append(f"bf16: cuda deviates {dev:.3g} from the fp32 curve, over 2 × the CPU bf16 band {band:.3g}")
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
+def check_comparator(c):
+    """Dry run: compare_curves passes the CPU curves against themselves and fails a curve
+    shifted by 1e-4 (fp32) or by 3 × the bf16 band."""
+    f32, b16 = c["tiny-cpu-fp32"], c["tiny-cpu-bf16"]
+    same = compare_curves({"tiny-cpu-fp32": f32, "tiny-cuda-fp32": f32, "tiny-cpu-bf16": b16, "tiny-cuda-bf16": b16})
+    if same.get("failed"):
+        raise Fail(f"comparator rejects identical curves: {same['failed']}")
+    band = max(abs(x - y) / y for x, y in zip(b16, f32))
+    off = compare_curves({"tiny-cpu-fp32": f32, "tiny-cuda-fp32": [x * (1 + 1e-4) for x in f32], "tiny-cpu-bf16": b16,
+                          "tiny-cuda-bf16": [x * (1 + 3 * band) for x in f32]})
+    if off.get("fp32_ok") is not False or off.get("bf16_ok") is not False:
+        raise Fail(f"comparator accepts shifted curves: {off}")
+    return "ok"
+
+
+def expect_no_gpu(r, name, prec):
+    """Dry run: device.kind = cuda must fail at once with a clear error, before any step."""
+    try:
+        train_curve(r, name, "cuda", prec, 60, steps=2)
+    except Fail as e:
+        msg = str(e)
+        if "cuda" in msg and ("libcuda" in msg or "driver" in msg or "device" in msg):
+            return {"clear_error": tail(msg, 300)}
+        raise Fail(f"device.kind = cuda without a GPU failed, but not clearly: {msg}")
+    raise Fail("device.kind = cuda trained without a GPU")
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase attention
+
+
+def attention_step(r, limit, side):
+    """One side of bench/cuda_attn.py (torch SDPA or distflash), each in its own bounded step so
+    that a slow or failing side leaves the other's numbers."""
+    jpath = os.path.join(r.work, f"attn_{side}.jsonl")
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "cuda_attn.py"), "--json", jpath,
+           "--skip-go" if side == "torch" else "--skip-torch"]
+    if r.dry and side == "distflash":
+        # No GPU: the benchmark must start from the test binary and fail, saying so.
+        cmd += ["--go-bin", r.bin("kernels.test"), "--seqs", "4096", "--head-dims", "128", "--benchtime", "1x"]
+        code, text = r.sh("attention_distflash", cmd, limit, ok_codes=(0, 1))
+        if code == 0 or "need a GPU" not in text:
+            raise Fail(f"the distflash benchmark without a GPU: exit {code}, no clear error: {tail(text, 300)}")
+        return {"clear_error": re.findall(r"need a GPU: .*", text)[0][:300]}
+    if r.dry:
+        cmd += ["--device", "cpu", "--fill", "256", "--seqs", "128,256", "--head-dims", "64,128", "--reps", "2"]
+    else:
+        cmd += ["--go-bin", r.bin("kernels.test"), "--seqs", "4096,16384,65536", "--head-dims", "64,128",
+                "--benchtime", "3x", "--reps", "10"]
+    _, text = r.sh(f"attention_{side}", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
+    with open(jpath) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    res = {"shapes": recs}
+    if r.dry and side == "torch":
+        res["parse_go_check"] = check_parse_go(r)
+    return res
+
+
+def merge_attention(steps):
+    """The per-shape records of the torch and distflash attention steps, joined."""
+    out = {}
+    for name, key in (("attention: torch SDPA", "torch"), ("attention: distflash kernel", "distflash")):
+        for s in (steps.get(name) or {}).get("shapes", []):
+            d = out.setdefault((s["seq"], s["head_dim"]), {k: s[k] for k in ("seq", "head_dim", "heads", "batch")})
+            d[key] = s.get(key)
+            if key == "torch":
+                d["torch_version"], d["device"] = s.get("torch_version"), s.get("device")
+    return [out[k] for k in sorted(out, key=lambda k: (k[1], k[0]))]
+
+
+def check_parse_go(r):
+    """Dry run: the Go benchmark line format (as `go test -bench` prints it) parses."""
+    sys.path.insert(0, os.path.join(r.pack, "bench"))
+    import cuda_attn
+    lines = "\n".join(
+        f"BenchmarkCUDAAttn/{k}/hd{hd}/n{n}/h{cuda_attn.MODEL_WIDTH // hd * max(1, 16384 // n)}-16 \t       5\t  {ns}"
+        f" ns/op\t       {tf} TFLOP/s"
+        for hd in (64, 128) for n in (4096, 16384) for k, ns, tf in (("fwd", 1000000, 123.5), ("bwd", 2500000, 123.5)))
+    got = cuda_attn.parse_go(lines, [4096, 16384], [64, 128])
+    d = got[(16384, 128)]
+    if d["heads_x_batch"] != 16 or d["fwd_tflops"] != 123.5 or abs(d["fwd_bwd_tflops"] - 123.5) > 1e-9:
+        raise Fail(f"parse_go misread the benchmark lines: {d}")
+    return "ok"
+
+
+def ncu_step(r, limit):
+    ncu = r.meta["env"].get("ncu")
+    if r.dry or not ncu:
+        raise Skip("dry run" if r.dry else "ncu not found (PATH, /opt/nvidia/nsight-compute, /usr/local/cuda/bin)")
+    rep = os.path.join(r.out, "ncu_attn")
+    env = {"DISTFLASH_BENCH_SEQS": "16384", "DISTFLASH_BENCH_HEADDIMS": "128"}
+    r.sh("ncu", [ncu, "--target-processes", "all", "--clock-control", "none", "--set", "full",
+                 "--kernel-name", "regex:df_attn_(fwd|bwd_dq|bwd_dkdv)_bf16_hd128", "--launch-count", "3",
+                 "--export", rep, "--force-overwrite", r.bin("kernels.test"), "-test.run", "^$",
+                 "-test.bench", "BenchmarkCUDAAttn/bwd/", "-test.benchtime", "1x"],
+         limit * 0.8, cwd=os.path.join(r.pack, "kernels"), env=env)
+    _, text = r.sh("ncu_details", [ncu, "--import", rep + ".ncu-rep", "--page", "details"], max(20, limit * 0.15))
+    with open(os.path.join(r.out, "ncu_attn.txt"), "w") as f:
+        f.write(text)
+    return {"kernels": ncu_summary(text)}
+
+
+NCU_KEYS = ["Duration", "Compute (SM) Throughput", "Memory Throughput", "DRAM Throughput", "Achieved Occupancy",
+            "Theoretical Occupancy", "Registers Per Thread", "Dynamic Shared Memory Per Block", "Executed Ipc Active",
+            "Issue Slots Busy", "No Eligible"]
+
+
+def ncu_summary(text):
+    """Key metrics per profiled kernel from `ncu --page details`."""
+    out, cur = [], None
+    for line in text.splitlines():
+        m = re.match(r"^\s{0,4}(df_attn_\w+)", line)
+        if m:
+            cur = {"kernel": m.group(1)}
+            out.append(cur)
+            continue
+        if cur is None:
+            continue
+        for k in NCU_KEYS:
+            m = re.match(r"^\s*" + re.escape(k) + r"\s+(\S+)\s+([\d.,]+)\s*$", line)
+            if m and k not in cur:
+                cur[k] = f"{m.group(2)} {m.group(1)}"
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Phase model
+
+
+def model_shape(cfg):
+    """Parameters of a llama config (dict of [model]) and N for MFU."""
+    d, L, H, KV = cfg["dim"], cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"]
+    hd = cfg.get("head_dim") or d // H
+    ffn, V = cfg["ffn_dim"], cfg["vocab_size"]
+    block = d * H * hd + 2 * d * KV * hd + H * hd * d + 3 * d * ffn + 2 * d
+    total = L * block + d + 2 * V * d
+    return {"params": total, "n_mfu": total - V * d, "layers": L, "attn_dim": H * hd, "dim": d}
+
+
+LLAMA_1B = {"dim": 2048, "n_layers": 16, "n_heads": 16, "n_kv_heads": 4, "head_dim": 128, "ffn_dim": 5632, "vocab_size": 32000}
+LLAMA_DRY = {"dim": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "head_dim": 32, "ffn_dim": 352, "vocab_size": 512}
+
+
+def flops_per_token(shape, seq):
+    return 6 * shape["n_mfu"] + 6 * shape["layers"] * shape["attn_dim"] * seq
+
+
+def model_sets(cfg):
+    return [f"model.{k}={v}" for k, v in cfg.items()]
+
+
+def plan_step(r, seq, limit):
+    cluster = "1x1xH200-141GB" if "H200" in (r.meta["env"].get("gpu") or "") else "1x1xH100-80GB"
+    cmd = [r.bin("distflash"), "plan", "--config", os.path.join(r.pack, "configs", "llama-1b.toml"),
+           "--cluster", cluster, "--format", "json", "--set", f"data.seq_len={seq}"]
+    if r.dry:
+        for s in model_sets(LLAMA_DRY):
+            cmd += ["--set", s]
+    _, text = r.sh(f"plan_{seq}", cmd, limit)
+    p = json.loads(text[text.index("{"):])["plans"][0]
+    return {"cluster": cluster, "seq": seq, "step_s": p["time"]["step_s"], "memory": p["memory"],
+            "peak_bytes": p["memory"]["peak"]}
+
+
+def distflash_1b(r, seq, steps, limit):
+    name = f"llama1b-{seq}"
+    extra = ["--set", f"data.seq_len={seq}", "--set", f"model.max_seq_len={max(seq, 8192)}"]
+    dev = "cuda"
+    if r.dry:
+        extra += [x for s in model_sets(LLAMA_DRY) for x in ("--set", s)]
+        dev = "cpu"
+    with MemSampler() as ms:
+        rows = train_curve(r, name, dev, "bf16", limit, steps=steps, config="llama-1b.toml", extra=extra)
+    warm = min(2, len(rows) - 1)
+    tps = statistics.median(m["tokens_per_s"] for m in rows[warm:])
+    mem = rows[-1].get("memory", [{}])[0]
+    return {"impl": "distflash", "seq": seq, "steps": len(rows), "tokens_per_s": tps, "step_s": seq / tps,
+            "losses": [m["loss"] for m in rows], "peak_gpu_bytes": ms.result(), "host_accounting": mem}
+
+
+def torch_1b(r, seq, steps, limit):
+    jpath = os.path.join(r.work, f"torch_{seq}.json")
+    cfg = LLAMA_DRY if r.dry else LLAMA_1B
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "torch_llama.py"), "--seq", str(seq), "--steps", str(steps),
+           "--warmup", "2", "--json", jpath, "--dim", str(cfg["dim"]), "--layers", str(cfg["n_layers"]),
+           "--heads", str(cfg["n_heads"]), "--kv-heads", str(cfg["n_kv_heads"]), "--ffn", str(cfg["ffn_dim"]),
+           "--vocab", str(cfg["vocab_size"]), "--device", "cpu" if r.dry else "cuda"]
+    with MemSampler() as ms:
+        r.sh(f"torch_{seq}", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
+    with open(jpath) as f:
+        rec = json.load(f)
+    rec["peak_gpu_bytes"] = ms.result()
+    return rec
+
+
+def torch_check(r, limit):
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "torch_llama.py"), "--check",
+           "--device", "cpu" if r.dry else "cuda"]
+    _, text = r.sh("torch_check", cmd, limit)
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def model_summary(r, results):
+    """MFU, planner agreement and activation bytes from the model phase's step results."""
+    cfg = LLAMA_DRY if r.dry else LLAMA_1B
+    shape = model_shape(cfg)
+    peak = peak_flops(r.meta["env"].get("gpu"))
+    rows = []
+    for seq in (8192, 32768) if not r.dry else (256, 512):
+        row = {"seq": seq, "flops_per_token": flops_per_token(shape, seq)}
+        for impl in ("distflash", "torch"):
+            d = results.get(f"{impl}_{seq}")
+            if d:
+                row[impl] = {k: d.get(k) for k in ("tokens_per_s", "step_s", "peak_gpu_bytes", "peak_allocated_bytes", "ckpt_mode")}
+                if peak and d.get("tokens_per_s"):
+                    row[impl]["mfu"] = d["tokens_per_s"] * row["flops_per_token"] / peak
+        p = results.get(f"plan_{seq}")
+        if p:
+            row["plan"] = {"step_s": p["step_s"], "peak_bytes": p["peak_bytes"]}
+            d = row.get("distflash")
+            if d and d.get("step_s"):
+                row["plan"]["step_ratio"] = p["step_s"] / d["step_s"]
+            if d and d.get("peak_gpu_bytes"):
+                row["plan"]["memory_ratio"] = p["peak_bytes"] / d["peak_gpu_bytes"]
+        rows.append(row)
+    out = {"shape": shape, "peak_flops": peak, "rows": rows,
+           "mfu_formula": "tokens/s × (6·N + 6·L·d·S) / peak; N = params − vocab·dim (no input embedding), d = heads·head_dim, causal"}
+    # Activation bytes per token per layer: the slope of the measured peak between the two
+    # lengths, less the planner's per-token terms that are not saved activations (logits,
+    # backward scratch, attention working set), divided by the layers.
+    s0, s1 = rows[0]["seq"], rows[1]["seq"]
+    d0, d1 = results.get(f"distflash_{s0}"), results.get(f"distflash_{s1}")
+    p0, p1 = results.get(f"plan_{s0}"), results.get(f"plan_{s1}")
+    act = {"bf16_anchor_bytes": 2 * 2 * cfg["dim"],
+           "anchor_note": "X and the attention output kept in bf16: 2·2·dim bytes per token per layer "
+                          "(16 KiB for LLaMA-7B's dim 4096, 8 KiB at dim 2048)"}
+    if d0 and d1:
+        for k, src in (("host_accounting", "host_accounting"),):
+            a0, a1 = d0[src].get("activations"), d1[src].get("activations")
+            if a0 and a1:
+                act["accounted_bytes_per_token_layer"] = (a1 - a0) / (s1 - s0) / cfg["n_layers"]
+        if d0.get("peak_gpu_bytes") and d1.get("peak_gpu_bytes") and p0 and p1:
+            slope = (d1["peak_gpu_bytes"] - d0["peak_gpu_bytes"]) / (s1 - s0)
+            other = sum((p1["memory"][k] - p0["memory"][k]) for k in ("logits", "backward_scratch", "attn_work")) / (s1 - s0)
+            act.update(measured_peak_slope_bytes_per_token=slope, planner_non_activation_bytes_per_token=other,
+                       measured_bytes_per_token_layer=(slope - other) / cfg["n_layers"])
+        pa = (p1["memory"]["activations"] - p0["memory"]["activations"]) / (s1 - s0) / cfg["n_layers"] if p0 and p1 else None
+        act["planner_bytes_per_token_layer"] = pa
+    out["activations"] = act
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Phases
+
+
+def phase_correctness(r):
+    r.step("correctness", "kernels test binary", lambda t: kernels_tests(r, t), 330)
+    r.step("correctness", "tiny 50-step curves cpu/cuda × fp32/bf16", lambda t: curves_step(r, t), 300)
+
+
+def phase_attention(r):
+    r.step("attention", "attention: torch SDPA", lambda t: attention_step(r, t, "torch"), 150)
+    r.step("attention", "attention: distflash kernel", lambda t: attention_step(r, t, "distflash"), 300)
+    r.step("attention", "ncu profile (hd128, 16K)", lambda t: ncu_step(r, t), 180)
+
+
+def phase_model(r):
+    res = {}
+    seqs = (8192, 32768) if not r.dry else (256, 512)
+    for seq in seqs:
+        rec = r.step("model", f"plan seq {seq}", lambda t, s=seq: plan_step(r, s, t), 60)
+        res[f"plan_{seq}"] = rec.get("result")
+    r.step("model", "torch checkpointing self-check", lambda t: torch_check(r, t), 90)
+    for seq, steps, lim in ((seqs[0], 8, 150), (seqs[1], 5, 200)):
+        rec = r.step("model", f"distflash 1B seq {seq}", lambda t, s=seq, n=steps: distflash_1b(r, s, n, t), lim)
+        res[f"distflash_{seq}"] = rec.get("result")
+    for seq, lim in ((seqs[0], 100), (seqs[1], 150)):
+        rec = r.step("model", f"torch 1B seq {seq}", lambda t, s=seq: torch_1b(r, s, 4, t), lim)
+        res[f"torch_{seq}"] = rec.get("result")
+    r.step("model", "summary (MFU, planner, activation bytes)", lambda t: model_summary(r, res), 30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+
+
+def fmt(x, spec=".3g"):
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return format(x, spec)
+    return str(x)
+
+
+def gib(b):
+    return "-" if b is None else f"{b / 2**30:.2f} GiB"
+
+
+def render(rep):
+    m = rep["meta"]
+    env = m.get("env", {})
+    pk = m.get("pack", {})
+    L = [f"# distflash GPU check{' (dry run, no GPU)' if m.get('dry_run') else ''}", "",
+         f"- date: {m.get('started')} – {m.get('finished')}; phases: {', '.join(m.get('phases', []))}",
+         f"- GPU: {env.get('nvidia_smi')}", f"- PyTorch {env.get('torch')} (CUDA {env.get('torch_cuda')}); "
+         f"cuBLAS {env.get('cublas')}; ncu {env.get('ncu')}",
+         f"- pack: commit {pk.get('commit')}{' (dirty)' if pk.get('dirty') else ''}, {pk.get('go')}, "
+         f"{pk.get('nvcc')}, packed {pk.get('date')}", "", "## Steps", "",
+         "| phase | step | status | seconds | note |", "| --- | --- | --- | --- | --- |"]
+    for s in rep["steps"]:
+        note = (s.get("note") or "").replace("|", "\\|").replace("\n", " ")
+        L.append(f"| {s['phase']} | {s['name']} | {s['status']} | {fmt(s.get('seconds'))} | {tail(note, 300)} |")
+    by = {s["name"]: s.get("result") or {} for s in rep["steps"]}
+    kt = by.get("kernels test binary")
+    if kt:
+        L += ["", "## Correctness", "", f"kernels test binary: {kt.get('passed')} passed "
+              f"({kt.get('cuda_tests')} of them TestCUDA*), failed: {', '.join(kt.get('failed_tests') or []) or 'none'}"]
+    cv = by.get("tiny 50-step curves cpu/cuda × fp32/bf16")
+    if cv and cv.get("curves"):
+        c = cv["curves"]
+        L += ["", f"tiny.toml, {CURVE_STEPS} steps: fp32 max relative loss difference cuda vs cpu "
+              f"{fmt(cv.get('fp32_max_rel'))} (limit {FP32_TOL}); bf16: cpu band {fmt(cv.get('bf16_cpu_band'))}, "
+              f"cuda vs fp32 {fmt(cv.get('bf16_cuda_vs_fp32'))} (limit 2 × band), cuda vs cpu bf16 "
+              f"{fmt(cv.get('bf16_cuda_vs_cpu_bf16'))}", "",
+              "| step | " + " | ".join(c) + " |", "| --- |" + " --- |" * len(c)]
+        lists = {k: v for k, v in c.items() if isinstance(v, list)}
+        n = max((len(v) for v in lists.values()), default=0)
+        for i in list(range(0, n, 10)) + ([n - 1] if n and (n - 1) % 10 else []):
+            L.append(f"| {i + 1} | " + " | ".join(fmt(v[i], ".6f") if isinstance(v, list) and i < len(v) else
+                                                  ("(error)" if not isinstance(v, list) else "-") for v in c.values()) + " |")
+        for k, v in c.items():
+            if isinstance(v, dict):
+                L.append(f"\n{k}: {v}")
+    shapes = merge_attention(by)
+    if shapes:
+        L += ["", "## Attention (causal, bf16; TFLOP/s of useful work; torch = faster of SDPA flash / cuDNN)", "",
+              "| head_dim | seq | batch×heads | torch fwd | ours fwd | ratio | torch fwd+bwd | ours fwd+bwd | ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for s in shapes:
+            t = (s.get("torch") or {}).get("best", {})
+            g = s.get("distflash") or {}
+
+            def ratio(k):
+                return f"{g[k] / t[k]:.2f}" if g.get(k) and t.get(k) else "-"
+            L.append(f"| {s['head_dim']} | {s['seq']} | {s['batch']}×{s['heads']} | {fmt(t.get('fwd_tflops'), '.1f')} | "
+                     f"{fmt(g.get('fwd_tflops'), '.1f')} | {ratio('fwd_tflops')} | {fmt(t.get('fwd_bwd_tflops'), '.1f')} | "
+                     f"{fmt(g.get('fwd_bwd_tflops'), '.1f')} | {ratio('fwd_bwd_tflops')} |")
+    nc = by.get("ncu profile (hd128, 16K)")
+    if nc and nc.get("kernels"):
+        L += ["", "## ncu (head_dim 128, seq 16K, 16 heads)", ""]
+        for k in nc["kernels"]:
+            L.append(f"- {k['kernel']}: " + "; ".join(f"{a} {k[a]}" for a in NCU_KEYS if a in k))
+    ms = by.get("summary (MFU, planner, activation bytes)")
+    if ms and ms.get("rows"):
+        L += ["", f"## Model ({fmt(ms['shape']['params'] / 1e9, '.3f')}B params; MFU = {ms['mfu_formula']}; "
+              f"peak {fmt(ms.get('peak_flops'))} FLOP/s)", "",
+              "| seq | impl | tokens/s | step s | MFU | peak GPU mem (nvidia-smi) | torch allocator peak | plan step s | plan peak | plan/measured step | plan/measured mem |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for row in ms["rows"]:
+            p = row.get("plan", {})
+            for impl in ("distflash", "torch"):
+                d = row.get(impl)
+                if not d:
+                    continue
+                mfu = f"{d['mfu'] * 100:.1f}%" if d.get("mfu") else "-"
+                planc = [fmt(p.get("step_s")), gib(p.get("peak_bytes")), fmt(p.get("step_ratio"), ".2f"),
+                         fmt(p.get("memory_ratio"), ".2f")] if impl == "distflash" else ["", "", "", ""]
+                L.append(f"| {row['seq']} | {impl}{' (' + d['ckpt_mode'] + ')' if d.get('ckpt_mode') else ''} | "
+                         f"{fmt(d.get('tokens_per_s'), '.0f')} | {fmt(d.get('step_s'))} | {mfu} | {gib(d.get('peak_gpu_bytes'))} | "
+                         f"{gib(d.get('peak_allocated_bytes'))} | " + " | ".join(planc) + " |")
+        a = ms.get("activations", {})
+        L += ["", "Activation bytes per token per layer: measured (peak slope less the planner's logits/scratch terms) "
+              f"{fmt(a.get('measured_bytes_per_token_layer'), '.0f')}; distflash's own accounting "
+              f"{fmt(a.get('accounted_bytes_per_token_layer'), '.0f')}; planner {fmt(a.get('planner_bytes_per_token_layer'), '.0f')}; "
+              f"bf16 anchor {a.get('bf16_anchor_bytes')} ({a.get('anchor_note')})."]
+    L.append("")
+    return "\n".join(L)
+
+
+def write_report(r, phases):
+    r.meta["finished"] = now()
+    r.meta["phases"] = phases
+    rep = {"meta": r.meta, "steps": r.steps}
+    with open(os.path.join(r.out, "report.json"), "w") as f:
+        json.dump(rep, f, indent=1)
+    with open(os.path.join(r.out, "report.md"), "w") as f:
+        f.write(render(rep))
+    with tarfile.open(os.path.join(r.out, "logs.tar.gz"), "w:gz") as t:
+        t.add(r.logs, arcname="logs")
+        for p in glob.glob(os.path.join(r.work, "runs", "*", "metrics.jsonl")):
+            t.add(p, arcname=os.path.relpath(p, r.work))
+    shutil.rmtree(r.work, ignore_errors=True)
+    return rep
+
+
+def cmd_run(a):
+    phases = PHASES if a.phase == "all" else [a.phase]
+    r = Runner(a.pack, a.out, a.budget, a.dry)
+    r.meta["env"] = setup_env(r)
+    print(json.dumps(r.meta["env"]), flush=True)
+    for p in phases:
+        {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model}[p](r)
+    rep = write_report(r, phases)
+    print(render(rep))
+    bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")]
+    return 1 if bad else 0
+
+
+def cmd_merge(a):
+    reps = []
+    for d in a.outs:
+        with open(os.path.join(d, "report.json")) as f:
+            reps.append(json.load(f))
+    meta = dict(reps[0]["meta"])
+    meta["phases"] = [p for r in reps for p in r["meta"].get("phases", [])]
+    meta["finished"] = reps[-1]["meta"].get("finished")
+    rep = {"meta": meta, "steps": [s for r in reps for s in r["steps"]]}
+    os.makedirs(a.dest, exist_ok=True)
+    with open(os.path.join(a.dest, "report.json"), "w") as f:
+        json.dump(rep, f, indent=1)
+    with open(os.path.join(a.dest, "report.md"), "w") as f:
+        f.write(render(rep))
+    print(f"wrote {a.dest}/report.md and report.json from {len(reps)} report(s)")
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--pack", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--phase", default="all", choices=PHASES + ["all"])
+    r.add_argument("--budget", type=float, default=None,
+                   help=f"seconds for all steps (default {BUDGET}, summed for all)")
+    r.add_argument("--dry", action="store_true")
+    m = sub.add_parser("merge")
+    m.add_argument("--dest", required=True)
+    m.add_argument("outs", nargs="+")
+    a = ap.parse_args()
+    if a.cmd == "run":
+        if a.budget is None:
+            a.budget = sum(BUDGET.values()) if a.phase == "all" else BUDGET[a.phase]
+        sys.exit(cmd_run(a))
+    sys.exit(cmd_merge(a))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The GPU check of distflash in one command per machine (README: "CUDA backend", "GPU check").
+#
+#   scripts/gpu_check.sh pack DIR
+#       On a machine with Go and a C compiler (no CUDA toolkit needed): builds
+#       the -tags cuda distflash binary and the kernels test binary (stripped), and copies them
+#       with the kernels' test vectors, the configs, 2 MiB of the Go source as byte-token shards
+#       (the tiny config's training text) and the PyTorch scripts into DIR (about 30 MB).
+#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|all] [--budget SECONDS]
+#       On a machine with an NVIDIA GPU, python3 with PyTorch and optionally ncu; no Go needed.
+#       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
+#       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
+#       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
+#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7; all 20.
+#   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
+#       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
+#   scripts/gpu_check.sh dry-run OUT
+#       Without a GPU: checks kernels/cuda/cuda_abi.h against the CUDA headers where they are
+#       installed, packs into OUT/pack, then runs every phase with --dry (host-side tests,
+#       CPU training, device.kind = cuda failing clearly, the PyTorch scripts on the CPU at
+#       small sizes, plan, the report writer). Exit status 0 when everything passed.
+set -euo pipefail
+
+usage() {
+	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+}
+
+here="$(cd "$(dirname "$0")" && pwd)"
+# python3 with PyTorch: $PYTHON, else the first of python3 and /usr/bin/python3 that imports torch.
+py="${PYTHON:-}"
+if [[ -z "$py" ]]; then
+	py=python3
+	for c in python3 /usr/bin/python3; do
+		if command -v "$c" >/dev/null && "$c" -c 'import torch' 2>/dev/null; then
+			py="$c"
+			break
+		fi
+	done
+fi
+
+pack() {
+	local dir="$1" repo
+	repo="$(cd "$here/.." && pwd)"
+	command -v go >/dev/null || { echo "pack: needs Go on PATH" >&2; exit 1; }
+	mkdir -p "$dir"
+	dir="$(cd "$dir" && pwd)"
+	rm -rf "${dir:?}"/{bin,kernels,configs,data,bench,scripts,MANIFEST.json}
+	mkdir -p "$dir"/{bin,kernels,configs,data,bench,scripts}
+	(
+		cd "$repo"
+		export CGO_ENABLED=1
+		go build -tags cuda -trimpath -ldflags='-s -w' -o "$dir/bin/distflash" .
+		go test -c -tags cuda -trimpath -ldflags='-s -w' -o "$dir/bin/kernels.test" ./kernels
+		cp -r kernels/testdata "$dir/kernels/"
+		cp configs/tiny.toml configs/llama-1b.toml "$dir/configs/"
+		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py "$dir/bench/"
+		cp scripts/gpu_check.sh "$dir/scripts/"
+		"$dir/bin/distflash" data tokenize --config configs/tiny.toml --set data.max_bytes=2097152 \
+			--out "$dir/data/go.tokens" --progress=false
+		local nvcc="none"
+		command -v nvcc >/dev/null && nvcc="$(nvcc --version | grep -o 'release [0-9.]*' || true)"
+		local commit dirty=false
+		commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+		[[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]] || dirty=true
+		printf '{"commit": "%s", "dirty": %s, "go": "%s", "nvcc": "%s", "date": "%s", "host": "%s"}\n' \
+			"$commit" "$dirty" "$(go env GOVERSION)" "nvcc $nvcc" "$(date -u +%FT%TZ)" "$(uname -srm)" \
+			>"$dir/MANIFEST.json"
+	)
+	echo "packed $(du -sh "$dir" | cut -f1) into $dir:"
+	(cd "$dir" && find . -type f -printf '  %p %s bytes\n' | grep -v '/testdata/' | sort)
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+pack)
+	[[ $# -eq 1 ]] || usage
+	pack "$1"
+	;;
+run)
+	[[ $# -ge 2 ]] || usage
+	dir="$1" out="$2"
+	shift 2
+	[[ -x "$dir/bin/distflash" && -x "$dir/bin/kernels.test" ]] || {
+		echo "run: $dir has no bin/distflash or bin/kernels.test: make it with scripts/gpu_check.sh pack $dir" >&2
+		exit 1
+	}
+	mkdir -p "$out"
+	exec "$py" "$dir/bench/gpu_check.py" run --pack "$dir" --out "$out" "$@"
+	;;
+merge)
+	[[ $# -ge 2 ]] || usage
+	dest="$1"
+	shift
+	exec "$py" "$here/../bench/gpu_check.py" merge --dest "$dest" "$@"
+	;;
+dry-run)
+	[[ $# -eq 1 ]] || usage
+	out="$1"
+	mkdir -p "$out"
+	status=0
+	if echo '#include <cuda.h>' | gcc -E -x c - >/dev/null 2>&1; then
+		"$here/check_cuda_abi.sh" || status=1
+	else
+		echo "dry-run: no cuda.h here: kernels/cuda/cuda_abi.h not compared with the CUDA headers"
+	fi
+	pack "$out/pack"
+	for phase in correctness attention model; do
+		"$py" "$out/pack/bench/gpu_check.py" run --pack "$out/pack" --out "$out/$phase" --phase "$phase" --dry || status=1
+	done
+	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model}
+	exit $status
+	;;
+*)
+	usage
+	;;
+esac
