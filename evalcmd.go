@@ -615,7 +615,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}
-	if err := writeFileAtomic(*out, append(js, '\n')); err != nil {
+	if err := ckpt.WriteFileAtomic(*out, append(js, '\n')); err != nil {
 		return fmt.Errorf("eval: write result: %w", err)
 	}
 	fmt.Fprintf(stdout, "eval: wrote %s\n", *out)

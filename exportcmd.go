@@ -25,30 +25,30 @@ import (
 // hfConfigJSON is the config.json export writes: every field transformers' LlamaConfig reads,
 // in its usual order.
 type hfConfigJSON struct {
-	Architectures         []string           `json:"architectures"`
-	ModelType             string             `json:"model_type"`
-	HiddenSize            int                `json:"hidden_size"`
-	IntermediateSize      int                `json:"intermediate_size"`
-	NumHiddenLayers       int                `json:"num_hidden_layers"`
-	NumAttentionHeads     int                `json:"num_attention_heads"`
-	NumKeyValueHeads      int                `json:"num_key_value_heads"`
-	HeadDim               int                `json:"head_dim"`
-	HiddenAct             string             `json:"hidden_act"`
-	MaxPositionEmbeddings int                `json:"max_position_embeddings"`
-	RMSNormEps            float64            `json:"rms_norm_eps"`
-	RopeTheta             float64            `json:"rope_theta"`
-	RopeScaling           map[string]any     `json:"rope_scaling"`
-	VocabSize             int                `json:"vocab_size"`
-	TieWordEmbeddings     bool               `json:"tie_word_embeddings"`
-	AttentionBias         bool               `json:"attention_bias"`
-	AttentionDropout      float64            `json:"attention_dropout"`
-	MLPBias               bool               `json:"mlp_bias"`
-	PretrainingTP         int                `json:"pretraining_tp"`
-	InitializerRange      float64            `json:"initializer_range"`
-	UseCache              bool               `json:"use_cache"`
-	BOSTokenID            *int32             `json:"bos_token_id"`
-	EOSTokenID            *int32             `json:"eos_token_id"`
-	TorchDtype            string             `json:"torch_dtype"`
+	Architectures         []string       `json:"architectures"`
+	ModelType             string         `json:"model_type"`
+	HiddenSize            int            `json:"hidden_size"`
+	IntermediateSize      int            `json:"intermediate_size"`
+	NumHiddenLayers       int            `json:"num_hidden_layers"`
+	NumAttentionHeads     int            `json:"num_attention_heads"`
+	NumKeyValueHeads      int            `json:"num_key_value_heads"`
+	HeadDim               int            `json:"head_dim"`
+	HiddenAct             string         `json:"hidden_act"`
+	MaxPositionEmbeddings int            `json:"max_position_embeddings"`
+	RMSNormEps            float64        `json:"rms_norm_eps"`
+	RopeTheta             float64        `json:"rope_theta"`
+	RopeScaling           map[string]any `json:"rope_scaling"`
+	VocabSize             int            `json:"vocab_size"`
+	TieWordEmbeddings     bool           `json:"tie_word_embeddings"`
+	AttentionBias         bool           `json:"attention_bias"`
+	AttentionDropout      float64        `json:"attention_dropout"`
+	MLPBias               bool           `json:"mlp_bias"`
+	PretrainingTP         int            `json:"pretraining_tp"`
+	InitializerRange      float64        `json:"initializer_range"`
+	UseCache              bool           `json:"use_cache"`
+	BOSTokenID            *int32         `json:"bos_token_id"`
+	EOSTokenID            *int32         `json:"eos_token_id"`
+	TorchDtype            string         `json:"torch_dtype"`
 }
 
 // hfRopeScaling is config.json's rope_scaling for mc (nil: none) with only the keys

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"math"
 	"os"
+
+	"distflash/ckpt"
 )
 
 // MarshalJSON writes m as one metrics.jsonl object, with null for a loss, gradient norm or
@@ -64,7 +66,7 @@ func openMetrics(path string, done int) (*metricsFile, error) {
 			}
 		}
 	}
-	if err := writeFileAtomic(path, keep); err != nil {
+	if err := ckpt.WriteFileAtomic(path, keep); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)

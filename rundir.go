@@ -223,24 +223,9 @@ func writeResolvedConfig(dir string, cfg Config) error {
 		return fmt.Errorf("train: encode config as TOML: %w", err)
 	}
 	for name, b := range map[string][]byte{"config.json": append(j, '\n'), "config.toml": t.Bytes()} {
-		if err := writeFileAtomic(filepath.Join(dir, name), b); err != nil {
+		if err := ckpt.WriteFileAtomic(filepath.Join(dir, name), b); err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
-	}
-	return nil
-}
-
-// writeFileAtomic writes b to path through a temporary file and a rename, so that path holds
-// either its old content or all of b.
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
 	}
 	return nil
 }

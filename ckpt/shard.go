@@ -258,6 +258,10 @@ func getBuf(n int) []byte {
 
 func putBuf(b []byte) { bufPool.Put(&b) }
 
+// WriteFileAtomic writes data to path through a temporary name in the same directory (write,
+// fsync, rename): a reader, or a crash at any moment, sees the old file or the whole new one.
+func WriteFileAtomic(path string, data []byte) error { return writeFileAtomic(path, data, nil) }
+
 // writeFileAtomic writes data to path through a temporary name in the same directory:
 // write, fsync, rename. A reader sees the old file or the whole new one, never a part.
 // beforeRename, if not nil, runs between the fsync and the rename (Commit's stage hook).
