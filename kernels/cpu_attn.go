@@ -38,6 +38,7 @@ type attnGrid struct {
 	causal         bool
 	computed       int64 // score elements in visible tiles
 	visibleKeyTile []bool
+	ksorted        []bool // per key tile: positions non-decreasing, so a row's visible keys are a prefix
 }
 
 func newAttnGrid(sh AttnShape) *attnGrid {
@@ -45,6 +46,14 @@ func newAttnGrid(sh AttnShape) *attnGrid {
 	if sh.Causal {
 		g.qlo, g.qhi = posBounds(sh.QPos, sh.NQ, tileQ)
 		g.klo, g.khi = posBounds(sh.KPos, sh.NK, tileK)
+		for j0 := 0; j0 < sh.NK; j0 += tileK {
+			kp := sh.KPos[j0:min(j0+tileK, sh.NK)]
+			sorted := true
+			for j := 1; j < len(kp); j++ {
+				sorted = sorted && kp[j-1] <= kp[j]
+			}
+			g.ksorted = append(g.ksorted, sorted)
+		}
 	}
 	g.visibleKeyTile = make([]bool, g.nkt)
 	for it := 0; it < g.nqt; it++ {
@@ -65,6 +74,20 @@ func (g *attnGrid) visible(it, jt int) (any, all bool) {
 		return true, true
 	}
 	return g.qhi[it] >= g.klo[jt], g.qlo[it] >= g.khi[jt]
+}
+
+// visiblePrefix returns how many keys of the non-decreasing kpos a query at qp sees.
+func visiblePrefix(kpos []int32, qp int32) int {
+	lo, hi := 0, len(kpos)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if kpos[m] <= qp {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // maskTile sets the scores of keys later than their query to -Inf in the nq×nk tile s (row
@@ -197,11 +220,17 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 			nkp := roundUp(nk, nr)
 			s := w.s[:nqp*tkp]
 			tileMul(impl, w.qp, kv.k(g, jt), hd, s, tkp, nqp, nkp, sh.Scale, 0)
-			if !all {
-				maskTile(s, tkp, sh.QPos[i0:i0+nq], sh.KPos[j0:j0+nk], grid.khi[jt])
+			kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
+			if !all && !prefix {
+				maskTile(s, tkp, sh.QPos[i0:i0+nq], kpos, grid.khi[jt])
 			}
 			for i := 0; i < nq; i++ {
 				row := s[i*tkp : i*tkp+nk]
+				if prefix { // the masked keys are the row's tail: P = 0 there
+					cut := visiblePrefix(kpos, sh.QPos[i0+i])
+					clear(row[cut:])
+					row = row[:cut]
+				}
 				mx := rowMax(row)
 				if mx == negInf { // every key of this tile is masked for this query
 					clear(row)
@@ -372,6 +401,7 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 			s, dp    = make([]float32, tileQ*tkp), make([]float32, tileQ*tkp)
 			pT, dsT  = make([]float32, tkm*tileQ), make([]float32, tkm*tileQ)
 			dsA      = make([]float32, tileQ*tileK)
+			cut      = make([]int, tileQ) // visible keys of each row (a prefix when masked)
 			dkt, dvt = make([]float32, tkm*hdp), make([]float32, tkm*hdp)
 		)
 		for jt := cls; jt < grid.nkt; jt += split {
@@ -408,28 +438,30 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 					packSteps(doB, doi, qs, hd, nq, nr)
 					// P = exp(scale·Q·Kᵀ − lse), masked: exp(-Inf) = 0
 					tileMul(impl, qA, kB, hd, s, tkp, nqp, nkp, sh.Scale, 0)
-					if !all {
-						maskTile(s, tkp, sh.QPos[i0:i0+nq], sh.KPos[j0:j0+nk], grid.khi[jt])
+					kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
+					if !all && !prefix {
+						maskTile(s, tkp, sh.QPos[i0:i0+nq], kpos, grid.khi[jt])
 					}
 					for i := 0; i < nq; i++ {
 						row, li := s[i*tkp:i*tkp+nk], L[i0+i]
+						cut[i] = nk
 						if li == negInf {
-							clear(row)
-							continue
+							cut[i] = 0
+						} else if prefix {
+							cut[i] = visiblePrefix(kpos, sh.QPos[i0+i])
 						}
-						expShift(row, row, li)
+						clear(row[cut[i]:])
+						expShift(row[:cut[i]], row[:cut[i]], li)
 					}
 					// dV_tile += Pᵀ · dO_tile
 					packSteps(pT, s, tkp, nk, nq, mr)
 					tileMul(impl, pT, doB, nq, dvt, hdp, nkm, hdp, 1, 1)
 					// dP = dO_tile · V_tileᵀ ; dS = P ∘ (dP − D)
 					tileMul(impl, doA, vB, hd, dp, tkp, nqp, nkp, 1, 0)
-					for i := 0; i < nq; i++ {
-						di := D[i0+i]
-						prow, drow := s[i*tkp:i*tkp+nk], dp[i*tkp:i*tkp+nk]
-						for j := range prow {
-							drow[j] = prow[j] * (drow[j] - di)
-						}
+					for i := 0; i < nq; i++ { // P = 0 past cut, so dS = 0 there
+						drow := dp[i*tkp : i*tkp+nk]
+						dsRow(s[i*tkp:i*tkp+cut[i]], drow[:cut[i]], D[i0+i])
+						clear(drow[cut[i]:])
 					}
 					// dQ_tile += scale · dS · K_tile ; dK_tile += scale · dSᵀ · Q_tile
 					packLanes(dsA, dp, tkp, nq, nk, mr)

@@ -85,3 +85,11 @@ type expImpl struct {
 	name string
 	fn   func(dst, src []float32, shift float32) float32
 }
+
+// dsRowGo is the portable dsRow.
+func dsRowGo(p, dp []float32, d float32) {
+	p = p[:len(dp)]
+	for j, x := range p {
+		dp[j] = x * (dp[j] - d)
+	}
+}

@@ -74,3 +74,17 @@ func expImpls() []expImpl {
 	}
 	return l
 }
+
+//go:noescape
+func dsRow256(p, dp *float32, n int, d float32)
+
+// dsRow sets dp[j] = p[j]·(dp[j] − d), the gradient of the scores in the attention backward.
+func dsRow(p, dp []float32, d float32) {
+	p = p[:len(dp)]
+	full := len(dp) &^ 7
+	if gemmHasAVX2 && full > 0 {
+		dsRow256(&p[0], &dp[0], full, d)
+		p, dp = p[full:], dp[full:]
+	}
+	dsRowGo(p, dp, d)
+}

@@ -198,3 +198,25 @@ donemax:
 	MOVSS X0, ret+16(FP)
 	VZEROUPPER
 	RET
+
+// func dsRow256(p, dp *float32, n int, d float32)
+// dp[j] = p[j]·(dp[j] − d) for n a multiple of 8, rounded as the Go loop of dsRow rounds.
+TEXT ·dsRow256(SB), NOSPLIT, $0-28
+	MOVQ p+0(FP), SI
+	MOVQ dp+8(FP), DI
+	MOVQ n+16(FP), CX
+	VBROADCASTSS d+24(FP), Y0
+	SHRQ $3, CX
+	JZ doneds
+loopds:
+	VMOVUPS (DI), Y1
+	VSUBPS Y0, Y1, Y1
+	VMULPS (SI), Y1, Y1
+	VMOVUPS Y1, (DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	DECQ CX
+	JNZ loopds
+doneds:
+	VZEROUPPER
+	RET

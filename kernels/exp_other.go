@@ -10,3 +10,6 @@ func rowMax(src []float32) float32 { return maxGo(src) }
 
 // expImpls lists the exponential kernels this build can run (for tests).
 func expImpls() []expImpl { return []expImpl{{"go", expShiftGo}} }
+
+// dsRow sets dp[j] = p[j]·(dp[j] − d), the gradient of the scores in the attention backward.
+func dsRow(p, dp []float32, d float32) { dsRowGo(p, dp, d) }

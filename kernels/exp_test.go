@@ -152,3 +152,25 @@ func TestRowMax(t *testing.T) {
 		}
 	}
 }
+
+// TestDsRow checks dsRow against the Go loop bit for bit at every length up to 40.
+func TestDsRow(t *testing.T) {
+	for n := 0; n <= 40; n++ {
+		p, dp := make([]float32, n), make([]float32, n+1)
+		for i := range p {
+			p[i], dp[i] = float32(i)*0.37-2, float32(i%5)*1.3+0.1
+		}
+		dp[n] = 42
+		want := append([]float32(nil), dp[:n]...)
+		dsRowGo(p, want, 0.77)
+		dsRow(p, dp[:n], 0.77)
+		for i := range want {
+			if dp[i] != want[i] {
+				t.Fatalf("n=%d: dp[%d] = %g, want %g", n, i, dp[i], want[i])
+			}
+		}
+		if dp[n] != 42 {
+			t.Fatalf("n=%d: wrote past the end", n)
+		}
+	}
+}
