@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"distflash/kernels"
@@ -25,6 +26,8 @@ type World struct {
 
 	linkBytesPerSec float64       // simulated link bandwidth; 0 = messages arrive at once
 	linkLatency     time.Duration // simulated per-message latency
+
+	copies atomic.Int64 // copies of non-empty messages (one per message, two for a detached send)
 }
 
 // SimulateLink makes every message arrive latency + bytes/bytesPerSec after it is sent, as
@@ -129,7 +132,7 @@ func (g *group) box(src, dst, tag int) *mailbox {
 	k := [3]int{src, dst, tag}
 	b := g.boxes[k]
 	if b == nil {
-		b = &mailbox{slots: map[int]*slot{}}
+		b = &mailbox{slots: map[int]*slot{}, copies: &g.world.copies}
 		g.boxes[k] = b
 	}
 	return b
@@ -150,6 +153,7 @@ type mailbox struct {
 	slots   map[int]*slot // slots with only one side so far
 	arrived int           // sends so far
 	tickets int           // receives posted so far
+	copies  *atomic.Int64 // the world's copy count
 }
 
 // slot is one message's meeting point. Fields are guarded by the mailbox's mu; done is
@@ -186,7 +190,9 @@ func (b *mailbox) match(k int, sl *slot) {
 	}
 	sl.copying = true
 	b.mu.Unlock()
-	copy(sl.dst, sl.src)
+	if copy(sl.dst, sl.src) > 0 {
+		b.copies.Add(1)
+	}
 	b.mu.Lock()
 	sl.copying = false
 	sl.src = nil
@@ -237,7 +243,10 @@ func (r *sendRequest) Wait() {
 			return
 		case sl.posted: // matched and copied
 		default:
-			sl.src = append([]float32(nil), sl.src...)
+			if len(sl.src) > 0 {
+				sl.src = append([]float32(nil), sl.src...)
+				b.copies.Add(1)
+			}
 		}
 		b.mu.Unlock()
 	})
