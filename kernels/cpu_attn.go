@@ -1,9 +1,6 @@
 package kernels
 
-import (
-	"math"
-	"runtime"
-)
+import "math"
 
 // Tile sizes of the CPU attention: a query tile against a key tile is one score tile of
 // tileQ×tileK floats, so memory stays O(tile) whatever the sequence length (FlashAttention-2
@@ -186,17 +183,12 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	defer gemmPutBuf(kv.buf)
 	group := H / sh.KVHeads
 	tkp, hdp := roundUp(tileK, nr), roundUp(hd, nr)
-	type scratch struct{ qp, s, pp, ot []float32 }
-	pool := make(chan *scratch, runtime.GOMAXPROCS(0))
 	parallel(H*grid.nqt, func(item int) {
-		var w *scratch
-		select {
-		case w = <-pool:
-		default:
-			w = &scratch{qp: make([]float32, tileQ*hd), s: make([]float32, tileQ*tkp),
-				pp: make([]float32, tileQ*tileK), ot: make([]float32, tileQ*hdp)}
-		}
-		defer func() { pool <- w }()
+		buf := gemmGetBuf(tileQ * (hd + tkp + tileK + hdp)) // pooled, not zeroed: every use writes first
+		defer gemmPutBuf(buf)
+		ar := arena(*buf)
+		var w struct{ qp, s, pp, ot []float32 }
+		w.qp, w.s, w.pp, w.ot = ar.take(tileQ*hd), ar.take(tileQ*tkp), ar.take(tileQ*tileK), ar.take(tileQ*hdp)
 		h, it := item%H, item/H
 		g := h / group
 		i0 := it * tileQ
@@ -257,6 +249,16 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 			copy(o[(i0+i)*qs+h*hd:(i0+i)*qs+h*hd+hd], ot[i*hdp:i*hdp+hd])
 		}
 	})
+}
+
+// arena hands out consecutive pieces of a scratch buffer.
+type arena []float32
+
+// take returns the next n floats.
+func (a *arena) take(n int) []float32 {
+	s := (*a)[:n:n]
+	*a = (*a)[n:]
+	return s
 }
 
 // AttnMerge implements Backend: with m = max(m1, m2), o = o1·e^(m1−m) + o2·e^(m2−m) and
@@ -393,16 +395,20 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 		if split > 1 {
 			dqt = (*parts)[cls*len(dq) : (cls+1)*len(dq)]
 		}
+		// scratch from the pack-buffer pool, not zeroed: every use below writes before it reads
+		buf := gemmGetBuf(2*tileQ*hd + 2*hdp*tileQ + 2*tkp*hd + hdp*tileK + 2*tileQ*tkp + 2*tkm*tileQ + tileQ*tileK + 2*tkm*hdp)
+		defer gemmPutBuf(buf)
+		ar := arena(*buf)
 		var (
-			qA, doA  = make([]float32, tileQ*hd), make([]float32, tileQ*hd)
-			qB, doB  = make([]float32, hdp*tileQ), make([]float32, hdp*tileQ)
-			kB, vB   = make([]float32, tkp*hd), make([]float32, tkp*hd)
-			kS       = make([]float32, hdp*tileK)
-			s, dp    = make([]float32, tileQ*tkp), make([]float32, tileQ*tkp)
-			pT, dsT  = make([]float32, tkm*tileQ), make([]float32, tkm*tileQ)
-			dsA      = make([]float32, tileQ*tileK)
+			qA, doA  = ar.take(tileQ * hd), ar.take(tileQ * hd)
+			qB, doB  = ar.take(hdp * tileQ), ar.take(hdp * tileQ)
+			kB, vB   = ar.take(tkp * hd), ar.take(tkp * hd)
+			kS       = ar.take(hdp * tileK)
+			s, dp    = ar.take(tileQ * tkp), ar.take(tileQ * tkp)
+			pT, dsT  = ar.take(tkm * tileQ), ar.take(tkm * tileQ)
+			dsA      = ar.take(tileQ * tileK)
+			dkt, dvt = ar.take(tkm * hdp), ar.take(tkm * hdp)
 			cut      = make([]int, tileQ) // visible keys of each row (a prefix when masked)
-			dkt, dvt = make([]float32, tkm*hdp), make([]float32, tkm*hdp)
 		)
 		for jt := cls; jt < grid.nkt; jt += split {
 			if !grid.visibleKeyTile[jt] {
