@@ -270,3 +270,47 @@ func TestAttnSkipsHiddenBlocks(t *testing.T) {
 		t.Fatalf("counters after a visible block: %+v", snap)
 	}
 }
+
+// TestAttnLongBlockMatchesNaive runs one block of 520 keys, long enough for several query and
+// key tiles and for the backward to split each key/value head's key tiles into attnBwdChunks
+// classes with partial dQ buffers (multi-query: one key/value head), against naive attention,
+// under the contiguous (sorted: masked tails skipped) and shuffled (masked element by element)
+// layouts.
+func TestAttnLongBlockMatchesNaive(t *testing.T) {
+	const n, H, K, hd = 520, 2, 1, 8
+	if got := attnBwdSplit(K, gemmCeilDiv(n, tileK)); got != attnBwdChunks {
+		t.Fatalf("attnBwdSplit(%d, %d) = %d, want %d: the test no longer covers the split", K, gemmCeilDiv(n, tileK), got, attnBwdChunks)
+	}
+	r := rand.New(rand.NewPCG(520, 1))
+	for _, name := range []string{"contiguous", "shuffled"} {
+		t.Run(name, func(t *testing.T) {
+			pos := layouts(n, r)[name]
+			be := NewCPU()
+			q, k, v, do := randVec(r, n*H*hd, 1.5), randVec(r, n*K*hd, 1.5), randVec(r, n*K*hd, 1), randVec(r, n*H*hd, 1)
+			sh := AttnShape{NQ: n, NK: n, Heads: H, KVHeads: K, HeadDim: hd, Causal: true,
+				Scale: float32(1 / math.Sqrt(float64(hd))), QPos: pos, KPos: pos}
+			wo, wlse, wdq, wdk, wdv := naiveAttn(q, k, v, do, sh)
+			st := AttnState{O: be.Alloc(n * H * hd), M: be.Alloc(H * n), L: be.Alloc(H * n)}
+			be.AttnInit(st)
+			qb, kb, vb := upload(be, q), upload(be, k), upload(be, v)
+			be.AttnForward(st, qb, kb, vb, sh)
+			o, lse := be.Alloc(n*H*hd), be.Alloc(H*n)
+			be.AttnFinish(o, lse, st, n, H, hd)
+			dob, D := upload(be, do), be.Alloc(H*n)
+			be.AttnBackwardPrep(D, o, dob, n, H, hd)
+			dq, dk, dv := be.Alloc(n*H*hd), be.Alloc(n*K*hd), be.Alloc(n*K*hd)
+			be.AttnBackward(dq, dk, dv, qb, kb, vb, dob, lse, D, sh)
+			for _, c := range []struct {
+				name  string
+				got   Buf
+				want  []float64
+				floor float64
+				tol   float64
+			}{{"o", o, wo, 0, 2e-6}, {"lse", lse, wlse, 1, 2e-6}, {"dq", dq, wdq, 0, 1e-5}, {"dk", dk, wdk, 0, 1e-5}, {"dv", dv, wdv, 0, 1e-5}} {
+				if e := maxRelErrFloor(Host(c.got), c.want, c.floor); e > c.tol {
+					t.Errorf("%s rel err %.3g > %g", c.name, e, c.tol)
+				}
+			}
+		})
+	}
+}

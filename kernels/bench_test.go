@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
@@ -17,7 +18,9 @@ import (
 // BenchmarkMatMul puts the Backend's MatMul beside a plain Go loop (naiveMatMul) in the same
 // run, so the speed-up is measured on the same machine and load. The attention benchmarks count
 // FLOPs with the backend's counters (what the kernel computed, tile by tile) and also report the
-// usual convention for causal attention: 4·n²·H·hd/2 forward, 2.5× that backward.
+// usual convention for causal attention: 4·n²·H·hd/2 forward, 2.5× that backward; each also
+// runs the 1024³ MatMul between its iterations and reports its ratio to it (xGEMM, and
+// naive_xGEMM for the convention's FLOPs), so the ratio holds whatever the machine's load.
 
 // naiveMatMul sets C = A·B (A [m, k], B [k, n], row-major) with the cache-friendly i-k-j loop:
 // the innermost loop runs along a row of B and a row of C.
@@ -162,34 +165,88 @@ func (a *attnBench) forward() {
 	a.be.AttnForward(a.st, a.q, a.k, a.v, a.sh)
 }
 
-var attnBenchSizes = []struct{ n, hd int }{{512, 32}, {512, 128}, {2048, 32}, {2048, 128}}
+var attnBenchSizes = []struct{ n, hd int }{{512, 32}, {512, 64}, {512, 128}, {2048, 32}, {2048, 64}, {2048, 128}}
+
+// attnGemmRef is the reference of the attention benchmarks: the backend's 1024³ MatMul (the
+// BenchmarkMatMul/backend/1024 product), run between a benchmark's iterations whenever it has
+// had less time than the attention so far, so that both see the same load on a shared machine.
+type attnGemmRef struct {
+	be      *CPU
+	a, b, c Buf
+	spent   time.Duration
+	runs    int
+}
+
+func newAttnGemmRef() *attnGemmRef {
+	const n = 1024
+	r := rand.New(rand.NewPCG(n, n))
+	be := NewCPU()
+	g := &attnGemmRef{be: be, a: upload(be, randVec(r, n*n, 1)), b: upload(be, randVec(r, n*n, 1)), c: be.Alloc(n * n)}
+	g.be.MatMul(g.c, g.a, g.b, n, n, n, false, false, 0) // warm the pack buffers and helpers
+	return g
+}
+
+// keepUp runs the product until it has had at least the attention's time t.
+func (g *attnGemmRef) keepUp(t time.Duration) {
+	for g.spent < t || g.runs == 0 {
+		t0 := time.Now()
+		g.be.MatMul(g.c, g.a, g.b, 1024, 1024, 1024, false, false, 0)
+		g.spent += time.Since(t0)
+		g.runs++
+	}
+}
+
+func (g *attnGemmRef) gflops() float64 {
+	return 2 * 1024 * 1024 * 1024 * float64(g.runs) / g.spent.Seconds() / 1e9
+}
+
+// attnLoop runs step under b.Loop with the reference product interleaved, and reports the
+// attention's GFLOP/s (flops from the backend's counters, and naive: the causal convention
+// naiveFlops per call), the product's GFLOP/s, and their ratios xGEMM and naive_xGEMM.
+func attnLoop(b *testing.B, a *attnBench, step func(), counted func() int64, naiveFlops float64) {
+	ref := newAttnGemmRef()
+	var spent time.Duration
+	runs := 0
+	for b.Loop() {
+		t0 := time.Now()
+		step()
+		spent += time.Since(t0)
+		runs++
+		b.StopTimer()
+		ref.keepUp(spent)
+		b.StartTimer()
+	}
+	got := float64(counted()) / spent.Seconds() / 1e9
+	naive := naiveFlops * float64(runs) / spent.Seconds() / 1e9
+	b.ReportMetric(got, "GFLOP/s")
+	b.ReportMetric(naive, "naiveGFLOP/s")
+	b.ReportMetric(ref.gflops(), "GEMM_GFLOP/s")
+	b.ReportMetric(got/ref.gflops(), "xGEMM")
+	b.ReportMetric(naive/ref.gflops(), "naive_xGEMM")
+}
 
 // BenchmarkAttnForward: one causal block forward (AttnInit + AttnForward) over all n keys.
-// GFLOP/s counts Counters().AttnFwdFLOPs; naiveGFLOP/s counts 4·n²·H·hd/2 per call.
+// GFLOP/s counts Counters().AttnFwdFLOPs (whole tiles the kernel computed); naiveGFLOP/s
+// counts 4·n²·H·hd/2 per call; xGEMM and naive_xGEMM divide them by the GFLOP/s of the
+// 1024³ MatMul interleaved with the iterations (attnGemmRef).
 func BenchmarkAttnForward(b *testing.B) {
 	for _, s := range attnBenchSizes {
 		b.Run(fmt.Sprintf("n%d/hd%d", s.n, s.hd), func(b *testing.B) {
 			a := newAttnBench(s.n, s.hd)
-			for b.Loop() {
-				a.forward()
-			}
-			reportGFLOPs(b, float64(a.be.Counters().AttnFwdFLOPs.Load()), "GFLOP/s")
-			reportGFLOPs(b, a.naiveFwdFLOPs*float64(b.N), "naiveGFLOP/s")
+			attnLoop(b, a, a.forward, a.be.Counters().AttnFwdFLOPs.Load, a.naiveFwdFLOPs)
 		})
 	}
 }
 
 // BenchmarkAttnBackward: one causal block backward (AttnBackward, given lse and D).
-// GFLOP/s counts Counters().AttnBwdFLOPs; naiveGFLOP/s counts 2.5 × 4·n²·H·hd/2 per call.
+// GFLOP/s counts Counters().AttnBwdFLOPs; naiveGFLOP/s counts 2.5 × 4·n²·H·hd/2 per call;
+// ratios as in BenchmarkAttnForward.
 func BenchmarkAttnBackward(b *testing.B) {
 	for _, s := range attnBenchSizes {
 		b.Run(fmt.Sprintf("n%d/hd%d", s.n, s.hd), func(b *testing.B) {
 			a := newAttnBench(s.n, s.hd)
-			for b.Loop() {
-				a.be.AttnBackward(a.dq, a.dk, a.dv, a.q, a.k, a.v, a.do, a.lse, a.d, a.sh)
-			}
-			reportGFLOPs(b, float64(a.be.Counters().AttnBwdFLOPs.Load()), "GFLOP/s")
-			reportGFLOPs(b, 2.5*a.naiveFwdFLOPs*float64(b.N), "naiveGFLOP/s")
+			step := func() { a.be.AttnBackward(a.dq, a.dk, a.dv, a.q, a.k, a.v, a.do, a.lse, a.d, a.sh) }
+			attnLoop(b, a, step, a.be.Counters().AttnBwdFLOPs.Load, 2.5*a.naiveFwdFLOPs)
 		})
 	}
 }

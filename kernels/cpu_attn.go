@@ -2,31 +2,105 @@ package kernels
 
 import "math"
 
-// Tile sizes of the CPU attention: a query tile against a key tile is one pair of SGEMMs
-// with a score scratch of tileQ×tileK floats, so memory stays O(tile) whatever the
-// sequence length (FlashAttention-2 tiling, papers/distflashattn.txt §2).
+// Tile sizes of the CPU attention: a query tile against a key tile is one score tile of
+// tileQ×tileK floats, so memory stays O(tile) whatever the sequence length (FlashAttention-2
+// tiling, papers/distflashattn.txt §2). tileQ is a multiple of every microkernel's MR.
 const (
-	tileQ = 64
+	tileQ = 96
 	tileK = 128
 )
 
 var negInf = float32(math.Inf(-1))
 
-// tileVisible reports whether any key of the tile is visible to any query of the tile, and
-// whether all of them are (so the mask need not be applied).
-func tileVisible(sh AttnShape, i0, i1, j0, j1 int) (any, all bool) {
-	if !sh.Causal {
+// posBounds returns the smallest and largest position of each tile of size t over pos.
+func posBounds(pos []int32, n, t int) (lo, hi []int32) {
+	for i0 := 0; i0 < n; i0 += t {
+		mn, mx := pos[i0], pos[i0]
+		for _, p := range pos[i0:min(i0+t, n)] {
+			mn, mx = min(mn, p), max(mx, p)
+		}
+		lo, hi = append(lo, mn), append(hi, mx)
+	}
+	return lo, hi
+}
+
+// attnGrid is the causal structure of one call: for each query tile × key tile, whether any
+// key is visible to any query (else the pair is skipped) and whether all are (else the mask is
+// applied element by element). It looks only at the positions' bounds, so it holds for any
+// layout (contiguous, zig-zag, cyclic, shuffled).
+type attnGrid struct {
+	nqt, nkt       int
+	qlo, qhi       []int32 // per query tile
+	klo, khi       []int32 // per key tile
+	causal         bool
+	computed       int64 // score elements in visible tiles
+	visibleKeyTile []bool
+	ksorted        []bool // per key tile: positions non-decreasing, so a row's visible keys are a prefix
+}
+
+func newAttnGrid(sh AttnShape) *attnGrid {
+	g := &attnGrid{nqt: gemmCeilDiv(sh.NQ, tileQ), nkt: gemmCeilDiv(sh.NK, tileK), causal: sh.Causal}
+	if sh.Causal {
+		g.qlo, g.qhi = posBounds(sh.QPos, sh.NQ, tileQ)
+		g.klo, g.khi = posBounds(sh.KPos, sh.NK, tileK)
+		for j0 := 0; j0 < sh.NK; j0 += tileK {
+			kp := sh.KPos[j0:min(j0+tileK, sh.NK)]
+			sorted := true
+			for j := 1; j < len(kp); j++ {
+				sorted = sorted && kp[j-1] <= kp[j]
+			}
+			g.ksorted = append(g.ksorted, sorted)
+		}
+	}
+	g.visibleKeyTile = make([]bool, g.nkt)
+	for it := 0; it < g.nqt; it++ {
+		for jt := 0; jt < g.nkt; jt++ {
+			if any, _ := g.visible(it, jt); any {
+				g.computed += int64(min(tileQ, sh.NQ-it*tileQ) * min(tileK, sh.NK-jt*tileK))
+				g.visibleKeyTile[jt] = true
+			}
+		}
+	}
+	return g
+}
+
+// visible reports whether any key of key tile jt is visible to any query of query tile it,
+// and whether all of them are.
+func (g *attnGrid) visible(it, jt int) (any, all bool) {
+	if !g.causal {
 		return true, true
 	}
-	qmin, qmax := sh.QPos[i0], sh.QPos[i0]
-	for _, p := range sh.QPos[i0:i1] {
-		qmin, qmax = min(qmin, p), max(qmax, p)
+	return g.qhi[it] >= g.klo[jt], g.qlo[it] >= g.khi[jt]
+}
+
+// visiblePrefix returns how many keys of the non-decreasing kpos a query at qp sees.
+func visiblePrefix(kpos []int32, qp int32) int {
+	lo, hi := 0, len(kpos)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if kpos[m] <= qp {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
-	kmin, kmax := sh.KPos[j0], sh.KPos[j0]
-	for _, p := range sh.KPos[j0:j1] {
-		kmin, kmax = min(kmin, p), max(kmax, p)
+	return lo
+}
+
+// maskTile sets the scores of keys later than their query to -Inf in the nq×nk tile s (row
+// stride lds), skipping rows that see the whole key tile (qpos ≥ kmax).
+func maskTile(s []float32, lds int, qpos, kpos []int32, kmax int32) {
+	for i, qp := range qpos {
+		if qp >= kmax {
+			continue
+		}
+		row := s[i*lds : i*lds+len(kpos)]
+		for j, kp := range kpos {
+			if kp > qp {
+				row[j] = negInf
+			}
+		}
 	}
-	return qmax >= kmin, qmin >= kmax
 }
 
 // AttnInit implements Backend.
@@ -39,29 +113,50 @@ func (c *CPU) AttnInit(s AttnState) {
 	}
 }
 
-// scores computes S = scale·Q_h·K_gᵀ for one tile into s (rows i0..i1, keys j0..j1) and applies
-// the position mask; it returns the number of columns (the tile's leading dimension).
-func (c *CPU) scores(s, q, k []float32, sh AttnShape, h, g, i0, i1, j0, j1 int, all bool) int {
-	hd, qs, ks := sh.HeadDim, sh.Heads*sh.HeadDim, sh.KVHeads*sh.HeadDim
-	nq, nk := i1-i0, j1-j0
-	sgemm(false, true, nq, nk, hd, sh.Scale,
-		q[i0*qs+h*hd:], qs, k[j0*ks+g*hd:], ks, 0, s, nk)
-	if !all {
-		for i := 0; i < nq; i++ {
-			qp := sh.QPos[i0+i]
-			row := s[i*nk : (i+1)*nk]
-			for j, kp := range sh.KPos[j0:j1] {
-				if kp > qp {
-					row[j] = negInf
-				}
-			}
-		}
-	}
-	return nk
+// attnKV holds K and V of one call packed for the microkernel, per key/value head and key
+// tile: K as the B operand of S = Q·Kᵀ (lanes = keys, steps = head_dim) and V as the B
+// operand of O += P·V (lanes = head_dim, steps = keys).
+type attnKV struct {
+	buf        *[]float32
+	kSize, per int // floats of packed K per tile, and of K and V per tile
+	nkt        int
 }
 
-// AttnForward implements Backend. Work is parallel over query heads; each head walks query
-// tiles × key tiles, skipping tiles that the causal mask hides entirely.
+func (kv *attnKV) k(g, jt int) []float32 {
+	off := (g*kv.nkt + jt) * kv.per
+	return (*kv.buf)[off : off+kv.kSize]
+}
+
+func (kv *attnKV) v(g, jt int) []float32 {
+	off := (g*kv.nkt+jt)*kv.per + kv.kSize
+	return (*kv.buf)[off : off+kv.per-kv.kSize]
+}
+
+// packKV packs the key tiles that grid marks visible (parallel over heads × tiles).
+func packKV(impl *gemmImpl, k, v []float32, sh AttnShape, grid *attnGrid) *attnKV {
+	hd, ks, nr := sh.HeadDim, sh.KVHeads*sh.HeadDim, impl.nr
+	kSize := roundUp(tileK, nr) * hd
+	kv := &attnKV{kSize: kSize, per: kSize + roundUp(hd, nr)*tileK, nkt: grid.nkt}
+	kv.buf = gemmGetBuf(sh.KVHeads * grid.nkt * kv.per)
+	parallel(sh.KVHeads*grid.nkt, func(item int) {
+		g, jt := item/grid.nkt, item%grid.nkt
+		if !grid.visibleKeyTile[jt] {
+			return
+		}
+		j0 := jt * tileK
+		nk := min(tileK, sh.NK-j0)
+		packLanes(kv.k(g, jt), k[j0*ks+g*hd:], ks, nk, hd, nr)
+		packSteps(kv.v(g, jt), v[j0*ks+g*hd:], ks, hd, nk, nr)
+	})
+	return kv
+}
+
+// AttnForward implements Backend. Work items are (query head, query tile) pairs; each walks
+// the visible key tiles in order with an online softmax per row (FlashAttention-2, §3.1 of
+// papers/distflashattn.txt): S = scale·Q·Kᵀ and O += P·V by the SGEMM microkernel on packed
+// tiles, P = exp(S − m) by the vector exponential, O rescaled when a row's maximum grows.
+// An item's arithmetic does not depend on which worker runs it, so results are identical
+// for any thread count.
 func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	if err := sh.Validate(); err != nil {
 		panic(err)
@@ -75,65 +170,95 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	mustLen("attn o", o, sh.NQ*qs)
 	mustLen("attn m", ms, H*sh.NQ)
 	mustLen("attn l", ls, H*sh.NQ)
-	group := H / sh.KVHeads
-	var computed int64
-	type tile struct{ i0, i1, j0, j1 int }
-	var tiles []tile
-	for i0 := 0; i0 < sh.NQ; i0 += tileQ {
-		i1 := min(i0+tileQ, sh.NQ)
-		for j0 := 0; j0 < sh.NK; j0 += tileK {
-			j1 := min(j0+tileK, sh.NK)
-			if any, _ := tileVisible(sh, i0, i1, j0, j1); any {
-				tiles = append(tiles, tile{i0, i1, j0, j1})
-				computed += int64((i1 - i0) * (j1 - j0))
-			}
-		}
-	}
-	if len(tiles) == 0 {
+	grid := newAttnGrid(sh)
+	if grid.computed == 0 {
 		c.counters.AttnSkipped.Add(1)
 		return
 	}
 	c.counters.AttnBlocks.Add(1)
-	c.counters.AttnFwdFLOPs.Add(4 * computed * int64(hd*H))
-	parallel(H, func(h int) {
+	c.counters.AttnFwdFLOPs.Add(4 * grid.computed * int64(hd*H))
+	impl := &gemmKernel
+	mr, nr := impl.mr, impl.nr
+	kv := packKV(impl, k, v, sh, grid)
+	defer gemmPutBuf(kv.buf)
+	group := H / sh.KVHeads
+	tkp, hdp := roundUp(tileK, nr), roundUp(hd, nr)
+	parallel(H*grid.nqt, func(item int) {
+		buf := gemmGetBuf(tileQ * (hd + tkp + tileK + hdp)) // pooled, not zeroed: every use writes first
+		defer gemmPutBuf(buf)
+		ar := arena(*buf)
+		var w struct{ qp, s, pp, ot []float32 }
+		w.qp, w.s, w.pp, w.ot = ar.take(tileQ*hd), ar.take(tileQ*tkp), ar.take(tileQ*tileK), ar.take(tileQ*hdp)
+		h, it := item%H, item/H
 		g := h / group
-		s := make([]float32, tileQ*tileK)
-		m, l := ms[h*sh.NQ:(h+1)*sh.NQ], ls[h*sh.NQ:(h+1)*sh.NQ]
-		for _, t := range tiles {
-			_, all := tileVisible(sh, t.i0, t.i1, t.j0, t.j1)
-			nk := c.scores(s, q, k, sh, h, g, t.i0, t.i1, t.j0, t.j1, all)
-			for i := t.i0; i < t.i1; i++ {
-				row := s[(i-t.i0)*nk : (i-t.i0+1)*nk]
-				mx := negInf
-				for _, x := range row {
-					mx = max(mx, x)
+		i0 := it * tileQ
+		nq := min(tileQ, sh.NQ-i0)
+		nqp := roundUp(nq, mr)
+		m, l := ms[h*sh.NQ+i0:h*sh.NQ+i0+nq], ls[h*sh.NQ+i0:h*sh.NQ+i0+nq]
+		packLanes(w.qp, q[i0*qs+h*hd:], qs, nq, hd, mr)
+		// the running output of the tile, padded to whole microkernel tiles
+		ot := w.ot[:nqp*hdp]
+		clear(ot)
+		for i := 0; i < nq; i++ {
+			copy(ot[i*hdp:i*hdp+hd], o[(i0+i)*qs+h*hd:(i0+i)*qs+h*hd+hd])
+		}
+		for jt := 0; jt < grid.nkt; jt++ {
+			any, all := grid.visible(it, jt)
+			if !any {
+				continue
+			}
+			j0 := jt * tileK
+			nk := min(tileK, sh.NK-j0)
+			nkp := roundUp(nk, nr)
+			s := w.s[:nqp*tkp]
+			tileMul(impl, w.qp, kv.k(g, jt), hd, s, tkp, nqp, nkp, sh.Scale, 0)
+			kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
+			if !all && !prefix {
+				maskTile(s, tkp, sh.QPos[i0:i0+nq], kpos, grid.khi[jt])
+			}
+			for i := 0; i < nq; i++ {
+				row := s[i*tkp : i*tkp+nk]
+				if prefix { // the masked keys are the row's tail: P = 0 there
+					cut := visiblePrefix(kpos, sh.QPos[i0+i])
+					clear(row[cut:])
+					row = row[:cut]
 				}
+				mx := rowMax(row)
 				if mx == negInf { // every key of this tile is masked for this query
 					clear(row)
 					continue
 				}
 				mNew := max(m[i], mx)
-				corr := float32(math.Exp(float64(m[i] - mNew))) // 0 when m[i] = -Inf
-				var sum float32
-				for j, x := range row {
-					p := float32(math.Exp(float64(x - mNew)))
-					row[j] = p
-					sum += p
-				}
-				l[i] = l[i]*corr + sum
-				m[i] = mNew
-				if corr != 1 {
-					orow := o[i*qs+h*hd : i*qs+h*hd+hd]
+				sum := expShift(row, row, mNew)
+				if mNew != m[i] {
+					corr := float32(math.Exp(float64(m[i] - mNew))) // 0 when m[i] = -Inf
+					l[i] *= corr
+					orow := ot[i*hdp : i*hdp+hd]
 					for d := range orow {
 						orow[d] *= corr
 					}
+					m[i] = mNew
 				}
+				l[i] += sum
 			}
 			// O_tile += P · V_tile
-			sgemm(false, false, t.i1-t.i0, hd, nk, 1,
-				s, nk, v[t.j0*ks+g*hd:], ks, 1, o[t.i0*qs+h*hd:], qs)
+			packLanes(w.pp, s, tkp, nq, nk, mr)
+			tileMul(impl, w.pp, kv.v(g, jt), nk, ot, hdp, nqp, hdp, 1, 1)
+		}
+		for i := 0; i < nq; i++ {
+			copy(o[(i0+i)*qs+h*hd:(i0+i)*qs+h*hd+hd], ot[i*hdp:i*hdp+hd])
 		}
 	})
+}
+
+// arena hands out consecutive pieces of a scratch buffer.
+type arena []float32
+
+// take returns the next n floats.
+func (a *arena) take(n int) []float32 {
+	s := (*a)[:n:n]
+	*a = (*a)[n:]
+	return s
 }
 
 // AttnMerge implements Backend: with m = max(m1, m2), o = o1·e^(m1−m) + o2·e^(m2−m) and
@@ -211,10 +336,25 @@ func (c *CPU) AttnBackwardPrep(db, ob, dob Buf, nq, heads, headDim int) {
 	})
 }
 
+// attnBwdChunks is the number of key-tile classes a key/value head's backward is split into
+// when the head alone cannot keep the cores busy: class c takes key tiles c, c+C, c+2C, …
+// and adds its dQ into a partial buffer of its own; the partials are added to dQ in class
+// order. C depends only on the shape (attnBwdSplit), so results do not depend on the
+// number of threads.
+const attnBwdChunks = 4
+
+// attnBwdSplit returns the number of key-tile classes per key/value head.
+func attnBwdSplit(kvHeads, keyTiles int) int {
+	return max(1, min(keyTiles, attnBwdChunks/kvHeads))
+}
+
 // AttnBackward implements Backend (FlashAttention-2 backward, papers/distflashattn.txt §3.1):
 // per tile, P = exp(S − lse), dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P ∘ (dP − D), dQ += scale·dS·K,
-// dK += scale·dSᵀ·Q. Work is parallel over key/value heads, so the query heads of one group,
-// which all add into the same dK and dV, run on one goroutine in a fixed order.
+// dK += scale·dSᵀ·Q, every product by the SGEMM microkernel on packed tiles. Work items are
+// (key/value head, class of key tiles): an item owns the dK and dV rows of its key tiles,
+// keeps them in a scratch tile while it walks the group's query heads and the visible
+// query tiles in a fixed order, and adds into dQ (or its class's partial dQ, see
+// attnBwdChunks), so no two items write the same element.
 func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh AttnShape) {
 	if err := sh.Validate(); err != nil {
 		panic(err)
@@ -231,65 +371,127 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 	mustLen("attn bwd dv", dv, sh.NK*ks)
 	mustLen("attn bwd lse", lse, H*sh.NQ)
 	mustLen("attn bwd D", d, H*sh.NQ)
-	group := H / sh.KVHeads
-	var computed int64
-	type tile struct {
-		i0, i1, j0, j1 int
-		all            bool
-	}
-	var tiles []tile
-	for j0 := 0; j0 < sh.NK; j0 += tileK {
-		j1 := min(j0+tileK, sh.NK)
-		for i0 := 0; i0 < sh.NQ; i0 += tileQ {
-			i1 := min(i0+tileQ, sh.NQ)
-			if any, all := tileVisible(sh, i0, i1, j0, j1); any {
-				tiles = append(tiles, tile{i0, i1, j0, j1, all})
-				computed += int64((i1 - i0) * (j1 - j0))
-			}
-		}
-	}
-	if len(tiles) == 0 {
+	grid := newAttnGrid(sh)
+	if grid.computed == 0 {
 		return
 	}
 	c.counters.AttnBackwards.Add(1)
-	c.counters.AttnBwdFLOPs.Add(10 * computed * int64(hd*H))
-	parallel(sh.KVHeads, func(g int) {
-		p := make([]float32, tileQ*tileK)
-		dp := make([]float32, tileQ*tileK)
-		for h := g * group; h < (g+1)*group; h++ {
-			L, D := lse[h*sh.NQ:(h+1)*sh.NQ], d[h*sh.NQ:(h+1)*sh.NQ]
-			for _, t := range tiles {
-				nq := t.i1 - t.i0
-				nk := c.scores(p, q, k, sh, h, g, t.i0, t.i1, t.j0, t.j1, t.all)
-				for i := 0; i < nq; i++ {
-					row, li := p[i*nk:(i+1)*nk], L[t.i0+i]
-					if li == negInf {
-						clear(row)
+	c.counters.AttnBwdFLOPs.Add(10 * grid.computed * int64(hd*H))
+	impl := &gemmKernel
+	mr, nr := impl.mr, impl.nr
+	group := H / sh.KVHeads
+	split := attnBwdSplit(sh.KVHeads, grid.nkt)
+	var parts *[]float32
+	if split > 1 {
+		parts = gemmGetBuf(split * len(dq))
+		clear(*parts)
+		defer gemmPutBuf(parts)
+	}
+	tkp, hdp := roundUp(tileK, nr), roundUp(hd, nr)
+	tkm := roundUp(tileK, mr)
+	parallel(sh.KVHeads*split, func(item int) {
+		g, cls := item/split, item%split
+		dqt := dq
+		if split > 1 {
+			dqt = (*parts)[cls*len(dq) : (cls+1)*len(dq)]
+		}
+		// scratch from the pack-buffer pool, not zeroed: every use below writes before it reads
+		buf := gemmGetBuf(2*tileQ*hd + 2*hdp*tileQ + 2*tkp*hd + hdp*tileK + 2*tileQ*tkp + 2*tkm*tileQ + tileQ*tileK + 2*tkm*hdp)
+		defer gemmPutBuf(buf)
+		ar := arena(*buf)
+		var (
+			qA, doA  = ar.take(tileQ * hd), ar.take(tileQ * hd)
+			qB, doB  = ar.take(hdp * tileQ), ar.take(hdp * tileQ)
+			kB, vB   = ar.take(tkp * hd), ar.take(tkp * hd)
+			kS       = ar.take(hdp * tileK)
+			s, dp    = ar.take(tileQ * tkp), ar.take(tileQ * tkp)
+			pT, dsT  = ar.take(tkm * tileQ), ar.take(tkm * tileQ)
+			dsA      = ar.take(tileQ * tileK)
+			dkt, dvt = ar.take(tkm * hdp), ar.take(tkm * hdp)
+			cut      = make([]int, tileQ) // visible keys of each row (a prefix when masked)
+		)
+		for jt := cls; jt < grid.nkt; jt += split {
+			if !grid.visibleKeyTile[jt] {
+				continue
+			}
+			j0 := jt * tileK
+			nk := min(tileK, sh.NK-j0)
+			nkp, nkm := roundUp(nk, nr), roundUp(nk, mr)
+			kj, vj := k[j0*ks+g*hd:], v[j0*ks+g*hd:]
+			packLanes(kB, kj, ks, nk, hd, nr)
+			packLanes(vB, vj, ks, nk, hd, nr)
+			packSteps(kS, kj, ks, hd, nk, nr)
+			clear(dkt)
+			clear(dvt)
+			for j := 0; j < nk; j++ {
+				copy(dkt[j*hdp:j*hdp+hd], dk[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd])
+				copy(dvt[j*hdp:j*hdp+hd], dv[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd])
+			}
+			for h := g * group; h < (g+1)*group; h++ {
+				L, D := lse[h*sh.NQ:(h+1)*sh.NQ], d[h*sh.NQ:(h+1)*sh.NQ]
+				for it := 0; it < grid.nqt; it++ {
+					any, all := grid.visible(it, jt)
+					if !any {
 						continue
 					}
-					for j, x := range row {
-						row[j] = float32(math.Exp(float64(x - li))) // masked: exp(-Inf) = 0
+					i0 := it * tileQ
+					nq := min(tileQ, sh.NQ-i0)
+					nqp := roundUp(nq, mr)
+					qi, doi := q[i0*qs+h*hd:], do[i0*qs+h*hd:]
+					packLanes(qA, qi, qs, nq, hd, mr)
+					packSteps(qB, qi, qs, hd, nq, nr)
+					packLanes(doA, doi, qs, nq, hd, mr)
+					packSteps(doB, doi, qs, hd, nq, nr)
+					// P = exp(scale·Q·Kᵀ − lse), masked: exp(-Inf) = 0
+					tileMul(impl, qA, kB, hd, s, tkp, nqp, nkp, sh.Scale, 0)
+					kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
+					if !all && !prefix {
+						maskTile(s, tkp, sh.QPos[i0:i0+nq], kpos, grid.khi[jt])
 					}
-				}
-				// dV_tile += Pᵀ · dO_tile
-				sgemm(true, false, nk, hd, nq, 1,
-					p, nk, do[t.i0*qs+h*hd:], qs, 1, dv[t.j0*ks+g*hd:], ks)
-				// dP = dO_tile · V_tileᵀ
-				sgemm(false, true, nq, nk, hd, 1,
-					do[t.i0*qs+h*hd:], qs, v[t.j0*ks+g*hd:], ks, 0, dp, nk)
-				for i := 0; i < nq; i++ {
-					di := D[t.i0+i]
-					prow, drow := p[i*nk:(i+1)*nk], dp[i*nk:(i+1)*nk]
-					for j := range prow {
-						drow[j] = prow[j] * (drow[j] - di)
+					for i := 0; i < nq; i++ {
+						row, li := s[i*tkp:i*tkp+nk], L[i0+i]
+						cut[i] = nk
+						if li == negInf {
+							cut[i] = 0
+						} else if prefix {
+							cut[i] = visiblePrefix(kpos, sh.QPos[i0+i])
+						}
+						clear(row[cut[i]:])
+						expShift(row[:cut[i]], row[:cut[i]], li)
 					}
+					// dV_tile += Pᵀ · dO_tile
+					packSteps(pT, s, tkp, nk, nq, mr)
+					tileMul(impl, pT, doB, nq, dvt, hdp, nkm, hdp, 1, 1)
+					// dP = dO_tile · V_tileᵀ ; dS = P ∘ (dP − D)
+					tileMul(impl, doA, vB, hd, dp, tkp, nqp, nkp, 1, 0)
+					for i := 0; i < nq; i++ { // P = 0 past cut, so dS = 0 there
+						drow := dp[i*tkp : i*tkp+nk]
+						dsRow(s[i*tkp:i*tkp+cut[i]], drow[:cut[i]], D[i0+i])
+						clear(drow[cut[i]:])
+					}
+					// dQ_tile += scale · dS · K_tile ; dK_tile += scale · dSᵀ · Q_tile
+					packLanes(dsA, dp, tkp, nq, nk, mr)
+					tileMul(impl, dsA, kS, nk, dqt[i0*qs+h*hd:], qs, nq, hd, sh.Scale, 1)
+					packSteps(dsT, dp, tkp, nk, nq, mr)
+					tileMul(impl, dsT, qB, nq, dkt, hdp, nkm, hdp, sh.Scale, 1)
 				}
-				// dQ_tile += scale · dS · K_tile ; dK_tile += scale · dSᵀ · Q_tile
-				sgemm(false, false, nq, hd, nk, sh.Scale,
-					dp, nk, k[t.j0*ks+g*hd:], ks, 1, dq[t.i0*qs+h*hd:], qs)
-				sgemm(true, false, nk, hd, nq, sh.Scale,
-					dp, nk, q[t.i0*qs+h*hd:], qs, 1, dk[t.j0*ks+g*hd:], ks)
+			}
+			for j := 0; j < nk; j++ {
+				copy(dk[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd], dkt[j*hdp:j*hdp+hd])
+				copy(dv[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd], dvt[j*hdp:j*hdp+hd])
 			}
 		}
 	})
+	if split > 1 {
+		p := *parts
+		chunks(len(dq), 1<<14, func(lo, hi int) {
+			for x := lo; x < hi; x++ {
+				acc := dq[x]
+				for c := 0; c < split; c++ {
+					acc += p[c*len(dq)+x]
+				}
+				dq[x] = acc
+			}
+		})
+	}
 }

@@ -441,3 +441,67 @@ func commFirstLine(s string) string {
 	}
 	return s
 }
+
+// TestInprocCopiesOnce: the in-process world copies a message once, from the sender's buffer
+// into the receiver's, whether the receive is posted before the send or after it (as long as
+// it comes before the send's Wait), and the data is the sender's at the send even when the
+// sender reuses its buffer right after Wait. A send waited on before its receive is posted
+// is copied aside, a second copy.
+func TestInprocCopiesOnce(t *testing.T) {
+	w := NewWorld(2)
+	be := kernels.NewCPU()
+	bufs := [2]kernels.Buf{commBuf(be, []float32{1, 2, 3}), commBuf(be, []float32{4, 5, 6})}
+	got := [2]kernels.Buf{be.Alloc(3), be.Alloc(3)}
+	check := func(step string, wantCopies int64) {
+		t.Helper()
+		for r, want := range [][]float32{{4, 5, 6}, {1, 2, 3}} {
+			if i := commEqualBits(kernels.Host(got[r]), want); i >= 0 {
+				t.Fatalf("%s: rank %d received %v, want %v", step, r, kernels.Host(got[r]), want)
+			}
+		}
+		if n := w.copies.Swap(0); n != wantCopies {
+			t.Fatalf("%s: %d copies for 2 messages, want %d", step, n, wantCopies)
+		}
+		for r := range got {
+			be.Zero(got[r])
+		}
+	}
+	exchange := func(recvFirst, waitSendFirst bool) func(c Comm) error {
+		return func(c Comm) error {
+			r := c.Rank()
+			var rq, sq Request
+			if recvFirst {
+				rq = c.Irecv(got[r], 1-r, 3, "p2p")
+				c.Barrier() // both receives are posted before either send
+				sq = c.Isend(bufs[r], 1-r, 3, "p2p")
+			} else {
+				sq = c.Isend(bufs[r], 1-r, 3, "p2p")
+				if waitSendFirst {
+					sq.Wait()
+					kernels.Host(bufs[r])[0] += 100 // reuse: the message was copied aside
+				}
+				c.Barrier() // both sends are made before either receive is posted
+				rq = c.Irecv(got[r], 1-r, 3, "p2p")
+			}
+			rq.Wait()
+			c.Barrier() // both receives are posted before either send is waited on
+			sq.Wait()
+			if waitSendFirst {
+				kernels.Host(bufs[r])[0] -= 100
+			}
+			return nil
+		}
+	}
+	if err := w.Run(exchange(true, false)); err != nil {
+		t.Fatal(err)
+	}
+	check("receive posted first", 2)
+	if err := w.Run(exchange(false, false)); err != nil {
+		t.Fatal(err)
+	}
+	check("send first", 2)
+	if err := w.Run(exchange(false, true)); err != nil {
+		t.Fatal(err)
+	}
+	check("send waited on before the receive", 4)
+}

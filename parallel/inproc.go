@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"distflash/kernels"
@@ -25,6 +26,8 @@ type World struct {
 
 	linkBytesPerSec float64       // simulated link bandwidth; 0 = messages arrive at once
 	linkLatency     time.Duration // simulated per-message latency
+
+	copies atomic.Int64 // copies of non-empty messages (one per message, two for a detached send)
 }
 
 // SimulateLink makes every message arrive latency + bytes/bytesPerSec after it is sent, as
@@ -129,72 +132,71 @@ func (g *group) box(src, dst, tag int) *mailbox {
 	k := [3]int{src, dst, tag}
 	b := g.boxes[k]
 	if b == nil {
-		b = &mailbox{ready: make(chan struct{}, 1)}
+		b = &mailbox{slots: map[int]*slot{}, copies: &g.world.copies}
 		g.boxes[k] = b
 	}
 	return b
 }
 
 // mailbox holds the messages from one rank to another under one tag. Receives are matched to
-// messages in the order they were posted (MPI's rule), not the order they are waited on: a
-// receive takes a ticket when posted and gets the ticket-th message.
+// messages in the order they were posted (MPI's rule), not the order they are waited on: the
+// k-th send and the k-th posted receive meet in slot k.
+//
+// Each message is copied once, from the sender's buffer straight into the receiver's, by
+// whichever side comes second: a send that finds its receive posted copies at once; a
+// receive posted after its send copies from the sender's buffer when it is posted (the
+// sender must leave the buffer alone until its request's Wait returns, as Comm says). Only a
+// send whose Wait comes before the receive is posted copies the message aside (so that Wait
+// returns at once, as an eager send does) and the receive then copies it again.
 type mailbox struct {
 	mu      sync.Mutex
-	msgs    map[int]message // arrival number → message not yet taken
-	arrived int
-	tickets int
-	ready   chan struct{}
+	slots   map[int]*slot // slots with only one side so far
+	arrived int           // sends so far
+	tickets int           // receives posted so far
+	copies  *atomic.Int64 // the world's copy count
 }
 
-// message is a copy of a sent buffer and the time it may be received (its send time plus
-// the simulated link's transfer time; zero without a simulated link).
-type message struct {
-	data []float32
-	at   time.Time
+// slot is one message's meeting point. Fields are guarded by the mailbox's mu; done is
+// closed when the data is in the receiver's buffer (or the lengths did not match).
+type slot struct {
+	src     []float32 // the sender's buffer (or its private copy, once detached)
+	dst     []float32 // the receiver's buffer
+	sent    bool      // the send has arrived
+	posted  bool      // the receive is posted
+	copying bool      // the copy is in progress, outside the lock
+	bad     int       // length of a send that did not fit the receive, else -1
+	at      time.Time // the simulated arrival (zero without a simulated link)
+	done    chan struct{}
 }
 
-func (b *mailbox) put(m message) {
-	b.mu.Lock()
-	if b.msgs == nil {
-		b.msgs = map[int]message{}
+// slot returns slot k, making it if needed; b.mu must be held.
+func (b *mailbox) slot(k int) *slot {
+	sl := b.slots[k]
+	if sl == nil {
+		sl = &slot{bad: -1, done: make(chan struct{})}
+		b.slots[k] = sl
 	}
-	b.msgs[b.arrived] = m
-	b.arrived++
+	return sl
+}
+
+// match copies the message of sl into the receive; b.mu is held on entry and on return (the
+// copy runs without it) and sl is complete afterwards.
+func (b *mailbox) match(k int, sl *slot) {
+	delete(b.slots, k)
+	if len(sl.src) != len(sl.dst) {
+		sl.bad = len(sl.src)
+		close(sl.done)
+		return
+	}
+	sl.copying = true
 	b.mu.Unlock()
-	select {
-	case b.ready <- struct{}{}:
-	default:
+	if copy(sl.dst, sl.src) > 0 {
+		b.copies.Add(1)
 	}
-}
-
-// ticket reserves the next message for a receive being posted.
-func (b *mailbox) ticket() int {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.tickets++
-	return b.tickets - 1
-}
-
-// take waits for message number t. Only the receiving rank's goroutine waits on a mailbox,
-// one receive at a time, so the single wake-up token cannot be lost to another waiter.
-func (b *mailbox) take(t int, abort <-chan struct{}) []float32 {
-	for {
-		b.mu.Lock()
-		if m, ok := b.msgs[t]; ok {
-			delete(b.msgs, t)
-			b.mu.Unlock()
-			if d := time.Until(m.at); d > 0 {
-				time.Sleep(d) // still on the simulated wire
-			}
-			return m.data
-		}
-		b.mu.Unlock()
-		select {
-		case <-b.ready:
-		case <-abort:
-			panic(errAborted)
-		}
-	}
+	sl.copying = false
+	sl.src = nil
+	close(sl.done)
 }
 
 // inprocComm is one rank's handle on a group.
@@ -221,6 +223,35 @@ type doneRequest struct{}
 
 func (doneRequest) Wait() {}
 
+// sendRequest is a send whose receive was not posted yet when it was made.
+type sendRequest struct {
+	b    *mailbox
+	sl   *slot
+	once sync.Once
+}
+
+// Wait returns when the sender may reuse its buffer: at once if the receiver copied it, after
+// the copy if it is copying, else after copying the message aside.
+func (r *sendRequest) Wait() {
+	r.once.Do(func() {
+		b, sl := r.b, r.sl
+		b.mu.Lock()
+		switch {
+		case sl.copying:
+			b.mu.Unlock()
+			<-sl.done
+			return
+		case sl.posted: // matched and copied
+		default:
+			if len(sl.src) > 0 {
+				sl.src = append([]float32(nil), sl.src...)
+				b.copies.Add(1)
+			}
+		}
+		b.mu.Unlock()
+	})
+}
+
 type recvRequest struct {
 	once sync.Once
 	fn   func()
@@ -228,33 +259,67 @@ type recvRequest struct {
 
 func (r *recvRequest) Wait() { r.once.Do(r.fn) }
 
-// send copies buf now (eager), so the sender may reuse it at once.
-func (c *inprocComm) send(buf []float32, dst, tag int, site string) {
+// send starts sending buf: the returned request's Wait must come before buf changes.
+func (c *inprocComm) send(buf []float32, dst, tag int, site string) Request {
 	if dst < 0 || dst >= c.Size() {
 		panic(fmt.Sprintf("parallel: send to rank %d of %d", dst, c.Size()))
 	}
-	m := make([]float32, len(buf))
-	copy(m, buf)
 	c.ctr.add(site, int64(4*len(buf)))
-	msg := message{data: m}
+	var at time.Time
 	if w := c.g.world; w.linkBytesPerSec > 0 {
-		msg.at = time.Now().Add(w.linkLatency + time.Duration(float64(4*len(buf))/w.linkBytesPerSec*float64(time.Second)))
+		at = time.Now().Add(w.linkLatency + time.Duration(float64(4*len(buf))/w.linkBytesPerSec*float64(time.Second)))
 	}
-	c.g.box(c.rank, dst, tag).put(msg)
+	b := c.g.box(c.rank, dst, tag)
+	b.mu.Lock()
+	k := b.arrived
+	b.arrived++
+	sl := b.slot(k)
+	sl.src, sl.sent, sl.at = buf, true, at
+	if sl.posted {
+		b.match(k, sl)
+		b.mu.Unlock()
+		return doneRequest{}
+	}
+	b.mu.Unlock()
+	return &sendRequest{b: b, sl: sl}
 }
 
-func (c *inprocComm) recv(buf []float32, src, tag int) {
+// post posts a receive into buf from src and returns the function that waits for it.
+func (c *inprocComm) post(buf []float32, src, tag int) func() {
 	b := c.g.box(src, c.rank, tag)
-	c.take(buf, b, b.ticket(), src, tag)
+	b.mu.Lock()
+	k := b.tickets
+	b.tickets++
+	sl := b.slot(k)
+	sl.dst, sl.posted = buf, true
+	if sl.sent {
+		b.match(k, sl)
+	}
+	b.mu.Unlock()
+	abort := c.g.world.abort
+	return func() {
+		select {
+		case <-sl.done:
+		case <-abort:
+			panic(errAborted)
+		}
+		if sl.bad >= 0 {
+			panic(fmt.Sprintf("parallel: rank %d expected %d values from rank %d (tag %d), got %d", c.rank, len(buf), src, tag, sl.bad))
+		}
+		if d := time.Until(sl.at); d > 0 {
+			time.Sleep(d) // still on the simulated wire
+		}
+	}
 }
 
-// take waits for message t of mailbox b and copies it into buf.
-func (c *inprocComm) take(buf []float32, b *mailbox, t, src, tag int) {
-	m := b.take(t, c.g.world.abort)
-	if len(m) != len(buf) {
-		panic(fmt.Sprintf("parallel: rank %d expected %d values from rank %d (tag %d), got %d", c.rank, len(buf), src, tag, len(m)))
+// recv receives into buf from src (blocking).
+func (c *inprocComm) recv(buf []float32, src, tag int) { c.post(buf, src, tag)() }
+
+// waitAll waits for requests.
+func waitAll(reqs []Request) {
+	for _, r := range reqs {
+		r.Wait()
 	}
-	copy(buf, m)
 }
 
 // Isend implements Comm.
@@ -262,8 +327,7 @@ func (c *inprocComm) Isend(buf kernels.Buf, dst, tag int, site string) Request {
 	if tag < 0 {
 		panic("parallel: negative tags are reserved")
 	}
-	c.send(host(buf), dst, tag, site)
-	return doneRequest{}
+	return c.send(host(buf), dst, tag, site)
 }
 
 // Irecv implements Comm.
@@ -271,10 +335,7 @@ func (c *inprocComm) Irecv(buf kernels.Buf, src, tag int, site string) Request {
 	if tag < 0 {
 		panic("parallel: negative tags are reserved")
 	}
-	h := host(buf)
-	b := c.g.box(src, c.rank, tag)
-	t := b.ticket() // matched in post order
-	return &recvRequest{fn: func() { c.take(h, b, t, src, tag) }}
+	return &recvRequest{fn: c.post(host(buf), src, tag)} // matched in post order
 }
 
 // AllGather implements Comm.
@@ -284,9 +345,10 @@ func (c *inprocComm) AllGather(dst, src kernels.Buf, site string) {
 	if len(d) != P*n {
 		panic(fmt.Sprintf("parallel: all-gather of %d into %d on %d ranks", n, len(d), P))
 	}
+	var sends []Request
 	for r := 0; r < P; r++ {
 		if r != c.rank {
-			c.send(s, r, collTag, site)
+			sends = append(sends, c.send(s, r, collTag, site))
 		}
 	}
 	copy(d[c.rank*n:], s)
@@ -295,6 +357,7 @@ func (c *inprocComm) AllGather(dst, src kernels.Buf, site string) {
 			c.recv(d[r*n:(r+1)*n], r, collTag)
 		}
 	}
+	waitAll(sends)
 }
 
 // ReduceScatter implements Comm.
@@ -304,9 +367,10 @@ func (c *inprocComm) ReduceScatter(dst, src kernels.Buf, site string) {
 	if len(s) != P*n {
 		panic(fmt.Sprintf("parallel: reduce-scatter of %d into %d on %d ranks", len(s), n, P))
 	}
+	var sends []Request
 	for r := 0; r < P; r++ {
 		if r != c.rank {
-			c.send(s[r*n:(r+1)*n], r, collTag, site)
+			sends = append(sends, c.send(s[r*n:(r+1)*n], r, collTag, site))
 		}
 	}
 	parts := make([][]float32, P)
@@ -325,6 +389,7 @@ func (c *inprocComm) ReduceScatter(dst, src kernels.Buf, site string) {
 		}
 		d[i] = sum
 	}
+	waitAll(sends)
 }
 
 // AllReduce implements Comm: a reduce-scatter over near-equal chunks then an all-gather, the
@@ -335,9 +400,10 @@ func (c *inprocComm) AllReduce(buf kernels.Buf, site string) {
 		return
 	}
 	lo := func(r int) int { return r * len(b) / P }
+	var sends []Request
 	for r := 0; r < P; r++ {
 		if r != c.rank {
-			c.send(b[lo(r):lo(r+1)], r, collTag, site)
+			sends = append(sends, c.send(b[lo(r):lo(r+1)], r, collTag, site))
 		}
 	}
 	mine := b[lo(c.rank):lo(c.rank+1)]
@@ -360,10 +426,12 @@ func (c *inprocComm) AllReduce(buf kernels.Buf, site string) {
 		}
 		sum[i] = s
 	}
+	waitAll(sends) // the receives below overwrite what was sent
 	copy(mine, sum)
+	sends = sends[:0]
 	for r := 0; r < P; r++ {
 		if r != c.rank {
-			c.send(mine, r, collTag, site)
+			sends = append(sends, c.send(mine, r, collTag, site))
 		}
 	}
 	for r := 0; r < P; r++ {
@@ -371,6 +439,7 @@ func (c *inprocComm) AllReduce(buf kernels.Buf, site string) {
 			c.recv(b[lo(r):lo(r+1)], r, collTag)
 		}
 	}
+	waitAll(sends)
 }
 
 // AllToAll implements Comm.
@@ -380,9 +449,10 @@ func (c *inprocComm) AllToAll(dst, src kernels.Buf, site string) {
 		panic(fmt.Sprintf("parallel: all-to-all of %d into %d on %d ranks", len(s), len(d), P))
 	}
 	n := len(s) / P
+	var sends []Request
 	for r := 0; r < P; r++ {
 		if r != c.rank {
-			c.send(s[r*n:(r+1)*n], r, collTag, site)
+			sends = append(sends, c.send(s[r*n:(r+1)*n], r, collTag, site))
 		}
 	}
 	copy(d[c.rank*n:(c.rank+1)*n], s[c.rank*n:(c.rank+1)*n])
@@ -391,13 +461,14 @@ func (c *inprocComm) AllToAll(dst, src kernels.Buf, site string) {
 			c.recv(d[r*n:(r+1)*n], r, collTag)
 		}
 	}
+	waitAll(sends)
 }
 
 // Barrier implements Comm.
 func (c *inprocComm) Barrier() {
 	for r := 0; r < c.Size(); r++ {
 		if r != c.rank {
-			c.send(nil, r, collTag, "barrier")
+			c.send(nil, r, collTag, "barrier").Wait()
 		}
 	}
 	for r := 0; r < c.Size(); r++ {
