@@ -351,10 +351,10 @@ func attnBwdSplit(kvHeads, keyTiles int) int {
 // AttnBackward implements Backend (FlashAttention-2 backward, papers/distflashattn.txt §3.1):
 // per tile, P = exp(S − lse), dV += Pᵀ·dO, dP = dO·Vᵀ, dS = P ∘ (dP − D), dQ += scale·dS·K,
 // dK += scale·dSᵀ·Q, every product by the SGEMM microkernel on packed tiles. Work items are
-// (key/value head, class of key tiles): an item owns the dK and dV rows of its key tiles,
-// keeps them in a scratch tile while it walks the group's query heads and the visible
-// query tiles in a fixed order, and adds into dQ (or its class's partial dQ, see
-// attnBwdChunks), so no two items write the same element.
+// (key/value head, class of key tiles): an item owns the dK and dV rows of its key tiles and
+// walks the group's query heads, then the query tiles (each packed once), then its visible
+// key tiles (K and V packed once per call) in a fixed order, adding into dK, dV and dQ (or
+// its class's partial dQ, see attnBwdChunks), so no two items write the same element.
 func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh AttnShape) {
 	if err := sh.Validate(); err != nil {
 		panic(err)
@@ -389,6 +389,29 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 	}
 	tkp, hdp := roundUp(tileK, nr), roundUp(hd, nr)
 	tkm := roundUp(tileK, mr)
+	// K and V of every visible key tile, packed once: K as the B operand of S = Q·Kᵀ and of
+	// dQ = dS·K, V as the B operand of dP = dO·Vᵀ.
+	kSize, kSSize := tkp*hd, hdp*tileK
+	per := 2*kSize + kSSize
+	kvBuf := gemmGetBuf(sh.KVHeads * grid.nkt * per)
+	defer gemmPutBuf(kvBuf)
+	packed := func(g, jt int) (kB, vB, kS []float32) {
+		ar := arena((*kvBuf)[(g*grid.nkt+jt)*per:])
+		return ar.take(kSize), ar.take(kSize), ar.take(kSSize)
+	}
+	parallel(sh.KVHeads*grid.nkt, func(item int) {
+		g, jt := item/grid.nkt, item%grid.nkt
+		if !grid.visibleKeyTile[jt] {
+			return
+		}
+		j0 := jt * tileK
+		nk := min(tileK, sh.NK-j0)
+		kB, vB, kS := packed(g, jt)
+		kj, vj := k[j0*ks+g*hd:], v[j0*ks+g*hd:]
+		packLanes(kB, kj, ks, nk, hd, nr)
+		packLanes(vB, vj, ks, nk, hd, nr)
+		packSteps(kS, kj, ks, hd, nk, nr)
+	})
 	parallel(sh.KVHeads*split, func(item int) {
 		g, cls := item/split, item%split
 		dqt := dq
@@ -396,52 +419,45 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 			dqt = (*parts)[cls*len(dq) : (cls+1)*len(dq)]
 		}
 		// scratch from the pack-buffer pool, not zeroed: every use below writes before it reads
-		buf := gemmGetBuf(2*tileQ*hd + 2*hdp*tileQ + 2*tkp*hd + hdp*tileK + 2*tileQ*tkp + 2*tkm*tileQ + tileQ*tileK + 2*tkm*hdp)
+		buf := gemmGetBuf(2*tileQ*hd + 2*hdp*tileQ + 2*tileQ*tkp + 2*tkm*tileQ + tileQ*tileK)
 		defer gemmPutBuf(buf)
 		ar := arena(*buf)
 		var (
-			qA, doA  = ar.take(tileQ * hd), ar.take(tileQ * hd)
-			qB, doB  = ar.take(hdp * tileQ), ar.take(hdp * tileQ)
-			kB, vB   = ar.take(tkp * hd), ar.take(tkp * hd)
-			kS       = ar.take(hdp * tileK)
-			s, dp    = ar.take(tileQ * tkp), ar.take(tileQ * tkp)
-			pT, dsT  = ar.take(tkm * tileQ), ar.take(tkm * tileQ)
-			dsA      = ar.take(tileQ * tileK)
-			dkt, dvt = ar.take(tkm * hdp), ar.take(tkm * hdp)
-			cut      = make([]int, tileQ) // visible keys of each row (a prefix when masked)
+			qA, doA = ar.take(tileQ * hd), ar.take(tileQ * hd)
+			qB, doB = ar.take(hdp * tileQ), ar.take(hdp * tileQ)
+			s, dp   = ar.take(tileQ * tkp), ar.take(tileQ * tkp)
+			pT, dsT = ar.take(tkm * tileQ), ar.take(tkm * tileQ)
+			dsA     = ar.take(tileQ * tileK)
+			cut     = make([]int, tileQ) // visible keys of each row (a prefix when masked)
 		)
-		for jt := cls; jt < grid.nkt; jt += split {
-			if !grid.visibleKeyTile[jt] {
-				continue
-			}
-			j0 := jt * tileK
-			nk := min(tileK, sh.NK-j0)
-			nkp, nkm := roundUp(nk, nr), roundUp(nk, mr)
-			kj, vj := k[j0*ks+g*hd:], v[j0*ks+g*hd:]
-			packLanes(kB, kj, ks, nk, hd, nr)
-			packLanes(vB, vj, ks, nk, hd, nr)
-			packSteps(kS, kj, ks, hd, nk, nr)
-			clear(dkt)
-			clear(dvt)
-			for j := 0; j < nk; j++ {
-				copy(dkt[j*hdp:j*hdp+hd], dk[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd])
-				copy(dvt[j*hdp:j*hdp+hd], dv[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd])
-			}
-			for h := g * group; h < (g+1)*group; h++ {
-				L, D := lse[h*sh.NQ:(h+1)*sh.NQ], d[h*sh.NQ:(h+1)*sh.NQ]
-				for it := 0; it < grid.nqt; it++ {
+		for h := g * group; h < (g+1)*group; h++ {
+			L, D := lse[h*sh.NQ:(h+1)*sh.NQ], d[h*sh.NQ:(h+1)*sh.NQ]
+			for it := 0; it < grid.nqt; it++ {
+				needed := false
+				for jt := cls; jt < grid.nkt && !needed; jt += split {
+					needed, _ = grid.visible(it, jt)
+				}
+				if !needed {
+					continue
+				}
+				i0 := it * tileQ
+				nq := min(tileQ, sh.NQ-i0)
+				nqp := roundUp(nq, mr)
+				qi, doi := q[i0*qs+h*hd:], do[i0*qs+h*hd:]
+				packLanes(qA, qi, qs, nq, hd, mr)
+				packSteps(qB, qi, qs, hd, nq, nr)
+				packLanes(doA, doi, qs, nq, hd, mr)
+				packSteps(doB, doi, qs, hd, nq, nr)
+				for jt := cls; jt < grid.nkt; jt += split {
 					any, all := grid.visible(it, jt)
 					if !any {
 						continue
 					}
-					i0 := it * tileQ
-					nq := min(tileQ, sh.NQ-i0)
-					nqp := roundUp(nq, mr)
-					qi, doi := q[i0*qs+h*hd:], do[i0*qs+h*hd:]
-					packLanes(qA, qi, qs, nq, hd, mr)
-					packSteps(qB, qi, qs, hd, nq, nr)
-					packLanes(doA, doi, qs, nq, hd, mr)
-					packSteps(doB, doi, qs, hd, nq, nr)
+					j0 := jt * tileK
+					nk := min(tileK, sh.NK-j0)
+					nkp := roundUp(nk, nr)
+					kB, vB, kS := packed(g, jt)
+					dkj, dvj := dk[j0*ks+g*hd:], dv[j0*ks+g*hd:]
 					// P = exp(scale·Q·Kᵀ − lse), masked: exp(-Inf) = 0
 					tileMul(impl, qA, kB, hd, s, tkp, nqp, nkp, sh.Scale, 0)
 					kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
@@ -461,7 +477,7 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 					}
 					// dV_tile += Pᵀ · dO_tile
 					packSteps(pT, s, tkp, nk, nq, mr)
-					tileMul(impl, pT, doB, nq, dvt, hdp, nkm, hdp, 1, 1)
+					tileMul(impl, pT, doB, nq, dvj, ks, nk, hd, 1, 1)
 					// dP = dO_tile · V_tileᵀ ; dS = P ∘ (dP − D)
 					tileMul(impl, doA, vB, hd, dp, tkp, nqp, nkp, 1, 0)
 					for i := 0; i < nq; i++ { // P = 0 past cut, so dS = 0 there
@@ -473,12 +489,8 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 					packLanes(dsA, dp, tkp, nq, nk, mr)
 					tileMul(impl, dsA, kS, nk, dqt[i0*qs+h*hd:], qs, nq, hd, sh.Scale, 1)
 					packSteps(dsT, dp, tkp, nk, nq, mr)
-					tileMul(impl, dsT, qB, nq, dkt, hdp, nkm, hdp, sh.Scale, 1)
+					tileMul(impl, dsT, qB, nq, dkj, ks, nk, hd, sh.Scale, 1)
 				}
-			}
-			for j := 0; j < nk; j++ {
-				copy(dk[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd], dkt[j*hdp:j*hdp+hd])
-				copy(dv[(j0+j)*ks+g*hd:(j0+j)*ks+g*hd+hd], dvt[j*hdp:j*hdp+hd])
 			}
 		}
 	})
