@@ -31,7 +31,11 @@
 # Settings (environment): DFC_NAME (dfc), DFC_SUBNET (10.213.0, a /24 that must not exist
 # elsewhere on this machine), DFC_SLOTS (2), DFC_RATE (tbf rate, e.g. 1gbit, 200mbit; empty:
 # unshaped), DFC_BURST (tbf burst, 64kb), DFC_DELAY (one-way delay per link via netem, e.g.
-# 1ms; refused where the kernel has no sch_netem).
+# 1ms; refused where the kernel has no sch_netem), DFC_TCP_RETRIES2 (the hosts'
+# net.ipv4.tcp_retries2, per namespace; empty: the kernel's 15). A cut link stalls a TCP
+# connection that has data in flight until the retransmissions give up: about 15 minutes at
+# 15, about 13 s at 5. mpirun, which tears the job down through its connections to the other
+# hosts' daemons, waits that long after a rank on a cut-off host aborts.
 set -euo pipefail
 
 name=${DFC_NAME:-dfc}
@@ -40,6 +44,7 @@ slots=${DFC_SLOTS:-2}
 rate=${DFC_RATE:-}
 burst=${DFC_BURST:-64kb}
 delay=${DFC_DELAY:-}
+retries=${DFC_TCP_RETRIES2:-}
 state=/run/netns-cluster/$name
 sw=$name-sw
 
@@ -86,6 +91,7 @@ up() {
 		ip netns exec "$name-h$i" ip link set lo up
 		ip netns exec "$name-h$i" ip addr add "$subnet.$((i + 1))/24" dev eth0
 		ip netns exec "$name-h$i" ip link set eth0 up
+		[[ -n $retries ]] && ip netns exec "$name-h$i" sysctl -qw net.ipv4.tcp_retries2="$retries"
 		shape eth0 "$name-h$i"
 		shape "h$i" "$sw"
 		echo "$subnet.$((i + 1)) slots=$slots" >>"$state/hostfile"
@@ -98,7 +104,8 @@ while [[ \$1 == -* ]]; do shift; done
 host=\$1; shift
 i=\$(( \${host##*.} - 1 ))
 [[ \$host == $subnet.* && -e /run/netns/$name-h\$i ]] || { echo "netns-cluster agent: no host \$host" >&2; exit 1; }
-exec ip netns exec $name-h\$i unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$@"' $name-h\$i "\$*"
+# Like ssh, start from a clean environment: ranks get only what mpirun passes (-x NAME).
+exec env -i PATH="\$PATH" HOME="\${HOME:-/root}" ip netns exec $name-h\$i unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$@"' $name-h\$i "\$*"
 EOF
 	chmod +x "$state/agent"
 	trap - ERR
