@@ -7,6 +7,7 @@
 #   scripts/netns-cluster.sh session N CMD...   up N, run CMD, down (also when CMD fails)
 #   scripts/netns-cluster.sh exec HOST CMD...   run CMD on host HOST (0..N-1)
 #   scripts/netns-cluster.sh link HOST up|down  plug or cut host HOST's link
+#   scripts/netns-cluster.sh shape RATE|none    reshape every link (tbf rate, e.g. 100mbit)
 #   scripts/netns-cluster.sh stats         bytes and packets each link carried, both ways
 #   scripts/netns-cluster.sh down          kill what runs on the hosts, remove everything
 #
@@ -131,6 +132,22 @@ link() {
 	ip netns exec "$name-h$i" ip link set eth0 "$how"
 }
 
+# reshape RATE: replace the shaping of every link (both directions); none removes it.
+reshape() {
+	local i n
+	n=$(hosts)
+	[[ $n -gt 0 ]] || die "no cluster named $name is up"
+	rate=$1
+	[[ $rate == none ]] && rate=
+	for ((i = 0; i < n; i++)); do
+		ip netns exec "$name-h$i" tc qdisc del dev eth0 root 2>/dev/null || true
+		ip netns exec "$sw" tc qdisc del dev "h$i" root 2>/dev/null || true
+		shape eth0 "$name-h$i"
+		shape "h$i" "$sw"
+	done
+	printf 'rate=%q\ndelay=%q\n' "$rate" "$delay" >"$state/settings"
+}
+
 stats() {
 	local i n
 	# shellcheck disable=SC1091
@@ -179,6 +196,7 @@ session)
 	onhost 0 "$@"
 	;;
 link) link "${1:?link HOST up|down}" "${2:?link HOST up|down}" ;;
+shape) reshape "${1:?shape RATE|none}" ;;
 stats) stats ;;
-*) die "usage: $0 up N | run CMD... | session N CMD... | exec HOST CMD... | link HOST up|down | stats | down" ;;
+*) die "usage: $0 up N | run CMD... | session N CMD... | exec HOST CMD... | link HOST up|down | shape RATE|none | stats | down" ;;
 esac
