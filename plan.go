@@ -10,7 +10,10 @@ package main
 //	A100-80GB   80 GB       312e12              300e9                             25e9
 //	H100-80GB   80 GB       989e12              450e9                             25e9
 //	H200-141GB  141 GB      989e12              450e9                             25e9
+//	cpu         16 GB       --flops (measured)  2e9 (shared memory)               62.5e6 (1 Gbit/s a host of 2)
 //
+// TYPE cpu is a rank of the CPU backend, e.g. on the hosts of scripts/netns-cluster.sh: its
+// FLOP/s must be measured on the machine (bench/netns_overlap.sh does) and its mfu is 1.
 // GB here is 10^9 bytes (the vendors' figures). --mfu (default 0.5) is the fraction of the peak
 // rate the kernels achieve; --gpu-mem, --intra-bw and --inter-bw override the preset.
 //
