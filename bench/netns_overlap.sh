@@ -13,12 +13,13 @@
 # step that crossed between the hosts (both hosts' eth0 tx counters over the same steps, less
 # 66 bytes of Ethernet/IP/TCP header per packet); the bytes per step the communicator counted
 # (all ranks, every call site: DISTFLASH_TRAFFIC), of which the rest stayed inside a host
-# (shared memory); and plan's step time, with the compute speed measured here: a first run
-# on the same cluster with unshaped links (distflash, overlap off) gives the FLOP/s of one
-# rank as plan counts FLOPs (--flops): its step time less plan's communication time at 1 GB/s.
-# That rate includes what 4 MPI processes cost on this machine besides the wire (on 2 shared
-# cores that is most of the step: see the README). The link rate gives --inter-bw (per rank:
-# the host's rate shared by its 2 ranks).
+# (shared memory); and plan's step time, with the compute speed measured here: for each
+# schedule, a run just before on the same cluster with unshaped links (overlap off) gives the
+# FLOP/s of one rank as plan counts FLOPs (--flops): its step time less plan's communication
+# time at 1 GB/s. That rate includes what 4 MPI processes cost on this machine besides the
+# wire (on 2 shared cores that is most of the step), and measuring it beside each row keeps
+# the load of other jobs on a shared machine out of the comparison. The link rate gives
+# --inter-bw (per rank: the host's rate shared by its 2 ranks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rate=${1:-100mbit}
@@ -57,8 +58,8 @@ lines() { [[ -e $1 ]] && wc -l <"$1" || echo 0; }
 measure() {
 	local s=$1 ov=$2 run=$out/c-$1-$2-$DFC_RATE-$3 pid m c0 c1
 	scripts/netns-cluster.sh run mpirun --allow-run-as-root --bind-to none -np 4 -x DISTFLASH_TRAFFIC="$run.traffic" \
-		"$out/distflash" "${args[@]}" --set parallelism.attention="$s" --set parallelism.overlap_comm="$ov" \
-		--set run.output_dir="$run" >"$run.log" 2>&1 &
+		"$out/distflash" "${args[@]}" --set parallelism.attention="$s" \
+		--set run.output_dir="$run" --set parallelism.overlap_comm="${ov/unshaped/false}" >"$run.log" 2>&1 &
 	pid=$!
 	m=$run/tiny-sp4/metrics.jsonl
 	while (($(lines "$m") < lo)) && kill -0 $pid 2>/dev/null; do sleep 0.05; done
@@ -85,11 +86,7 @@ print(s, ov, f"{t:.4f}", f"{cross:.0f}", f"{comm:.0f}",
 PY
 }
 
-# Calibration on unshaped links: the compute speed of a rank on this machine, for plan.
 reps=${REPS:-2}
-for ((r = 0; r < reps; r++)); do measure distflash false "$r"; done | sort -k3,3g | head -1 >"$out/calib"
-DFC_RATE=$rate
-scripts/netns-cluster.sh shape "$rate"
 echo "schedule overlap step_s cross_bytes comm_bytes comm_sites" >"$out/rows"
 for s in ${SCHEDULES:-distflash ring zigzag burst attn2d ulysses}; do
 	p=$("$out/distflash" plan --config configs/tiny-sp4.toml --cluster 2x2xcpu --flops 1e9 --attention "$s" \
@@ -99,38 +96,45 @@ for s in ${SCHEDULES:-distflash ring zigzag burst attn2d ulysses}; do
 		continue
 	fi
 	for ((r = 0; r < reps; r++)); do
+		# Calibration on unshaped links: the compute speed of a rank, for plan.
+		DFC_RATE=none
+		scripts/netns-cluster.sh shape none
+		measure "$s" unshaped "$r" >>"$out/runs"
+		DFC_RATE=$rate
+		scripts/netns-cluster.sh shape "$rate"
 		measure "$s" true "$r" >>"$out/runs"
 		measure "$s" false "$r" >>"$out/runs"
 	done
-	for ov in true false; do
+	for ov in unshaped true false; do
 		grep "^$s $ov " "$out/runs" | sort -k3,3g | head -1 >>"$out/rows"
 	done
 done
 python3 - "$out" "$bps" "$batch" "$steps" "$rate" "$reps" <<'PY'
 import json, subprocess, sys
 out, bps, batch, steps, rate, reps = sys.argv[1], float(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
-t_cal = float(open(f"{out}/calib").read().split()[2])
 def plan(s, ov, flops, bw=bps):
     cmd = [f"{out}/distflash", "plan", "--config", "configs/tiny-sp4.toml", "--cluster", "2x2xcpu",
            "--flops", repr(flops), "--inter-bw", repr(bw / 2), "--attention", s, "--format", "json",
            "--set", f"data.batch_size={batch}", "--set", f"parallelism.overlap_comm={ov}"]
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)["plans"][0]
-# The FLOP/s at which plan's compute time is the unshaped run's step time less its
-# communication time at 1 GB/s per host (veth carries several).
-p1 = plan("distflash", "false", 1.0, 1e9)["time"]
-flops = p1["compute_s"] / (t_cal - p1["comm_s"])
 print(f"tiny-sp4, batch {batch}, 2 hosts x 2 ranks, links {rate} (tbf, both ways), steps 5..{steps - 1}, best of {reps}")
-print(f"unshaped links, distflash, overlap off: {t_cal * 1e3:.0f} ms/step -> --flops {flops:.3g} per rank")
-print(f"{'schedule':10} {'overlap':7} {'step ms':>8} {'plan ms':>8} {'plan/meas':>9} {'between hosts MB':>16} "
+print(f"{'schedule':10} {'overlap':8} {'step ms':>8} {'plan ms':>8} {'plan/meas':>9} {'between hosts MB':>16} "
       f"{'plan MB':>8} {'comm MB':>8} {'inside MB':>9}")
 rows = [l.split() for l in open(f"{out}/rows")][1:]
 for s, ov, t, cross, comm, sites in rows:
     t, cross, comm = float(t), float(cross), float(comm)
+    if ov == "unshaped":
+        # The FLOP/s at which plan's compute time is this step time less its communication
+        # time at 1 GB/s per host (veth carries several).
+        p1 = plan(s, "false", 1.0, 1e9)["time"]
+        flops = p1["compute_s"] / (t - p1["comm_s"])
+        print(f"{s:10} {'unshaped':8} {t * 1e3:8.0f}   -> --flops {flops:.3g} per rank; {cross / 1e6:.2f} MB between hosts")
+        continue
     p = plan(s, ov, flops)
     # plan's attention bytes between nodes are per rank: 4 ranks send them.
     pc = 4 * p["comm"]["inter_node"]
     ps = p["time"]["step_s"]
-    print(f"{s:10} {ov:7} {t * 1e3:8.0f} {ps * 1e3:8.0f} {ps / t:9.2f} {cross / 1e6:16.2f} "
+    print(f"{s:10} {ov:8} {t * 1e3:8.0f} {ps * 1e3:8.0f} {ps / t:9.2f} {cross / 1e6:16.2f} "
           f"{pc / 1e6:8.2f} {comm / 1e6:8.2f} {(comm - cross) / 1e6:9.2f}")
 print("\nevery run (schedule, overlap, step s):", " ".join(f"{l.split()[0]}/{l.split()[1]}/{float(l.split()[2]):.2f}" for l in open(f"{out}/runs")))
 print("\ncommunicator bytes per step, all ranks, by call site:")

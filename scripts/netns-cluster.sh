@@ -175,6 +175,9 @@ down() {
 		ip netns del "$ns" || true
 	done
 	rm -rf "$state"
+	# Open MPI's session directories of these hosts (named by hostname), which a job that
+	# was killed or aborted leaves behind.
+	rm -rf "${TMPDIR:-/tmp}/ompi.$name-h"[0-9]*
 }
 
 cmd=${1:-}
