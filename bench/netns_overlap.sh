@@ -132,7 +132,12 @@ for s, ov, t, cross, comm, sites in rows:
         continue
     p = plan(s, ov, flops)
     # plan's attention bytes between nodes are per rank: 4 ranks send them.
-    pc = 4 * p["comm"]["inter_node"]
+    # plan's bytes are per rank (attention: the busiest rank's); all ranks together: the
+    # attention sum over ranks (attn_total_layer, 4 layers) times the fraction that crosses,
+    # plus the world collectives' crossing bytes (per rank, the same on every rank).
+    c = p["comm"]
+    frac = c["attn_inter_node"] / c["attention"]
+    pc = frac * 4 * c["attn_total_layer"] + 4 * (c["inter_node"] - c["attn_inter_node"])
     ps = p["time"]["step_s"]
     print(f"{s:10} {ov:8} {t * 1e3:8.0f} {ps * 1e3:8.0f} {ps / t:9.2f} {cross / 1e6:16.2f} "
           f"{pc / 1e6:8.2f} {comm / 1e6:8.2f} {(comm - cross) / 1e6:9.2f}")
