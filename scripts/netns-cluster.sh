@@ -78,7 +78,8 @@ up() {
 	fi
 	mkdir -p "$state"
 	printf 'rate=%q\ndelay=%q\n' "$rate" "$delay" >"$state/settings"
-	trap 'echo "netns-cluster: up failed, removing what was made" >&2; down' ERR
+	# Whatever ends up early (a failed command, or die) removes what was made.
+	trap 'echo "netns-cluster: up failed, removing what was made" >&2; down' EXIT
 	ip netns add "$sw"
 	ip netns exec "$sw" ip link set lo up
 	ip netns exec "$sw" ip link add br0 type bridge
@@ -109,7 +110,7 @@ i=\$(( \${host##*.} - 1 ))
 exec env -i PATH="\$PATH" HOME="\${HOME:-/root}" ip netns exec $name-h\$i unshare --uts sh -c 'hostname "\$0" && exec sh -c "\$@"' $name-h\$i "\$*"
 EOF
 	chmod +x "$state/agent"
-	trap - ERR
+	trap - EXIT
 	echo "netns-cluster $name: $n hosts $subnet.1-$subnet.$n, ${rate:-unshaped}${delay:+, delay $delay}; hostfile $state/hostfile"
 }
 
