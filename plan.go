@@ -95,7 +95,7 @@ var gpuTypes = []GPUType{
 
 // cpuType is a rank of the CPU backend (--cluster NODESxRANKSxcpu, e.g. the hosts of
 // scripts/netns-cluster.sh): its FLOP/s is measured, not a datasheet figure, so --flops must
-// give it (bench/netns_overlap.sh derives it from an in-process run on the machine) and mfu
+// give it (bench/netns_overlap.sh derives it from a run on the hosts with unshaped links) and mfu
 // is 1; memory 16 GB per rank, within a host 2 GB/s (MPI's shared memory), between hosts
 // 1 Gbit/s per host shared by its ranks, unless --gpu-mem, --intra-bw, --inter-bw say
 // otherwise.
