@@ -10,7 +10,10 @@ package main
 //	A100-80GB   80 GB       312e12              300e9                             25e9
 //	H100-80GB   80 GB       989e12              450e9                             25e9
 //	H200-141GB  141 GB      989e12              450e9                             25e9
+//	cpu         16 GB       --flops (measured)  2e9 (shared memory)               62.5e6 (1 Gbit/s a host of 2)
 //
+// TYPE cpu is a rank of the CPU backend, e.g. on the hosts of scripts/netns-cluster.sh: its
+// FLOP/s must be measured on the machine (bench/netns_overlap.sh does) and its mfu is 1.
 // GB here is 10^9 bytes (the vendors' figures). --mfu (default 0.5) is the fraction of the peak
 // rate the kernels achieve; --gpu-mem, --intra-bw and --inter-bw override the preset.
 //
@@ -46,9 +49,14 @@ package main
 //     divided over the sequence-parallel ranks and stretched by 1/(1 − idle) with the schedule's
 //     idle fraction (DistFlashAttn §3.2): ring and burst (P²−P)/(2P²), distflash 1/(2P) for even
 //     P and 0 for odd P, zigzag, attn2d and ulysses 0. Compute time = FLOPs / (peak × mfu).
-//     Communication time = bytes / bandwidth, inter-node when the group spans nodes. With
-//     overlap_comm each layer takes max(compute, communication), else their sum; the work is
-//     spread evenly over the layers, so the step is max or sum of the totals.
+//     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
+//     (counted per peer in the same in-process run, ranks placed on nodes in order) at the
+//     inter-node rate, the others at the intra-node rate; the world's collectives as a ring
+//     whose crossing edges have their node's whole network (GPUs per node × inter-node rate),
+//     capped by the intra-node rate. With overlap_comm each layer takes max(compute,
+//     attention + fsdp communication), else their sum; the work is spread evenly over the
+//     layers, so the step is max or sum of the totals; the data-parallel gradient all-reduce
+//     runs after the backward pass and adds to the step either way.
 
 import (
 	"encoding/json"
@@ -85,6 +93,14 @@ var gpuTypes = []GPUType{
 	{"H200-141GB", 141e9, 989e12, 450e9, 25e9},
 }
 
+// cpuType is a rank of the CPU backend (--cluster NODESxRANKSxcpu, e.g. the hosts of
+// scripts/netns-cluster.sh): its FLOP/s is measured, not a datasheet figure, so --flops must
+// give it (bench/netns_overlap.sh derives it from a run on the hosts with unshaped links) and mfu
+// is 1; memory 16 GB per rank, within a host 2 GB/s (MPI's shared memory), between hosts
+// 1 Gbit/s per host shared by its ranks, unless --gpu-mem, --intra-bw, --inter-bw say
+// otherwise.
+var cpuType = GPUType{Name: "cpu", MemBytes: 16e9, IntraBW: 2e9, InterBW: 125e6 / 2}
+
 // Cluster is the machine a plan is made for.
 type Cluster struct {
 	Nodes       int     `json:"nodes"`
@@ -107,19 +123,22 @@ func ParseCluster(s string) (Cluster, error) {
 		names = append(names, g.Name)
 	}
 	if len(parts) != 3 {
-		return Cluster{}, fmt.Errorf("--cluster %q: want NODESxGPUSxTYPE, e.g. 2x8xA100-80GB, with TYPE one of %s", s, strings.Join(names, ", "))
+		return Cluster{}, fmt.Errorf("--cluster %q: want NODESxGPUSxTYPE, e.g. 2x8xA100-80GB, with TYPE one of %s or cpu", s, strings.Join(names, ", "))
 	}
 	nodes, err1 := strconv.Atoi(parts[0])
 	gpus, err2 := strconv.Atoi(parts[1])
 	if err1 != nil || err2 != nil || nodes < 1 || gpus < 1 {
 		return Cluster{}, fmt.Errorf("--cluster %q: NODES and GPUS must be positive integers", s)
 	}
+	if strings.EqualFold(parts[2], cpuType.Name) {
+		return Cluster{Nodes: nodes, GPUsPerNode: gpus, GPU: cpuType, MFU: 1}, nil
+	}
 	for _, g := range gpuTypes {
 		if strings.EqualFold(g.Name, parts[2]) {
 			return Cluster{Nodes: nodes, GPUsPerNode: gpus, GPU: g, MFU: 0.5}, nil
 		}
 	}
-	return Cluster{}, fmt.Errorf("--cluster %q: unknown GPU type %q: want one of %s", s, parts[2], strings.Join(names, ", "))
+	return Cluster{}, fmt.Errorf("--cluster %q: unknown GPU type %q: want one of %s or cpu", s, parts[2], strings.Join(names, ", "))
 }
 
 // MemoryPlan is one rank's memory, in bytes.
@@ -141,6 +160,8 @@ type MemoryPlan struct {
 // CommPlan is the bytes one rank sends in a step.
 type CommPlan struct {
 	Attention      float64 `json:"attention"`        // the schedule's traffic, all layers
+	AttnInterNode  float64 `json:"attn_inter_node"`  // the part of it that crosses between nodes
+	InterNode      float64 `json:"inter_node"`       // all bytes that cross between nodes (attention, fsdp, data-parallel)
 	AttnPerLayer   float64 `json:"attn_per_layer"`   // forward + backward of one layer, one micro-batch
 	AttnTotalLayer float64 `json:"attn_total_layer"` // the same summed over the sequence-parallel ranks
 	FSDP           float64 `json:"fsdp"`
@@ -188,7 +209,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set data.seq_len=262144 (repeatable)")
-	clusterName := fs.String("cluster", "", "NODESxGPUSxTYPE, TYPE one of A100-40GB, A100-80GB, H100-80GB, H200-141GB (default: world_size A100-80GB GPUs, 8 a node)")
+	clusterName := fs.String("cluster", "", "NODESxGPUSxTYPE, TYPE one of A100-40GB, A100-80GB, H100-80GB, H200-141GB, or cpu (ranks of the CPU backend; needs --flops) (default: world_size A100-80GB GPUs, 8 a node)")
 	format := fs.String("format", "text", "text | json")
 	sweep := fs.String("sweep", "", "seq_len=LO..HI: plan every seq_len from LO doubling to HI (K = 1024, M = 1024²)")
 	attention := fs.String("attention", "", "all | a schedule name (default: parallelism.attention)")
@@ -196,6 +217,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	gpuMem := fs.Float64("gpu-mem", 0, "override the GPU memory, bytes (e.g. 80e9)")
 	interBW := fs.Float64("inter-bw", 0, "override the inter-node bandwidth per GPU, bytes/s")
 	intraBW := fs.Float64("intra-bw", 0, "override the intra-node bandwidth per GPU, bytes/s")
+	flops := fs.Float64("flops", 0, "override the FLOP/s one GPU or rank achieves at mfu 1 (a --cluster of type cpu needs it: measure it on the machine)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -218,18 +240,23 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if !(*mfu > 0 && *mfu <= 1) {
 		return fmt.Errorf("plan: --mfu %g: must be in (0, 1]", *mfu)
 	}
-	cl.MFU = *mfu
+	if mfuSet := flagSet(fs, "mfu"); cl.GPU.Name != cpuType.Name || mfuSet {
+		cl.MFU = *mfu
+	}
 	for _, o := range []struct {
 		name string
 		v    float64
 		dst  *float64
-	}{{"--gpu-mem", *gpuMem, &cl.GPU.MemBytes}, {"--inter-bw", *interBW, &cl.GPU.InterBW}, {"--intra-bw", *intraBW, &cl.GPU.IntraBW}} {
+	}{{"--gpu-mem", *gpuMem, &cl.GPU.MemBytes}, {"--inter-bw", *interBW, &cl.GPU.InterBW}, {"--intra-bw", *intraBW, &cl.GPU.IntraBW}, {"--flops", *flops, &cl.GPU.FLOPS}} {
 		if o.v < 0 || math.IsNaN(o.v) || math.IsInf(o.v, 0) {
 			return fmt.Errorf("plan: %s %g: must be a positive number", o.name, o.v)
 		}
 		if o.v > 0 {
 			*o.dst = o.v
 		}
+	}
+	if cl.GPU.FLOPS == 0 {
+		return fmt.Errorf("plan: --cluster %s: the cpu type has no datasheet FLOP/s: give --flops, the rate one rank achieves on the machine (bench/netns_overlap.sh measures it)", cl)
 	}
 	if *clusterName != "" {
 		if cfg, err = fitToCluster(cfg, cl); err != nil {
@@ -272,6 +299,13 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		writeTable(stdout, rep)
 	}
 	return nil
+}
+
+// flagSet reports whether flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // defaultCluster is world A100-80GB GPUs, 8 a node.
@@ -496,6 +530,47 @@ const maxTrafficRanks = 64
 type traffic struct {
 	fwdA, fwdB, bwdA, bwdB             float64 // busiest rank
 	fwdTotA, fwdTotB, bwdTotA, bwdTotB float64 // all ranks
+	// peer[r][d] is the bytes rank r sent to rank d point to point (Isend) at the longer
+	// sequence, other the bytes sent by collectives, whose peers the schedule does not name.
+	peer  [][]float64
+	other float64
+}
+
+// crossFraction is the fraction of the schedule's bytes that cross between nodes of g ranks
+// each (ranks 0..g-1 on the first node, as mpirun places them by slot): point-to-point
+// bytes by their peers, collective bytes as if spread evenly over the other ranks.
+func (t traffic) crossFraction(g int) float64 {
+	P := len(t.peer)
+	if P <= g {
+		return 0
+	}
+	var cross, all float64
+	for r, row := range t.peer {
+		for d, b := range row {
+			all += b
+			if r/g != d/g {
+				cross += b
+			}
+		}
+	}
+	cross += t.other * float64(P-g) / float64(P-1)
+	all += t.other
+	if all == 0 {
+		return 0
+	}
+	return cross / all
+}
+
+// peerCounter is a Comm that counts the bytes of every Isend by destination.
+type peerCounter struct {
+	parallel.Comm
+	peer []float64
+}
+
+// Isend implements parallel.Comm.
+func (p *peerCounter) Isend(buf kernels.Buf, dst, tag int, site string) parallel.Request {
+	p.peer[dst] += 4 * float64(buf.Len())
+	return p.Comm.Isend(buf, dst, tag, site)
 }
 
 // at evaluates the busiest rank's forward and backward bytes and the all-rank sum of both at T.
@@ -525,11 +600,11 @@ func measureTraffic(name string, h model.Heads, P int) (traffic, error) {
 		return traffic{}, err
 	}
 	T1, T2 := 2*l.Divisor(P), 4*l.Divisor(P)
-	f1, b1, ft1, bt1, err := runScheduleOnce(name, h, P, T1)
+	f1, b1, ft1, bt1, _, err := runScheduleOnce(name, h, P, T1)
 	if err != nil {
 		return traffic{}, err
 	}
-	f2, b2, ft2, bt2, err := runScheduleOnce(name, h, P, T2)
+	f2, b2, ft2, bt2, peer, err := runScheduleOnce(name, h, P, T2)
 	if err != nil {
 		return traffic{}, err
 	}
@@ -537,7 +612,12 @@ func measureTraffic(name string, h model.Heads, P int) (traffic, error) {
 		a = (y2 - y1) / float64(T2-T1)
 		return a, y1 - a*float64(T1)
 	}
-	var t traffic
+	t := traffic{peer: peer, other: ft2 + bt2}
+	for _, row := range peer {
+		for _, b := range row {
+			t.other -= b
+		}
+	}
 	t.fwdA, t.fwdB = fit(f1, f2)
 	t.bwdA, t.bwdB = fit(b1, b2)
 	t.fwdTotA, t.fwdTotB = fit(ft1, ft2)
@@ -548,13 +628,16 @@ func measureTraffic(name string, h model.Heads, P int) (traffic, error) {
 
 // runScheduleOnce runs one forward and backward of schedule name over a sequence of T tokens
 // on P in-process ranks and returns the bytes sent: the busiest rank's forward and backward,
-// and the sums over the ranks.
-func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, bwdTotal float64, err error) {
+// and the sums over the ranks, and the point-to-point bytes from each rank to each.
+func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, bwdTotal float64, peer [][]float64, err error) {
 	w := parallel.NewWorld(P)
 	fw, bw := make([]int64, P), make([]int64, P)
+	peer = make([][]float64, P)
 	err = w.Run(func(c parallel.Comm) error {
 		be := kernels.NewCPU()
-		s, err := parallel.NewAttention(name, c, be, parallel.Options{Overlap: true})
+		pc := &peerCounter{Comm: c, peer: make([]float64, P)}
+		peer[c.Rank()] = pc.peer
+		s, err := parallel.NewAttention(name, pc, be, parallel.Options{Overlap: true})
 		if err != nil {
 			return err
 		}
@@ -582,14 +665,14 @@ func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, 
 		return nil
 	})
 	if err != nil {
-		return 0, 0, 0, 0, fmt.Errorf("plan: running %s on %d in-process ranks: %w", name, P, err)
+		return 0, 0, 0, 0, nil, fmt.Errorf("plan: running %s on %d in-process ranks: %w", name, P, err)
 	}
 	for r := range P {
 		fwd, bwd = max(fwd, float64(fw[r])), max(bwd, float64(bw[r]))
 		fwdTotal += float64(fw[r])
 		bwdTotal += float64(bw[r])
 	}
-	return fwd, bwd, fwdTotal, bwdTotal, nil
+	return fwd, bwd, fwdTotal, bwdTotal, peer, nil
 }
 
 // PlanFor predicts memory, communication and step time of cfg with schedule name and
@@ -638,6 +721,7 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 		pl.Comm.AttnPerLayer = B * (fwd + bwd) * scale
 		pl.Comm.AttnTotalLayer = B * total * scale
 		pl.Comm.Attention = accum * L * B * (fwdPasses*fwd + bwd) * scale
+		pl.Comm.AttnInterNode = pl.Comm.Attention * t.crossFraction(cl.GPUsPerNode)
 	}
 	N := float64(m.NumParams())
 	Pw := float64(world)
@@ -673,10 +757,27 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 	if world > cl.GPUsPerNode {
 		tm.WorldLinkBW = cl.GPU.InterBW
 	}
-	tm.Comm = pl.Comm.Attention/tm.AttnLinkBW + (pl.Comm.FSDP+pl.Comm.DataParallel)/tm.WorldLinkBW
+	// The attention bytes that stay inside a node move at the intra-node rate, the others
+	// at the inter-node rate. The world's collectives run as a ring over the ranks in node
+	// order: on more than one node, Nodes of its world_size edges cross, each the only
+	// crossing edge of its node in its direction, so it has the node's whole network
+	// (GPUsPerNode × InterBW) and the ring runs at the slower of that and IntraBW.
+	inter := pl.Comm.AttnInterNode
+	attnComm := inter/cl.GPU.InterBW + (pl.Comm.Attention-inter)/cl.GPU.IntraBW
+	worldBW := cl.GPU.IntraBW
+	if world > cl.GPUsPerNode {
+		worldBW = min(cl.GPU.IntraBW, float64(cl.GPUsPerNode)*cl.GPU.InterBW)
+		tm.WorldLinkBW = worldBW
+		pl.Comm.InterNode = float64(cl.Nodes) / Pw * (pl.Comm.FSDP + pl.Comm.DataParallel)
+	}
+	pl.Comm.InterNode += inter
+	fsdpComm, dpComm := pl.Comm.FSDP/worldBW, pl.Comm.DataParallel/worldBW
+	tm.Comm = attnComm + fsdpComm + dpComm
 	tm.Overlap = p.OverlapComm
+	// The gradient all-reduce runs after the backward pass (train.go), so it never
+	// overlaps; attention transfers and FSDP's prefetched gathers do with overlap_comm.
 	if p.OverlapComm {
-		tm.Step = max(tm.Compute, tm.Comm)
+		tm.Step = max(tm.Compute, attnComm+fsdpComm) + dpComm
 	} else {
 		tm.Step = tm.Compute + tm.Comm
 	}
@@ -701,7 +802,7 @@ func seqName(n int) string {
 func writeDetail(w io.Writer, rep Report) {
 	pl := rep.Plans[0]
 	fmt.Fprintf(w, "config:   %s\n", rep.Summary)
-	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.0f TFLOP/s bf16 × mfu %.2f, NVLink %.0f GB/s, inter-node %.0f GB/s per GPU\n",
+	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f, NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
 		rep.Cluster, rep.Cluster.GPUs(), gb(rep.Cluster.GPU.MemBytes), rep.Cluster.GPU.FLOPS/1e12, rep.Cluster.MFU,
 		rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9)
 	fmt.Fprintf(w, "schedule: %s, seq_len %s (%s tokens per GPU)\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
@@ -729,6 +830,7 @@ func writeDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
 	fmt.Fprintf(w, "  %-22s %10s  (one layer's forward + backward: %s per rank, %s all ranks together)\n",
 		"attention ("+pl.Attention+")", gb(c.Attention), gb(c.AttnPerLayer), gb(c.AttnTotalLayer))
+	fmt.Fprintf(w, "    between nodes        %10s\n", gb(c.AttnInterNode))
 	fmt.Fprintf(w, "  fsdp                   %10s\n", gb(c.FSDP))
 	fmt.Fprintf(w, "  data-parallel          %10s\n", gb(c.DataParallel))
 	fmt.Fprintf(w, "  total                  %10s\n", gb(c.Total))
@@ -737,7 +839,8 @@ func writeDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "  FLOPs per rank         %.3g dense + %.3g attention\n", t.DenseFLOPs, t.AttnFLOPs)
 	fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
 	fmt.Fprintf(w, "  compute                %8.2f s\n", t.Compute)
-	fmt.Fprintf(w, "  communication          %8.2f s  (attention at %.0f GB/s, fsdp/dp at %.0f GB/s)\n", t.Comm, t.AttnLinkBW/1e9, t.WorldLinkBW/1e9)
+	fmt.Fprintf(w, "  communication          %8.2f s  (attention inside a node at %.3g GB/s, between nodes at %.3g GB/s; fsdp/dp at %.3g GB/s)\n",
+		t.Comm, rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9, t.WorldLinkBW/1e9)
 	how := "sum, overlap_comm off"
 	if t.Overlap {
 		how = "max, overlap_comm on"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -95,7 +96,29 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := stopOnSignal(stderr, opt.current, comm == nil || comm.Rank() == 0)
 	defer stop()
-	return train(ctx, cfg, stdout, stderr, opt)
+	if err := train(ctx, cfg, stdout, stderr, opt); err != nil {
+		return err
+	}
+	return writeTraffic(comm)
+}
+
+// writeTraffic writes, when DISTFLASH_TRAFFIC names a path prefix, the bytes this MPI rank
+// sent by call site over the whole run to PREFIX.rankN as JSON (bench/netns_overlap.sh
+// reads them). The in-process world (comm nil) writes nothing.
+func writeTraffic(comm parallel.Comm) error {
+	prefix := os.Getenv("DISTFLASH_TRAFFIC")
+	if prefix == "" || comm == nil {
+		return nil
+	}
+	b, err := json.Marshal(comm.Traffic())
+	if err != nil {
+		return fmt.Errorf("DISTFLASH_TRAFFIC: %w", err)
+	}
+	path := fmt.Sprintf("%s.rank%d", prefix, comm.Rank())
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("DISTFLASH_TRAFFIC=%s: %w", prefix, err)
+	}
+	return nil
 }
 
 // stopOnSignal returns a context that the first SIGINT or SIGTERM cancels, which makes

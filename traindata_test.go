@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// trainArgs are the arguments of a short tiny run on data.train = train into dir.
-func trainArgs(dir, train string, sets ...string) []string {
+// dataTrainArgs are the arguments of a short tiny run on data.train = train into dir.
+func dataTrainArgs(dir, train string, sets ...string) []string {
 	args := []string{"train", "--config", "configs/tiny.toml", "--progress=false",
 		"--set", "data.train=" + train, "--set", "training.steps=2", "--set", "run.output_dir=" + dir}
 	for _, s := range sets {
@@ -53,7 +53,7 @@ func TestTrainRefusesUnmeantData(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(trainArgs(t.TempDir(), tt.file, "data.format="+tt.format), &stdout, &stderr)
+			err := run(dataTrainArgs(t.TempDir(), tt.file, "data.format="+tt.format), &stdout, &stderr)
 			if err == nil {
 				t.Fatalf("train on %s as %s: no error\n%s", tt.file, tt.format, stderr.String())
 			}
@@ -95,7 +95,7 @@ func TestTrainTextDirectory(t *testing.T) {
 		t.Run(fmt.Sprint(tt.maxBytes), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			dir := t.TempDir()
-			err := run(trainArgs(dir, in, "data.format=text", fmt.Sprintf("data.max_bytes=%d", tt.maxBytes)), &stdout, &stderr)
+			err := run(dataTrainArgs(dir, in, "data.format=text", fmt.Sprintf("data.max_bytes=%d", tt.maxBytes)), &stdout, &stderr)
 			if err != nil {
 				t.Fatalf("train: %v\n%s", err, stderr.String())
 			}
@@ -137,7 +137,7 @@ func TestTrainDamagedShard(t *testing.T) {
 		t.Errorf("data tokenize's stderr does not say data.max_bytes cut the text (%q):\n%s", want, stderr.String())
 	}
 	// The shards train.
-	if err := run(trainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr); err != nil {
+	if err := run(dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr); err != nil {
 		t.Fatalf("train on the shards: %v\n%s", err, stderr.String())
 	}
 	shard := filepath.Join(out, "shard-000001.tokens")
@@ -149,7 +149,7 @@ func TestTrainDamagedShard(t *testing.T) {
 	if err := os.WriteFile(shard, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = run(trainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr)
+	err = run(dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr)
 	if err == nil {
 		t.Fatal("train on a damaged shard: no error")
 	}
