@@ -223,6 +223,8 @@ func TestValidateInvalid(t *testing.T) {
 		{"device", func(c *Config) { c.Device.Kind = "tpu" }, []string{"device.kind", "cpu, cuda"}},
 		{"seq_len", func(c *Config) { c.Data.SeqLen = 0 }, []string{"data.seq_len = 0"}},
 		{"batch_size", func(c *Config) { c.Data.BatchSize = -1 }, []string{"data.batch_size = -1"}},
+		{"position_reset alone", func(c *Config) { c.Data.PositionReset = true }, []string{"data.position_reset = true", "data.document_mask"}},
+		{"document_mask on shards", func(c *Config) { c.Data.DocumentMask, c.Data.Format = true, "tokens" }, []string{"data.document_mask = true", `"tokens"`}},
 		{"steps", func(c *Config) { c.Training.Steps = 0 }, []string{"training.steps = 0"}},
 		{"grad_accum_steps", func(c *Config) { c.Training.GradAccumSteps = 0 }, []string{"training.grad_accum_steps = 0"}},
 		{"loss scale", func(c *Config) { c.Training.LossScaleInit = 0 }, []string{"training.loss_scale_init = 0", "65536"}},

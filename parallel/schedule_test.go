@@ -25,7 +25,11 @@ type attnInputs struct {
 	T           int
 	h           model.Heads
 	q, k, v, do []float32
+	docs        []int32 // document start of every position (model.Seq.DocStart); nil: one document
 }
+
+// seq is the placement of the tokens at pos, with the inputs' documents.
+func (in attnInputs) seq(pos []int32) model.Seq { return model.Seq{Pos: pos, DocStart: in.docs} }
 
 func newInputs(T int, h model.Heads, seed uint64) attnInputs {
 	r := rand.New(rand.NewPCG(seed, 99))
@@ -49,8 +53,8 @@ func (in attnInputs) reference() scheduleRun {
 	dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
 	a := model.NewLocalAttention(be)
 	pos := model.Positions(T)
-	a.Forward(o, lse, q, k, v, pos, h)
-	a.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+	a.Forward(o, lse, q, k, v, in.seq(pos), h)
+	a.Backward(dq, dk, dv, q, k, v, o, lse, do, in.seq(pos), h)
 	return scheduleRun{o: kernels.Host(o), lse: kernels.Host(lse), dq: kernels.Host(dq), dk: kernels.Host(dk), dv: kernels.Host(dv)}
 }
 
@@ -100,8 +104,8 @@ func (in attnInputs) runRank(s Schedule, c Comm, be kernels.Backend, out *schedu
 	q, k, v, do := up(in.q, h.N*h.Dim), up(in.k, h.KV*h.Dim), up(in.v, h.KV*h.Dim), up(in.do, h.N*h.Dim)
 	o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
 	dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-	s.Forward(o, lse, q, k, v, pos, h)
-	s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+	s.Forward(o, lse, q, k, v, in.seq(pos), h)
+	s.Backward(dq, dk, dv, q, k, v, o, lse, do, in.seq(pos), h)
 	Unshard(out.o, kernels.Host(o), 1, T, h.N*h.Dim, pos)
 	Unshard(out.dq, kernels.Host(dq), 1, T, h.N*h.Dim, pos)
 	Unshard(out.dk, kernels.Host(dk), 1, T, h.KV*h.Dim, pos)
