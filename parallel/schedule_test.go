@@ -167,6 +167,85 @@ func TestSchedulesExact(t *testing.T) {
 	}
 }
 
+// docTables returns document-start tables (model.Seq.DocStart) for a sequence of T tokens on
+// P ranks: many short documents of random lengths, one document spanning every rank,
+// documents starting exactly at every rank edge of the contiguous layout, and a document
+// starting at every position (each query sees only itself; whole ranks' blocks are masked).
+func docTables(T, P int, seed uint64) map[string][]int32 {
+	r := rand.New(rand.NewPCG(seed, 17))
+	table := func(starts func(p int) bool) []int32 {
+		d := make([]int32, T)
+		for p := range d {
+			if p > 0 && !starts(p) {
+				d[p] = d[p-1]
+			} else {
+				d[p] = int32(p)
+			}
+		}
+		return d
+	}
+	return map[string][]int32{
+		"short":     table(func(int) bool { return r.IntN(5) == 0 }),
+		"spanning":  table(func(int) bool { return false }),
+		"rankedges": table(func(p int) bool { return p%(T/P) == 0 || p%(T/P) == T/P/2+1 }),
+		"singles":   table(func(int) bool { return true }),
+	}
+}
+
+// TestSchedulesExactDocuments: every schedule × P ∈ {1,2,3,4,8} × {MHA, GQA, 33 heads} ×
+// document layouts gives the output, lse and dQ, dK, dV of single-worker document-masked
+// attention, with every value finite.
+func TestSchedulesExactDocuments(t *testing.T) {
+	const T = 48
+	for _, name := range Names() {
+		for _, P := range []int{1, 2, 3, 4, 8} {
+			for hn, h := range testHeads {
+				if Check(name, h, P) != nil {
+					continue // refusals are TestSchedulesExact's
+				}
+				for dn, docs := range docTables(T, P, uint64(P)) {
+					t.Run(fmt.Sprintf("%s/P%d/%s/%s", name, P, hn, dn), func(t *testing.T) {
+						in := newInputs(T, h, uint64(P*100+h.N))
+						in.docs = docs
+						want := in.reference()
+						got, err := in.run(name, P, Options{Overlap: P%2 == 0})
+						if err != nil {
+							t.Fatal(err)
+						}
+						checkExact(t, got, want)
+						for _, x := range slices.Concat(got.o, got.dq, got.dk, got.dv) {
+							if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+								t.Fatalf("non-finite value %v", x)
+							}
+						}
+						if dn == "singles" && P > 1 && name != "ulysses" {
+							var skipped int64
+							for _, w := range got.work {
+								skipped += w.AttnDocSkipped
+							}
+							if skipped == 0 {
+								t.Errorf("one-token documents: no block skipped by the document mask")
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestDocumentMaskDiffers: the document mask changes the result (so the exactness test above
+// does not pass by ignoring it).
+func TestDocumentMaskDiffers(t *testing.T) {
+	in := newInputs(48, testHeads["MHA"], 1)
+	plain := in.reference()
+	in.docs = docTables(48, 4, 1)["rankedges"]
+	masked := in.reference()
+	if relErr(masked.o, plain.o) < 1e-2 {
+		t.Fatal("document-masked output equals the unmasked one")
+	}
+}
+
 // checkExact fails t when a run differs from single-worker attention by more than fp32 bounds:
 // 2e-6 of each tensor's scale for o and lse, 1e-5 for the gradients (measured errors are
 // ~1e-7 and ~1e-6).
