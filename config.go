@@ -95,6 +95,9 @@ type ParallelismConfig struct {
 	Attention              string `toml:"attention" json:"attention"`                               // distflash | ring | zigzag | burst | ulysses | attn2d
 	OverlapComm            bool   `toml:"overlap_comm" json:"overlap_comm"`                         // prefetch the next block while computing
 	FSDP                   bool   `toml:"fsdp" json:"fsdp"`                                         // shard parameters, gradients and optimizer state
+	// BalanceDocuments reorders each sequence's documents (data.document_mask) so the
+	// sequence-parallel ranks get even attention work (parallel.BalanceDocuments).
+	BalanceDocuments bool `toml:"balance_documents" json:"balance_documents,omitempty"`
 }
 
 // CheckpointConfig is the [checkpoint] section: activation checkpointing (recomputation in the
@@ -520,6 +523,9 @@ func (c *Config) validate(forEval bool) error {
 	}
 	atLeast("data.seq_len", d.SeqLen, 1)
 	atLeast("data.batch_size", d.BatchSize, 1)
+	if c.Parallelism.BalanceDocuments && !d.DocumentMask {
+		fail("parallelism.balance_documents = true needs data.document_mask = true: it reorders the documents the mask separates")
+	}
 	if d.PositionReset && !d.DocumentMask {
 		fail("data.position_reset = true needs data.document_mask = true: positions restart at the documents the mask draws")
 	}

@@ -223,6 +223,7 @@ func TestValidateInvalid(t *testing.T) {
 		{"device", func(c *Config) { c.Device.Kind = "tpu" }, []string{"device.kind", "cpu, cuda"}},
 		{"seq_len", func(c *Config) { c.Data.SeqLen = 0 }, []string{"data.seq_len = 0"}},
 		{"batch_size", func(c *Config) { c.Data.BatchSize = -1 }, []string{"data.batch_size = -1"}},
+		{"balance_documents alone", func(c *Config) { c.Parallelism.BalanceDocuments = true }, []string{"parallelism.balance_documents = true", "data.document_mask"}},
 		{"position_reset alone", func(c *Config) { c.Data.PositionReset = true }, []string{"data.position_reset = true", "data.document_mask"}},
 		{"document_mask on shards", func(c *Config) { c.Data.DocumentMask, c.Data.Format = true, "tokens" }, []string{"data.document_mask = true", `"tokens"`}},
 		{"steps", func(c *Config) { c.Training.Steps = 0 }, []string{"training.steps = 0"}},

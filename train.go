@@ -483,6 +483,9 @@ func (t *trainer) step(step int) (Metrics, error) {
 		var count int
 		for _, mb := range batches {
 			b := mb[r.replica]
+			if t.cfg.Parallelism.BalanceDocuments {
+				b = balanceBatch(b, t.cfg.Parallelism.Attention, t.cfg.Parallelism.SequenceParallelDegree)
+			}
 			ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
 			tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
 			m.Docs, m.ResetPositions = b.DocStart, t.cfg.Data.PositionReset
@@ -853,4 +856,23 @@ func writeMemory(w io.Writer, mems []Memory) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// balanceBatch returns b with the documents of each sequence reordered for even attention
+// work on P ranks of schedule (parallel.BalanceDocuments); each token keeps its target and
+// its offset in its document, so the loss is the same. Every rank computes the same order.
+func balanceBatch(b data.Batch, schedule string, P int) data.Batch {
+	T := b.T
+	out := data.Batch{B: b.B, T: T, Inputs: make([]int32, len(b.Inputs)), Targets: make([]int32, len(b.Targets)), DocStart: make([]int32, len(b.DocStart))}
+	for s := 0; s < b.B; s++ {
+		perm, start, err := parallel.BalanceDocuments(b.DocStart[s*T:(s+1)*T], schedule, P, uint64(s))
+		if err != nil {
+			panic(err) // the loader's document starts are intervals by construction
+		}
+		for i, p := range perm {
+			out.Inputs[s*T+i], out.Targets[s*T+i] = b.Inputs[s*T+int(p)], b.Targets[s*T+int(p)]
+		}
+		copy(out.DocStart[s*T:], start)
+	}
+	return out
 }

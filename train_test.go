@@ -376,4 +376,18 @@ func TestDocumentMaskTrainsLikeOneWorker(t *testing.T) {
 			t.Logf("loss %.6f -> %.6f; worst relative difference from one worker: %.2e", got[0], got[len(got)-1], worst)
 		})
 	}
+	// balanced document order (parallelism.balance_documents): the same tokens, targets and
+	// in-document positions in another order, so the same curve up to summation order
+	for _, name := range []string{"zigzag", "burst"} {
+		got := trainLosses(t, append(slices.Clone(sets), "parallelism.world_size=4", "parallelism.sequence_parallel_degree=4",
+			"parallelism.attention="+name, "parallelism.balance_documents=true")...)
+		worst := 0.0
+		for i := range want {
+			worst = math.Max(worst, math.Abs(got[i]-want[i])/want[i])
+		}
+		if worst > 1e-6 {
+			t.Errorf("%s with balanced documents: worst relative loss difference from one worker %.2e > 1e-6", name, worst)
+		}
+		t.Logf("%s, balanced documents: worst relative difference from one worker %.2e", name, worst)
+	}
 }
