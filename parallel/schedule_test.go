@@ -2,6 +2,7 @@ package parallel
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -293,6 +294,31 @@ func TestOverlapBitIdentical(t *testing.T) {
 				if !slices.Equal(c.x, c.y) {
 					t.Errorf("%s P=%d: %s differs between overlap off and on", name, P, c.what)
 				}
+			}
+		}
+	}
+}
+
+// TestDocumentMaskShipsNoBytes: every rank holds the whole sequence's document starts, so
+// the document mask adds nothing to any transfer: every schedule moves the same bytes at
+// every call site with documents as without.
+func TestDocumentMaskShipsNoBytes(t *testing.T) {
+	const T, P = 48, 4
+	h := testHeads["MHA"]
+	for _, name := range Names() {
+		in := newInputs(T, h, 3)
+		plain, err := in.run(name, P, Options{Overlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.docs = docTables(T, P, 3)["short"]
+		masked, err := in.run(name, P, Options{Overlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range plain.traffic {
+			if !maps.Equal(plain.traffic[r], masked.traffic[r]) || plain.traffic[r].Total() == 0 {
+				t.Errorf("%s rank %d: traffic %v with documents, %v without", name, r, masked.traffic[r], plain.traffic[r])
 			}
 		}
 	}
