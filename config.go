@@ -59,6 +59,11 @@ type DataConfig struct {
 	Tokenizer string   `toml:"tokenizer" json:"tokenizer"` // tokenizer name ("byte": one token per byte)
 	SeqLen    int      `toml:"seq_len" json:"seq_len"`     // tokens per sequence (global, before sequence parallelism)
 	BatchSize int      `toml:"batch_size" json:"batch_size"`
+	// DocumentMask packs documents into each sequence, a boundary token (the tokenizer's EOS,
+	// NUL for the byte tokenizer) starting each, and masks attention to the token's own
+	// document. PositionReset (needs DocumentMask) restarts RoPE positions at each document.
+	DocumentMask  bool `toml:"document_mask" json:"document_mask,omitempty"`
+	PositionReset bool `toml:"position_reset" json:"position_reset,omitempty"`
 }
 
 // TrainingConfig is the [training] section: optimizer, learning-rate schedule and precision.
@@ -90,6 +95,9 @@ type ParallelismConfig struct {
 	Attention              string `toml:"attention" json:"attention"`                               // distflash | ring | zigzag | burst | ulysses | attn2d
 	OverlapComm            bool   `toml:"overlap_comm" json:"overlap_comm"`                         // prefetch the next block while computing
 	FSDP                   bool   `toml:"fsdp" json:"fsdp"`                                         // shard parameters, gradients and optimizer state
+	// BalanceDocuments reorders each sequence's documents (data.document_mask) so the
+	// sequence-parallel ranks get even attention work (parallel.BalanceDocuments).
+	BalanceDocuments bool `toml:"balance_documents" json:"balance_documents,omitempty"`
 }
 
 // CheckpointConfig is the [checkpoint] section: activation checkpointing (recomputation in the
@@ -515,6 +523,15 @@ func (c *Config) validate(forEval bool) error {
 	}
 	atLeast("data.seq_len", d.SeqLen, 1)
 	atLeast("data.batch_size", d.BatchSize, 1)
+	if c.Parallelism.BalanceDocuments && !d.DocumentMask {
+		fail("parallelism.balance_documents = true needs data.document_mask = true: it reorders the documents the mask separates")
+	}
+	if d.PositionReset && !d.DocumentMask {
+		fail("data.position_reset = true needs data.document_mask = true: positions restart at the documents the mask draws")
+	}
+	if d.DocumentMask && d.Format == "tokens" {
+		fail(`data.document_mask = true with data.format = "tokens": token shards do not record where their documents start; use format text, jsonl or c4`)
+	}
 	if modelOK && d.SeqLen > c.Model.MaxSeqLen && !forEval {
 		fail("data.seq_len = %d exceeds model.max_seq_len = %d", d.SeqLen, c.Model.MaxSeqLen)
 	}

@@ -658,9 +658,9 @@ func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, 
 		q, k, v, do := buf(n*h.N*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.N*h.Dim)
 		o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
 		dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-		s.Forward(o, lse, q, k, v, pos, h)
+		s.Forward(o, lse, q, k, v, model.Seq{Pos: pos}, h)
 		fw[c.Rank()] = c.Traffic().Total()
-		s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+		s.Backward(dq, dk, dv, q, k, v, o, lse, do, model.Seq{Pos: pos}, h)
 		bw[c.Rank()] = c.Traffic().Total() - fw[c.Rank()]
 		return nil
 	})

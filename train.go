@@ -276,8 +276,16 @@ func newTrainerOn(cfg Config, stderr io.Writer, comm parallel.Comm) (*trainer, e
 		return nil, fmt.Errorf("%s: data.train = %q: %w", cfg.Path, cfg.Data.Train, err)
 	}
 	start := time.Now()
-	tokens, err := data.LoadTokens(data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include,
-		MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}, tok) // Log: a max_bytes cut, warnings
+	src := data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include,
+		MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr} // Log: a max_bytes cut, warnings
+	if cfg.Data.DocumentMask {
+		b, err := data.DocumentBoundary(tok)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		}
+		src.Boundary = &b
+	}
+	tokens, err := data.LoadTokens(src, tok)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.train: %w", cfg.Path, err)
 	}
@@ -285,6 +293,9 @@ func newTrainerOn(cfg Config, stderr io.Writer, comm parallel.Comm) (*trainer, e
 	loader, err := data.NewLoader(tokens, cfg.Data.SeqLen, cfg.Data.BatchSize, cfg.Run.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	if src.Boundary != nil {
+		loader.SetBoundary(*src.Boundary)
 	}
 	t := cfg.Training
 	sched := optim.Schedule{Kind: t.LRSchedule, LR: t.LR, MinLR: t.MinLR, Warmup: t.WarmupSteps, Steps: t.Steps}
@@ -345,6 +356,9 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	be, err := kernels.NewDevice(cfg.Device.Kind, 0)
 	if err != nil {
 		return nil, err
+	}
+	if be.Name() != "cpu" && cfg.Data.DocumentMask {
+		return nil, fmt.Errorf("%s: data.document_mask = true with device.kind = %q: only the cpu backend masks attention by document so far", cfg.Path, cfg.Device.Kind)
 	}
 	if be.Name() != "cpu" && c.Size() > 1 {
 		return nil, fmt.Errorf("device.kind = %q with parallelism.world_size = %d: the in-process and MPI communicators move host memory; several GPU ranks need the NCCL communicator, which comes in a later version", cfg.Device.Kind, c.Size())
@@ -492,8 +506,12 @@ func (t *trainer) step(step int) (Metrics, error) {
 		var count int
 		for _, mb := range batches {
 			b := mb[r.replica]
+			if t.cfg.Parallelism.BalanceDocuments {
+				b = balanceBatch(b, t.cfg.Parallelism.Attention, t.cfg.Parallelism.SequenceParallelDegree)
+			}
 			ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
 			tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
+			m.Docs, m.ResetPositions = b.DocStart, t.cfg.Data.PositionReset
 			l, n := m.ForwardBackward(ids, tg, B, r.pos, float32(dscale*scale))
 			lossSum += l
 			count += n
@@ -861,4 +879,23 @@ func writeMemory(w io.Writer, mems []Memory) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// balanceBatch returns b with the documents of each sequence reordered for even attention
+// work on P ranks of schedule (parallel.BalanceDocuments); each token keeps its target and
+// its offset in its document, so the loss is the same. Every rank computes the same order.
+func balanceBatch(b data.Batch, schedule string, P int) data.Batch {
+	T := b.T
+	out := data.Batch{B: b.B, T: T, Inputs: make([]int32, len(b.Inputs)), Targets: make([]int32, len(b.Targets)), DocStart: make([]int32, len(b.DocStart))}
+	for s := 0; s < b.B; s++ {
+		perm, start, err := parallel.BalanceDocuments(b.DocStart[s*T:(s+1)*T], schedule, P, uint64(s))
+		if err != nil {
+			panic(err) // the loader's document starts are intervals by construction
+		}
+		for i, p := range perm {
+			out.Inputs[s*T+i], out.Targets[s*T+i] = b.Inputs[s*T+int(p)], b.Targets[s*T+int(p)]
+		}
+		copy(out.DocStart[s*T:], start)
+	}
+	return out
 }

@@ -60,6 +60,28 @@ type Source struct {
 	// without a checksum. Data that is surely not meant (a compressed file read as text,
 	// a binary file) is an error instead.
 	Log io.Writer
+	// Boundary, when set, is put between consecutive documents instead of the encoding of
+	// DocSeparator: the one token that marks where a document starts for document masking
+	// (see DocumentBoundary). A document that contains it is an error, since its boundaries
+	// could not be told. Token shards hold DocSeparator between their documents, so format
+	// "tokens" refuses it.
+	Boundary *int32
+}
+
+// DocumentBoundary returns the token that starts each document of a packed stream when
+// documents are masked (data.document_mask): the tokenizer's end-of-sequence token where it
+// has one (SpecialTokens), and 0 for the byte tokenizer, whose text never holds a NUL byte
+// (checkText refuses it in files). For any other tokenizer it is an error.
+func DocumentBoundary(tok Tokenizer) (int32, error) {
+	if s, ok := tok.(SpecialTokens); ok {
+		if _, eos := s.Specials(); eos >= 0 {
+			return eos, nil
+		}
+	}
+	if _, ok := tok.(ByteTokenizer); ok {
+		return 0, nil
+	}
+	return 0, fmt.Errorf("data: data.document_mask: tokenizer %q has no end-of-sequence token to mark document boundaries with", tok.Name())
 }
 
 // DocSeparator is the byte LoadTokens puts between consecutive documents, so that the
@@ -92,6 +114,9 @@ func LoadTokens(src Source, tok Tokenizer) ([]int32, error) {
 		return nil, err
 	}
 	if format == "tokens" {
+		if src.Boundary != nil {
+			return nil, fmt.Errorf("data: %s: data.document_mask with data.format = \"tokens\": token shards do not record where their documents start; read the text (format text, jsonl or c4) instead", src.Path)
+		}
 		return loadShards(src, tok)
 	}
 	w, err := newDocWalk(src, true)
@@ -123,8 +148,14 @@ func LoadTokens(src Source, tok Tokenizer) ([]int32, error) {
 		}
 	}
 	sep := tok.Encode([]byte{DocSeparator})
+	if src.Boundary != nil {
+		sep = []int32{*src.Boundary}
+	}
 	docs := 0
 	err = encodeDocs(context.Background(), w, tok, 0, func(d []int32, _ int) error {
+		if src.Boundary != nil && slices.Contains(d, *src.Boundary) {
+			return fmt.Errorf("data: %s: document %d holds token %d, the document boundary of data.document_mask, so its documents cannot be told apart", src.Path, docs+1, *src.Boundary)
+		}
 		if docs > 0 {
 			add(sep)
 		}

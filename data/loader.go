@@ -11,6 +11,26 @@ type Batch struct {
 	B, T    int
 	Inputs  []int32
 	Targets []int32
+	// DocStart, set when the loader packs documents (Loader.SetBoundary), is for every token
+	// the position within its sequence at which the token's document starts: a document starts
+	// at each boundary token, and at position 0 a document goes on from the previous window
+	// (DocStarts). Nil otherwise: each sequence is one document.
+	DocStart []int32
+}
+
+// DocStarts sets start[t] to the position at which the document of token t of seq starts:
+// the last t' ≤ t with seq[t'] == boundary, or 0 when there is none (the document began in
+// an earlier window and goes on here). The boundary token is a document's first token, so
+// the last token of a document has it as its target and every input predicts a token of
+// its own document or the next document's boundary.
+func DocStarts(start, seq []int32, boundary int32) {
+	s := int32(0)
+	for t, id := range seq {
+		if id == boundary {
+			s = int32(t)
+		}
+		start[t] = s
+	}
 }
 
 // LoaderState is a Loader's position: the epoch and the index within that epoch's window
@@ -45,6 +65,15 @@ type Loader struct {
 	epoch  int64
 	index  int   // position in perm of the next window
 	perm   []int // window order of epoch
+	bound  int32 // document boundary token (SetBoundary); docs reports whether it is set
+	docs   bool
+}
+
+// SetBoundary makes Next pack documents: every batch carries DocStart, with a document
+// starting at each boundary token (data.DocumentBoundary). The windows and their order do
+// not change, so the loader's state means the same with or without it.
+func (l *Loader) SetBoundary(boundary int32) {
+	l.bound, l.docs = boundary, true
 }
 
 // NewLoader returns a Loader over tokens (which it keeps and which must not be modified
@@ -82,10 +111,16 @@ func (l *Loader) Windows() int { return l.n }
 func (l *Loader) Next() Batch {
 	T := l.t
 	bt := Batch{B: l.b, T: T, Inputs: make([]int32, l.b*T), Targets: make([]int32, l.b*T)}
+	if l.docs {
+		bt.DocStart = make([]int32, l.b*T)
+	}
 	for i := 0; i < l.b; i++ {
 		start := l.perm[l.index] * T
 		copy(bt.Inputs[i*T:(i+1)*T], l.tokens[start:start+T])
 		copy(bt.Targets[i*T:(i+1)*T], l.tokens[start+1:start+T+1])
+		if l.docs {
+			DocStarts(bt.DocStart[i*T:(i+1)*T], bt.Inputs[i*T:(i+1)*T], l.bound)
+		}
 		l.index++
 		if l.index == l.n {
 			l.epoch++

@@ -23,7 +23,7 @@ func naiveAttn(q, k, v, do []float32, sh AttnShape) (o, lse, dq, dk, dv []float6
 			s := make([]float64, sh.NK)
 			mx := math.Inf(-1)
 			for j := range s {
-				if sh.Causal && sh.KPos[j] > sh.QPos[i] {
+				if sh.Causal && (sh.KPos[j] > sh.QPos[i] || sh.QStart != nil && sh.KPos[j] < sh.QStart[i]) {
 					s[j] = math.Inf(-1)
 					continue
 				}
@@ -32,6 +32,10 @@ func naiveAttn(q, k, v, do []float32, sh AttnShape) (o, lse, dq, dk, dv []float6
 				}
 				s[j] *= float64(sh.Scale)
 				mx = math.Max(mx, s[j])
+			}
+			if math.IsInf(mx, -1) { // sees no key: o = 0, lse = -Inf, no gradient
+				lse[h*sh.NQ+i] = mx
+				continue
 			}
 			var sum float64
 			for j := range s {
@@ -129,22 +133,72 @@ func TestAttnBlocksMatchNaive(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(hc.h*1000+n), 7))
 			for name, pos := range layouts(n, r) {
 				t.Run(fmt.Sprintf("H%d_KV%d_hd%d_n%d_%s", hc.h, hc.kv, hc.hd, n, name), func(t *testing.T) {
-					checkBlocks(t, r, hc.h, hc.kv, hc.hd, pos, true)
+					checkBlocks(t, r, hc.h, hc.kv, hc.hd, pos, nil, true)
 				})
 			}
 		}
 	}
 	r := rand.New(rand.NewPCG(3, 3))
-	checkBlocks(t, r, 3, 1, 6, layouts(40, r)["shuffled"], false)
+	checkBlocks(t, r, 3, 1, 6, layouts(40, r)["shuffled"], nil, false)
 }
 
-func checkBlocks(t *testing.T, r *rand.Rand, H, K, hd int, pos []int32, causal bool) {
+// docTables returns document-start tables (indexed by position) for n positions: many short
+// documents, one document over everything, and documents cut at every quarter (the edges of
+// four ranks' contiguous blocks).
+func docTables(n int, r *rand.Rand) map[string][]int32 {
+	table := func(starts func(p int) bool) []int32 {
+		d := make([]int32, n)
+		for p := range d {
+			if p > 0 && !starts(p) {
+				d[p] = d[p-1]
+			} else {
+				d[p] = int32(p)
+			}
+		}
+		return d
+	}
+	return map[string][]int32{
+		"short":    table(func(int) bool { return r.IntN(6) == 0 }),
+		"one":      table(func(int) bool { return false }),
+		"quarters": table(func(p int) bool { return n >= 4 && p%(n/4) == 0 }),
+	}
+}
+
+// TestAttnDocumentMaskMatchesNaive checks the document mask (QStart) against naive attention
+// with the mask written out: keys blocked and merged as in TestAttnBlocksMatchNaive, so
+// many blocks hold queries that see none of their keys, under every layout, with documents
+// short, whole and cut at block edges, and one long block of several tiles.
+func TestAttnDocumentMaskMatchesNaive(t *testing.T) {
+	heads := []struct{ h, kv, hd int }{{2, 2, 8}, {4, 1, 8}, {33, 3, 4}}
+	for _, hc := range heads {
+		for _, n := range []int{1, 7, 150, 520} {
+			r := rand.New(rand.NewPCG(uint64(hc.h*1000+n), 9))
+			for name, pos := range layouts(n, r) {
+				for dn, doc := range docTables(n, r) {
+					t.Run(fmt.Sprintf("H%d_KV%d_n%d_%s_%s", hc.h, hc.kv, n, name, dn), func(t *testing.T) {
+						checkBlocks(t, r, hc.h, hc.kv, hc.hd, pos, doc, true)
+					})
+				}
+			}
+		}
+	}
+}
+
+// checkBlocks runs attention over pos in random key blocks (doc, when not nil, is the
+// document-start table of the positions) and compares it with naiveAttn.
+func checkBlocks(t *testing.T, r *rand.Rand, H, K, hd int, pos, doc []int32, causal bool) {
 	t.Helper()
 	be := NewCPU()
 	n := len(pos)
 	q, k, v, do := randVec(r, n*H*hd, 1.5), randVec(r, n*K*hd, 1.5), randVec(r, n*K*hd, 1), randVec(r, n*H*hd, 1)
 	full := AttnShape{NQ: n, NK: n, Heads: H, KVHeads: K, HeadDim: hd, Causal: causal,
 		Scale: float32(1 / math.Sqrt(float64(hd))), QPos: pos, KPos: pos}
+	if doc != nil {
+		full.QStart = make([]int32, n)
+		for i, p := range pos {
+			full.QStart[i] = doc[p]
+		}
+	}
 	wo, wlse, wdq, wdk, wdv := naiveAttn(q, k, v, do, full)
 
 	// random key blocks
@@ -209,6 +263,11 @@ func checkBlocks(t *testing.T, r *rand.Rand, H, K, hd int, pos []int32, causal b
 	}{{"dq", dq, wdq}, {"dk", dk, wdk}, {"dv", dv, wdv}} {
 		if e := maxRelErr(Host(c.got), c.want); e > 1e-5 {
 			t.Errorf("%s rel err %.3g", c.name, e)
+		}
+		for i, x := range Host(c.got) {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				t.Fatalf("%s[%d] = %v", c.name, i, x)
+			}
 		}
 	}
 }

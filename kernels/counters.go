@@ -15,12 +15,17 @@ type Counters struct {
 	AttnSkipped   atomic.Int64 // AttnForward calls whose block was fully masked and skipped
 	MatMulFLOPs   atomic.Int64 // 2·m·n·k per MatMul
 	AttnBackwards atomic.Int64 // AttnBackward calls that computed at least one visible score
+	// AttnDocSkipped counts the blocks (forward and backward calls) a schedule did not make
+	// because the document mask hides every key from every query although the causal mask
+	// alone would not (data.document_mask); the schedules count it on their own backend.
+	AttnDocSkipped atomic.Int64
 }
 
 // Snapshot is a plain copy of Counters for reports.
 type Snapshot struct {
 	AttnBlocks, AttnSkipped, AttnBackwards  int64
 	AttnFwdFLOPs, AttnBwdFLOPs, MatMulFLOPs int64
+	AttnDocSkipped                          int64
 }
 
 // Snapshot returns the current values.
@@ -28,12 +33,13 @@ func (c *Counters) Snapshot() Snapshot {
 	return Snapshot{
 		AttnBlocks: c.AttnBlocks.Load(), AttnSkipped: c.AttnSkipped.Load(), AttnBackwards: c.AttnBackwards.Load(),
 		AttnFwdFLOPs: c.AttnFwdFLOPs.Load(), AttnBwdFLOPs: c.AttnBwdFLOPs.Load(), MatMulFLOPs: c.MatMulFLOPs.Load(),
+		AttnDocSkipped: c.AttnDocSkipped.Load(),
 	}
 }
 
 // Reset sets every counter to zero.
 func (c *Counters) Reset() {
-	for _, a := range []*atomic.Int64{&c.AttnBlocks, &c.AttnSkipped, &c.AttnBackwards, &c.AttnFwdFLOPs, &c.AttnBwdFLOPs, &c.MatMulFLOPs} {
+	for _, a := range []*atomic.Int64{&c.AttnBlocks, &c.AttnSkipped, &c.AttnBackwards, &c.AttnFwdFLOPs, &c.AttnBwdFLOPs, &c.MatMulFLOPs, &c.AttnDocSkipped} {
 		a.Store(0)
 	}
 }

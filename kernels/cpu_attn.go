@@ -31,6 +31,7 @@ func posBounds(pos []int32, n, t int) (lo, hi []int32) {
 type attnGrid struct {
 	nqt, nkt       int
 	qlo, qhi       []int32 // per query tile
+	slo, shi       []int32 // per query tile: bounds of the queries' document starts (QStart)
 	klo, khi       []int32 // per key tile
 	causal         bool
 	computed       int64 // score elements in visible tiles
@@ -42,6 +43,9 @@ func newAttnGrid(sh AttnShape) *attnGrid {
 	g := &attnGrid{nqt: gemmCeilDiv(sh.NQ, tileQ), nkt: gemmCeilDiv(sh.NK, tileK), causal: sh.Causal}
 	if sh.Causal {
 		g.qlo, g.qhi = posBounds(sh.QPos, sh.NQ, tileQ)
+		if sh.QStart != nil {
+			g.slo, g.shi = posBounds(sh.QStart, sh.NQ, tileQ)
+		}
 		g.klo, g.khi = posBounds(sh.KPos, sh.NK, tileK)
 		for j0 := 0; j0 < sh.NK; j0 += tileK {
 			kp := sh.KPos[j0:min(j0+tileK, sh.NK)]
@@ -65,12 +69,33 @@ func newAttnGrid(sh AttnShape) *attnGrid {
 }
 
 // visible reports whether any key of key tile jt is visible to any query of query tile it,
-// and whether all of them are.
+// and whether all of them are. With a document mask "any" is from bounds and may be true of
+// a pair that sees nothing; the element mask then zeroes it.
 func (g *attnGrid) visible(it, jt int) (any, all bool) {
 	if !g.causal {
 		return true, true
 	}
-	return g.qhi[it] >= g.klo[jt], g.qlo[it] >= g.khi[jt]
+	any, all = g.qhi[it] >= g.klo[jt], g.qlo[it] >= g.khi[jt]
+	if g.slo != nil {
+		any = any && g.slo[it] <= g.khi[jt]
+		all = all && g.shi[it] <= g.klo[jt]
+	}
+	return any, all
+}
+
+// firstVisible returns how many keys of the non-decreasing kpos lie before start, the
+// document start of a query: the masked head of its row.
+func firstVisible(kpos []int32, start int32) int {
+	lo, hi := 0, len(kpos)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if kpos[m] < start {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // visiblePrefix returns how many keys of the non-decreasing kpos a query at qp sees.
@@ -87,20 +112,34 @@ func visiblePrefix(kpos []int32, qp int32) int {
 	return lo
 }
 
-// maskTile sets the scores of keys later than their query to -Inf in the nq×nk tile s (row
-// stride lds), skipping rows that see the whole key tile (qpos ≥ kmax).
-func maskTile(s []float32, lds int, qpos, kpos []int32, kmax int32) {
+// maskTile sets the scores of keys later than their query, or (qstart not nil) before the
+// start of its document, to -Inf in the nq×nk tile s (row stride lds), skipping rows that see
+// the whole key tile (qpos ≥ kmax and qstart ≤ kmin).
+func maskTile(s []float32, lds int, qpos, qstart, kpos []int32, kmin, kmax int32) {
 	for i, qp := range qpos {
-		if qp >= kmax {
+		qs := int32(math.MinInt32)
+		if qstart != nil {
+			qs = qstart[i]
+		}
+		if qp >= kmax && qs <= kmin {
 			continue
 		}
 		row := s[i*lds : i*lds+len(kpos)]
 		for j, kp := range kpos {
-			if kp > qp {
+			if kp > qp || kp < qs {
 				row[j] = negInf
 			}
 		}
 	}
+}
+
+// rowStarts returns the query document starts of rows [i0, i0+nq), or nil without a
+// document mask.
+func rowStarts(sh AttnShape, i0, nq int) []int32 {
+	if sh.QStart == nil {
+		return nil
+	}
+	return sh.QStart[i0 : i0+nq]
 }
 
 // AttnInit implements Backend.
@@ -214,14 +253,19 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 			tileMul(impl, w.qp, kv.k(g, jt), hd, s, tkp, nqp, nkp, sh.Scale, 0)
 			kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
 			if !all && !prefix {
-				maskTile(s, tkp, sh.QPos[i0:i0+nq], kpos, grid.khi[jt])
+				maskTile(s, tkp, sh.QPos[i0:i0+nq], rowStarts(sh, i0, nq), kpos, grid.klo[jt], grid.khi[jt])
 			}
 			for i := 0; i < nq; i++ {
 				row := s[i*tkp : i*tkp+nk]
-				if prefix { // the masked keys are the row's tail: P = 0 there
+				if prefix { // the masked keys are the row's tail (P = 0 there) and, with documents, its head
 					cut := visiblePrefix(kpos, sh.QPos[i0+i])
 					clear(row[cut:])
 					row = row[:cut]
+					if sh.QStart != nil {
+						for j := range row[:min(cut, firstVisible(kpos, sh.QStart[i0+i]))] {
+							row[j] = negInf
+						}
+					}
 				}
 				mx := rowMax(row)
 				if mx == negInf { // every key of this tile is masked for this query
@@ -462,7 +506,7 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 					tileMul(impl, qA, kB, hd, s, tkp, nqp, nkp, sh.Scale, 0)
 					kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
 					if !all && !prefix {
-						maskTile(s, tkp, sh.QPos[i0:i0+nq], kpos, grid.khi[jt])
+						maskTile(s, tkp, sh.QPos[i0:i0+nq], rowStarts(sh, i0, nq), kpos, grid.klo[jt], grid.khi[jt])
 					}
 					for i := 0; i < nq; i++ {
 						row, li := s[i*tkp:i*tkp+nk], L[i0+i]
@@ -471,6 +515,11 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 							cut[i] = 0
 						} else if prefix {
 							cut[i] = visiblePrefix(kpos, sh.QPos[i0+i])
+							if sh.QStart != nil { // the keys before the query's document: P = 0
+								for j := range row[:min(cut[i], firstVisible(kpos, sh.QStart[i0+i]))] {
+									row[j] = negInf
+								}
+							}
 						}
 						clear(row[cut[i]:])
 						expShift(row[:cut[i]], row[:cut[i]], li)

@@ -44,6 +44,9 @@ func (c *CUDA) attnPlan(sh AttnShape) attnPlan {
 	if err := sh.Validate(); err != nil {
 		panic(err)
 	}
+	if sh.QStart != nil {
+		panic("kernels: the cuda backend cannot mask attention by document yet (data.document_mask = true): train on the cpu backend")
+	}
 	p := planAttn(sh.HeadDim, c.precision())
 	if need := max(p.smemFwd, p.smemDQ, p.smemDKDV); need > c.info.smemOptin {
 		panic(fmt.Sprintf("kernels: cuda attention with head_dim %d needs %d bytes of shared memory per block, device %s allows %d",

@@ -281,6 +281,10 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 	}
 	mustPanic(t, "token id 10 outside vocabulary of 10", func() { c.Embedding(c.Alloc(8), c.Alloc(80), []int32{10}, 8) })
 	mustPanic(t, "rmsnorm w has 7 elements, want 8", func() { c.RMSNorm(c.Alloc(8), c.Alloc(1), c.Alloc(8), c.Alloc(7), 1, 8, 1) })
+	mustPanic(t, "cannot mask attention by document", func() { // refused, not computed unmasked
+		c.AttnForward(st, c.Alloc(4*2*8), c.Alloc(4*2*8), c.Alloc(4*2*8), AttnShape{NQ: 4, NK: 4, Heads: 2, KVHeads: 2,
+			HeadDim: 8, Causal: true, Scale: 1, QPos: []int32{0, 1, 2, 3}, KPos: []int32{0, 1, 2, 3}, QStart: []int32{0, 0, 2, 2}})
+	})
 	mustPanic(t, "head_dim 1024 needs", func() {
 		c.AttnForward(st, c.Alloc(1024), c.Alloc(1024), c.Alloc(1024), AttnShape{NQ: 1, NK: 1, Heads: 1, KVHeads: 1, HeadDim: 1024, Scale: 1})
 	})

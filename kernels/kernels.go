@@ -17,7 +17,8 @@
 // into a running (o, m, l) with an online softmax, a merge of two partial results by their
 // log-sum-exp, a finish that normalises, and a block backward that uses the saved log-sum-exp
 // and D = rowsum(dO ∘ O). Masks come from global token positions (key j is visible to query i
-// iff qPos[i] >= kPos[j]), so contiguous, zig-zag, striped and cyclic layouts all use it.
+// iff qPos[i] >= kPos[j], and with document masking also kPos[j] >= qStart[i], the start of
+// the query's document), so contiguous, zig-zag, striped and cyclic layouts all use it.
 package kernels
 
 import "fmt"
@@ -43,6 +44,11 @@ type AttnShape struct {
 	Scale   float32 // multiplies q·k; usually 1/sqrt(HeadDim)
 	QPos    []int32 // global position of each query, len NQ (used when Causal)
 	KPos    []int32 // global position of each key, len NK (used when Causal)
+	// QStart, when not nil (with Causal), masks by document: the global position at which
+	// each query's document starts, len NQ. Key j is then visible to query i iff
+	// QStart[i] <= KPos[j] <= QPos[i]: a document is an interval of positions, so this is
+	// "same document and causal", and keys need no document ids of their own.
+	QStart []int32
 }
 
 // Validate reports a shape that cannot be computed.
@@ -56,6 +62,8 @@ func (s AttnShape) Validate() error {
 		return fmt.Errorf("kernels: attention head_dim %d", s.HeadDim)
 	case s.Causal && (len(s.QPos) != s.NQ || len(s.KPos) != s.NK):
 		return fmt.Errorf("kernels: causal attention needs %d query and %d key positions, got %d and %d", s.NQ, s.NK, len(s.QPos), len(s.KPos))
+	case s.QStart != nil && (!s.Causal || len(s.QStart) != s.NQ):
+		return fmt.Errorf("kernels: document mask needs causal attention and %d query document starts, got causal=%v and %d", s.NQ, s.Causal, len(s.QStart))
 	}
 	return nil
 }

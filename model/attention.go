@@ -11,18 +11,44 @@ type Heads struct {
 	N, KV, Dim int // query heads, key/value heads, head dimension
 }
 
-// Attention computes causal self-attention for the tokens one rank holds of one sequence.
+// Seq places one rank's tokens of one sequence: their global positions, and the documents
+// of the whole sequence when documents are packed and masked.
+type Seq struct {
+	Pos []int32 // global positions of this rank's tokens
+	// DocStart, when not nil, masks attention by document: DocStart[p] is the global
+	// position at which the document holding position p starts, for every position of the
+	// whole sequence (so every rank can mask any block without exchanging document ids). A
+	// key at kp is visible to a query at qp iff DocStart[qp] <= kp <= qp: documents are
+	// intervals of positions, so that is "same document and causal".
+	DocStart []int32
+}
+
+// Starts returns the document start of each position of pos, or nil when s has no
+// documents: the QStart of an attention block with queries at pos.
+func (s Seq) Starts(pos []int32) []int32 {
+	if s.DocStart == nil {
+		return nil
+	}
+	st := make([]int32, len(pos))
+	for i, p := range pos {
+		st[i] = s.DocStart[p]
+	}
+	return st
+}
+
+// Attention computes causal self-attention (masked by document when seq.DocStart is set) for the
+// tokens one rank holds of one sequence.
 // The local implementation sees the whole sequence; the sequence-parallel schedules of
 // package parallel (DistFlashAttn, ring, zig-zag, Burst, Ulysses, Attention2D) implement the
 // same two calls by exchanging blocks with the other ranks.
 type Attention interface {
 	// Forward writes the normalised output o ([n, heads, dim]) and its log-sum-exp lse
 	// ([heads, n]) for the queries q against the keys and values of the whole sequence.
-	// q, k, v are this rank's n tokens at global positions pos.
-	Forward(o, lse, q, k, v kernels.Buf, pos []int32, h Heads)
+	// q, k, v are this rank's n tokens at global positions seq.Pos.
+	Forward(o, lse, q, k, v kernels.Buf, seq Seq, h Heads)
 	// Backward adds the gradients of this rank's q, k and v into dq, dk, dv (zeroed by the
 	// caller), given the forward's o and lse and the output gradient do.
-	Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h Heads)
+	Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq Seq, h Heads)
 }
 
 // LocalAttention is single-worker causal attention: one block of the attention primitive
@@ -36,9 +62,9 @@ type LocalAttention struct {
 // NewLocalAttention returns single-worker attention on be.
 func NewLocalAttention(be kernels.Backend) *LocalAttention { return &LocalAttention{Backend: be} }
 
-func attnShape(n int, pos []int32, h Heads) kernels.AttnShape {
+func attnShape(n int, seq Seq, h Heads) kernels.AttnShape {
 	return kernels.AttnShape{NQ: n, NK: n, Heads: h.N, KVHeads: h.KV, HeadDim: h.Dim, Causal: true,
-		Scale: float32(1 / math.Sqrt(float64(h.Dim))), QPos: pos, KPos: pos}
+		Scale: float32(1 / math.Sqrt(float64(h.Dim))), QPos: seq.Pos, KPos: seq.Pos, QStart: seq.Starts(seq.Pos)}
 }
 
 func (a *LocalAttention) scratch(n int, h Heads) {
@@ -50,19 +76,19 @@ func (a *LocalAttention) scratch(n int, h Heads) {
 }
 
 // Forward implements Attention.
-func (a *LocalAttention) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h Heads) {
-	n := len(pos)
+func (a *LocalAttention) Forward(o, lse, q, k, v kernels.Buf, seq Seq, h Heads) {
+	n := len(seq.Pos)
 	a.scratch(n, h)
 	be := a.Backend
 	be.AttnInit(a.st)
-	be.AttnForward(a.st, q, k, v, attnShape(n, pos, h))
+	be.AttnForward(a.st, q, k, v, attnShape(n, seq, h))
 	be.AttnFinish(o, lse, a.st, n, h.N, h.Dim)
 }
 
 // Backward implements Attention.
-func (a *LocalAttention) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h Heads) {
-	n := len(pos)
+func (a *LocalAttention) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq Seq, h Heads) {
+	n := len(seq.Pos)
 	a.scratch(n, h)
 	a.Backend.AttnBackwardPrep(a.d, o, do, n, h.N, h.Dim)
-	a.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, a.d, attnShape(n, pos, h))
+	a.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, a.d, attnShape(n, seq, h))
 }

@@ -90,6 +90,14 @@ type Model struct {
 	// sets the global length here. 0 means max(pos)+1, right for an unsharded sequence. Only
 	// model.rope_scaling.type dynamic depends on it (see Config.RoPE).
 	SeqLen int
+	// Docs, when not nil, packs documents (data.document_mask) into the sequences of the
+	// next Forward or ForwardBackward: Docs[b·S+p] is the global position at which the
+	// document of position p of sequence b starts (S the whole sequence's length, see
+	// SeqLen; data.Batch.DocStart), and attention sees only keys of the query's own
+	// document. With ResetPositions (data.position_reset) RoPE turns the token at p by its
+	// position in its document, p − Docs[b·S+p]; the mask still uses the global order.
+	Docs           []int32
+	ResetPositions bool
 
 	units    []Unit
 	actBytes int64
@@ -98,6 +106,8 @@ type Model struct {
 	batch int // sequences in the current micro-batch
 	seq   int // tokens per sequence on this rank
 	pos   []int32
+	rpos  [][]int32         // RoPE positions per sequence (pos, or per document with ResetPositions)
+	seqs  []Seq             // attention placement per sequence
 	rope  kernels.RoPETable // of the current forward (Config.RoPE)
 	acts  []LayerActs       // per block, fields per policy
 	work  LayerActs         // recompute scratch (policies layer and attn_output)
@@ -181,6 +191,23 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		}
 	}
 	m.rope = m.Cfg.RoPE(seqLen)
+	m.rpos, m.seqs = m.rpos[:0], m.seqs[:0]
+	for b := 0; b < B; b++ {
+		s, rp := Seq{Pos: pos}, pos
+		if m.Docs != nil {
+			if len(m.Docs) != B*seqLen {
+				panic(fmt.Sprintf("model: %d document starts for %d sequences of %d tokens", len(m.Docs), B, seqLen))
+			}
+			s.DocStart = m.Docs[b*seqLen : (b+1)*seqLen]
+			if m.ResetPositions {
+				rp = make([]int32, len(pos))
+				for i, p := range pos {
+					rp[i] = p - s.DocStart[p]
+				}
+			}
+		}
+		m.rpos, m.seqs = append(m.rpos, rp), append(m.seqs, s)
+	}
 	if m.batch == B && m.seq == T {
 		return
 	}
@@ -268,14 +295,14 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 	m.linear(a.K, a.Norm1, w.Wk, n, KV, D)
 	m.linear(a.V, a.Norm1, w.Wv, n, KV, D)
 	for b := 0; b < m.batch; b++ {
-		be.RoPE(m.seqSlice(a.Q, b, Q), m.pos, c.NHeads, c.HeadDim, m.rope, false)
-		be.RoPE(m.seqSlice(a.K, b, KV), m.pos, c.NKVHeads, c.HeadDim, m.rope, false)
+		be.RoPE(m.seqSlice(a.Q, b, Q), m.rpos[b], c.NHeads, c.HeadDim, m.rope, false)
+		be.RoPE(m.seqSlice(a.K, b, KV), m.rpos[b], c.NKVHeads, c.HeadDim, m.rope, false)
 	}
 	if attn {
 		m.Stats.AttnForwards++
 		for b := 0; b < m.batch; b++ {
 			m.Attn.Forward(m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads),
-				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.pos, m.heads())
+				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.seqs[b], m.heads())
 		}
 	}
 	m.linear(a.H, a.AttnOut, w.Wo, n, D, Q)
@@ -337,9 +364,9 @@ func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels
 		m.Attn.Backward(m.seqSlice(s.dq, b, Q), m.seqSlice(s.dk, b, KV), m.seqSlice(s.dv, b, KV),
 			m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV),
 			m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads), m.seqSlice(s.dattn, b, Q),
-			m.pos, m.heads())
-		be.RoPE(m.seqSlice(s.dq, b, Q), m.pos, c.NHeads, c.HeadDim, m.rope, true)
-		be.RoPE(m.seqSlice(s.dk, b, KV), m.pos, c.NKVHeads, c.HeadDim, m.rope, true)
+			m.seqs[b], m.heads())
+		be.RoPE(m.seqSlice(s.dq, b, Q), m.rpos[b], c.NHeads, c.HeadDim, m.rope, true)
+		be.RoPE(m.seqSlice(s.dk, b, KV), m.rpos[b], c.NKVHeads, c.HeadDim, m.rope, true)
 	}
 	m.linearBackward(s.dnorm, g.Wq, s.dq, a.Norm1, w.Wq, n, Q, D, 0)
 	m.linearBackward(s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1)

@@ -3,6 +3,7 @@ package parallel
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"distflash/kernels"
@@ -94,10 +95,13 @@ func NewAttention(name string, c Comm, be kernels.Backend, opt Options) (Schedul
 	return s.make(c, be, opt), nil
 }
 
-// blockShape is the attention-primitive shape of queries at qPos against keys at kPos.
-func blockShape(qPos, kPos []int32, h model.Heads) kernels.AttnShape {
+// blockShape is the attention-primitive shape of queries at qPos against keys at kPos, masked
+// by the documents of seq when it has them. Every rank holds the whole sequence's document
+// starts (model.Seq.DocStart), so no document ids travel with the blocks.
+func blockShape(qPos, kPos []int32, seq model.Seq, h model.Heads) kernels.AttnShape {
 	return kernels.AttnShape{NQ: len(qPos), NK: len(kPos), Heads: h.N, KVHeads: h.KV, HeadDim: h.Dim,
-		Causal: true, Scale: float32(1 / math.Sqrt(float64(h.Dim))), QPos: qPos, KPos: kPos}
+		Causal: true, Scale: float32(1 / math.Sqrt(float64(h.Dim))), QPos: qPos, KPos: kPos,
+		QStart: seq.Starts(qPos)}
 }
 
 // newState allocates an empty partial result for n queries.
@@ -107,9 +111,37 @@ func newState(be kernels.Backend, n int, h model.Heads) kernels.AttnState {
 	return s
 }
 
+// visibleDoc reports whether any key at kPos is visible to any query at qPos under the causal
+// mask and the documents of seq. Schedules skip the blocks for which it is false: they would
+// compute nothing. A block that only the document mask hides is counted on be
+// (Counters.AttnDocSkipped).
+func visibleDoc(be kernels.Backend, qPos, kPos []int32, seq model.Seq) bool {
+	if !visible(qPos, kPos) {
+		return false
+	}
+	if seq.DocStart == nil || docVisible(qPos, kPos, seq.DocStart) {
+		return true
+	}
+	be.Counters().AttnDocSkipped.Add(1)
+	return false
+}
+
+// docVisible reports whether some key position kp and query position qp satisfy
+// doc[qp] <= kp <= qp.
+func docVisible(qPos, kPos, doc []int32) bool {
+	ks := slices.Clone(kPos)
+	slices.Sort(ks)
+	for _, qp := range qPos {
+		i, _ := slices.BinarySearch(ks, doc[qp]) // first key at or after the document start
+		if i < len(ks) && ks[i] <= qp {
+			return true
+		}
+	}
+	return false
+}
+
 // visible reports whether any key at kPos is visible to any query at qPos under the causal
-// mask (some query position ≥ some key position). Schedules skip the blocks for which it is
-// false: they would compute nothing.
+// mask (some query position ≥ some key position).
 func visible(qPos, kPos []int32) bool {
 	if len(qPos) == 0 || len(kPos) == 0 {
 		return false

@@ -359,7 +359,8 @@ func attn2dOrder(m, own int) []int {
 }
 
 // Forward implements model.Attention: Alg. 1 on rank (i, j).
-func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads) {
+func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	s.setup()
 	be := s.be
 	n := len(pos)
@@ -388,11 +389,11 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads
 		qa := s.block(sc.qg, a, qn)
 		for _, b := range attn2dOrder(s.rows, s.col.Rank()) {
 			kvg.wait(b)
-			if !visible(sc.qPos[a], sc.kPos[b]) {
+			if !visibleDoc(be, sc.qPos[a], sc.kPos[b], seq) {
 				continue
 			}
 			kvb := s.block(sc.kvg, b, 2*kn)
-			be.AttnForward(st, qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), blockShape(sc.qPos[a], sc.kPos[b], h))
+			be.AttnForward(st, qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), blockShape(sc.qPos[a], sc.kPos[b], seq, h))
 		}
 		if s.opt.Overlap && a != me { // query block a is done: on its way while the next computes
 			outSend = append(outSend, s.row.Isend(s.block(sc.part, a, slab), a, a2dTagFwdOut, a2dSiteFwdOut))
@@ -417,7 +418,8 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads
 }
 
 // Backward implements model.Attention: Alg. 3 on rank (i, j).
-func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h model.Heads) {
+func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	s.setup()
 	be := s.be
 	n := len(pos)
@@ -455,12 +457,12 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int
 		dqa := s.block(sc.dqg, a, qn)
 		for _, b := range attn2dOrder(s.rows, s.col.Rank()) {
 			kvg.wait(b)
-			if !visible(sc.qPos[a], sc.kPos[b]) {
+			if !visibleDoc(be, sc.qPos[a], sc.kPos[b], seq) {
 				continue
 			}
 			kvb, dkvb := s.block(sc.kvg, b, 2*kn), s.block(sc.dkvg, b, 2*kn)
 			be.AttnBackward(dqa, be.Slice(dkvb, 0, kn), be.Slice(dkvb, kn, kn),
-				qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), doa, lsea, da, blockShape(sc.qPos[a], sc.kPos[b], h))
+				qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), doa, lsea, da, blockShape(sc.qPos[a], sc.kPos[b], seq, h))
 		}
 		if s.opt.Overlap && a != me { // dq of query block a is complete: send it to its owner
 			dqSend = append(dqSend, s.row.Isend(dqa, a, a2dTagBwdDQ, a2dSiteBwdDQ))

@@ -66,7 +66,8 @@ const (
 )
 
 // Forward implements model.Attention (Alg. 1).
-func (b *burst) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads) {
+func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	be, c := b.be, b.c
 	P, r := c.Size(), c.Rank()
 	n := len(pos)
@@ -93,8 +94,8 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads)
 		if b.opt.Overlap && !last {
 			post()
 		}
-		if visible(pos, blocks[j]) { // lines 7–16; fully masked blocks are skipped (§3.5)
-			be.AttnForward(st, q, curK, curV, blockShape(pos, blocks[j], h))
+		if visibleDoc(be, pos, blocks[j], seq) { // lines 7–16; fully masked blocks are skipped (§3.5)
+			be.AttnForward(st, q, curK, curV, blockShape(pos, blocks[j], seq, h))
 		}
 		if !b.opt.Overlap && !last {
 			post()
@@ -108,7 +109,8 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads)
 }
 
 // Backward implements model.Attention (Alg. 2).
-func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h model.Heads) {
+func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	be, c := b.be, b.c
 	P, r := c.Size(), c.Rank()
 	n := len(pos)
@@ -150,11 +152,11 @@ func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int3
 		if b.opt.Overlap && !last {
 			post()
 		}
-		vis := visible(blocks[j], pos)
+		vis := visibleDoc(be, blocks[j], pos, seq)
 		if s == 0 {
 			// The diagonal block: the own queries' gradient goes straight into dq.
 			if vis {
-				be.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, blockShape(pos, pos, h))
+				be.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, blockShape(pos, pos, seq, h))
 			}
 		} else {
 			// A visiting block (lines 8–14): dK, dV stay here, dQ_j travels on.
@@ -168,7 +170,7 @@ func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int3
 			}
 			be.Zero(out)
 			if vis {
-				be.AttnBackward(out, dk, dv, cur.q, k, v, cur.do, cur.lse, cur.d, blockShape(blocks[j], pos, h))
+				be.AttnBackward(out, dk, dv, cur.q, k, v, cur.do, cur.lse, cur.d, blockShape(blocks[j], pos, seq, h))
 			}
 			if dqReq != nil {
 				dqReq.Wait()

@@ -233,7 +233,8 @@ func (s *distFlash) fwdPost(t int, q, k, v kernels.Buf) *dfFwdXfer {
 
 // Forward implements model.Attention: Alg. 2 of worker p, with the prefetch of Eq. (3) when
 // Options.Overlap is set.
-func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads) {
+func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	n := len(pos)
 	sc := s.scratch(n, h)
@@ -244,7 +245,9 @@ func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.He
 	if s.opt.Overlap && S > 0 {
 		next = s.fwdPost(1, q, k, v) // step 1's fetch overlaps the diagonal block (Fig. 2)
 	}
-	be.AttnForward(sc.st, q, k, v, blockShape(pos, pos, h)) // line 2
+	if visibleDoc(be, pos, pos, seq) {
+		be.AttnForward(sc.st, q, k, v, blockShape(pos, pos, seq, h)) // line 2
+	}
 
 	var sends dfReqs        // sends of the previous step, waited for one step later
 	var back dfReqs         // the helper's partial of the previous step, merged one step later
@@ -274,11 +277,15 @@ func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.He
 		switch {
 		case st.kvFrom >= 0: // line 7: o_p, s_p = attn(q_p, k_r, v_r, o_p, s_p)
 			kv := dfSplit(be, sc.kv[t%2], k.Len(), v.Len())
-			be.AttnForward(sc.st, q, kv[0], kv[1], blockShape(pos, sc.peer[st.kvFrom], h))
+			if visibleDoc(be, pos, sc.peer[st.kvFrom], seq) {
+				be.AttnForward(sc.st, q, kv[0], kv[1], blockShape(pos, sc.peer[st.kvFrom], seq, h))
+			}
 		case st.qFrom >= 0: // lines 16–17: o_r, s_r = attn(q_r, k_p, v_p, o⁰, s⁰), sent to r
 			hs := dfOML(be, sc.hlp[t%2], n, h)
 			be.AttnInit(hs)
-			be.AttnForward(hs, sc.q[t%2], k, v, blockShape(sc.peer[st.qFrom], pos, h))
+			if visibleDoc(be, sc.peer[st.qFrom], pos, seq) { // else the empty partial goes back
+				be.AttnForward(hs, sc.q[t%2], k, v, blockShape(sc.peer[st.qFrom], pos, seq, h))
+			}
 			cur.out = append(cur.out, s.c.Isend(sc.hlp[t%2], st.qFrom, dfTagFwdOML, dfSiteFwdOML))
 		}
 		merge() // the previous step's helper result
@@ -329,7 +336,8 @@ func (s *distFlash) bwdPost(t int, q, k, v, do, lse kernels.Buf) *dfBwdXfer {
 // FlashAttention-2 block backward (App. A: "the backward pass is similar … we only need to use
 // the logsumexp stored in the forward pass"), each block computed once by the rank the forward
 // gave it to, its foreign gradients sent back to their owners.
-func (s *distFlash) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h model.Heads) {
+func (s *distFlash) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	n := len(pos)
 	sc := s.scratch(n, h)
@@ -340,7 +348,9 @@ func (s *distFlash) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []
 	if s.opt.Overlap && S > 0 {
 		next = s.bwdPost(1, q, k, v, do, lse)
 	}
-	be.AttnBackward(dq, dk, dv, q, k, v, do, lse, sc.D, blockShape(pos, pos, h)) // diagonal
+	if visibleDoc(be, pos, pos, seq) {
+		be.AttnBackward(dq, dk, dv, q, k, v, do, lse, sc.D, blockShape(pos, pos, seq, h)) // diagonal
+	}
 
 	var sends dfReqs
 	var back dfReqs         // gradients of the previous step coming back
@@ -381,12 +391,16 @@ func (s *distFlash) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []
 			kv := dfSplit(be, sc.kv[t%2], k.Len(), v.Len())
 			g := dfSplit(be, sc.dkv[t%2], k.Len(), v.Len())
 			be.Zero(sc.dkv[t%2])
-			be.AttnBackward(dq, g[0], g[1], q, kv[0], kv[1], do, lse, sc.D, blockShape(pos, sc.peer[st.kvFrom], h))
+			if visibleDoc(be, pos, sc.peer[st.kvFrom], seq) { // else zero gradients go back
+				be.AttnBackward(dq, g[0], g[1], q, kv[0], kv[1], do, lse, sc.D, blockShape(pos, sc.peer[st.kvFrom], seq, h))
+			}
 			cur.out = append(cur.out, s.c.Isend(sc.dkv[t%2], st.kvFrom, dfTagBwdDKV, dfSiteBwdDKV))
 		case st.qFrom >= 0: // block (p+P−t, p) as helper: dk, dv here, dq back
 			b := dfSplit(be, sc.qb[t%2], q.Len(), do.Len(), lse.Len(), sc.D.Len())
 			be.Zero(sc.dq[t%2])
-			be.AttnBackward(sc.dq[t%2], dk, dv, b[0], k, v, b[1], b[2], b[3], blockShape(sc.peer[st.qFrom], pos, h))
+			if visibleDoc(be, sc.peer[st.qFrom], pos, seq) {
+				be.AttnBackward(sc.dq[t%2], dk, dv, b[0], k, v, b[1], b[2], b[3], blockShape(sc.peer[st.qFrom], pos, seq, h))
+			}
 			cur.out = append(cur.out, s.c.Isend(sc.dq[t%2], st.qFrom, dfTagBwdDQ, dfSiteBwdDQ))
 		}
 		accumulate() // the previous step's returned gradients

@@ -164,24 +164,25 @@ func (s *ringAttn) shift(t int, k, v kernels.Buf, tagK, tagV int, site string) r
 // fold is attn(q_p, k_r, v_r, o_p, s_p) of Alg. 1 (line 2 and 6): it folds the block k, v at
 // positions kPos into the running states, one primitive call per visible (query chunk, key
 // chunk) pair; fully masked pairs are not computed.
-func (s *ringAttn) fold(q, k, v kernels.Buf, qPos, kPos []int32, h model.Heads) {
+func (s *ringAttn) fold(q, k, v kernels.Buf, qPos, kPos []int32, seq model.Seq, h model.Heads) {
 	C, sc := s.chunks, s.sc
 	c, qw, kw := len(qPos)/C, h.N*h.Dim, h.KV*h.Dim
 	for i := 0; i < C; i++ {
 		qp := qPos[i*c : (i+1)*c]
 		for j := 0; j < C; j++ {
 			kp := kPos[j*c : (j+1)*c]
-			if !visible(qp, kp) {
+			if !visibleDoc(s.be, qp, kp, seq) {
 				continue
 			}
-			s.be.AttnForward(sc.st[i], s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), blockShape(qp, kp, h))
+			s.be.AttnForward(sc.st[i], s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), blockShape(qp, kp, seq, h))
 		}
 	}
 }
 
 // Forward implements model.Attention: Alg. 1 of worker p, with the prefetch of Eq. (3) when
 // Options.Overlap is set.
-func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads) {
+func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	n := len(pos)
 	sc := s.scratch(n, h)
@@ -201,7 +202,7 @@ func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Hea
 		if s.opt.Overlap && t+1 < P { // Eq. (3): fetch block t+1 while block t computes
 			reqs = s.shift(t+1, curK, curV, ringTagFwdK, ringTagFwdV, s.site.fwdKV)
 		}
-		s.fold(q, curK, curV, pos, sc.peer[(p-t+P)%P], h)
+		s.fold(q, curK, curV, pos, sc.peer[(p-t+P)%P], seq, h)
 	}
 	reqs.wait()
 	s.finish(o, lse, h)
@@ -242,7 +243,7 @@ func (s *ringAttn) chunkLSE(lse kernels.Buf, h model.Heads) []kernels.Buf {
 
 // grad adds the gradients of block k, v at kPos: dq into dq, dk|dv into g (zeroed here). It
 // reports whether any pair was visible.
-func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos, kPos []int32, h model.Heads) bool {
+func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos, kPos []int32, seq model.Seq, h model.Heads) bool {
 	be, sc, C := s.be, s.sc, s.chunks
 	c, qw, kw := len(qPos)/C, h.N*h.Dim, h.KV*h.Dim
 	kn := k.Len()
@@ -252,7 +253,7 @@ func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos,
 		qp := qPos[i*c : (i+1)*c]
 		for j := 0; j < C; j++ {
 			kp := kPos[j*c : (j+1)*c]
-			if !visible(qp, kp) {
+			if !visibleDoc(s.be, qp, kp, seq) {
 				continue
 			}
 			if !any {
@@ -261,7 +262,7 @@ func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos,
 			}
 			be.AttnBackward(s.rows(dq, i, c, qw), s.rows(dk, j, c, kw), s.rows(dv, j, c, kw),
 				s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), s.rows(do, i, c, qw),
-				lse[i], sc.d[i], blockShape(qp, kp, h))
+				lse[i], sc.d[i], blockShape(qp, kp, seq, h))
 		}
 	}
 	return any
@@ -270,7 +271,8 @@ func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos,
 // Backward implements model.Attention: the ring-attention backward, (k, v, dk, dv) passed
 // around the ring while q, dO, lse and D stay home, on the FlashAttention-2 block backward
 // (DistFlashAttn App. A).
-func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h model.Heads) {
+func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	n := len(pos)
 	sc := s.scratch(n, h)
@@ -304,7 +306,7 @@ func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []i
 		if !s.opt.Overlap {
 			accIn.wait()
 		}
-		computed := s.grad(dq, sc.g, q, curK, curV, do, lseC, pos, sc.peer[(p-t+P)%P], h)
+		computed := s.grad(dq, sc.g, q, curK, curV, do, lseC, pos, sc.peer[(p-t+P)%P], seq, h)
 		if t == 0 {
 			be.Zero(acc) // block p starts its round here
 		} else {

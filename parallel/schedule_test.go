@@ -2,6 +2,7 @@ package parallel
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -25,7 +26,11 @@ type attnInputs struct {
 	T           int
 	h           model.Heads
 	q, k, v, do []float32
+	docs        []int32 // document start of every position (model.Seq.DocStart); nil: one document
 }
+
+// seq is the placement of the tokens at pos, with the inputs' documents.
+func (in attnInputs) seq(pos []int32) model.Seq { return model.Seq{Pos: pos, DocStart: in.docs} }
 
 func newInputs(T int, h model.Heads, seed uint64) attnInputs {
 	r := rand.New(rand.NewPCG(seed, 99))
@@ -49,8 +54,8 @@ func (in attnInputs) reference() scheduleRun {
 	dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
 	a := model.NewLocalAttention(be)
 	pos := model.Positions(T)
-	a.Forward(o, lse, q, k, v, pos, h)
-	a.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+	a.Forward(o, lse, q, k, v, in.seq(pos), h)
+	a.Backward(dq, dk, dv, q, k, v, o, lse, do, in.seq(pos), h)
 	return scheduleRun{o: kernels.Host(o), lse: kernels.Host(lse), dq: kernels.Host(dq), dk: kernels.Host(dk), dv: kernels.Host(dv)}
 }
 
@@ -100,8 +105,8 @@ func (in attnInputs) runRank(s Schedule, c Comm, be kernels.Backend, out *schedu
 	q, k, v, do := up(in.q, h.N*h.Dim), up(in.k, h.KV*h.Dim), up(in.v, h.KV*h.Dim), up(in.do, h.N*h.Dim)
 	o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
 	dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-	s.Forward(o, lse, q, k, v, pos, h)
-	s.Backward(dq, dk, dv, q, k, v, o, lse, do, pos, h)
+	s.Forward(o, lse, q, k, v, in.seq(pos), h)
+	s.Backward(dq, dk, dv, q, k, v, o, lse, do, in.seq(pos), h)
 	Unshard(out.o, kernels.Host(o), 1, T, h.N*h.Dim, pos)
 	Unshard(out.dq, kernels.Host(dq), 1, T, h.N*h.Dim, pos)
 	Unshard(out.dk, kernels.Host(dk), 1, T, h.KV*h.Dim, pos)
@@ -163,6 +168,85 @@ func TestSchedulesExact(t *testing.T) {
 	}
 }
 
+// docTables returns document-start tables (model.Seq.DocStart) for a sequence of T tokens on
+// P ranks: many short documents of random lengths, one document spanning every rank,
+// documents starting exactly at every rank edge of the contiguous layout, and a document
+// starting at every position (each query sees only itself; whole ranks' blocks are masked).
+func docTables(T, P int, seed uint64) map[string][]int32 {
+	r := rand.New(rand.NewPCG(seed, 17))
+	table := func(starts func(p int) bool) []int32 {
+		d := make([]int32, T)
+		for p := range d {
+			if p > 0 && !starts(p) {
+				d[p] = d[p-1]
+			} else {
+				d[p] = int32(p)
+			}
+		}
+		return d
+	}
+	return map[string][]int32{
+		"short":     table(func(int) bool { return r.IntN(5) == 0 }),
+		"spanning":  table(func(int) bool { return false }),
+		"rankedges": table(func(p int) bool { return p%(T/P) == 0 || p%(T/P) == T/P/2+1 }),
+		"singles":   table(func(int) bool { return true }),
+	}
+}
+
+// TestSchedulesExactDocuments: every schedule × P ∈ {1,2,3,4,8} × {MHA, GQA, 33 heads} ×
+// document layouts gives the output, lse and dQ, dK, dV of single-worker document-masked
+// attention, with every value finite.
+func TestSchedulesExactDocuments(t *testing.T) {
+	const T = 48
+	for _, name := range Names() {
+		for _, P := range []int{1, 2, 3, 4, 8} {
+			for hn, h := range testHeads {
+				if Check(name, h, P) != nil {
+					continue // refusals are TestSchedulesExact's
+				}
+				for dn, docs := range docTables(T, P, uint64(P)) {
+					t.Run(fmt.Sprintf("%s/P%d/%s/%s", name, P, hn, dn), func(t *testing.T) {
+						in := newInputs(T, h, uint64(P*100+h.N))
+						in.docs = docs
+						want := in.reference()
+						got, err := in.run(name, P, Options{Overlap: P%2 == 0})
+						if err != nil {
+							t.Fatal(err)
+						}
+						checkExact(t, got, want)
+						for _, x := range slices.Concat(got.o, got.dq, got.dk, got.dv) {
+							if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+								t.Fatalf("non-finite value %v", x)
+							}
+						}
+						if dn == "singles" && P > 1 && name != "ulysses" {
+							var skipped int64
+							for _, w := range got.work {
+								skipped += w.AttnDocSkipped
+							}
+							if skipped == 0 {
+								t.Errorf("one-token documents: no block skipped by the document mask")
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestDocumentMaskDiffers: the document mask changes the result (so the exactness test above
+// does not pass by ignoring it).
+func TestDocumentMaskDiffers(t *testing.T) {
+	in := newInputs(48, testHeads["MHA"], 1)
+	plain := in.reference()
+	in.docs = docTables(48, 4, 1)["rankedges"]
+	masked := in.reference()
+	if relErr(masked.o, plain.o) < 1e-2 {
+		t.Fatal("document-masked output equals the unmasked one")
+	}
+}
+
 // checkExact fails t when a run differs from single-worker attention by more than fp32 bounds:
 // 2e-6 of each tensor's scale for o and lse, 1e-5 for the gradients (measured errors are
 // ~1e-7 and ~1e-6).
@@ -210,6 +294,31 @@ func TestOverlapBitIdentical(t *testing.T) {
 				if !slices.Equal(c.x, c.y) {
 					t.Errorf("%s P=%d: %s differs between overlap off and on", name, P, c.what)
 				}
+			}
+		}
+	}
+}
+
+// TestDocumentMaskShipsNoBytes: every rank holds the whole sequence's document starts, so
+// the document mask adds nothing to any transfer: every schedule moves the same bytes at
+// every call site with documents as without.
+func TestDocumentMaskShipsNoBytes(t *testing.T) {
+	const T, P = 48, 4
+	h := testHeads["MHA"]
+	for _, name := range Names() {
+		in := newInputs(T, h, 3)
+		plain, err := in.run(name, P, Options{Overlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.docs = docTables(T, P, 3)["short"]
+		masked, err := in.run(name, P, Options{Overlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range plain.traffic {
+			if !maps.Equal(plain.traffic[r], masked.traffic[r]) || plain.traffic[r].Total() == 0 {
+				t.Errorf("%s rank %d: traffic %v with documents, %v without", name, r, masked.traffic[r], plain.traffic[r])
 			}
 		}
 	}

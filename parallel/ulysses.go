@@ -76,8 +76,8 @@ func (u *ulysses) geometry(pos []int32, h model.Heads) (all []int32, hp, kvp int
 }
 
 // ulyssesShape is the primitive's shape for the gathered sequence in this rank's head slice.
-func ulyssesShape(all []int32, hp, kvp int, h model.Heads) kernels.AttnShape {
-	return blockShape(all, all, model.Heads{N: hp, KV: kvp, Dim: h.Dim})
+func ulyssesShape(all []int32, hp, kvp int, seq model.Seq, h model.Heads) kernels.AttnShape {
+	return blockShape(all, all, seq, model.Heads{N: hp, KV: kvp, Dim: h.Dim})
 }
 
 // toHeads all-to-alls x ([n, heads, hd], this rank's tokens) into [N, heads/P, hd] (every
@@ -116,7 +116,8 @@ func (u *ulysses) fromHeads(dst, x kernels.Buf, name string, n, heads, hd int, a
 }
 
 // Forward implements model.Attention.
-func (u *ulysses) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Heads) {
+func (u *ulysses) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	be, P := u.be, u.c.Size()
 	n := len(pos)
 	N := n * P
@@ -128,7 +129,7 @@ func (u *ulysses) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Head
 
 	st := kernels.AttnState{O: u.bufs.get("st.o", N*hp*h.Dim), M: u.bufs.get("st.m", N*hp), L: u.bufs.get("st.l", N*hp)}
 	be.AttnInit(st)
-	be.AttnForward(st, qh, kh, vh, ulyssesShape(all, hp, kvp, h))
+	be.AttnForward(st, qh, kh, vh, ulyssesShape(all, hp, kvp, seq, h))
 	oh, lseh := st.O, u.bufs.get("lse", hp*N)
 	be.AttnFinish(oh, lseh, st, N, hp, h.Dim) // o may be s.O
 
@@ -145,7 +146,8 @@ func (u *ulysses) Forward(o, lse, q, k, v kernels.Buf, pos []int32, h model.Head
 }
 
 // Backward implements model.Attention.
-func (u *ulysses) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []int32, h model.Heads) {
+func (u *ulysses) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	pos := seq.Pos
 	be, P := u.be, u.c.Size()
 	n := len(pos)
 	N := n * P
@@ -179,7 +181,7 @@ func (u *ulysses) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, pos []in
 	be.Zero(dqh)
 	be.Zero(dkh)
 	be.Zero(dvh)
-	be.AttnBackward(dqh, dkh, dvh, qh, kh, vh, doh, lseh, dh, ulyssesShape(all, hp, kvp, h))
+	be.AttnBackward(dqh, dkh, dvh, qh, kh, vh, doh, lseh, dh, ulyssesShape(all, hp, kvp, seq, h))
 
 	u.fromHeads(dq, dqh, "dq", n, h.N, h.Dim, true, "ulysses.bwd.dq")
 	u.fromHeads(dk, dkh, "dk", n, h.KV, h.Dim, true, "ulysses.bwd.dk")

@@ -25,6 +25,11 @@ Usage
         (same layout) of each RoPE scaling (see "RoPE scaling" below).
         Deterministic.
 
+    /usr/bin/python3 scripts/reference.py docmask
+        Regenerate model/testdata/docmask/*.safetensors: packed documents with
+        an explicit block-diagonal causal mask (see "Document masking" below).
+        Deterministic.
+
     /usr/bin/python3 scripts/reference.py hf
         Regenerate ckpt/testdata/hf/ (deterministic; see "Hugging Face
         fixtures" below).
@@ -141,6 +146,20 @@ __metadata__ adds: "config" is distflash's [model] (max_seq_len, rope_scaling
 under its HF key names with original_max_position_embeddings explicit),
 "hf_config" the HF fields the table was computed from, "inv_freq" and
 "attention_factor" the table itself (JSON).
+
+Document masking: model/testdata/docmask/<variant>.safetensors
+The golden model files' layout plus
+    doc_id  I32 [B, T]   document of each token (non-decreasing along a sequence)
+and "position_reset" (bool) in the config metadata.  Attention is the same
+softmax with an explicit [B, T, T] boolean mask built from the ids:
+    visible[b, i, j] = doc_id[b, i] == doc_id[b, j] and j <= i
+RoPE angles use position t − (first t' with doc_id[b, t'] == doc_id[b, t]) when
+position_reset, else t.  Documents (T=16, B=2): sequence 0 has random
+boundaries (each position starts a document with probability 1/4), sequence 1
+documents starting at 0, 8 and 15 (a one-token document at the end).
+    mha_reset:   the mha shape, position_reset
+    gqa:         the gqa shape, no position reset
+    h33_reset:   the h33 shape, position_reset
 
 Golden attention files: kernels/testdata/attn/<case>.safetensors
 The bare attention primitive (no projections, no RoPE), float64 reference:
@@ -465,6 +484,116 @@ def gen_variant(name, over, seed):
     path = os.path.join(GOLDEN_DIR, name + ".safetensors")
     save_safetensors(path, tensors, meta)
     return path, c, float(loss), P64, tokens, targets
+
+
+# --------------------------------------------------------------------------
+# document masking
+
+DOCMASK_DIR = os.path.join(REPO_ROOT, "model", "testdata", "docmask")
+
+DOCMASK_VARIANTS = [
+    ("mha_reset", dict(dim=32, n_heads=4, n_kv_heads=4, head_dim=8, ffn_dim=64, seq_len=16), True, 2001),
+    ("gqa", dict(dim=48, n_heads=6, n_kv_heads=2, head_dim=8, ffn_dim=64, seq_len=16,
+                 rope_theta=500000.0, norm_eps=1e-6), False, 2002),
+    ("h33_reset", dict(dim=132, n_heads=33, n_kv_heads=11, head_dim=4, ffn_dim=48, seq_len=16), True, 2003),
+]
+
+
+def forward_docs(c, P, tokens, doc_id, reset):
+    """forward() with an explicit block-diagonal causal mask from doc_id [B, T] and, when
+    reset, RoPE positions counted from each document's first token."""
+    B, T = tokens.shape
+    H, K, hd, eps = c["n_heads"], c["n_kv_heads"], c["head_dim"], c["norm_eps"]
+    dtype = P["model.embed_tokens.weight"].dtype
+    t = torch.arange(T)
+    same = doc_id[:, :, None] == doc_id[:, None, :]                 # [B, T, T]
+    visible = same & (t[None, None, :] <= t[None, :, None])      # key j <= query i
+    if reset:
+        first = torch.stack([torch.tensor([int((doc_id[b] == doc_id[b, i]).nonzero()[0]) for i in range(T)])
+                             for b in range(B)])
+        pos = (t[None, :] - first).to(torch.float64)                 # [B, T]
+    else:
+        pos = t[None, :].expand(B, T).to(torch.float64)
+    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    ang = pos[:, :, None] * inv_freq[None, None, :]                  # [B, T, hd/2]
+    emb = torch.cat([ang, ang], dim=-1)[:, None]                     # [B, 1, T, hd]
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def attn(q, k, v):
+        if K != H:
+            k = k.repeat_interleave(H // K, dim=1)
+            v = v.repeat_interleave(H // K, dim=1)
+        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
+        s = s.masked_fill(~visible[:, None], float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    x = P["model.embed_tokens.weight"][tokens]
+    for i in range(c["n_layers"]):
+        p = "model.layers.%d." % i
+        n = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = (n @ P[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
+        k = (n @ P[p + "self_attn.k_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
+        v = (n @ P[p + "self_attn.v_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        a = attn(q, k, v).transpose(1, 2).reshape(B, T, H * hd)
+        h = x + a @ P[p + "self_attn.o_proj.weight"].T
+        n = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
+        x = h + (F.silu(n @ P[p + "mlp.gate_proj.weight"].T) * (n @ P[p + "mlp.up_proj.weight"].T)) @ P[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    return x @ P["lm_head.weight"].T
+
+
+def gen_docmask_variant(name, over, reset, seed):
+    c = make_config(over)
+    gen = torch.Generator().manual_seed(seed)
+    P32 = init_params(c, gen)
+    B, T, V = c["batch"], c["seq_len"], c["vocab_size"]
+    tokens = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    starts = torch.rand((T,), generator=gen) < 0.25
+    doc_id = torch.zeros((B, T), dtype=torch.int64)
+    doc_id[0] = torch.cumsum(starts.to(torch.int64), 0) - int(starts[0])
+    doc_id[1] = torch.tensor([0 if t < 8 else (1 if t < 15 else 2) for t in range(T)])
+
+    P64 = {k: v.to(torch.float64).requires_grad_(True) for k, v in P32.items()}
+    logits = forward_docs(c, P64, tokens, doc_id, reset)
+    loss = loss_fn(logits, targets)
+    loss.backward()
+    # the mask matters: without it the loss differs
+    with torch.no_grad():
+        plain = float(loss_fn(forward(c, P64, tokens), targets))
+        assert abs(plain - float(loss)) > 1e-4, (name, plain, float(loss))
+
+    tensors = [(k, P32[k].numpy()) for k, _ in param_shapes(c)]
+    tensors.append(("tokens", tokens.to(torch.int32).numpy()))
+    tensors.append(("targets", targets.to(torch.int32).numpy()))
+    tensors.append(("doc_id", doc_id.to(torch.int32).numpy()))
+    tensors.append(("logits", logits.detach().to(torch.float32).numpy()))
+    tensors.append(("loss", loss.detach().to(torch.float32).reshape(1).numpy()))
+    for k, _ in param_shapes(c):
+        tensors.append(("grad." + k, P64[k].grad.to(torch.float32).numpy()))
+    cc = dict(c)
+    cc["position_reset"] = reset
+    meta = {
+        "config": json.dumps(cc, separators=(",", ":")),
+        "generator": "scripts/reference.py",
+        "torch": torch.__version__,
+        "variant": name,
+    }
+    path = os.path.join(DOCMASK_DIR, name + ".safetensors")
+    save_safetensors(path, tensors, meta)
+    return path, float(loss), plain
+
+
+def cmd_docmask(_args):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(DOCMASK_DIR, exist_ok=True)
+    for name, over, reset, seed in DOCMASK_VARIANTS:
+        path, loss, plain = gen_docmask_variant(name, over, reset, seed)
+        print("%-60s %8d bytes  loss=%.6f  (unmasked %.6f)" % (
+            os.path.relpath(path, REPO_ROOT), os.path.getsize(path), loss, plain))
 
 
 # --------------------------------------------------------------------------
@@ -1363,6 +1492,7 @@ def main(argv=None):
     r.add_argument("--seq-len", type=int, required=True)
     r.add_argument("--samples", type=int, required=True)
     r.add_argument("--out", default="", help="also write the JSON result here")
+    sub.add_parser("docmask", help="regenerate model/testdata/docmask (packed documents, block-diagonal causal mask)")
     b = sub.add_parser("bench", help="fp32 training-step throughput")
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--dim", type=int, default=128)
@@ -1384,7 +1514,7 @@ def main(argv=None):
     ba.add_argument("--steps", type=int, default=5)
     ba.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
-    {"golden": cmd_golden, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn,
+    {"golden": cmd_golden, "docmask": cmd_docmask, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn,
      "read-hf": cmd_read_hf}[a.cmd](a)
 
 
