@@ -344,6 +344,12 @@ var (
 	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 )
 
+// MaxLineBytes is the longest line of a jsonl or c4 file (after decompression) that is read:
+// a longer one is an error naming the file and line, so that a file of one endless line, or
+// a small compressed file that expands to one (a decompression bomb), cannot take all
+// memory. It is far above real documents (C4's longest are well under 1 MiB). Tests lower it.
+var MaxLineBytes = 64 << 20
+
 // eachJSON opens path, decompresses it if it starts with the gzip or zstd magic number
 // (whatever its name), and calls fn with the "text" field of the JSON object on each line
 // that is not blank. Errors from fn come back unchanged.
@@ -385,6 +391,14 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 			for err == bufio.ErrBufferFull {
 				line, err = r.ReadSlice('\n')
 				long = append(long, line...)
+				if len(long) > MaxLineBytes {
+					what := "file"
+					if kind != "" {
+						what = kind + " stream (a decompression bomb?)"
+					}
+					return fmt.Errorf("data: %s:%d: line longer than %d bytes: a %s line holds one JSON document, and this %s has none that short",
+						path, n, MaxLineBytes, w.format, what)
+				}
 			}
 			line = long
 		}
