@@ -18,6 +18,7 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/sysmem"
 )
 
 // Config is a run's configuration: one TOML file (configs/*.toml) with one section per part of
@@ -654,9 +655,30 @@ func count(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// stateBytesPerParam is what training keeps per parameter in fp32: weight, gradient and the
-// two AdamW moments, 4 bytes each.
-const stateBytesPerParam = 16
+// Bytes per parameter of the model state, in fp32: the weight, its gradient and the two
+// AdamW moments. plan's memory model (memoryFor), train's check (Requirements,
+// checkModelMemory) and the checks before a model is loaded in eval, export and
+// train --init-from all count with these.
+const (
+	weightBytesPerParam    = 4
+	gradBytesPerParam      = 4
+	optimizerBytesPerParam = 8
+	// stateBytesPerParam is what training keeps per parameter.
+	stateBytesPerParam = weightBytesPerParam + gradBytesPerParam + optimizerBytesPerParam
+)
+
+// checkModelMemory refuses, before anything is allocated, a model of shape mc (from a file,
+// perhaps a stranger's) whose copies × perParam bytes per parameter do not fit in the memory
+// this machine has available. what names where the shape comes from and its keys; the error
+// adds the parameters and the bytes needed and available.
+func checkModelMemory(what string, mc model.Config, copies, perParam float64) error {
+	n := mc.ParamCount()
+	how := fmt.Sprintf("%.4g parameters × %g bytes", n, perParam)
+	if copies != 1 {
+		how += fmt.Sprintf(" × %g copies", copies)
+	}
+	return sysmem.Check(fmt.Sprintf("%s: %s", what, how), n*perParam*copies)
+}
 
 // memoryNoteBytes is the model-state size above which Requirements mentions it.
 const memoryNoteBytes = 16 << 30
@@ -686,6 +708,25 @@ func (c Config) Requirements() []string {
 		reqs = append(reqs, msg)
 	}
 	return reqs
+}
+
+// checkTrainMemory refuses a config whose model state (stateBytesPerParam a parameter,
+// before activations) does not fit in this process's available memory: every rank's when
+// the ranks are in-process (a full copy each, or a shard each with FSDP), one rank's under
+// MPI.
+func checkTrainMemory(c Config) error {
+	p := c.Parallelism
+	w, copies := float64(max(p.WorldSize, 1)), 1.0
+	switch {
+	case p.Backend == "inproc" && !p.FSDP:
+		copies = w
+	case p.Backend != "inproc" && p.FSDP:
+		copies = 1 / w
+	}
+	m := c.Model
+	what := fmt.Sprintf("%s: training the model (model.dim %d, model.ffn_dim %d, model.n_layers %d, model.vocab_size %d; parallelism.world_size %d, fsdp %v)",
+		c.Path, m.Dim, m.FFNDim, m.NLayers, m.VocabSize, p.WorldSize, p.FSDP)
+	return checkModelMemory(what, m, copies, stateBytesPerParam)
 }
 
 // gib converts bytes to GiB.
