@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -118,4 +119,135 @@ func TestAbsurdCheckpointModel(t *testing.T) {
 	docs := filepath.Join(t.TempDir(), "docs.txt")
 	os.WriteFile(docs, []byte("text\n"), 0o644)
 	mustRefuseMemory(t, []string{"eval", "--model", run, "--data", docs}, manifest, fmt.Sprint("model.ffn_dim ", 2700000))
+}
+
+// corpus reads the seed inputs of a fuzz target in dir/testdata/fuzz/target: file name →
+// the target's arguments (each a []byte).
+func corpus(t *testing.T, dir, target string) map[string][][]byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "testdata", "fuzz", target, "*"))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no seeds for %s in %s: %v", target, dir, err)
+	}
+	out := map[string][][]byte{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if lines[0] != "go test fuzz v1" {
+			t.Fatalf("%s: not a Go fuzz corpus file", p)
+		}
+		for _, l := range lines[1:] {
+			s, ok := strings.CutPrefix(l, "[]byte(")
+			if !ok || !strings.HasSuffix(s, ")") {
+				t.Fatalf("%s: line %q is not a []byte", p, l)
+			}
+			v, err := strconv.Unquote(strings.TrimSuffix(s, ")"))
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			out[filepath.Base(p)] = append(out[filepath.Base(p)], []byte(v))
+		}
+	}
+	return out
+}
+
+// copyFixture copies the HF fixture llama-sharded (config, two shards, index) into a new
+// directory and returns it.
+func copyFixture(t *testing.T) string {
+	t.Helper()
+	src, dir := filepath.Join("ckpt", "testdata", "hf", "llama-sharded"), t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestSeedsThroughCLI runs the fuzz seeds of the model and tokenizer files through the real
+// binary, as a user downloading them would meet them: `eval --model` of an HF directory with
+// the seed as its config.json, index, tokenizer.json or tokenizer.model, of the seed as a
+// .safetensors file, and of a checkpoint with the seed as manifest and shard; and
+// `plan --config` of each TOML seed. None may panic; each ends in exit code 0 or 2, and a
+// refusal names the directory or file.
+func TestSeedsThroughCLI(t *testing.T) {
+	docs := filepath.Join(t.TempDir(), "docs.txt")
+	if err := os.WriteFile(docs, []byte("Hello world, café 日本 🙂\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write := func(path string, b []byte) {
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(t *testing.T, name string, args []string, names string) {
+		out, code := distflash(t, args...)
+		if strings.Contains(out, "panic:") || strings.Contains(out, "goroutine ") || code != 0 && code != 2 {
+			t.Fatalf("%s: distflash %v: exit %d\n%s", name, args, code, out)
+		}
+		if code == 2 && !strings.Contains(out, names) {
+			t.Errorf("%s: distflash %v: the error does not name %s:\n%s", name, args, names, out)
+		}
+	}
+	eval := func(model string) []string {
+		return []string{"eval", "--model", model, "--data", docs, "--samples", "1", "--seq-len", "16", "--out", filepath.Join(t.TempDir(), "e.json")}
+	}
+	for _, tt := range []struct {
+		pkg, target string
+		run         func(t *testing.T, name string, args [][]byte)
+	}{
+		{"ckpt", "FuzzReadHFConfig", func(t *testing.T, name string, args [][]byte) {
+			dir := copyFixture(t)
+			write(filepath.Join(dir, "config.json"), args[0])
+			check(t, name, eval(dir), dir)
+		}},
+		{"ckpt", "FuzzOpenHFIndex", func(t *testing.T, name string, args [][]byte) {
+			dir := copyFixture(t)
+			write(filepath.Join(dir, "model.safetensors.index.json"), args[0])
+			check(t, name, eval(dir), dir)
+		}},
+		{"ckpt", "FuzzReadSafetensors", func(t *testing.T, name string, args [][]byte) {
+			path := filepath.Join(t.TempDir(), "model.safetensors")
+			write(path, args[0])
+			check(t, name, append(eval(path), "--config", "configs/tiny.toml"), path)
+		}},
+		{"ckpt", "FuzzOpenCheckpoint", func(t *testing.T, name string, args [][]byte) {
+			dir := t.TempDir()
+			write(filepath.Join(dir, ckpt.ManifestFile), args[0])
+			write(filepath.Join(dir, ckpt.ShardFile(0)), args[1])
+			check(t, name, eval(dir), dir)
+		}},
+		{"data", "FuzzHFTokenizer", func(t *testing.T, name string, args [][]byte) {
+			dir := copyFixture(t)
+			write(filepath.Join(dir, "tokenizer.json"), args[0])
+			check(t, name, eval(dir), dir)
+		}},
+		{"data", "FuzzSentencePiece", func(t *testing.T, name string, args [][]byte) {
+			dir := copyFixture(t)
+			write(filepath.Join(dir, "tokenizer.model"), args[0])
+			check(t, name, eval(dir), dir)
+		}},
+		{".", "FuzzLoadConfig", func(t *testing.T, name string, args [][]byte) {
+			path := filepath.Join(t.TempDir(), "run.toml")
+			write(path, args[0])
+			check(t, name, []string{"plan", "--config", path}, path)
+		}},
+	} {
+		t.Run(tt.target, func(t *testing.T) {
+			for name, args := range corpus(t, tt.pkg, tt.target) {
+				tt.run(t, name, args)
+			}
+		})
+	}
 }
