@@ -3,6 +3,7 @@ package ckpt
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -184,4 +185,33 @@ func FuzzOpenCheckpoint(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSafetensorsAttacks: the hand-made attacks of FuzzReadSafetensors' seeds are refused with
+// an error that names the file and says what is wrong.
+func TestSafetensorsAttacks(t *testing.T) {
+	file := func(header string, data int) []byte {
+		b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+		return append(append(b, header...), make([]byte, data)...)
+	}
+	for _, tt := range []struct{ name, header, want string }{
+		{"overlapping", `{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},"b":{"dtype":"F32","shape":[3],"data_offsets":[4,16]}}`, "overlap"},
+		{"same bytes", `{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}`, "overlap"},
+		{"negative shape", `{"a":{"dtype":"F32","shape":[-1,-4],"data_offsets":[0,16]}}`, "negative dimension"},
+		{"overflowing shape", `{"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}}`, "do not hold"},
+		{"offsets past end", `{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16000000]}}`, "do not hold"},
+		{"offsets at int64 max", `{"a":{"dtype":"F32","shape":[1],"data_offsets":[9223372036854775804,9223372036854775807]}}`, "do not hold"},
+	} {
+		path := fuzzFile(t, "m.safetensors", file(tt.header, 16))
+		_, err := ReadSafetensors(path)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want an error naming the file and %q", tt.name, err, tt.want)
+		}
+	}
+	// rawTensor (tie_word_embeddings' check) reads offsets itself: past the end of the file,
+	// even where 8+header+end overflows int64, is an error, not a huge allocation.
+	path := fuzzFile(t, "m.safetensors", file(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,9223372036854775807]}}`, 16))
+	if _, err := rawTensor(path, "a"); err == nil || !strings.Contains(err.Error(), "outside the file") {
+		t.Errorf("rawTensor with an end offset of 2^63-1: %v", err)
+	}
 }
