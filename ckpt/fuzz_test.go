@@ -5,10 +5,13 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Fuzz targets for every file format this package reads from outside: safetensors files
@@ -39,6 +42,7 @@ func mustName(t *testing.T, err error, path string) {
 
 func FuzzReadSafetensors(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
+		defer watchdog(b)()
 		path := fuzzFile(t, "model.safetensors", b)
 		st, err := ReadSafetensors(path)
 		if err != nil {
@@ -75,6 +79,7 @@ func FuzzReadSafetensors(f *testing.F) {
 
 func FuzzReadHFConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
+		defer watchdog(b)()
 		path := fuzzFile(t, HFConfigFile, b)
 		c, err := ReadHFConfig(path)
 		if err != nil {
@@ -123,6 +128,7 @@ func fuzzHFDir(t *testing.T) string {
 
 func FuzzOpenHFIndex(f *testing.F) {
 	f.Fuzz(func(t *testing.T, index []byte) {
+		defer watchdog(index)()
 		dir := fuzzHFDir(t)
 		path := filepath.Join(dir, HFIndexFile)
 		if err := os.WriteFile(path, index, 0o644); err != nil {
@@ -161,6 +167,7 @@ func fixChecksum(manifest []byte) []byte {
 
 func FuzzOpenCheckpoint(f *testing.F) {
 	f.Fuzz(func(t *testing.T, manifest, shard []byte) {
+		defer watchdog(manifest, shard)()
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, ManifestFile), fixChecksum(manifest), 0o644); err != nil {
 			t.Fatal(err)
@@ -214,4 +221,19 @@ func TestSafetensorsAttacks(t *testing.T) {
 	if _, err := rawTensor(path, "a"); err == nil || !strings.Contains(err.Error(), "outside the file") {
 		t.Errorf("rawTensor with an end offset of 2^63-1: %v", err)
 	}
+}
+
+// fuzzHangLimit is how long one input may take under go test -fuzz before the worker is
+// crashed on purpose, so that the fuzzer saves the input that hangs as a crasher (it saves
+// none for an input that merely never returns).
+const fuzzHangLimit = 20 * time.Second
+
+// watchdog arms fuzzHangLimit for input b when fuzzing (never when the seeds run as tests, on
+// a machine of any speed); call the returned function when the input is done.
+func watchdog(b ...[]byte) func() {
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		return func() {}
+	}
+	t := time.AfterFunc(fuzzHangLimit, func() { panic(fmt.Sprintf("input ran past %v: %q", fuzzHangLimit, b)) })
+	return func() { t.Stop() }
 }

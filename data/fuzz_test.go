@@ -2,10 +2,13 @@ package data
 
 import (
 	"bytes"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Fuzz targets for every file format this package reads from outside: Hugging Face
@@ -47,6 +50,7 @@ func checkTokens(t *testing.T, tok Tokenizer, ids []int32) {
 
 func FuzzHFTokenizer(f *testing.F) {
 	f.Fuzz(func(t *testing.T, file, text []byte) {
+		defer watchdog(file, text)()
 		path := fuzzFile(t, "tokenizer.json", file)
 		tok, err := LoadHFTokenizer(path)
 		if err != nil {
@@ -62,6 +66,7 @@ func FuzzHFTokenizer(f *testing.F) {
 
 func FuzzSentencePiece(f *testing.F) {
 	f.Fuzz(func(t *testing.T, file, text []byte) {
+		defer watchdog(file, text)()
 		path := fuzzFile(t, "tokenizer.model", file)
 		tok, err := LoadSentencePiece(path)
 		if err != nil {
@@ -77,6 +82,7 @@ func FuzzSentencePiece(f *testing.F) {
 
 func FuzzReadShard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
+		defer watchdog(b)()
 		path := fuzzFile(t, "data.tokens", b)
 		h, toks, err := ReadShard(path)
 		if err != nil {
@@ -102,6 +108,7 @@ func FuzzReadDocuments(f *testing.F) {
 	defer func(n int) { MaxLineBytes = n }(MaxLineBytes)
 	MaxLineBytes = 1 << 20 // the bomb seeds hold 8 MiB lines
 	f.Fuzz(func(t *testing.T, b []byte) {
+		defer watchdog(b)()
 		path := fuzzFile(t, "data.jsonl", b)
 		docs, err := ReadDocuments(Source{Path: path, Format: "jsonl", MaxBytes: fuzzMaxBytes}, 0)
 		if err != nil {
@@ -140,4 +147,19 @@ func TestReadDocumentsBomb(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fuzzHangLimit is how long one input may take under go test -fuzz before the worker is
+// crashed on purpose, so that the fuzzer saves the input that hangs as a crasher (it saves
+// none for an input that merely never returns).
+const fuzzHangLimit = 20 * time.Second
+
+// watchdog arms fuzzHangLimit for input b when fuzzing (never when the seeds run as tests, on
+// a machine of any speed); call the returned function when the input is done.
+func watchdog(b ...[]byte) func() {
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		return func() {}
+	}
+	t := time.AfterFunc(fuzzHangLimit, func() { panic(fmt.Sprintf("input ran past %v: %q", fuzzHangLimit, b)) })
+	return func() { t.Stop() }
 }
