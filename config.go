@@ -165,6 +165,53 @@ func LoadConfig(path string, overrides []string) (Config, error) {
 // builtinConfig is Config.Path of a config read from no file: errors start with it.
 const builtinConfig = "built-in config"
 
+// maxTOMLDepth is the deepest nesting of arrays and inline tables a config file may have.
+const maxTOMLDepth = 32
+
+// tomlNestingOK reports whether the arrays and inline tables of the TOML text nest at most
+// maxTOMLDepth deep (brackets inside strings and comments do not count), and else the line
+// where they first go deeper. The decoder's cost grows with the square of the depth (a 30 KB
+// file of nested inline tables takes seconds and gigabytes), so this is checked first.
+func tomlNestingOK(text []byte) (line int, ok bool) {
+	depth, line := 0, 1
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '\n':
+			line++
+		case '#':
+			for i+1 < len(text) && text[i+1] != '\n' {
+				i++
+			}
+		case '"', '\'':
+			q := string(c)
+			if bytes.HasPrefix(text[i:], []byte(q+q+q)) { // multi-line string
+				end := bytes.Index(text[i+3:], []byte(q+q+q))
+				if end < 0 {
+					return line, true // unterminated: the decoder reports it
+				}
+				line += bytes.Count(text[i:i+3+end], []byte("\n"))
+				i += 3 + end + 2
+				continue
+			}
+			for i++; i < len(text) && text[i] != c && text[i] != '\n'; i++ {
+				if c == '"' && text[i] == '\\' {
+					i++
+				}
+			}
+			if i < len(text) && text[i] == '\n' {
+				line++
+			}
+		case '[', '{':
+			if depth++; depth > maxTOMLDepth {
+				return line, false
+			}
+		case ']', '}':
+			depth = max(depth-1, 0)
+		}
+	}
+	return line, true
+}
+
 // readConfig is LoadConfig without the validation.
 func readConfig(path string, overrides []string) (Config, error) {
 	cfg := DefaultConfig()
@@ -175,6 +222,9 @@ func readConfig(path string, overrides []string) (Config, error) {
 		text, err := os.ReadFile(path)
 		if err != nil {
 			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if line, ok := tomlNestingOK(text); !ok {
+			return Config{}, fmt.Errorf("%s: line %d: arrays or inline tables nested more than %d deep: no distflash key needs that, and the TOML decoder's time and memory grow with the square of the depth", path, line, maxTOMLDepth)
 		}
 		md, err := decode(string(text), &cfg)
 		if err != nil {

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzLoadConfig feeds LoadConfig arbitrary TOML: whatever the bytes, it returns, an error
@@ -12,6 +15,10 @@ import (
 // planned without a panic. The seeds in testdata/fuzz/FuzzLoadConfig hold the attacks.
 func FuzzLoadConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+			// Crash on purpose, so that the fuzzer saves an input that hangs.
+			defer time.AfterFunc(20*time.Second, func() { panic(fmt.Sprintf("input ran past 20s: %q", b)) }).Stop()
+		}
 		path := filepath.Join(t.TempDir(), "run.toml")
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
