@@ -178,8 +178,9 @@ func copyFixture(t *testing.T) string {
 // TestSeedsThroughCLI runs the fuzz seeds of the model and tokenizer files through the real
 // binary, as a user downloading them would meet them: `eval --model` of an HF directory with
 // the seed as its config.json, index, tokenizer.json or tokenizer.model, of the seed as a
-// .safetensors file, and of a checkpoint with the seed as manifest and shard; and
-// `plan --config` of each TOML seed. None may panic; each ends in exit code 0 or 2, and a
+// .safetensors file, and of a checkpoint with the seed as manifest and shard; `data
+// tokenize` of each jsonl seed, `train` on each token shard seed, and `plan --config` of
+// each TOML seed. None may panic; each ends in exit code 0 or 2, and a
 // refusal names the directory or file.
 func TestSeedsThroughCLI(t *testing.T) {
 	docs := filepath.Join(t.TempDir(), "docs.txt")
@@ -237,6 +238,18 @@ func TestSeedsThroughCLI(t *testing.T) {
 			dir := copyFixture(t)
 			write(filepath.Join(dir, "tokenizer.model"), args[0])
 			check(t, name, eval(dir), dir)
+		}},
+		{"data", "FuzzReadDocuments", func(t *testing.T, name string, args [][]byte) {
+			path := filepath.Join(t.TempDir(), "docs.jsonl")
+			write(path, args[0])
+			check(t, name, []string{"data", "tokenize", "--config", "configs/tiny.toml", "--set", "data.train=" + path,
+				"--set", "data.format=jsonl", "--set", "data.max_bytes=65536", "--out", filepath.Join(t.TempDir(), "x.tokens")}, path)
+		}},
+		{"data", "FuzzReadShard", func(t *testing.T, name string, args [][]byte) {
+			path := filepath.Join(t.TempDir(), "data.tokens")
+			write(path, args[0])
+			check(t, name, []string{"train", "--config", "configs/tiny.toml", "--progress=false", "--set", "data.train=" + path,
+				"--set", "data.format=tokens", "--set", "training.steps=1", "--set", "run.output_dir=" + t.TempDir()}, path)
 		}},
 		{".", "FuzzLoadConfig", func(t *testing.T, name string, args [][]byte) {
 			path := filepath.Join(t.TempDir(), "run.toml")
