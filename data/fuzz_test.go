@@ -163,3 +163,19 @@ func watchdog(b ...[]byte) func() {
 	t := time.AfterFunc(fuzzHangLimit, func() { panic(fmt.Sprintf("input ran past %v: %q", fuzzHangLimit, b)) })
 	return func() { t.Stop() }
 }
+
+// TestReadDocumentsZstdWindow: a zstd frame whose header asks for a 1 GiB window is refused,
+// naming the file and the limit, before the decoder allocates it.
+func TestReadDocumentsZstdWindow(t *testing.T) {
+	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 20 << 3, 0x09, 0x00, 0x00, '\n'}
+	path := fuzzFile(t, "big-window.jsonl", frame)
+	_, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "window larger than 134217728 bytes") {
+		t.Fatalf("1 GiB window: %v", err)
+	}
+	frame[5] = 17 << 3 // 128 MiB: read (an empty stream: one newline)
+	path = fuzzFile(t, "window.jsonl", frame)
+	if _, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0); err == nil || !strings.Contains(err.Error(), "no text") {
+		t.Fatalf("128 MiB window: %v, want the error of an empty file", err)
+	}
+}
