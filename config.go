@@ -18,6 +18,7 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/sysmem"
 )
 
 // Config is a run's configuration: one TOML file (configs/*.toml) with one section per part of
@@ -172,6 +173,53 @@ func LoadConfig(path string, overrides []string) (Config, error) {
 // builtinConfig is Config.Path of a config read from no file: errors start with it.
 const builtinConfig = "built-in config"
 
+// maxTOMLDepth is the deepest nesting of arrays and inline tables a config file may have.
+const maxTOMLDepth = 32
+
+// tomlNestingOK reports whether the arrays and inline tables of the TOML text nest at most
+// maxTOMLDepth deep (brackets inside strings and comments do not count), and else the line
+// where they first go deeper. The decoder's cost grows with the square of the depth (a 30 KB
+// file of nested inline tables takes seconds and gigabytes), so this is checked first.
+func tomlNestingOK(text []byte) (line int, ok bool) {
+	depth, line := 0, 1
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; c {
+		case '\n':
+			line++
+		case '#':
+			for i+1 < len(text) && text[i+1] != '\n' {
+				i++
+			}
+		case '"', '\'':
+			q := string(c)
+			if bytes.HasPrefix(text[i:], []byte(q+q+q)) { // multi-line string
+				end := bytes.Index(text[i+3:], []byte(q+q+q))
+				if end < 0 {
+					return line, true // unterminated: the decoder reports it
+				}
+				line += bytes.Count(text[i:i+3+end], []byte("\n"))
+				i += 3 + end + 2
+				continue
+			}
+			for i++; i < len(text) && text[i] != c && text[i] != '\n'; i++ {
+				if c == '"' && text[i] == '\\' {
+					i++
+				}
+			}
+			if i < len(text) && text[i] == '\n' {
+				line++
+			}
+		case '[', '{':
+			if depth++; depth > maxTOMLDepth {
+				return line, false
+			}
+		case ']', '}':
+			depth = max(depth-1, 0)
+		}
+	}
+	return line, true
+}
+
 // readConfig is LoadConfig without the validation.
 func readConfig(path string, overrides []string) (Config, error) {
 	cfg := DefaultConfig()
@@ -182,6 +230,9 @@ func readConfig(path string, overrides []string) (Config, error) {
 		text, err := os.ReadFile(path)
 		if err != nil {
 			return Config{}, fmt.Errorf("config: %w", err)
+		}
+		if line, ok := tomlNestingOK(text); !ok {
+			return Config{}, fmt.Errorf("%s: line %d: arrays or inline tables nested more than %d deep: no distflash key needs that, and the TOML decoder's time and memory grow with the square of the depth", path, line, maxTOMLDepth)
 		}
 		md, err := decode(string(text), &cfg)
 		if err != nil {
@@ -671,9 +722,30 @@ func count(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// stateBytesPerParam is what training keeps per parameter in fp32: weight, gradient and the
-// two AdamW moments, 4 bytes each.
-const stateBytesPerParam = 16
+// Bytes per parameter of the model state, in fp32: the weight, its gradient and the two
+// AdamW moments. plan's memory model (memoryFor), train's check (Requirements,
+// checkModelMemory) and the checks before a model is loaded in eval, export and
+// train --init-from all count with these.
+const (
+	weightBytesPerParam    = 4
+	gradBytesPerParam      = 4
+	optimizerBytesPerParam = 8
+	// stateBytesPerParam is what training keeps per parameter.
+	stateBytesPerParam = weightBytesPerParam + gradBytesPerParam + optimizerBytesPerParam
+)
+
+// checkModelMemory refuses, before anything is allocated, a model of shape mc (from a file,
+// perhaps a stranger's) whose copies × perParam bytes per parameter do not fit in the memory
+// this machine has available. what names where the shape comes from and its keys; the error
+// adds the parameters and the bytes needed and available.
+func checkModelMemory(what string, mc model.Config, copies, perParam float64) error {
+	n := mc.ParamCount()
+	how := fmt.Sprintf("%.4g parameters × %g bytes", n, perParam)
+	if copies != 1 {
+		how += fmt.Sprintf(" × %g copies", copies)
+	}
+	return sysmem.Check(fmt.Sprintf("%s: %s", what, how), n*perParam*copies)
+}
 
 // memoryNoteBytes is the model-state size above which Requirements mentions it.
 const memoryNoteBytes = 16 << 30
@@ -703,6 +775,25 @@ func (c Config) Requirements() []string {
 		reqs = append(reqs, msg)
 	}
 	return reqs
+}
+
+// checkTrainMemory refuses a config whose model state (stateBytesPerParam a parameter,
+// before activations) does not fit in this process's available memory: every rank's when
+// the ranks are in-process (a full copy each, or a shard each with FSDP), one rank's under
+// MPI.
+func checkTrainMemory(c Config) error {
+	p := c.Parallelism
+	w, copies := float64(max(p.WorldSize, 1)), 1.0
+	switch {
+	case p.Backend == "inproc" && !p.FSDP:
+		copies = w
+	case p.Backend != "inproc" && p.FSDP:
+		copies = 1 / w
+	}
+	m := c.Model
+	what := fmt.Sprintf("%s: training the model (model.dim %d, model.ffn_dim %d, model.n_layers %d, model.vocab_size %d; parallelism.world_size %d, fsdp %v)",
+		c.Path, m.Dim, m.FFNDim, m.NLayers, m.VocabSize, p.WorldSize, p.FSDP)
+	return checkModelMemory(what, m, copies, stateBytesPerParam)
 }
 
 // gib converts bytes to GiB.

@@ -459,3 +459,39 @@ func TestConfigSequenceParallelChecks(t *testing.T) {
 		t.Errorf("ulysses on 2 ranks: %v", err)
 	}
 }
+
+// TestConfigNesting: a config whose arrays or inline tables nest deeper than maxTOMLDepth is
+// refused before the decoder (whose time and memory grow with the square of the depth) sees
+// it; brackets in strings and comments do not count, and real configs pass.
+func TestConfigNesting(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		line int
+		ok   bool
+	}{
+		{"[model]\ndim = 64\n[data]\ninclude = [\"*.go\", [\"a\"]]\n", 0, true},
+		{"x = \"" + strings.Repeat("[{", 100) + "\"\n# " + strings.Repeat("{", 100) + "\ny = '" + strings.Repeat("[", 100) + "'\n", 0, true},
+		{"x = \"\"\"\n" + strings.Repeat("{", 100) + "\n\"\"\"\ny = '''" + strings.Repeat("[", 100) + "'''\n", 0, true},
+		{"x = \"a\\\"" + strings.Repeat("{", 40) + "\"\n", 0, true},
+		{"\n\nx = " + strings.Repeat("{a = ", 33) + "1" + strings.Repeat("}", 33) + "\n", 3, false},
+		{"x = " + strings.Repeat("[", 40) + strings.Repeat("]", 40), 1, false},
+		{"x = " + strings.Repeat("[", 32) + strings.Repeat("]", 32), 0, true},
+	} {
+		line, ok := tomlNestingOK([]byte(tt.text))
+		if ok != tt.ok || !ok && line != tt.line {
+			t.Errorf("%.40q: line %d, ok %v; want line %d, ok %v", tt.text, line, ok, tt.line, tt.ok)
+		}
+	}
+	files, _ := filepath.Glob("configs/*.toml")
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		if _, ok := tomlNestingOK(b); !ok {
+			t.Errorf("%s refused", f)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "deep.toml")
+	os.WriteFile(path, []byte("x = "+strings.Repeat("{a = ", 3000)+"1"+strings.Repeat("}", 3000)+"\n"), 0o644)
+	if _, err := LoadConfig(path, nil); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "nested more than 32 deep") {
+		t.Errorf("3000 nested inline tables: %v", err)
+	}
+}

@@ -350,6 +350,12 @@ func loadCheckpointParams(path string, stderr io.Writer) (cfg Config, params []f
 	if err := saved.Model.Resolve(); err != nil {
 		return Config{}, nil, "", 0, fmt.Errorf("%s: model in the manifest: %w", c.Dir(), err)
 	}
+	m := saved.Model
+	what := fmt.Sprintf("the model of %s (model.dim %d, model.ffn_dim %d, model.n_layers %d, model.vocab_size %d)",
+		filepath.Join(c.Dir(), ckpt.ManifestFile), m.Dim, m.FFNDim, m.NLayers, m.VocabSize)
+	if err := checkModelMemory(what, m, 1, weightBytesPerParam); err != nil {
+		return Config{}, nil, "", 0, err
+	}
 	params, err = c.ReadTensor("params")
 	if err != nil {
 		return Config{}, nil, "", 0, err
@@ -376,6 +382,12 @@ func hfModelConfig(h ckpt.HFConfig) model.Config {
 		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.ContextLength(), RopeScaling: model.RopeScaling(h.RopeScaling)}
 }
 
+// hfShape names an HF directory's config.json with the keys that size its model.
+func hfShape(dir string, c ckpt.HFConfig) string {
+	return fmt.Sprintf("%s (hidden_size %d, intermediate_size %d, num_hidden_layers %d, num_attention_heads %d, num_key_value_heads %d, vocab_size %d)",
+		filepath.Join(dir, ckpt.HFConfigFile), c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.VocabSize)
+}
+
 // loadHFModel loads a Hugging Face LLaMA directory: the shape from config.json, the weights
 // as they are (HF's q/k layout is distflash's, see package ckpt), the directory's tokenizer
 // when it has one (else data.tokenizer), and config.json's bos_token_id.
@@ -387,6 +399,11 @@ func loadHFModel(dir string, cfg Config) (evalModel, error) {
 	mc := hfModelConfig(h.Config)
 	if err := mc.Resolve(); err != nil {
 		return evalModel{}, fmt.Errorf("eval: %s: %w", filepath.Join(dir, ckpt.HFConfigFile), err)
+	}
+	// The weights as read, and a copy in each sequence-parallel rank's model.
+	copies := 1 + float64(max(cfg.Parallelism.SequenceParallelDegree, 1))
+	if err := checkModelMemory("eval: the model of "+hfShape(dir, h.Config), mc, copies, weightBytesPerParam); err != nil {
+		return evalModel{}, err
 	}
 	layout := model.NewLayout(mc)
 	params := make([]float32, layout.Size)

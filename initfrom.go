@@ -59,6 +59,10 @@ func loadInitSource(path string, mc model.Config) (*initSource, error) {
 		if err := src.model.Resolve(); err != nil {
 			return nil, fmt.Errorf("--init-from %s: config.json: %w", path, err)
 		}
+		// Training it keeps the whole fp32 state: refuse it before loading the weights.
+		if err := checkModelMemory("--init-from: training the model of "+hfShape(path, h.Config), src.model, 1, stateBytesPerParam); err != nil {
+			return nil, err
+		}
 		layout := model.NewLayout(src.model)
 		src.params = make([]float32, layout.Size)
 		dsts := make([]ckpt.Dest, len(layout.Tensors))

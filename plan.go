@@ -439,19 +439,19 @@ func actBytesPerToken(cfg Config, names []string) float64 {
 // memoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
 func memoryFor(cfg Config, capacity float64) MemoryPlan {
 	m, p := cfg.Model, cfg.Parallelism
-	N := float64(m.NumParams())
+	N := m.ParamCount()
 	e := elemBytes(cfg)
 	shard := 1.0
 	if p.FSDP {
 		shard = float64(p.WorldSize)
 	}
 	var mp MemoryPlan
-	mp.Params = 4 * N / shard
+	mp.Params = weightBytesPerParam * N / shard
 	if e < 4 {
 		mp.Params += e * N / shard
 	}
-	mp.Grads = 4 * N / shard
-	mp.Optimizer = 8 * N / shard
+	mp.Grads = gradBytesPerParam * N / shard
+	mp.Optimizer = optimizerBytesPerParam * N / shard
 	n := float64(cfg.Data.BatchSize) * float64(cfg.Data.SeqLen) / float64(p.SequenceParallelDegree)
 	L := float64(m.NLayers)
 	full := actBytesPerToken(cfg, nil)

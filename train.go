@@ -81,6 +81,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))
 	}
+	if err := checkTrainMemory(cfg); err != nil {
+		return err
+	}
 	if *fresh && *resume != "" {
 		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
 	}

@@ -433,13 +433,13 @@ func OpenHF(dir string) (*HFModel, error) {
 		}
 		byFile := map[string][]string{}
 		for name, file := range index.WeightMap {
-			if file == "" || filepath.Base(file) != file {
-				return nil, fmt.Errorf("ckpt: %s: tensor %q is in %q: want a file name in the same directory", indexPath, name, file)
-			}
 			byFile[file] = append(byFile[file], name)
 		}
 		for _, file := range slices.Sorted(maps.Keys(byFile)) {
-			path := filepath.Join(dir, file)
+			path, err := localFile(fmt.Sprintf("%s (for tensor %q)", indexPath, slices.Min(byFile[file])), dir, file)
+			if err != nil {
+				return nil, err
+			}
 			names, err := safetensorsNames(path)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
@@ -462,6 +462,9 @@ func OpenHF(dir string) (*HFModel, error) {
 		}
 		sort.Strings(files)
 		for _, path := range files {
+			if _, err := localFile(dir, dir, filepath.Base(path)); err != nil {
+				return nil, err
+			}
 			names, err := safetensorsNames(path)
 			if err != nil {
 				return nil, err

@@ -148,7 +148,7 @@ func rawTensor(path, name string) (STensor, error) {
 		return STensor{}, fmt.Errorf("ckpt: %s: tensor %q: %w", path, name, err)
 	}
 	b, e := t.Offsets[0], t.Offsets[1]
-	if b < 0 || e < b || 8+int64(hl)+e > fi.Size() {
+	if b < 0 || e < b || e > fi.Size()-8-int64(hl) {
 		return STensor{}, fmt.Errorf("ckpt: %s: tensor %q: offsets [%d, %d) outside the file", path, name, b, e)
 	}
 	data := make([]byte, e-b)

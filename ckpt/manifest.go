@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -133,7 +134,7 @@ func validate(what string, m Manifest) error {
 		if t.DType != "f32" {
 			return fmt.Errorf("ckpt: %s: tensor %q has dtype %q; this version stores \"f32\"", what, t.Name, t.DType)
 		}
-		if t.Len < 0 {
+		if t.Len < 0 || t.Len > math.MaxInt64/4 {
 			return fmt.Errorf("ckpt: %s: tensor %q has length %d", what, t.Name, t.Len)
 		}
 		tensors[t.Name] = t
@@ -159,10 +160,13 @@ func validate(what string, m Manifest) error {
 			if !ok {
 				return fmt.Errorf("ckpt: %s: %s holds a piece of tensor %q, which the manifest does not list", what, s.File, p.Tensor)
 			}
-			if p.N <= 0 || p.Off < 0 || p.Off+p.N > t.Len {
+			if p.N <= 0 || p.Off < 0 || p.Off > t.Len || p.N > t.Len-p.Off {
 				return fmt.Errorf("ckpt: %s: %s: piece [%d, %d) of tensor %q is outside its %d elements", what, s.File, p.Off, p.Off+p.N, p.Tensor, t.Len)
 			}
-			if p.At != at || p.Size <= 0 {
+			if p.N > MaxFrameElems {
+				return fmt.Errorf("ckpt: %s: %s: piece [%d, %d) of tensor %q is one frame of %d elements: at most %d are read", what, s.File, p.Off, p.Off+p.N, p.Tensor, p.N, MaxFrameElems)
+			}
+			if p.At != at || p.Size <= 0 || p.Size > s.Size-at {
 				return fmt.Errorf("ckpt: %s: %s: piece [%d, %d) of tensor %q is at byte %d size %d, want the next frame at byte %d", what, s.File, p.Off, p.Off+p.N, p.Tensor, p.At, p.Size, at)
 			}
 			at += p.Size

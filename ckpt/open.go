@@ -16,6 +16,8 @@ import (
 	"sort"
 	"sync"
 
+	"distflash/sysmem"
+
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -108,6 +110,9 @@ func (c *Checkpoint) verifyShards() error {
 }
 
 func verifyShard(path string, s ShardInfo) (*os.File, error) {
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("ckpt: %s: not a regular file (%s): a shard must be a file in the step directory, not a link", path, fi.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("ckpt: %s: missing: the manifest lists it as rank %d's shard", path, s.Rank)
@@ -231,6 +236,9 @@ func (c *Checkpoint) ReadTensor(name string) ([]float32, error) {
 	t, ok := c.Tensor(name)
 	if !ok {
 		return nil, fmt.Errorf("ckpt: %s: no tensor %q", c.dir, name)
+	}
+	if err := sysmem.Check(fmt.Sprintf("ckpt: %s: tensor %q of %d elements", c.dir, name, t.Len), 4*float64(t.Len)); err != nil {
+		return nil, err
 	}
 	dst := make([]float32, t.Len)
 	return dst, c.Read(name, 0, dst)

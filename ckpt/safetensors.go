@@ -6,11 +6,13 @@
 package ckpt
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 )
 
@@ -51,6 +53,11 @@ func ReadSafetensors(path string) (*Safetensors, error) {
 	}
 	data := raw[8+hl:]
 	st := &Safetensors{Path: path, Metadata: map[string]string{}, Tensors: map[string]STensor{}}
+	type span struct {
+		name string
+		b, e int
+	}
+	var spans []span
 	for name, msg := range header {
 		if name == "__metadata__" {
 			if err := json.Unmarshal(msg, &st.Metadata); err != nil {
@@ -70,17 +77,42 @@ func ReadSafetensors(path string) (*Safetensors, error) {
 		if !ok {
 			return nil, fmt.Errorf("ckpt: %s: tensor %q has dtype %q; supported: F64 F32 F16 BF16 I64 I32", path, name, h.DType)
 		}
-		n := 1
-		for _, d := range h.Shape {
-			n *= d
+		if slices.ContainsFunc(h.Shape, func(d int) bool { return d < 0 }) {
+			return nil, fmt.Errorf("ckpt: %s: tensor %q: shape %v has a negative dimension", path, name, h.Shape)
 		}
+		n, fits := shapeBytes(h.Shape, size, len(data))
 		b, e := h.Offsets[0], h.Offsets[1]
-		if b < 0 || e < b || e > len(data) || e-b != n*size {
+		if !fits || b < 0 || e < b || e > len(data) || e-b != n {
 			return nil, fmt.Errorf("ckpt: %s: tensor %q: offsets [%d, %d) do not hold %v %s in %d data bytes", path, name, b, e, h.Shape, h.DType, len(data))
 		}
 		st.Tensors[name] = STensor{DType: h.DType, Shape: h.Shape, Data: data[b:e]}
+		spans = append(spans, span{name, b, e})
+	}
+	// As the safetensors format requires, no two tensors share bytes: one tensor's write
+	// through its data must never change another.
+	slices.SortFunc(spans, func(x, y span) int { return cmp.Or(cmp.Compare(x.b, y.b), cmp.Compare(x.e, y.e)) })
+	for i := 1; i < len(spans); i++ {
+		if p, q := spans[i-1], spans[i]; q.b < p.e {
+			return nil, fmt.Errorf("ckpt: %s: tensors %q [%d, %d) and %q [%d, %d) overlap", path, p.name, p.b, p.e, q.name, q.b, q.e)
+		}
 	}
 	return st, nil
+}
+
+// shapeBytes is the number of bytes of a tensor of shape (no negative dimension) with
+// elemSize-byte elements, and false when that is more than limit (overflowing or not).
+func shapeBytes(shape []int, elemSize, limit int) (int, bool) {
+	if slices.Contains(shape, 0) {
+		return 0, true
+	}
+	n := elemSize
+	for _, d := range shape {
+		if n > limit/d {
+			return 0, false
+		}
+		n *= d
+	}
+	return n, n <= limit
 }
 
 // Names returns the tensor names in sorted order.

@@ -54,6 +54,10 @@ const DefaultLevel = 3
 // DefaultFrameElems is the frame size used when Options.FrameElems is 0: 4 MiB of float32.
 const DefaultFrameElems = 1 << 20
 
+// MaxFrameElems is the most elements a frame may hold (1 GiB of float32): Open refuses a
+// manifest with a larger frame, whose decompression would need that much memory at once.
+const MaxFrameElems = 1 << 28
+
 // Encoding names how a shard file stores float32 values: each frame holds one piece's
 // values as 4 byte planes (all lowest bytes of the little-endian float32 values, then all
 // second bytes, …) compressed as one zstd frame. Splitting the planes lets zstd compress
@@ -135,8 +139,8 @@ func WriteShard(dir string, rank int, pieces []Piece, opt Options) (ShardInfo, e
 	if frameElems == 0 {
 		frameElems = DefaultFrameElems
 	}
-	if frameElems < 0 {
-		return ShardInfo{}, fmt.Errorf("ckpt: WriteShard: FrameElems %d is negative", frameElems)
+	if frameElems < 0 || frameElems > MaxFrameElems {
+		return ShardInfo{}, fmt.Errorf("ckpt: WriteShard: FrameElems %d: want 0 to %d", frameElems, MaxFrameElems)
 	}
 	workers := opt.Workers
 	if workers <= 0 {

@@ -344,6 +344,18 @@ var (
 	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 )
 
+// MaxLineBytes is the longest line of a jsonl or c4 file (after decompression) that is read:
+// a longer one is an error naming the file and line, so that a file of one endless line, or
+// a small compressed file that expands to one (a decompression bomb), cannot take all
+// memory. It is far above real documents (C4's longest are well under 1 MiB). Tests lower it.
+var MaxLineBytes = 64 << 20
+
+// MaxZstdWindow is the largest zstd window (the history a decoder keeps, allocated as the
+// stream asks for it) a jsonl or c4 file may use: zstd's own --ultra -22 uses 128 MiB, and
+// larger windows (--long=28 and up) are refused with an error naming the file, so that a few
+// bytes of frame header cannot make the reader allocate the decoder's default 512 MiB.
+const MaxZstdWindow = 128 << 20
+
 // eachJSON opens path, decompresses it if it starts with the gzip or zstd magic number
 // (whatever its name), and calls fn with the "text" field of the JSON object on each line
 // that is not blank. Errors from fn come back unchanged.
@@ -385,10 +397,21 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 			for err == bufio.ErrBufferFull {
 				line, err = r.ReadSlice('\n')
 				long = append(long, line...)
+				if len(long) > MaxLineBytes {
+					what := "file"
+					if kind != "" {
+						what = kind + " stream (a decompression bomb?)"
+					}
+					return fmt.Errorf("data: %s:%d: line longer than %d bytes: a %s line holds one JSON document, and this %s has none that short",
+						path, n, MaxLineBytes, w.format, what)
+				}
 			}
 			line = long
 		}
 		if err != nil && err != io.EOF {
+			if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+				return fmt.Errorf("data: %s: the zstd stream asks for a window larger than %d bytes, the most read (recompress it without --long, or with --long=27 or less): %w", path, MaxZstdWindow, err)
+			}
 			if kind != "" {
 				return fmt.Errorf("data: %s: corrupt or truncated %s stream: %w", path, kind, err)
 			}
@@ -427,7 +450,7 @@ func decompress(r io.Reader, path string) (*bufio.Reader, string, func(), error)
 		}
 		return bufio.NewReaderSize(zr, 256<<10), "gzip", func() { zr.Close() }, nil
 	case bytes.HasPrefix(head, zstdMagic):
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(MaxZstdWindow))
 		if err != nil {
 			return nil, "", nil, fmt.Errorf("data: %s: not a valid zstd file: %w", path, err)
 		}

@@ -225,6 +225,11 @@ func parseHFTokenizer(b []byte) (*HFTokenizer, error) {
 		}
 		size = max(size, int(a.ID)+1)
 	}
+	// Ids number the tokens listed: a larger one would make the table far bigger than the
+	// file (an id of 2^31 asks for 32 GiB).
+	if listed := len(m.Vocab) + len(f.AddedTokens); size > listed {
+		return nil, fmt.Errorf("token id %d is past the %d tokens listed in model.vocab and added_tokens: ids must number the tokens from 0", size-1, listed)
+	}
 	t.tokens = make([]string, size)
 	t.special = make([]bool, size)
 	for tok, id := range m.Vocab {

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"distflash/sysmem"
 )
 
 // Source says where training text comes from.
@@ -248,6 +250,9 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 	if total > int64(math.MaxInt)/2 {
 		return nil, fmt.Errorf("data: the token shards in %s hold %d tokens, too many for memory", src.Path, total)
 	}
+	if err := sysmem.Check(fmt.Sprintf("data: the %d tokens of the %d token shards in %s (as their headers say)", total, len(paths), src.Path), 4*float64(total)); err != nil {
+		return nil, err
+	}
 	tokens := make([]int32, 0, int(total)+(len(paths)-1)*len(sep))
 	for i, f := range paths {
 		if i > 0 {
@@ -372,6 +377,9 @@ func readFile(path string, limit int64, dst []byte) ([]byte, bool, error) {
 		n := size
 		if limit >= 0 {
 			n = min(n, limit)
+		}
+		if err := sysmem.Check(fmt.Sprintf("data: reading %s (%d bytes; data.max_bytes bounds what is read)", path, size), float64(n)); err != nil {
+			return dst, false, err
 		}
 		dst = slices.Grow(dst, int(n)+bytes.MinRead)
 	}

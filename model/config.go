@@ -90,9 +90,16 @@ func (c Config) QDim() int { return c.NHeads * c.HeadDim }
 // KVDim is the width of the concatenated key (or value) heads, n_kv_heads × head_dim.
 func (c Config) KVDim() int { return c.NKVHeads * c.HeadDim }
 
-// NumParams is the number of scalar parameters, embeddings and head included.
-func (c Config) NumParams() int64 {
-	d, q, kv, f, v := int64(c.Dim), int64(c.QDim()), int64(c.KVDim()), int64(c.FFNDim), int64(c.VocabSize)
+// NumParams is the number of scalar parameters, embeddings and head included. It is exact
+// up to 2^53 parameters (ParamCount), far beyond any model memory can hold; check
+// ParamCount before trusting it for a shape read from a file.
+func (c Config) NumParams() int64 { return int64(c.ParamCount()) }
+
+// ParamCount is the number of scalar parameters as a float64, which does not overflow for
+// any shape: the count to check a shape read from a file against memory before anything
+// is allocated.
+func (c Config) ParamCount() float64 {
+	d, q, kv, f, v := float64(c.Dim), float64(c.NHeads)*float64(c.HeadDim), float64(c.NKVHeads)*float64(c.HeadDim), float64(c.FFNDim), float64(c.VocabSize)
 	perLayer := 2*d + d*q + 2*d*kv + q*d + 3*d*f
-	return int64(c.NLayers)*perLayer + 2*v*d + d
+	return float64(c.NLayers)*perLayer + 2*v*d + d
 }

@@ -1,0 +1,181 @@
+package data
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Fuzz targets for every file format this package reads from outside: Hugging Face
+// tokenizer.json (FuzzHFTokenizer, with the byte-level pre-tokenizer and decoder),
+// SentencePiece tokenizer.model and its protobuf decoder (FuzzSentencePiece), token shards
+// (FuzzReadShard), the JSON lines of jsonl and C4 files (FuzzJSONText, in formats_test.go) and
+// whole jsonl files,
+// gzip- and zstd-compressed ones included (FuzzReadDocuments). Their seed corpora in
+// testdata/fuzz/ hold hand-made attacks and run as ordinary tests; `go test -fuzz` explores
+// from there.
+
+// fuzzFile writes b to name in a fresh directory and returns its path.
+func fuzzFile(t *testing.T, name string, b []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// mustName fails t unless err names path.
+func mustName(t *testing.T, err error, path string) {
+	t.Helper()
+	if !strings.Contains(err.Error(), path) {
+		t.Fatalf("error does not name %s: %v", path, err)
+	}
+}
+
+// checkTokens fails t unless every id is in [0, tok.VocabSize()).
+func checkTokens(t *testing.T, tok Tokenizer, ids []int32) {
+	t.Helper()
+	for _, id := range ids {
+		if id < 0 || int(id) >= tok.VocabSize() {
+			t.Fatalf("Encode gave id %d, vocabulary size %d", id, tok.VocabSize())
+		}
+	}
+}
+
+func FuzzHFTokenizer(f *testing.F) {
+	f.Fuzz(func(t *testing.T, file, text []byte) {
+		defer watchdog(file, text)()
+		path := fuzzFile(t, "tokenizer.json", file)
+		tok, err := LoadHFTokenizer(path)
+		if err != nil {
+			mustName(t, err, path)
+			return
+		}
+		ids := tok.Encode(text)
+		checkTokens(t, tok, ids)
+		tok.Decode(ids)
+		tok.Decode([]int32{-1, 0, int32(tok.VocabSize()), 1 << 30})
+	})
+}
+
+func FuzzSentencePiece(f *testing.F) {
+	f.Fuzz(func(t *testing.T, file, text []byte) {
+		defer watchdog(file, text)()
+		path := fuzzFile(t, "tokenizer.model", file)
+		tok, err := LoadSentencePiece(path)
+		if err != nil {
+			mustName(t, err, path)
+			return
+		}
+		ids := tok.Encode(text)
+		checkTokens(t, tok, ids)
+		tok.Decode(ids)
+		tok.Decode([]int32{-1, 0, int32(tok.VocabSize()), 1 << 30})
+	})
+}
+
+func FuzzReadShard(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		defer watchdog(b)()
+		path := fuzzFile(t, "data.tokens", b)
+		h, toks, err := ReadShard(path)
+		if err != nil {
+			mustName(t, err, path)
+			return
+		}
+		if int64(len(toks)) != h.Tokens {
+			t.Fatalf("%d tokens, the header says %d", len(toks), h.Tokens)
+		}
+		for _, id := range toks {
+			if id < 0 || int(id) >= h.VocabSize {
+				t.Fatalf("token %d outside the vocabulary of %d", id, h.VocabSize)
+			}
+		}
+	})
+}
+
+// fuzzMaxBytes is the data.max_bytes FuzzReadDocuments reads with: what a stream may give,
+// however much it decompresses to.
+const fuzzMaxBytes = 1 << 16
+
+func FuzzReadDocuments(f *testing.F) {
+	defer func(n int) { MaxLineBytes = n }(MaxLineBytes)
+	MaxLineBytes = 1 << 20 // the bomb seeds hold 8 MiB lines
+	f.Fuzz(func(t *testing.T, b []byte) {
+		defer watchdog(b)()
+		path := fuzzFile(t, "data.jsonl", b)
+		docs, err := ReadDocuments(Source{Path: path, Format: "jsonl", MaxBytes: fuzzMaxBytes}, 0)
+		if err != nil {
+			mustName(t, err, path)
+			return
+		}
+		n := len(docs) - 1
+		for _, d := range docs {
+			n += len(d)
+		}
+		if n > fuzzMaxBytes {
+			t.Fatalf("%d bytes of documents with max_bytes %d", n, fuzzMaxBytes)
+		}
+	})
+}
+
+// TestReadDocumentsBomb checks that a small compressed file that expands to one endless line
+// stops at MaxLineBytes with an error naming the file, the line and the compression.
+func TestReadDocumentsBomb(t *testing.T) {
+	defer func(n int) { MaxLineBytes = n }(MaxLineBytes)
+	MaxLineBytes = 1 << 20
+	line := append([]byte(`{"text":"`), bytes.Repeat([]byte("a"), 8<<20)...)
+	for _, tt := range []struct{ kind, content string }{
+		{"gzip", string(gzipData(t, line))},
+		{"zstd", string(zstdData(t, line))},
+		{"file", string(line)},
+	} {
+		path := fuzzFile(t, "bomb.jsonl", []byte(tt.content))
+		_, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0)
+		if err == nil {
+			t.Fatalf("%s: an 8 MiB line was read with MaxLineBytes 1 MiB", tt.kind)
+		}
+		for _, want := range []string{path + ":1:", "line longer than 1048576 bytes", tt.kind} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error lacks %q: %v", tt.kind, want, err)
+			}
+		}
+	}
+}
+
+// fuzzHangLimit is how long one input may take under go test -fuzz before the worker is
+// crashed on purpose, so that the fuzzer saves the input that hangs as a crasher (it saves
+// none for an input that merely never returns).
+const fuzzHangLimit = 20 * time.Second
+
+// watchdog arms fuzzHangLimit for input b when fuzzing (never when the seeds run as tests, on
+// a machine of any speed); call the returned function when the input is done.
+func watchdog(b ...[]byte) func() {
+	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
+		return func() {}
+	}
+	t := time.AfterFunc(fuzzHangLimit, func() { panic(fmt.Sprintf("input ran past %v: %q", fuzzHangLimit, b)) })
+	return func() { t.Stop() }
+}
+
+// TestReadDocumentsZstdWindow: a zstd frame whose header asks for a 1 GiB window is refused,
+// naming the file and the limit, before the decoder allocates it.
+func TestReadDocumentsZstdWindow(t *testing.T) {
+	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 20 << 3, 0x09, 0x00, 0x00, '\n'}
+	path := fuzzFile(t, "big-window.jsonl", frame)
+	_, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "window larger than 134217728 bytes") {
+		t.Fatalf("1 GiB window: %v", err)
+	}
+	frame[5] = 17 << 3 // 128 MiB: read (an empty stream: one newline)
+	path = fuzzFile(t, "window.jsonl", frame)
+	if _, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0); err == nil || !strings.Contains(err.Error(), "no text") {
+		t.Fatalf("128 MiB window: %v, want the error of an empty file", err)
+	}
+}
