@@ -328,14 +328,54 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 type countingReader struct {
 	r      io.Reader
 	onRead func(int64)
+	n      int64 // bytes read so far
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
+	c.n += int64(n)
 	if n > 0 && c.onRead != nil {
 		c.onRead(int64(n))
 	}
 	return n, err
+}
+
+// MaxExpansion is how many times its compressed size a jsonl or c4 file may expand once it has
+// produced more than MaxExpansionFloor bytes: C4's gzip files expand about 3×, zstd text rarely
+// beyond 20×; a stream that expands further (a decompression bomb, of blank lines say, which
+// MaxLineBytes does not stop) is refused with an error naming the file. Tests lower them.
+var (
+	MaxExpansion      int64 = 1000
+	MaxExpansionFloor int64 = 256 << 20
+)
+
+// bombGuard counts the bytes a decompressor produces from the compressed bytes in counted
+// and fails once they exceed the MaxExpansion limit.
+type bombGuard struct {
+	r       io.Reader
+	counted *countingReader
+	out     int64
+	path    string
+}
+
+func (g *bombGuard) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	g.out += int64(n)
+	if g.out > MaxExpansionFloor && g.out > MaxExpansion*max(g.counted.n, 1) {
+		return n, &bombError{path: g.path, out: g.out, in: g.counted.n}
+	}
+	return n, err
+}
+
+// bombError is bombGuard's error.
+type bombError struct {
+	path    string
+	out, in int64
+}
+
+func (e *bombError) Error() string {
+	return fmt.Sprintf("data: %s: %d bytes decompressed from %d: more than %d times its compressed size, refused as a decompression bomb",
+		e.path, e.out, e.in, MaxExpansion)
 }
 
 // Magic numbers at the start of compressed files.
@@ -373,11 +413,15 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 	if err := sniffError(path, w.format, head[:hn]); err != nil {
 		return err
 	}
-	r, kind, closeR, err := decompress(&countingReader{r: f, onRead: w.onRead}, path)
+	counted := &countingReader{r: f, onRead: w.onRead}
+	r, kind, closeR, err := decompress(counted, path)
 	if err != nil {
 		return err
 	}
 	defer closeR()
+	if kind != "" {
+		r = bufio.NewReaderSize(&bombGuard{r: r, counted: counted, path: path}, 256<<10)
+	}
 	// Check the start of the (decompressed) stream: a corrupt one fails below.
 	if sample, _ := r.Peek(textCheckLen + 1); len(sample) > 0 {
 		more := len(sample) > textCheckLen
@@ -409,6 +453,9 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 			line = long
 		}
 		if err != nil && err != io.EOF {
+			if be := (*bombError)(nil); errors.As(err, &be) {
+				return be
+			}
 			if errors.Is(err, zstd.ErrWindowSizeExceeded) {
 				return fmt.Errorf("data: %s: the zstd stream asks for a window larger than %d bytes, the most read (recompress it without --long, or with --long=27 or less): %w", path, MaxZstdWindow, err)
 			}

@@ -681,3 +681,43 @@ func BenchmarkCheckText(b *testing.B) {
 		}
 	}
 }
+
+// TestDecompressionBombStops: a small gzip or zstd file that expands to endless blank lines
+// (which no line-length limit stops) is refused once it expands past MaxExpansion times its
+// size, naming the file; an ordinary compressed file of the same size is read.
+func TestDecompressionBombStops(t *testing.T) {
+	defer func(e, f int64) { MaxExpansion, MaxExpansionFloor = e, f }(MaxExpansion, MaxExpansionFloor)
+	MaxExpansion, MaxExpansionFloor = 100, 1<<20
+	dir := t.TempDir()
+	blank := bytes.Repeat([]byte("\n"), 8<<20) // 8 MiB of blank lines: compresses over 1000×
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(blank)
+	zw.Close()
+	enc, _ := zstd.NewWriter(nil)
+	zs := enc.EncodeAll(blank, nil)
+	enc.Close()
+	for name, b := range map[string][]byte{"bomb.jsonl.gz": gz.Bytes(), "bomb.jsonl.zst": zs} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 10)
+		if err == nil || !strings.Contains(err.Error(), "decompression bomb") || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s (%d bytes): %v, want a decompression bomb refused by name", name, len(b), err)
+		}
+	}
+	var ok bytes.Buffer
+	zw = gzip.NewWriter(&ok)
+	for i := range 20000 {
+		fmt.Fprintf(zw, "{\"text\": \"document %d of an ordinary corpus\"}\n", i)
+	}
+	zw.Close()
+	path := filepath.Join(dir, "ok.jsonl.gz")
+	if err := os.WriteFile(path, ok.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if docs, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 30000); err != nil || len(docs) != 20000 {
+		t.Errorf("an ordinary gzip file: %d documents, %v", len(docs), err)
+	}
+}
