@@ -48,35 +48,29 @@ func checkTokens(t *testing.T, tok Tokenizer, ids []int32) {
 	}
 }
 
+// fuzzTokenizer loads file (written as name) with load and, when it loads, encodes and
+// decodes text and out-of-range ids: every id must be in the vocabulary, nothing may panic.
+func fuzzTokenizer[T Tokenizer](t *testing.T, name string, load func(string) (T, error), file, text []byte) {
+	defer watchdog(file, text)()
+	path := fuzzFile(t, name, file)
+	tok, err := load(path)
+	if err != nil {
+		mustName(t, err, path)
+		return
+	}
+	ids := tok.Encode(text)
+	checkTokens(t, tok, ids)
+	tok.Decode(ids)
+	tok.Decode([]int32{-1, 0, int32(tok.VocabSize()), 1 << 30})
+}
+
 func FuzzHFTokenizer(f *testing.F) {
-	f.Fuzz(func(t *testing.T, file, text []byte) {
-		defer watchdog(file, text)()
-		path := fuzzFile(t, "tokenizer.json", file)
-		tok, err := LoadHFTokenizer(path)
-		if err != nil {
-			mustName(t, err, path)
-			return
-		}
-		ids := tok.Encode(text)
-		checkTokens(t, tok, ids)
-		tok.Decode(ids)
-		tok.Decode([]int32{-1, 0, int32(tok.VocabSize()), 1 << 30})
-	})
+	f.Fuzz(func(t *testing.T, file, text []byte) { fuzzTokenizer(t, "tokenizer.json", LoadHFTokenizer, file, text) })
 }
 
 func FuzzSentencePiece(f *testing.F) {
 	f.Fuzz(func(t *testing.T, file, text []byte) {
-		defer watchdog(file, text)()
-		path := fuzzFile(t, "tokenizer.model", file)
-		tok, err := LoadSentencePiece(path)
-		if err != nil {
-			mustName(t, err, path)
-			return
-		}
-		ids := tok.Encode(text)
-		checkTokens(t, tok, ids)
-		tok.Decode(ids)
-		tok.Decode([]int32{-1, 0, int32(tok.VocabSize()), 1 << 30})
+		fuzzTokenizer(t, "tokenizer.model", LoadSentencePiece, file, text)
 	})
 }
 
