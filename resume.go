@@ -326,17 +326,15 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
 	}
-	replicas := func(raw json.RawMessage) int {
-		var c Config
-		if json.Unmarshal(raw, &c) != nil || c.Parallelism.SequenceParallelDegree < 1 {
+	// The two configs, decoded once, for the keys judged by what they give together.
+	var was, now Config
+	_ = json.Unmarshal(saved, &was)
+	_ = json.Unmarshal(current, &now)
+	replicas := func(c Config) int {
+		if c.Parallelism.SequenceParallelDegree < 1 {
 			return 0
 		}
 		return c.Parallelism.WorldSize / c.Parallelism.SequenceParallelDegree
-	}
-	schedule := func(raw json.RawMessage) string {
-		var c Config
-		_ = json.Unmarshal(raw, &c)
-		return c.Training.LRSchedule
 	}
 	var refused []string
 	for _, d := range diffs {
@@ -344,11 +342,11 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 		dp := d.Key == "parallelism.world_size" || d.Key == "parallelism.sequence_parallel_degree"
 		if dp {
 			class = changeRounding
-			if replicas(saved) != replicas(current) {
+			if replicas(was) != replicas(now) {
 				class = changeTraining
 			}
 		}
-		if d.Key == "training.steps" && schedule(saved) == "constant" && schedule(current) == "constant" {
+		if d.Key == "training.steps" && was.Training.LRSchedule == "constant" && now.Training.LRSchedule == "constant" {
 			class = changeExact // the learning rate does not depend on the run's length
 		}
 		var note string
@@ -361,7 +359,7 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 			note = "WARNING: the continuation is not the same run as one that never stopped"
 			switch {
 			case dp:
-				note += fmt.Sprintf(" (%d data-parallel replicas, was %d: the global batch changes)", replicas(current), replicas(saved))
+				note += fmt.Sprintf(" (%d data-parallel replicas, was %d: the global batch changes)", replicas(now), replicas(was))
 			case d.Key == "training.steps":
 				note += " (the learning-rate schedule is stretched to the new length)"
 			}
