@@ -446,7 +446,7 @@ func TestConfigSequenceParallelChecks(t *testing.T) {
 		sets []string
 		want string
 	}{
-		{[]string{"parallelism.attention=ulysses"}, "n_kv_heads (2) divisible by the 4"},
+		{[]string{"parallelism.attention=ulysses", "parallelism.world_size=8", "parallelism.sequence_parallel_degree=8"}, "n_heads (4) divisible by the 8"},
 		{[]string{"parallelism.attention=zigzag", "data.seq_len=100"}, "must be a multiple of 8"},
 		{[]string{"parallelism.attention=distflash", "data.seq_len=66"}, "must be a multiple of 4"},
 	} {
@@ -457,6 +457,9 @@ func TestConfigSequenceParallelChecks(t *testing.T) {
 	}
 	if _, err := LoadConfig("configs/tiny-sp4.toml", []string{"parallelism.attention=ulysses", "parallelism.world_size=2", "parallelism.sequence_parallel_degree=2"}); err != nil {
 		t.Errorf("ulysses on 2 ranks: %v", err)
+	}
+	if _, err := LoadConfig("configs/tiny-sp4.toml", []string{"parallelism.attention=ulysses"}); err != nil {
+		t.Errorf("ulysses on 4 ranks, 2 kv heads (replicated): %v", err)
 	}
 }
 

@@ -245,8 +245,8 @@ func trainLosses(t *testing.T, sets ...string) []float64 {
 
 // TestSequenceParallelTrainsLikeOneWorker: 4 in-process ranks, each holding a quarter of every
 // sequence, follow the loss curve of one worker over 20 steps, for every schedule, under the
-// rematerialization-aware checkpoint policy. Ulysses cannot split the tiny model's 2 kv heads
-// over 4 ranks (it refuses, with the reason), so it runs on 2. The curves differ only by
+// rematerialization-aware checkpoint policy (Ulysses too: it replicates the tiny model's 2 kv
+// heads over the 4 ranks). The curves differ only by
 // summation order (gradients are all-reduced across ranks): measured ≤ 4e-8 relative over
 // 20 steps, so the bound is 1e-6; a wrong mask, position or merge moves the loss by far more.
 func TestSequenceParallelTrainsLikeOneWorker(t *testing.T) {
@@ -254,8 +254,7 @@ func TestSequenceParallelTrainsLikeOneWorker(t *testing.T) {
 	for _, name := range parallel.Names() {
 		P := 4
 		if err := parallel.Check(name, model.Heads{N: 4, KV: 2, Dim: 32}, P); err != nil {
-			t.Logf("%s refuses 4 ranks for the tiny model, runs on 2: %v", name, err)
-			P = 2
+			t.Fatalf("%s refuses 4 ranks for the tiny model: %v", name, err)
 		}
 		t.Run(fmt.Sprintf("%s/P%d", name, P), func(t *testing.T) {
 			got := trainLosses(t, "checkpoint.activation=attn_output", fmt.Sprintf("parallelism.world_size=%d", P),
@@ -277,12 +276,12 @@ func TestSequenceParallelTrainsLikeOneWorker(t *testing.T) {
 // TestRematAwareSavesForwardAndItsCommunication: under checkpoint.activation = "layer" the
 // backward re-runs every block's attention forward, and with it the schedule's forward
 // communication; under "attn_output" (DistFlashAttn §3.3) neither is repeated. Counted per
-// step on 4 ranks for every schedule (2 for Ulysses, which cannot split 2 kv heads over 4).
+// step on 4 ranks for every schedule (Ulysses with the tiny model's 2 kv heads replicated).
 func TestRematAwareSavesForwardAndItsCommunication(t *testing.T) {
 	for _, name := range parallel.Names() {
 		P := 4
-		if parallel.Check(name, model.Heads{N: 4, KV: 2, Dim: 32}, P) != nil {
-			P = 2 // ulysses: 2 kv heads do not split over 4 ranks
+		if err := parallel.Check(name, model.Heads{N: 4, KV: 2, Dim: 32}, P); err != nil {
+			t.Fatalf("%s refuses 4 ranks for the tiny model: %v", name, err)
 		}
 		t.Run(fmt.Sprintf("%s/P%d", name, P), func(t *testing.T) {
 			fwdBytes := map[string]int64{}
@@ -359,8 +358,8 @@ func TestDocumentMaskTrainsLikeOneWorker(t *testing.T) {
 	}
 	for _, name := range parallel.Names() {
 		P := 4
-		if parallel.Check(name, model.Heads{N: 4, KV: 2, Dim: 32}, P) != nil {
-			P = 2
+		if err := parallel.Check(name, model.Heads{N: 4, KV: 2, Dim: 32}, P); err != nil {
+			t.Fatalf("%s refuses 4 ranks for the tiny model: %v", name, err)
 		}
 		t.Run(fmt.Sprintf("%s/P%d", name, P), func(t *testing.T) {
 			got := trainLosses(t, append(slices.Clone(sets), fmt.Sprintf("parallelism.world_size=%d", P),
