@@ -26,6 +26,10 @@ type Options struct {
 	// Overlap prefetches the next block (K/V, or Q for Burst's backward) while the current one
 	// computes (parallelism.overlap_comm).
 	Overlap bool
+	// UlyssesDegree, when above 1, runs the schedule between groups of this many consecutive
+	// ranks joined by a Ulysses all-to-all (parallelism.ulysses_degree, hybrid.go); it must
+	// divide the ranks. 0 and 1 are off; with the ulysses schedule it changes nothing.
+	UlyssesDegree int
 }
 
 // constructor builds a schedule for one rank.
@@ -91,6 +95,14 @@ func NewAttention(name string, c Comm, be kernels.Backend, opt Options) (Schedul
 	s, ok := schedules[name]
 	if !ok {
 		return nil, fmt.Errorf("parallel: parallelism.attention = %q: want one of %v", name, Names())
+	}
+	if opt.UlyssesDegree > 1 {
+		if err := checkHybridShape(name, c.Size(), opt.UlyssesDegree); err != nil {
+			return nil, err
+		}
+		if name != "ulysses" {
+			return newHybrid(name, opt.UlyssesDegree, c, be, opt)
+		}
 	}
 	return s.make(c, be, opt), nil
 }
