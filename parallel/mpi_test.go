@@ -592,26 +592,37 @@ func mpiTestSchedules(t *testing.T, c Comm) {
 	}
 	sort.Strings(heads) // the same order on every rank
 	for _, name := range Names() {
-		t.Run(name, func(t *testing.T) { mpiTestSchedule(t, c, name, heads) })
+		t.Run(name, func(t *testing.T) { mpiTestSchedule(t, c, name, heads, 1) })
+	}
+	// the hybrid (hybrid.go): Ulysses groups of U ranks, the schedule between them, on the
+	// communicator splits of MPI
+	for U := 2; U <= c.Size(); U++ {
+		if c.Size()%U != 0 {
+			continue
+		}
+		for _, name := range hybridOuter {
+			t.Run(fmt.Sprintf("%s/U%d", name, U), func(t *testing.T) { mpiTestSchedule(t, c, name, heads, U) })
+		}
 	}
 }
 
-func mpiTestSchedule(t *testing.T, c Comm, name string, heads []string) {
+// mpiTestSchedule checks schedule name with parallelism.ulysses_degree = U.
+func mpiTestSchedule(t *testing.T, c Comm, name string, heads []string, U int) {
 	P, r := c.Size(), c.Rank()
 	const T = 48 // a multiple of 2P for P ≤ 4
 	ran := 0
 	{
 		for _, hn := range heads {
 			h := testHeads[hn]
-			if err := Check(name, h, P); err != nil {
-				continue // refused on every rank alike; TestSchedulesExact checks the refusal
+			if err := CheckHybrid(name, h, P, U); err != nil {
+				continue // refused on every rank alike; TestSchedulesExact and TestHybridExact check the refusal
 			}
 			for _, overlap := range []bool{false, true} {
-				what := fmt.Sprintf("%s/P%d/%s/overlap=%v", name, P, hn, overlap)
+				what := fmt.Sprintf("%s/P%d/U%d/%s/overlap=%v", name, P, U, hn, overlap)
 				in := newInputs(T, h, uint64(P*100+h.N))
 				be := kernels.NewCPU()
 				before := c.Traffic()
-				s, err := NewAttention(name, c, be, Options{Overlap: overlap})
+				s, err := NewAttention(name, c, be, Options{Overlap: overlap, UlyssesDegree: U})
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
@@ -622,7 +633,7 @@ func mpiTestSchedule(t *testing.T, c Comm, name string, heads []string) {
 				traffic := trafficSince(c, before)
 				got = mpiGathered(c, be, got)
 
-				want, err := in.run(name, P, Options{Overlap: overlap})
+				want, err := in.runHybrid(name, P, U, Options{Overlap: overlap})
 				if err != nil {
 					t.Fatalf("%s in process: %v", what, err)
 				}
