@@ -99,6 +99,10 @@ type ParallelismConfig struct {
 	// BalanceDocuments reorders each sequence's documents (data.document_mask) so the
 	// sequence-parallel ranks get even attention work (parallel.BalanceDocuments).
 	BalanceDocuments bool `toml:"balance_documents" json:"balance_documents,omitempty"`
+	// UlyssesDegree, above 1, splits the sequence-parallel ranks into groups of this many
+	// consecutive ranks (one host under mpirun's by-slot mapping) joined by a Ulysses
+	// all-to-all, with the attention schedule between the groups (parallel/hybrid.go).
+	UlyssesDegree int `toml:"ulysses_degree" json:"ulysses_degree,omitempty"`
 }
 
 // CheckpointConfig is the [checkpoint] section: activation checkpointing (recomputation in the
@@ -148,7 +152,7 @@ func DefaultConfig() Config {
 			LossScaleInit: 65536, LossScaleGrowthInterval: 2000,
 			GradAccumSteps: 1},
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
-			Attention: "distflash", OverlapComm: true, FSDP: false},
+			Attention: "distflash", OverlapComm: true, FSDP: false, UlyssesDegree: 1},
 		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
 		Eval:       EvalConfig{Samples: 100, SeqLen: 0, Interval: 0},
 		Device:     DeviceConfig{Kind: "cpu"},
@@ -630,9 +634,13 @@ func (c *Config) validate(forEval bool) error {
 		fail("parallelism.world_size = %d is not a multiple of parallelism.sequence_parallel_degree = %d: the ranks split into whole sequence-parallel groups",
 			p.WorldSize, p.SequenceParallelDegree)
 	}
-	if sp := p.SequenceParallelDegree; sp > 1 && modelOK {
+	atLeast("parallelism.ulysses_degree", p.UlyssesDegree, 1)
+	if sp, u := p.SequenceParallelDegree, p.UlyssesDegree; sp >= 1 && u >= 1 && sp%u != 0 {
+		fail("parallelism.ulysses_degree = %d does not divide parallelism.sequence_parallel_degree = %d: the sequence-parallel ranks split into groups of ulysses_degree", u, sp)
+	}
+	if sp := p.SequenceParallelDegree; sp > 1 && modelOK && p.UlyssesDegree >= 1 && sp%p.UlyssesDegree == 0 {
 		h := model.Heads{N: c.Model.NHeads, KV: c.Model.NKVHeads, Dim: c.Model.HeadDim}
-		if err := parallel.Check(p.Attention, h, sp); err != nil {
+		if err := parallel.CheckHybrid(p.Attention, h, sp, p.UlyssesDegree); err != nil {
 			fail("parallelism.attention = %q on %d sequence-parallel ranks: %v", p.Attention, sp, err)
 		}
 		if l, err := parallel.LayoutOf(p.Attention); err == nil && c.Data.SeqLen > 0 && c.Data.SeqLen%l.Divisor(sp) != 0 && !forEval {
@@ -697,6 +705,9 @@ func (c Config) Summary() string {
 	world := fmt.Sprintf("world %d (%s", p.WorldSize, p.Backend)
 	if p.WorldSize > 1 {
 		world += fmt.Sprintf(", sequence parallel %d, attention %s", p.SequenceParallelDegree, p.Attention)
+		if p.UlyssesDegree > 1 {
+			world += fmt.Sprintf(" between ulysses groups of %d", p.UlyssesDegree)
+		}
 		if p.FSDP {
 			world += ", fsdp"
 		}

@@ -159,7 +159,7 @@ func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
 	P := max(par.SequenceParallelDegree, 1)
 	e := &evaluator{cfg: mc, P: P, world: parallel.NewWorld(P)}
 	if P > 1 {
-		if err := parallel.Check(par.Attention, model.Heads{N: mc.NHeads, KV: mc.NKVHeads, Dim: mc.HeadDim}, P); err != nil {
+		if err := parallel.CheckHybrid(par.Attention, model.Heads{N: mc.NHeads, KV: mc.NKVHeads, Dim: mc.HeadDim}, P, max(par.UlyssesDegree, 1)); err != nil {
 			return nil, fmt.Errorf("eval: parallelism.attention = %q on %d sequence-parallel ranks: %w", par.Attention, P, err)
 		}
 		l, err := parallel.LayoutOf(par.Attention)
@@ -172,7 +172,7 @@ func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
 		be := kernels.NewCPU()
 		m := model.New(mc, model.CheckpointLayer, be)
 		if P > 1 {
-			a, err := parallel.NewAttention(par.Attention, e.world.Comm(r), be, parallel.Options{Overlap: par.OverlapComm})
+			a, err := parallel.NewAttention(par.Attention, e.world.Comm(r), be, parallel.Options{Overlap: par.OverlapComm, UlyssesDegree: par.UlyssesDegree})
 			if err != nil {
 				return nil, fmt.Errorf("eval: %w", err)
 			}

@@ -690,7 +690,8 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 		pl.Refused = err.Error()
 		return pl
 	}
-	if err := parallel.Check(name, h, SP); err != nil {
+	U := hybridDegree(cfg, name)
+	if err := parallel.CheckHybrid(name, h, SP, U); err != nil {
 		return refuse(err)
 	}
 	l, err := parallel.LayoutOf(name)
@@ -708,11 +709,19 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 	B, accum := float64(cfg.Data.BatchSize), float64(cfg.Training.GradAccumSteps)
 	layerPolicy := cfg.Checkpoint.Activation == "layer"
 	if SP > 1 {
-		t, err := measureTraffic(name, h, SP)
+		var fwd, bwd, total, cross float64
+		if U > 1 { // Ulysses groups and the schedule between them (plan_hybrid.go)
+			fwd, bwd, total, cross, err = hybridTraffic(name, h, SP, U, cl.GPUsPerNode, float64(seqLen))
+		} else {
+			var t traffic
+			if t, err = measureTraffic(name, h, SP); err == nil {
+				fwd, bwd, total = t.at(float64(seqLen))
+				cross = t.crossFraction(cl.GPUsPerNode)
+			}
+		}
 		if err != nil {
 			return refuse(err)
 		}
-		fwd, bwd, total := t.at(float64(seqLen))
 		scale := e / 4 // the in-process world sends fp32
 		fwdPasses := 1.0
 		if layerPolicy {
@@ -721,7 +730,7 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 		pl.Comm.AttnPerLayer = B * (fwd + bwd) * scale
 		pl.Comm.AttnTotalLayer = B * total * scale
 		pl.Comm.Attention = accum * L * B * (fwdPasses*fwd + bwd) * scale
-		pl.Comm.AttnInterNode = pl.Comm.Attention * t.crossFraction(cl.GPUsPerNode)
+		pl.Comm.AttnInterNode = pl.Comm.Attention * cross
 	}
 	N := float64(m.NumParams())
 	Pw := float64(world)
@@ -747,7 +756,7 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 	}
 	T := float64(seqLen)
 	tm.AttnFLOPs = accum * B * L * (4 * T * T * float64(m.QDim()) / 2) * attnPasses / float64(SP)
-	tm.IdleFraction = IdleFraction(name, SP)
+	tm.IdleFraction = IdleFraction(name, SP/U) // the hybrid's groups work alike: the outer schedule's balance
 	rate := cl.GPU.FLOPS * cl.MFU
 	tm.Compute = tm.DenseFLOPs/rate + tm.AttnFLOPs/rate/(1-tm.IdleFraction)
 	tm.AttnLinkBW, tm.WorldLinkBW = cl.GPU.IntraBW, cl.GPU.IntraBW

@@ -297,6 +297,7 @@ var resumeKeys = map[string]int{
 	"data.eval":                            changeExact,
 	"parallelism.sequence_parallel_degree": changeRounding,
 	"parallelism.attention":                changeRounding,
+	"parallelism.ulysses_degree":           changeRounding,
 	"parallelism.fsdp":                     changeRounding,
 	"parallelism.backend":                  changeRounding,
 	"device":                               changeRounding,

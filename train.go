@@ -396,7 +396,7 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	r.model.SeqLen = cfg.Data.SeqLen // the global length: a sequence-parallel rank holds a slice
 	r.be.SetMatMulPrecision(t.prec)
 	if sp > 1 {
-		a, err := parallel.NewAttention(p.Attention, spComm, r.be, parallel.Options{Overlap: p.OverlapComm})
+		a, err := parallel.NewAttention(p.Attention, spComm, r.be, parallel.Options{Overlap: p.OverlapComm, UlyssesDegree: p.UlyssesDegree})
 		if err != nil {
 			return nil, err
 		}
