@@ -11,14 +11,13 @@ import (
 // Hybrid sequence parallelism (parallelism.ulysses_degree = U > 1): the S sequence-parallel
 // ranks form S/U groups of U consecutive ranks; an all-to-all (DeepSpeed-Ulysses, ulysses.go)
 // inside each group, and a sequence schedule (distflash, ring, zigzag, burst) between the
-// groups. This is USP's "Unified Sequence Parallelism" (Fang & Zhao 2024, cited as USP by
-// papers/attention2d.txt Table 1: "a combination of Ring Attention and Ulysses parallelism")
-// and the head × context 2-D attention of LoongTrain.
+// groups. This is USP, "Unified Sequence Parallelism" (Fang & Zhao 2024, arXiv 2405.07719,
+// which a note to Table 1 of papers/attention2d.txt describes as "a combination of Ring Attention and Ulysses
+// parallelism"), and the head × context 2-D attention of LoongTrain (Gu et al. 2024).
 //
 // Ranks. Rank r is index i = r mod U of group g = r / U. Under mpirun's by-slot mapping
-// consecutive ranks share a host, so with U dividing the ranks per host the all-to-all, which
-// moves the most bytes per step, never leaves a host; the outer schedule's point-to-point
-// traffic is what crosses hosts. Two Comm.Split calls on the first call (site hybrid.split)
+// consecutive ranks share a host, so with U dividing the ranks per host the all-to-all never
+// leaves a host; the outer schedule's traffic is what crosses hosts. Two Comm.Split calls on the first call (site hybrid.split)
 // make the group (color g, key i) and the outer ring (color i, key g: the ranks with the same
 // index in every group).
 //
@@ -27,9 +26,9 @@ import (
 // that layout gives rank g of S/U: Contiguous over S puts the block [g·T/G, (g+1)·T/G) (G =
 // S/U) on group g; ZigZag over S gives rank gU+i chunks gU+i and 2S−1−gU−i of 2S, so group g
 // holds chunks gU … gU+U−1, which is chunk g of 2G, and 2S−U(g+1) … 2S−1−gU, which is chunk
-// 2G−1−g: zigzag's balance between the groups survives the all-to-all. This is USP's
-// load-balancing placement (its §"load balance": the zigzag split is made at the ring degree
-// and each ring chunk is cut across the Ulysses ranks). After the all-to-all a rank holds its
+// 2G−1−g: zigzag's balance between the groups survives the all-to-all. This is the
+// load-balanced placement USP describes: the zigzag split is made at the ring degree and each
+// ring chunk is cut across the Ulysses ranks. After the all-to-all a rank holds its
 // group's tokens in the group's rank order; a local permutation (no bytes) puts them in the
 // order of the outer layout, which the outer schedule expects for its peers' blocks too.
 //
@@ -58,10 +57,9 @@ type hybrid struct {
 	geo    *hybridGeometry
 }
 
-// Call sites of the hybrid's all-to-alls and its splits.
-const (
-	hySiteSplit = "hybrid.split"
-)
+// hySiteSplit is the call site of the hybrid's two communicator splits; its all-to-alls count
+// under hybrid.fwd.* and hybrid.bwd.*.
+const hySiteSplit = "hybrid.split"
 
 // newHybrid returns rank c.Rank()'s hybrid of Ulysses groups of U ranks and schedule name
 // between them; U must divide c.Size().
