@@ -17,7 +17,7 @@ import (
 // kv heads after the all-to-all, head_dim d, 4 bytes a value:
 //
 //	forward   (U−1)·n·(2·hp·d + 2·kvp·d + hp)·4     q, k, v, o, lse
-//	backward  (U−1)·n·(4·hp·d + 4·kvp·d + hp)·4     q, k, v, o, do, lse; dq, dk, dv back
+//	backward  (U−1)·n·(3·hp·d + 4·kvp·d + 2·hp)·4   q, k, v, do, D and lse; dq, dk, dv back
 //
 // Between the groups the outer schedule runs on SP/U ranks with hp query heads and kvp kv
 // heads over all T tokens (U of them side by side, rank i of every group in ring i): its bytes
@@ -31,7 +31,7 @@ func hybridTraffic(name string, h model.Heads, SP, U, gpn int, T float64) (fwd, 
 	G := SP / U
 	n, u1 := T/float64(SP), float64(U-1)
 	inFwd := u1 * n * float64(2*hp*h.Dim+2*kvp*h.Dim+hp) * 4
-	inBwd := u1 * n * float64(4*hp*h.Dim+4*kvp*h.Dim+hp) * 4
+	inBwd := u1 * n * float64(3*hp*h.Dim+4*kvp*h.Dim+2*hp) * 4
 	// the all-to-all's pairs in a group that sit on different nodes (none when U divides gpn)
 	var pairs, crossPairs float64
 	for a := 0; a < U; a++ {

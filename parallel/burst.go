@@ -110,6 +110,19 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 
 // Backward implements model.Attention (Alg. 2).
 func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	n := len(seq.Pos)
+	d := b.bufs.get("d", n*h.N)
+	b.be.AttnBackwardPrep(d, o, do, n, h.N, h.Dim) // line 2: D = rowsum(dO ∘ O)
+	b.backward(dq, dk, dv, q, k, v, d, lse, do, seq, h)
+}
+
+// backwardD implements statsBackward: Backward with D = rowsum(dO ∘ O) ([H, n]) given.
+func (b *burst) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	b.backward(dq, dk, dv, q, k, v, d, lse, do, seq, h)
+}
+
+// backward is Backward (Alg. 2) from line 3 on, with D at hand.
+func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
 	be, c := b.be, b.c
 	P, r := c.Size(), c.Rank()
@@ -117,9 +130,6 @@ func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.
 	blocks := burstBlockPositions(pos, P, r)
 	next, prev := (r+1)%P, (r-1+P)%P
 	qLen, sLen := n*h.N*h.Dim, n*h.N
-
-	d := b.bufs.get("d", sLen)
-	be.AttnBackwardPrep(d, o, do, n, h.N, h.Dim) // line 2: D = rowsum(dO ∘ O)
 
 	// Double buffers for the travelling query-side bundle (Q, dO, D, lse) and for the dQ
 	// accumulator this rank sends on; dqIn receives the accumulator from the previous rank.

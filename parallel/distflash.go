@@ -337,12 +337,24 @@ func (s *distFlash) bwdPost(t int, q, k, v, do, lse kernels.Buf) *dfBwdXfer {
 // the logsumexp stored in the forward pass"), each block computed once by the rank the forward
 // gave it to, its foreign gradients sent back to their owners.
 func (s *distFlash) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	n := len(seq.Pos)
+	s.be.AttnBackwardPrep(s.scratch(n, h).D, o, do, n, h.N, h.Dim)
+	s.backward(dq, dk, dv, q, k, v, lse, do, seq, h)
+}
+
+// backwardD implements statsBackward: Backward with D = rowsum(dO ∘ O) ([H, n]) given.
+func (s *distFlash) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	s.be.Copy(s.scratch(len(seq.Pos), h).D, d)
+	s.backward(dq, dk, dv, q, k, v, lse, do, seq, h)
+}
+
+// backward is Backward once D is in the scratch.
+func (s *distFlash) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	n := len(pos)
 	sc := s.scratch(n, h)
 	S := dfSteps(P)
-	be.AttnBackwardPrep(sc.D, o, do, n, h.N, h.Dim)
 
 	var next *dfBwdXfer
 	if s.opt.Overlap && S > 0 {

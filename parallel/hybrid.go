@@ -38,12 +38,15 @@ import (
 // ring holds the same head slice, so the outer schedule is plain sequence-parallel attention
 // on those heads, and document masks carry over unchanged: positions stay global.
 //
+// Backward. Like plain Ulysses, the hybrid computes D = rowsum(dO ∘ O) before the all-to-all
+// (it is per head and token) and sends it with lse (hybrid.bwd.stats) instead of o, and the
+// outer schedule takes it through statsBackward.
+//
 // Bytes per rank (4-byte values, n tokens per rank, d = head_dim, hp = H/U, kvp the kv heads
 // per rank): forward hybrid.fwd.{q,o} (U−1)·n·hp·d, hybrid.fwd.{k,v} (U−1)·n·kvp·d,
-// hybrid.fwd.lse (U−1)·n·hp; backward the same for q, k, v, dq, dk, dv, plus hybrid.bwd.{o,do}
-// (U−1)·n·hp·d and hybrid.bwd.lse (U−1)·n·hp: the outer schedules are stateless and take o, not
-// D = rowsum(dO ∘ O), so o travels where plain Ulysses sends D. The outer schedule's own sites
-// count what it moves with U·n tokens and hp heads on S/U ranks.
+// hybrid.fwd.lse (U−1)·n·hp; backward the same for q, k, v, dq, dk, dv, plus hybrid.bwd.do
+// (U−1)·n·hp·d and hybrid.bwd.stats 2·(U−1)·n·hp. The outer schedule's own sites count what it
+// moves with U·n tokens and hp heads on S/U ranks.
 type hybrid struct {
 	c      Comm
 	be     kernels.Backend
@@ -51,11 +54,24 @@ type hybrid struct {
 	name   string // the outer schedule
 	U      int
 	layout Layout
-	inner  *ulysses // all-to-alls on the group, made on the first call
-	outer  Schedule // on the outer ring, made on the first call
+	inner  *ulysses      // all-to-alls on the group, made on the first call
+	outer  statsBackward // on the outer ring, made on the first call
 	bufs   burstBufs
 	geo    *hybridGeometry
 }
+
+// statsBackward is a schedule whose backward can take D = rowsum(dO ∘ O) ([H, n]) in place of
+// o: every schedule the hybrid runs between its groups.
+type statsBackward interface {
+	Schedule
+	backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads)
+}
+
+var (
+	_ statsBackward = (*ringAttn)(nil) // ring and zigzag
+	_ statsBackward = (*distFlash)(nil)
+	_ statsBackward = (*burst)(nil)
+)
 
 // hySiteSplit is the call site of the hybrid's two communicator splits; its all-to-alls count
 // under hybrid.fwd.* and hybrid.bwd.*.
@@ -127,7 +143,11 @@ func (s *hybrid) split() {
 	ic := s.c.Split(g, i, hySiteSplit)
 	oc := s.c.Split(i, g, hySiteSplit)
 	s.inner = &ulysses{c: ic, be: s.be, opt: s.opt, bufs: burstBufs{be: s.be}}
-	s.outer = schedules[s.name].make(oc, s.be, s.opt)
+	o, ok := schedules[s.name].make(oc, s.be, s.opt).(statsBackward)
+	if !ok {
+		panic(fmt.Sprintf("parallel: hybrid: schedule %s cannot run between Ulysses groups: its backward does not take D", s.name))
+	}
+	s.outer = o
 }
 
 // hybridGeometry is where a rank's group's tokens go: the outer layout's positions of the
@@ -247,20 +267,22 @@ func (s *hybrid) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	hl := hs.local(h)
 	qw, kw := hl.N*h.Dim, hl.KV*h.Dim
 
+	d := s.bufs.get("d", h.N*n)
+	be.AttnBackwardPrep(d, o, do, n, h.N, h.Dim) // D = rowsum(dO ∘ O), [H, n]
+
 	qo := s.rows("q", in.toHeads("q", q, n, h.N, h.Dim, hs.hp, hs.qStart, "hybrid.bwd.q"), qw, geo, true)
 	ko := s.rows("k", in.toHeads("k", k, n, h.KV, h.Dim, hs.kvp, hs.kvStart, "hybrid.bwd.k"), kw, geo, true)
 	vo := s.rows("v", in.toHeads("v", v, n, h.KV, h.Dim, hs.kvp, hs.kvStart, "hybrid.bwd.v"), kw, geo, true)
-	oo := s.rows("o", in.toHeads("o", o, n, h.N, h.Dim, hs.hp, hs.qStart, "hybrid.bwd.o"), qw, geo, true)
 	doo := s.rows("do", in.toHeads("do", do, n, h.N, h.Dim, hs.hp, hs.qStart, "hybrid.bwd.do"), qw, geo, true)
-	lseh := s.bufs.get("lseh", hl.N*m)
-	in.statsToHeads([]kernels.Buf{lseh}, []kernels.Buf{lse}, n, hs.hp, "hybrid.bwd.lse")
-	lo := s.cols("lse", lseh, hl.N, m, geo, true)
+	dh, lseh := s.bufs.get("dh", hl.N*m), s.bufs.get("lseh", hl.N*m)
+	in.statsToHeads([]kernels.Buf{dh, lseh}, []kernels.Buf{d, lse}, n, hs.hp, "hybrid.bwd.stats")
+	do2, lo := s.cols("d", dh, hl.N, m, geo, true), s.cols("lse", lseh, hl.N, m, geo, true)
 
 	dqo, dko, dvo := s.bufs.get("dq", qo.Len()), s.bufs.get("dk", ko.Len()), s.bufs.get("dv", vo.Len())
 	be.Zero(dqo)
 	be.Zero(dko)
 	be.Zero(dvo)
-	s.outer.Backward(dqo, dko, dvo, qo, ko, vo, oo, lo, doo, model.Seq{Pos: geo.outer, DocStart: seq.DocStart}, hl)
+	s.outer.backwardD(dqo, dko, dvo, qo, ko, vo, do2, lo, doo, model.Seq{Pos: geo.outer, DocStart: seq.DocStart}, hl)
 
 	in.fromHeads(dq, s.rows("dq.g", dqo, qw, geo, false), "dq", n, h.N, h.Dim, hs.hp, hs.qStart, true, "hybrid.bwd.dq")
 	in.fromHeads(dk, s.rows("dk.g", dko, kw, geo, false), "dk", n, h.KV, h.Dim, hs.kvp, hs.kvStart, true, "hybrid.bwd.dk")

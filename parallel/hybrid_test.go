@@ -178,9 +178,10 @@ func TestHybridUlyssesIsPlain(t *testing.T) {
 // per rank, d = head_dim, hp = H/U query heads and kvp kv heads per rank after the all-to-all
 // (kvp = KV/U, or 1 with replicated kv heads), 4-byte values:
 //
-//	hybrid.fwd.{q,o}, hybrid.bwd.{q,o,do,dq}   (U−1)·n·hp·d·4 each
+//	hybrid.fwd.{q,o}, hybrid.bwd.{q,do,dq}     (U−1)·n·hp·d·4 each
 //	hybrid.fwd.{k,v}, hybrid.bwd.{k,v,dk,dv}   (U−1)·n·kvp·d·4 each
-//	hybrid.fwd.lse, hybrid.bwd.lse             (U−1)·n·hp·4 each
+//	hybrid.fwd.lse                             (U−1)·n·hp·4
+//	hybrid.bwd.stats                           2·(U−1)·n·hp·4 (D and lse)
 //	hybrid.split                               2 Splits, each an all-gather of (color, key): 2·(P−1)·2·4
 //
 // and the outer schedule's own sites carry, on rank (g, i), exactly what rank g of the outer
@@ -222,8 +223,8 @@ func TestHybridTraffic(t *testing.T) {
 			qs, kvs, st := U1*n*int64(hs.hp)*d*4, U1*n*int64(hs.kvp)*d*4, U1*n*int64(hs.hp)*4
 			want := Traffic{
 				"hybrid.fwd.q": qs, "hybrid.fwd.k": kvs, "hybrid.fwd.v": kvs, "hybrid.fwd.o": qs, "hybrid.fwd.lse": st,
-				"hybrid.bwd.q": qs, "hybrid.bwd.k": kvs, "hybrid.bwd.v": kvs, "hybrid.bwd.o": qs, "hybrid.bwd.do": qs,
-				"hybrid.bwd.lse": st, "hybrid.bwd.dq": qs, "hybrid.bwd.dk": kvs, "hybrid.bwd.dv": kvs,
+				"hybrid.bwd.q": qs, "hybrid.bwd.k": kvs, "hybrid.bwd.v": kvs, "hybrid.bwd.do": qs,
+				"hybrid.bwd.stats": 2 * st, "hybrid.bwd.dq": qs, "hybrid.bwd.dk": kvs, "hybrid.bwd.dv": kvs,
 				hySiteSplit: int64(2 * (c.P - 1) * 2 * 4),
 			}
 			for r, tr := range got.traffic {

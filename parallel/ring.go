@@ -272,15 +272,33 @@ func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos,
 // around the ring while q, dO, lse and D stay home, on the FlashAttention-2 block backward
 // (DistFlashAttn App. A).
 func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	n := len(seq.Pos)
+	sc := s.scratch(n, h)
+	c, qw := n/s.chunks, h.N*h.Dim
+	for i := 0; i < s.chunks; i++ {
+		s.be.AttnBackwardPrep(sc.d[i], s.rows(o, i, c, qw), s.rows(do, i, c, qw), c, h.N, h.Dim)
+	}
+	s.backward(dq, dk, dv, q, k, v, lse, do, seq, h)
+}
+
+// backwardD implements statsBackward: Backward with D = rowsum(dO ∘ O) ([H, n]) given.
+func (s *ringAttn) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	n := len(seq.Pos)
+	sc := s.scratch(n, h)
+	c := n / s.chunks
+	for i := 0; i < s.chunks; i++ {
+		for hh := 0; hh < h.N; hh++ {
+			s.be.Copy(s.be.Slice(sc.d[i], hh*c, c), s.be.Slice(d, hh*n+i*c, c))
+		}
+	}
+	s.backward(dq, dk, dv, q, k, v, lse, do, seq, h)
+}
+
+// backward is Backward once D is in the scratch.
+func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
-	n := len(pos)
-	sc := s.scratch(n, h)
-	C := s.chunks
-	c, qw := n/C, h.N*h.Dim
-	for i := 0; i < C; i++ {
-		be.AttnBackwardPrep(sc.d[i], s.rows(o, i, c, qw), s.rows(do, i, c, qw), c, h.N, h.Dim)
-	}
+	sc := s.scratch(len(pos), h)
 	lseC := s.chunkLSE(lse, h)
 	next, prev := (p+1)%P, (p+P-1)%P
 	tagDKV := s.tag + ringTagBwdDKV
