@@ -51,9 +51,12 @@ package main
 //     P and 0 for odd P, zigzag, attn2d and ulysses 0. Compute time = FLOPs / (peak × mfu).
 //     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
 //     (counted per peer in the same in-process run, ranks placed on nodes in order) at the
-//     inter-node rate, the others at the intra-node rate; the world's collectives as a ring
-//     whose crossing edges have their node's whole network (GPUs per node × inter-node rate),
-//     capped by the intra-node rate. With overlap_comm each layer takes max(compute,
+//     inter-node rate, the others at the intra-node rate; the world's collectives on GPUs as
+//     NCCL's ring, whose crossing edges have their node's whole network (GPUs per node ×
+//     inter-node rate), capped by the intra-node rate, and on CPU ranks as Open MPI's
+//     non-blocking collectives run them, linear exchanges where every rank sends each other
+//     rank its chunk directly, so (P − g)/(P − 1) of the bytes cross between nodes of g ranks
+//     (worldCollectives). With overlap_comm each layer takes max(compute,
 //     attention + fsdp communication), else their sum; the work is spread evenly over the
 //     layers, so the step is max or sum of the totals; the data-parallel gradient all-reduce
 //     runs after the backward pass and adds to the step either way.
@@ -750,28 +753,19 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 	tm.IdleFraction = IdleFraction(name, SP)
 	rate := cl.GPU.FLOPS * cl.MFU
 	tm.Compute = tm.DenseFLOPs/rate + tm.AttnFLOPs/rate/(1-tm.IdleFraction)
-	tm.AttnLinkBW, tm.WorldLinkBW = cl.GPU.IntraBW, cl.GPU.IntraBW
+	tm.AttnLinkBW = cl.GPU.IntraBW
 	if SP > cl.GPUsPerNode {
 		tm.AttnLinkBW = cl.GPU.InterBW
 	}
-	if world > cl.GPUsPerNode {
-		tm.WorldLinkBW = cl.GPU.InterBW
-	}
 	// The attention bytes that stay inside a node move at the intra-node rate, the others
-	// at the inter-node rate. The world's collectives run as a ring over the ranks in node
-	// order: on more than one node, Nodes of its world_size edges cross, each the only
-	// crossing edge of its node in its direction, so it has the node's whole network
-	// (GPUsPerNode × InterBW) and the ring runs at the slower of that and IntraBW.
+	// at the inter-node rate; the world's collectives as worldCollectives says (NCCL's ring
+	// on GPUs, Open MPI's direct exchanges on CPU ranks).
 	inter := pl.Comm.AttnInterNode
 	attnComm := inter/cl.GPU.InterBW + (pl.Comm.Attention-inter)/cl.GPU.IntraBW
-	worldBW := cl.GPU.IntraBW
-	if world > cl.GPUsPerNode {
-		worldBW = min(cl.GPU.IntraBW, float64(cl.GPUsPerNode)*cl.GPU.InterBW)
-		tm.WorldLinkBW = worldBW
-		pl.Comm.InterNode = float64(cl.Nodes) / Pw * (pl.Comm.FSDP + pl.Comm.DataParallel)
-	}
-	pl.Comm.InterNode += inter
-	fsdpComm, dpComm := pl.Comm.FSDP/worldBW, pl.Comm.DataParallel/worldBW
+	worldCross, worldSecPerByte := worldCollectives(cl, world)
+	tm.WorldLinkBW = 1 / worldSecPerByte
+	pl.Comm.InterNode = worldCross*(pl.Comm.FSDP+pl.Comm.DataParallel) + inter
+	fsdpComm, dpComm := pl.Comm.FSDP*worldSecPerByte, pl.Comm.DataParallel*worldSecPerByte
 	tm.Comm = attnComm + fsdpComm + dpComm
 	tm.Overlap = p.OverlapComm
 	// The gradient all-reduce runs after the backward pass (train.go), so it never
@@ -782,6 +776,39 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 		tm.Step = tm.Compute + tm.Comm
 	}
 	return pl
+}
+
+// worldCollectives prices the world's collectives (the gradient all-reduce, FSDP's
+// all-gathers and reduce-scatters) on cl with world ranks placed on its nodes in order: the
+// fraction of a rank's collective bytes that crosses between nodes, and the seconds one of
+// its bytes takes.
+//
+// On GPUs the collectives are NCCL's ring: on more than one node, Nodes of its world edges
+// cross, each the only crossing edge of its node in its direction, so it has the node's
+// whole network (GPUsPerNode × InterBW) and the ring runs at the slower of that and IntraBW.
+//
+// On ranks of the CPU backend they are Open MPI's (parallel/mpi.go): AllReduce is
+// MPI_Ialltoallv then MPI_Iallgatherv, ReduceScatter MPI_Ialltoall, AllGather
+// MPI_Iallgather; non-blocking collectives are served by coll/libnbc, whose schedules for
+// these (Open MPI 4.1) are linear: each rank sends its chunk straight to each of the
+// world − 1 others (not the tuned component's MPI_Allreduce decision, which distflash does
+// not call). So (world − g)/(world − 1) of a rank's bytes cross, g its node's ranks, over
+// the node's network shared by its g ranks (InterBW each), and the rest stay inside the
+// node at IntraBW; the two classes are priced one after the other, as the attention bytes.
+// On 2 hosts × 2 ranks that is 2/3 of the 2·(P−1)/P × gradient bytes across, where a ring
+// would send 1/2.
+func worldCollectives(cl Cluster, world int) (cross, secPerByte float64) {
+	g := min(cl.GPUsPerNode, world)
+	if cl.GPU.Name == cpuType.Name {
+		if world > g {
+			cross = float64(world-g) / float64(world-1)
+		}
+		return cross, cross/cl.GPU.InterBW + (1-cross)/cl.GPU.IntraBW
+	}
+	if world <= g {
+		return 0, 1 / cl.GPU.IntraBW
+	}
+	return float64(cl.Nodes) / float64(world), 1 / min(cl.GPU.IntraBW, float64(cl.GPUsPerNode)*cl.GPU.InterBW)
 }
 
 // gb writes bytes in GB (10^9).
