@@ -194,7 +194,8 @@ type Plan struct {
 	Memory       MemoryPlan `json:"memory"`
 	Comm         CommPlan   `json:"comm"`
 	Time         TimePlan   `json:"time"`
-	MaxSeqPerGPU int        `json:"max_seq_per_gpu"` // longest tokens per GPU that fit, multiple of 1024
+	MaxSeqPerGPU int        `json:"max_seq_per_gpu"`     // longest tokens per GPU that fit, multiple of 1024
+	Docs         *DocPlan   `json:"documents,omitempty"` // document masking (data.document_mask, --doc-len)
 }
 
 // Report is what plan prints: the config, the cluster and one plan per row.
@@ -221,6 +222,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	interBW := fs.Float64("inter-bw", 0, "override the inter-node bandwidth per GPU, bytes/s")
 	intraBW := fs.Float64("intra-bw", 0, "override the intra-node bandwidth per GPU, bytes/s")
 	flops := fs.Float64("flops", 0, "override the FLOP/s one GPU or rank achieves at mfu 1 (a --cluster of type cpu needs it: measure it on the machine)")
+	docLen := fs.String("doc-len", "", "plan packed documents under a document mask (as data.document_mask = true) of this average length in tokens, e.g. 2048 or 2K (default with data.document_mask: web-like, mean 931)")
+	docDist := fs.String("doc-dist", "lognormal", "the document lengths' distribution with --doc-len: lognormal (σ 1.3, web-like), exponential or fixed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -266,6 +269,19 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var docs *DocLengths
+	switch {
+	case *docLen != "":
+		d, err := parseDocLengths(*docLen, *docDist)
+		if err != nil {
+			return err
+		}
+		docs = &d
+	case flagSet(fs, "doc-dist"):
+		return fmt.Errorf("plan: --doc-dist %q needs --doc-len, the average document length", *docDist)
+	case cfg.Data.DocumentMask:
+		docs = &DocLengths{Dist: "lognormal", Mean: defaultDocLen, Assumed: true}
+	}
 	var seqs []int
 	if *sweep != "" {
 		if seqs, err = parseSweep(*sweep); err != nil {
@@ -288,7 +304,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	rep := Report{Config: cfg.Path, Summary: cfg.Summary(), Cluster: cl}
 	for _, s := range seqs {
 		for _, n := range names {
-			rep.Plans = append(rep.Plans, PlanFor(cfg, cl, n, s))
+			rep.Plans = append(rep.Plans, PlanWithDocs(cfg, cl, n, s, docs))
 		}
 	}
 	if *format == "json" {
@@ -680,8 +696,20 @@ func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, 
 
 // PlanFor predicts memory, communication and step time of cfg with schedule name and
 // data.seq_len = seqLen on cluster cl. A schedule that cannot run the config comes back with
-// Refused saying why.
+// Refused saying why. With data.document_mask it assumes web-like documents (defaultDocLen).
 func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
+	var docs *DocLengths
+	if cfg.Data.DocumentMask {
+		docs = &DocLengths{Dist: "lognormal", Mean: defaultDocLen, Assumed: true}
+	}
+	return PlanWithDocs(cfg, cl, name, seqLen, docs)
+}
+
+// PlanWithDocs is PlanFor with packed documents of lengths docs under a document mask (nil:
+// plain causal attention): attention FLOPs scale by the visible fraction and the idle
+// fraction is the schedule's under the documents (plandocs.go), after
+// parallel.BalanceDocuments with parallelism.balance_documents.
+func PlanWithDocs(cfg Config, cl Cluster, name string, seqLen int, docs *DocLengths) Plan {
 	cfg.Data.SeqLen = seqLen
 	cfg.Model.MaxSeqLen = max(cfg.Model.MaxSeqLen, seqLen)
 	cfg.Parallelism.Attention = name
@@ -751,6 +779,18 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 	T := float64(seqLen)
 	tm.AttnFLOPs = accum * B * L * (4 * T * T * float64(m.QDim()) / 2) * attnPasses / float64(SP)
 	tm.IdleFraction = IdleFraction(name, SP)
+	if docs != nil {
+		dp, err := planDocuments(*docs, name, SP, seqLen, p.BalanceDocuments)
+		if err != nil {
+			return refuse(err)
+		}
+		pl.Docs = &dp
+		tm.AttnFLOPs *= dp.Visible
+		tm.IdleFraction = dp.Idle
+		if dp.Balanced {
+			tm.IdleFraction = dp.IdleBalanced
+		}
+	}
 	rate := cl.GPU.FLOPS * cl.MFU
 	tm.Compute = tm.DenseFLOPs/rate + tm.AttnFLOPs/rate/(1-tm.IdleFraction)
 	tm.AttnLinkBW = cl.GPU.IntraBW
@@ -864,7 +904,19 @@ func writeDetail(w io.Writer, rep Report) {
 	t := pl.Time
 	fmt.Fprintf(w, "\nstep time:\n")
 	fmt.Fprintf(w, "  FLOPs per rank         %.3g dense + %.3g attention\n", t.DenseFLOPs, t.AttnFLOPs)
-	fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
+	if d := pl.Docs; d != nil {
+		fmt.Fprintf(w, "  documents              %s\n", docSummary(*d, pl.SeqLen))
+		fmt.Fprintf(w, "  visible pairs          %.4f of causal, attention FLOPs scaled by it (%.4f if every document were %.0f tokens; %.4f counted on %d sampled windows)\n",
+			d.Visible, d.FixedVisible, d.Mean, d.SampledVisible, d.Windows)
+		use := "off"
+		if d.Balanced {
+			use = "on"
+		}
+		fmt.Fprintf(w, "  idle fraction          %.3f under the documents as packed, %.3f with balance_documents (causal, no documents: %.3f); the step uses %.3f (balance_documents %s)\n",
+			d.Idle, d.IdleBalanced, d.CausalIdle, t.IdleFraction, use)
+	} else {
+		fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
+	}
 	fmt.Fprintf(w, "  compute                %8.2f s\n", t.Compute)
 	fmt.Fprintf(w, "  communication          %8.2f s  (attention inside a node at %.3g GB/s, between nodes at %.3g GB/s; fsdp/dp at %.3g GB/s)\n",
 		t.Comm, rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9, t.WorldLinkBW/1e9)
@@ -900,5 +952,31 @@ func writeTable(w io.Writer, rep Report) {
 	tw.Flush()
 	for _, r := range reasons {
 		fmt.Fprintf(w, "\n%s\n", r)
+	}
+	writeDocTable(w, rep)
+}
+
+// writeDocTable prints, under plan's table, what document masking does to each plan: the
+// visible fraction and the idle fractions with and without balance_documents.
+func writeDocTable(w io.Writer, rep Report) {
+	var tw *tabwriter.Writer
+	for _, pl := range rep.Plans {
+		d := pl.Docs
+		if d == nil || pl.Refused != "" {
+			continue
+		}
+		if tw == nil {
+			fmt.Fprintf(w, "\ndocuments: %s; the idle column above is under them\n", docSummary(*d, pl.SeqLen))
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "attention\tseq_len\tvisible\tfixed-length visible\tcausal idle\tidle as packed\tidle balanced\tbalance_documents\t")
+		}
+		use := "off"
+		if d.Balanced {
+			use = "on"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.3f\t%s\t\n", pl.Attention, seqName(pl.SeqLen), d.Visible, d.FixedVisible, d.CausalIdle, d.Idle, d.IdleBalanced, use)
+	}
+	if tw != nil {
+		tw.Flush()
 	}
 }

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"math/rand/v2"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"distflash/data"
 	"distflash/model"
+	"distflash/parallel"
 )
 
 // megatronCommElems is the communication of Megatron-LM sequence + tensor parallelism for one
@@ -270,5 +273,167 @@ func TestPlanFlags(t *testing.T) {
 	}
 	if err := run([]string{"plan", "--config", "configs/tiny.toml", "--format", "xml"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "xml") {
 		t.Errorf("--format xml: %v", err)
+	}
+}
+
+// loaderDocWindows draws a stream of documents with lengths from d (its own draws, not
+// plan's sampler), writes it as tokens with a boundary token (0) starting each document,
+// and returns the document starts of windows of T tokens as data.Loader yields them
+// (SetBoundary, data.DocStarts): the batches training would see.
+func loaderDocWindows(t *testing.T, d DocLengths, T, windows int, seed uint64) [][]int32 {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 77))
+	tokens := make([]int32, 0, T*windows+1)
+	for len(tokens) < cap(tokens) {
+		var n int
+		switch d.Dist {
+		case "lognormal":
+			n = int(math.Round(math.Exp(math.Log(d.Mean) - webDocSigma*webDocSigma/2 + webDocSigma*r.NormFloat64())))
+		case "exponential":
+			n = int(math.Round(-d.Mean * math.Log(1-r.Float64())))
+		default:
+			n = int(d.Mean)
+		}
+		tokens = append(tokens, 0)
+		for i := 1; i < n && len(tokens) < cap(tokens); i++ {
+			tokens = append(tokens, 1)
+		}
+	}
+	l, err := data.NewLoader(tokens, T, 1, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetBoundary(0)
+	var out [][]int32
+	for range windows {
+		out = append(out, l.Next().DocStart)
+	}
+	return out
+}
+
+// TestPlanDocumentsMatchParallel: plan's visible fraction (closed form) and its idle
+// fractions (its own seeded windows through parallel.DocumentWork, with and without
+// parallel.BalanceDocuments) against what the parallel package counts on the windows
+// data.Loader cuts from an independently drawn stream of documents. Tolerances: the visible
+// fraction within 3 standard errors of the loader windows' mean plus 2% (the closed form
+// treats lengths as continuous); idle fractions within 0.06 absolute (both sides are sample
+// estimates of a heavy-tailed process: the log-normal's longest documents decide the
+// largest rank). The step time falls by the visible fraction stretched by the new idle.
+func TestPlanDocumentsMatchParallel(t *testing.T) {
+	const T, P, windows = 4096, 4, 256
+	for _, d := range []DocLengths{{Dist: "lognormal", Mean: 256}, {Dist: "exponential", Mean: 512}, {Dist: "fixed", Mean: 300}} {
+		ws := loaderDocWindows(t, d, T, windows, 5)
+		var fr []float64
+		for _, w := range ws {
+			var pairs float64
+			for p, s := range w {
+				pairs += float64(p - int(s) + 1)
+			}
+			fr = append(fr, pairs/(T*(T+1)/2))
+		}
+		mean, se := meanSE(fr)
+		vis := d.VisibleFraction(T)
+		if tol := 3*se + 0.02*mean; math.Abs(vis-mean) > tol {
+			t.Errorf("%v: plan's visible fraction %.5f, loader windows %.5f ± %.5f (tolerance %.5f)", d, vis, mean, se, tol)
+		}
+		t.Logf("%v: visible %.5f plan, %.5f ± %.5f loader windows (fixed length: %.5f)", d, vis, mean, se, DocLengths{Dist: "fixed", Mean: d.Mean}.VisibleFraction(T))
+		// distflash is left out: DocumentWork counts it as ring (contiguous, at the query).
+		for _, name := range []string{"ring", "zigzag", "burst", "attn2d"} {
+			var sum, worst, sumB, worstB float64
+			for i, w := range ws {
+				work, err := parallel.DocumentWork(w, name, P)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, bal, err := parallel.BalanceDocuments(w, name, P, uint64(i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				workB, err := parallel.DocumentWork(bal, name, P)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, m := meanMax(work)
+				sum, worst = sum+s, worst+m
+				s, m = meanMax(workB)
+				sumB, worstB = sumB+s, worstB+m
+			}
+			idle, idleB := 1-sum/worst, 1-sumB/worstB
+			dp, err := planDocuments(d, name, P, T, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(dp.Idle-idle) > 0.06 || math.Abs(dp.IdleBalanced-idleB) > 0.06 {
+				t.Errorf("%v %s: plan idle %.3f / balanced %.3f, loader windows %.3f / %.3f", d, name, dp.Idle, dp.IdleBalanced, idle, idleB)
+			}
+			t.Logf("%v %s: idle %.3f plan, %.3f loader; balanced %.3f plan, %.3f loader", d, name, dp.Idle, idle, dp.IdleBalanced, idleB)
+		}
+	}
+
+	// The step: attention FLOPs × visible, stretched by the documents' idle, not the causal one.
+	cfg := loadPlanConfig(t, "configs/tiny-sp4.toml", "data.seq_len=4096", "model.max_seq_len=4096",
+		"data.document_mask=true", "parallelism.balance_documents=true")
+	cl := mustCluster(t, "1x4xA100-80GB")
+	causal := PlanWithDocs(cfg, cl, "zigzag", T, nil)
+	d := DocLengths{Dist: "lognormal", Mean: 256}
+	docs := PlanWithDocs(cfg, cl, "zigzag", T, &d)
+	if docs.Docs == nil || !docs.Docs.Balanced || docs.Time.IdleFraction != docs.Docs.IdleBalanced {
+		t.Fatalf("balance_documents on: plan uses idle %g, documents %+v", docs.Time.IdleFraction, docs.Docs)
+	}
+	if got, want := docs.Time.AttnFLOPs/causal.Time.AttnFLOPs, d.VisibleFraction(T); math.Abs(got/want-1) > 1e-12 {
+		t.Errorf("attention FLOPs scaled by %g, want the visible fraction %g", got, want)
+	}
+	rate := cl.GPU.FLOPS * cl.MFU
+	want := causal.Time.DenseFLOPs/rate + docs.Time.AttnFLOPs/rate/(1-docs.Docs.IdleBalanced)
+	if math.Abs(docs.Time.Compute/want-1) > 1e-12 || !(docs.Time.Compute < causal.Time.Compute) {
+		t.Errorf("compute %g s with documents, want %g (causal %g)", docs.Time.Compute, want, causal.Time.Compute)
+	}
+	if !(docs.Time.Step < causal.Time.Step) {
+		t.Errorf("step %g s with documents, causal %g s: want it to fall", docs.Time.Step, causal.Time.Step)
+	}
+}
+
+// meanSE returns the mean of xs and its standard error.
+func meanSE(xs []float64) (mean, se float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	var v float64
+	for _, x := range xs {
+		v += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(v / float64(len(xs)-1) / float64(len(xs)))
+}
+
+// TestPlanDocumentFlags: --doc-len plans documents and prints them; data.document_mask
+// without --doc-len says what it assumes; bad values are refused naming the flag.
+func TestPlanDocumentFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	base := []string{"plan", "--config", "configs/tiny-sp4.toml"}
+	if err := run(append(base, "--doc-len", "32"), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"visible pairs", "mean 32 tokens", "with balance_documents", "(--doc-len)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--doc-len 32: output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run(append(base, "--set", "data.document_mask=true", "--attention", "all"), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "assumed: data.document_mask = true and no --doc-len") || !strings.Contains(s, "idle balanced") {
+		t.Errorf("document_mask without --doc-len: want the assumption said and the documents table:\n%s", s)
+	}
+	out.Reset()
+	if err := run(base, &out, &errb); err != nil || strings.Contains(out.String(), "visible pairs") {
+		t.Errorf("no documents: %v\n%s", err, out.String())
+	}
+	for _, bad := range [][]string{{"--doc-len", "0"}, {"--doc-len", "x"}, {"--doc-len", "2K", "--doc-dist", "zipf"}, {"--doc-dist", "fixed"}} {
+		err := run(append(base, bad...), &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), bad[len(bad)-2]) || !strings.Contains(err.Error(), bad[len(bad)-1]) {
+			t.Errorf("%v: %v, want an error naming the flag and value", bad, err)
+		}
 	}
 }
