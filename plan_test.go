@@ -316,9 +316,10 @@ func loaderDocWindows(t *testing.T, d DocLengths, T, windows int, seed uint64) [
 // parallel.BalanceDocuments) against what the parallel package counts on the windows
 // data.Loader cuts from an independently drawn stream of documents. Tolerances: the visible
 // fraction within 3 standard errors of the loader windows' mean plus 2% (the closed form
-// treats lengths as continuous); idle fractions within 0.06 absolute (both sides are sample
+// treats lengths as continuous); idle fractions within 0.04 absolute (both sides are sample
 // estimates of a heavy-tailed process: the log-normal's longest documents decide the
-// largest rank). The step time falls by the visible fraction stretched by the new idle.
+// largest rank; 256 windows each, they differ by at most 0.021 here, while the causal
+// idle or a fixed-length visible fraction would miss by 0.09 and 3.5×). The step time falls by the visible fraction stretched by the new idle.
 func TestPlanDocumentsMatchParallel(t *testing.T) {
 	const T, P, windows = 4096, 4, 256
 	for _, d := range []DocLengths{{Dist: "lognormal", Mean: 256}, {Dist: "exponential", Mean: 512}, {Dist: "fixed", Mean: 300}} {
@@ -363,7 +364,7 @@ func TestPlanDocumentsMatchParallel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if math.Abs(dp.Idle-idle) > 0.06 || math.Abs(dp.IdleBalanced-idleB) > 0.06 {
+			if math.Abs(dp.Idle-idle) > 0.04 || math.Abs(dp.IdleBalanced-idleB) > 0.04 {
 				t.Errorf("%v %s: plan idle %.3f / balanced %.3f, loader windows %.3f / %.3f", d, name, dp.Idle, dp.IdleBalanced, idle, idleB)
 			}
 			t.Logf("%v %s: idle %.3f plan, %.3f loader; balanced %.3f plan, %.3f loader", d, name, dp.Idle, idle, dp.IdleBalanced, idleB)
