@@ -431,6 +431,10 @@ func TestPlanDocumentFlags(t *testing.T) {
 	if err := run(base, &out, &errb); err != nil || strings.Contains(out.String(), "visible pairs") {
 		t.Errorf("no documents: %v\n%s", err, out.String())
 	}
+	cfg := loadPlanConfig(t, "configs/tiny-sp4.toml")
+	if pl := PlanWithDocs(cfg, mustCluster(t, "1x4xA100-80GB"), "ring", 2*maxDocWindow, &DocLengths{Dist: "fixed", Mean: 100}); !strings.Contains(pl.Refused, "at most") {
+		t.Errorf("seq_len %d with documents: refused = %q, want the sampling limit named", 2*maxDocWindow, pl.Refused)
+	}
 	for _, bad := range [][]string{{"--doc-len", "0"}, {"--doc-len", "x"}, {"--doc-len", "2K", "--doc-dist", "zipf"}, {"--doc-dist", "fixed"}} {
 		err := run(append(base, bad...), &out, &errb)
 		if err == nil || !strings.Contains(err.Error(), bad[len(bad)-2]) || !strings.Contains(err.Error(), bad[len(bad)-1]) {

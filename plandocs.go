@@ -174,6 +174,10 @@ type DocPlan struct {
 // docSampleTokens is about how many tokens plan samples to measure an imbalance.
 const docSampleTokens = 1 << 22
 
+// maxDocWindow is the longest window plan samples documents in (BalanceDocuments tries 67
+// orders of every window): 4M tokens.
+const maxDocWindow = 1 << 22
+
 // docSeed seeds plan's windows, so the same plan prints the same numbers.
 const docSeed = 0x9e3779b9
 
@@ -207,6 +211,9 @@ func planDocuments(d DocLengths, name string, P, T int, balanced bool) (DocPlan,
 // measureDocuments computes a DocPlan: the closed-form visible fraction and the sampled
 // idle fractions, with and without BalanceDocuments.
 func measureDocuments(d DocLengths, name string, P, T int) (DocPlan, error) {
+	if T > maxDocWindow {
+		return DocPlan{}, fmt.Errorf("plan samples documents in windows of at most %d tokens to measure the imbalance, not seq_len %d", maxDocWindow, T)
+	}
 	dp := DocPlan{
 		DocLengths: d, Visible: d.VisibleFraction(T), FixedVisible: DocLengths{Dist: "fixed", Mean: d.Mean}.VisibleFraction(T),
 		CausalIdle: IdleFraction(name, P), Windows: docWindows(T), WindowsSeed: docSeed,
