@@ -48,7 +48,10 @@ package main
 //     and sequence, backward 2.5× forward (3.5× for both), one more forward under layer;
 //     divided over the sequence-parallel ranks and stretched by 1/(1 − idle) with the schedule's
 //     idle fraction (DistFlashAttn §3.2): ring and burst (P²−P)/(2P²), distflash 1/(2P) for even
-//     P and 0 for odd P, zigzag, attn2d and ulysses 0. Compute time = FLOPs / (peak × mfu).
+//     P and 0 for odd P, zigzag, attn2d and ulysses 0; under document masking
+//     (data.document_mask, --doc-len) the attention FLOPs scale by the visible fraction of the
+//     pairs and the idle fraction is the documents' (plandocs.go). Compute time = FLOPs /
+//     (peak × mfu).
 //     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
 //     (counted per peer in the same in-process run, ranks placed on nodes in order) at the
 //     inter-node rate, the others at the intra-node rate; the world's collectives on GPUs as
