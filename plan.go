@@ -917,6 +917,9 @@ func writeDetail(w io.Writer, rep Report) {
 		}
 		fmt.Fprintf(w, "  idle fraction          %.3f under the documents as packed, %.3f with balance_documents (causal, no documents: %.3f); the step uses %.3f (balance_documents %s)\n",
 			d.Idle, d.IdleBalanced, d.CausalIdle, t.IdleFraction, use)
+		if pl.Attention == "distflash" {
+			fmt.Fprintf(w, "                         %s\n", distflashDocNote)
+		}
 	} else {
 		fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
 	}
@@ -981,5 +984,11 @@ func writeDocTable(w io.Writer, rep Report) {
 	}
 	if tw != nil {
 		tw.Flush()
+		for _, pl := range rep.Plans {
+			if pl.Attention == "distflash" && pl.Docs != nil && pl.Refused == "" {
+				fmt.Fprintf(w, "distflash: %s\n", distflashDocNote)
+				break
+			}
+		}
 	}
 }

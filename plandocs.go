@@ -45,6 +45,9 @@ import (
 	"distflash/parallel"
 )
 
+// distflashDocNote is what plan says beside distflash's idle under documents.
+const distflashDocNote = "parallel.DocumentWork counts DistFlashAttn's helper blocks at their query's rank, as ring's: close for documents much shorter than a rank's tokens, pessimistic as they approach the window (0.43 for one document on 4 ranks, where the schedule idles 1/(2P))"
+
 // webDocSigma is the log-normal shape of web-like document lengths (BenchmarkDocMask).
 const webDocSigma = 1.3
 
