@@ -360,9 +360,6 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	if err != nil {
 		return nil, err
 	}
-	if be.Name() != "cpu" && cfg.Data.DocumentMask {
-		return nil, fmt.Errorf("%s: data.document_mask = true with device.kind = %q: only the cpu backend masks attention by document so far", cfg.Path, cfg.Device.Kind)
-	}
 	if be.Name() != "cpu" && c.Size() > 1 {
 		return nil, fmt.Errorf("device.kind = %q with parallelism.world_size = %d: the in-process and MPI communicators move host memory; several GPU ranks need the NCCL communicator, which comes in a later version", cfg.Device.Kind, c.Size())
 	}
