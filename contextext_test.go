@@ -103,7 +103,7 @@ func TestContextExtensionExample(t *testing.T) {
 		"--set", "training.warmup_steps=10"}
 	// 1. The short model: 64 tokens (positions to 256), exported as Hugging Face LLaMA.
 	sh(append([]string{"train", "--set", "run.name=short", "--set", "model.dim=64", "--set", "model.n_layers=2",
-		"--set", "model.n_heads=4", "--set", "model.n_kv_heads=2", "--set", "model.ffn_dim=128", "--set", "model.max_seq_len=256",
+		"--set", "model.n_heads=2", "--set", "model.n_kv_heads=2", "--set", "model.ffn_dim=128", "--set", "model.max_seq_len=256",
 		"--set", "data.seq_len=64", "--set", "data.batch_size=8", "--set", "training.steps=400"}, common...)...)
 	short := filepath.Join(dir, "short-hf")
 	sh("export", "--model", filepath.Join(dir, "short"), "--out", short)
@@ -130,7 +130,7 @@ func TestContextExtensionExample(t *testing.T) {
 	}
 	// 2. Extended: from the HF directory, 4× the length, linear RoPE scaling, 4 ranks; and the
 	// control: the same steps and tokens at 64.
-	const steps = 250
+	const steps = 350
 	sh(append([]string{"train", "--init-from", short, "--set", "run.name=long", "--set", "model.max_seq_len=256",
 		"--set", "model.rope_scaling.type=linear", "--set", "model.rope_scaling.factor=4",
 		"--set", "data.seq_len=256", "--set", "data.batch_size=2", "--set", fmt.Sprint("training.steps=", steps),
@@ -155,7 +155,7 @@ func TestContextExtensionExample(t *testing.T) {
 	after, after64 := evalAt(long, 256), evalAt(long, 64)
 	t.Logf("held-out loss at 256 tokens: short %.4f, short with linear scaling %.4f, control (%d more steps at 64) %.4f, extended %.4f (at 64: %.4f)",
 		before, beforeLinear, steps, ctl, after, after64)
-	const margin = 0.1 // nats per token; measured: 0.16 below the best of them
+	const margin = 0.15 // nats per token; measured: 0.25 below the best of them
 	for _, c := range []struct {
 		name string
 		loss float64
