@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Write documents whose later text depends on text far back, for the context-extension example.
 
-Each document is a passage of PERIOD bytes cut from a text file, written REPEATS times in a row:
+Each document is a passage of PERIOD bytes cut from a Go source file, written REPEATS times in a row:
 from byte PERIOD on, every byte equals the one PERIOD bytes earlier. A model whose context is
 shorter than PERIOD cannot see that copy and predicts the repeats as fresh text; a model that
-attends PERIOD tokens back predicts them almost exactly. Passages are consecutive, non-overlapping
+attends PERIOD tokens back can predict them almost exactly. Passages are consecutive, non-overlapping
 PERIOD-byte pieces of each file (files in sorted path order), ASCII only (a piece holding another
 byte is skipped), the first --docs of them. An --out ending in .jsonl gets one {"text": ...}
 object per line (data.format = "jsonl"); any other --out is a new directory of text files, one
@@ -44,6 +44,11 @@ def main():
     ap.add_argument("--period", type=int, default=96, help="bytes in a passage (the copy distance)")
     ap.add_argument("--repeats", type=int, default=4, help="copies of the passage in a document")
     a = ap.parse_args()
+    for name in ("docs", "period", "repeats"):
+        if getattr(a, name) < 1:
+            sys.exit(f"longdocs: --{name} {getattr(a, name)}: want at least 1")
+    if not a.out.endswith(".jsonl") and os.path.exists(a.out):
+        sys.exit(f"longdocs: --out {a.out} exists: want a new directory (or a .jsonl file)")
     docs = []
     for p in passages(a.src, a.period):
         if len(docs) == a.docs:
