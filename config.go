@@ -584,9 +584,6 @@ func (c *Config) validate(forEval bool) error {
 	if d.PositionReset && !d.DocumentMask {
 		fail("data.position_reset = true needs data.document_mask = true: positions restart at the documents the mask draws")
 	}
-	if d.DocumentMask && d.Format == "tokens" {
-		fail(`data.document_mask = true with data.format = "tokens": token shards do not record where their documents start; use format text, jsonl or c4`)
-	}
 	if modelOK && d.SeqLen > c.Model.MaxSeqLen && !forEval {
 		fail("data.seq_len = %d exceeds model.max_seq_len = %d", d.SeqLen, c.Model.MaxSeqLen)
 	}

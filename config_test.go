@@ -225,7 +225,6 @@ func TestValidateInvalid(t *testing.T) {
 		{"batch_size", func(c *Config) { c.Data.BatchSize = -1 }, []string{"data.batch_size = -1"}},
 		{"balance_documents alone", func(c *Config) { c.Parallelism.BalanceDocuments = true }, []string{"parallelism.balance_documents = true", "data.document_mask"}},
 		{"position_reset alone", func(c *Config) { c.Data.PositionReset = true }, []string{"data.position_reset = true", "data.document_mask"}},
-		{"document_mask on shards", func(c *Config) { c.Data.DocumentMask, c.Data.Format = true, "tokens" }, []string{"data.document_mask = true", `"tokens"`}},
 		{"steps", func(c *Config) { c.Training.Steps = 0 }, []string{"training.steps = 0"}},
 		{"grad_accum_steps", func(c *Config) { c.Training.GradAccumSteps = 0 }, []string{"training.grad_accum_steps = 0"}},
 		{"loss scale", func(c *Config) { c.Training.LossScaleInit = 0 }, []string{"training.loss_scale_init = 0", "65536"}},

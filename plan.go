@@ -48,12 +48,18 @@ package main
 //     and sequence, backward 2.5× forward (3.5× for both), one more forward under layer;
 //     divided over the sequence-parallel ranks and stretched by 1/(1 − idle) with the schedule's
 //     idle fraction (DistFlashAttn §3.2): ring and burst (P²−P)/(2P²), distflash 1/(2P) for even
-//     P and 0 for odd P, zigzag, attn2d and ulysses 0. Compute time = FLOPs / (peak × mfu).
+//     P and 0 for odd P, zigzag, attn2d and ulysses 0; under document masking
+//     (data.document_mask, --doc-len) the attention FLOPs scale by the visible fraction of the
+//     pairs and the idle fraction is the documents' (plandocs.go). Compute time = FLOPs /
+//     (peak × mfu).
 //     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
 //     (counted per peer in the same in-process run, ranks placed on nodes in order) at the
-//     inter-node rate, the others at the intra-node rate; the world's collectives as a ring
-//     whose crossing edges have their node's whole network (GPUs per node × inter-node rate),
-//     capped by the intra-node rate. With overlap_comm each layer takes max(compute,
+//     inter-node rate, the others at the intra-node rate; the world's collectives on GPUs as
+//     NCCL's ring, whose crossing edges have their node's whole network (GPUs per node ×
+//     inter-node rate), capped by the intra-node rate, and on CPU ranks as Open MPI's
+//     non-blocking collectives run them, linear exchanges where every rank sends each other
+//     rank its chunk directly, so (P − g)/(P − 1) of the bytes cross between nodes of g ranks
+//     (worldCollectives). With overlap_comm each layer takes max(compute,
 //     attention + fsdp communication), else their sum; the work is spread evenly over the
 //     layers, so the step is max or sum of the totals; the data-parallel gradient all-reduce
 //     runs after the backward pass and adds to the step either way.
@@ -191,7 +197,8 @@ type Plan struct {
 	Memory       MemoryPlan `json:"memory"`
 	Comm         CommPlan   `json:"comm"`
 	Time         TimePlan   `json:"time"`
-	MaxSeqPerGPU int        `json:"max_seq_per_gpu"` // longest tokens per GPU that fit, multiple of 1024
+	MaxSeqPerGPU int        `json:"max_seq_per_gpu"`     // longest tokens per GPU that fit, multiple of 1024
+	Docs         *DocPlan   `json:"documents,omitempty"` // document masking (data.document_mask, --doc-len)
 }
 
 // Report is what plan prints: the config, the cluster and one plan per row.
@@ -218,6 +225,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	interBW := fs.Float64("inter-bw", 0, "override the inter-node bandwidth per GPU, bytes/s")
 	intraBW := fs.Float64("intra-bw", 0, "override the intra-node bandwidth per GPU, bytes/s")
 	flops := fs.Float64("flops", 0, "override the FLOP/s one GPU or rank achieves at mfu 1 (a --cluster of type cpu needs it: measure it on the machine)")
+	docLen := fs.String("doc-len", "", "plan packed documents under a document mask (as data.document_mask = true) of this average length in tokens, e.g. 2048 or 2K (default with data.document_mask: web-like, mean 931)")
+	docDist := fs.String("doc-dist", "lognormal", "the document lengths' distribution with --doc-len: lognormal (σ 1.3, web-like), exponential or fixed")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -263,6 +272,19 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var docs *DocLengths
+	switch {
+	case *docLen != "":
+		d, err := parseDocLengths(*docLen, *docDist)
+		if err != nil {
+			return err
+		}
+		docs = &d
+	case flagSet(fs, "doc-dist"):
+		return fmt.Errorf("plan: --doc-dist %q needs --doc-len, the average document length", *docDist)
+	case cfg.Data.DocumentMask:
+		docs = &DocLengths{Dist: "lognormal", Mean: defaultDocLen, Assumed: true}
+	}
 	var seqs []int
 	if *sweep != "" {
 		if seqs, err = parseSweep(*sweep); err != nil {
@@ -285,7 +307,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	rep := Report{Config: cfg.Path, Summary: cfg.Summary(), Cluster: cl}
 	for _, s := range seqs {
 		for _, n := range names {
-			rep.Plans = append(rep.Plans, PlanFor(cfg, cl, n, s))
+			rep.Plans = append(rep.Plans, PlanWithDocs(cfg, cl, n, s, docs))
 		}
 	}
 	if *format == "json" {
@@ -677,8 +699,20 @@ func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, 
 
 // PlanFor predicts memory, communication and step time of cfg with schedule name and
 // data.seq_len = seqLen on cluster cl. A schedule that cannot run the config comes back with
-// Refused saying why.
+// Refused saying why. With data.document_mask it assumes web-like documents (defaultDocLen).
 func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
+	var docs *DocLengths
+	if cfg.Data.DocumentMask {
+		docs = &DocLengths{Dist: "lognormal", Mean: defaultDocLen, Assumed: true}
+	}
+	return PlanWithDocs(cfg, cl, name, seqLen, docs)
+}
+
+// PlanWithDocs is PlanFor with packed documents of lengths docs under a document mask (nil:
+// plain causal attention): attention FLOPs scale by the visible fraction and the idle
+// fraction is the schedule's under the documents (plandocs.go), after
+// parallel.BalanceDocuments with parallelism.balance_documents.
+func PlanWithDocs(cfg Config, cl Cluster, name string, seqLen int, docs *DocLengths) Plan {
 	cfg.Data.SeqLen = seqLen
 	cfg.Model.MaxSeqLen = max(cfg.Model.MaxSeqLen, seqLen)
 	cfg.Parallelism.Attention = name
@@ -756,31 +790,34 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 	}
 	T := float64(seqLen)
 	tm.AttnFLOPs = accum * B * L * (4 * T * T * float64(m.QDim()) / 2) * attnPasses / float64(SP)
-	tm.IdleFraction = IdleFraction(name, SP/U) // the hybrid's groups work alike: the outer schedule's balance
+	tm.IdleFraction = IdleFraction(name, SP/U) // a hybrid's groups: the outer schedule's balance
+	if docs != nil {
+		dp, err := planDocuments(*docs, name, SP/U, seqLen, p.BalanceDocuments)
+		if err != nil {
+			return refuse(err)
+		}
+		pl.Docs = &dp
+		tm.AttnFLOPs *= dp.Visible
+		tm.IdleFraction = dp.Idle
+		if dp.Balanced {
+			tm.IdleFraction = dp.IdleBalanced
+		}
+	}
 	rate := cl.GPU.FLOPS * cl.MFU
 	tm.Compute = tm.DenseFLOPs/rate + tm.AttnFLOPs/rate/(1-tm.IdleFraction)
-	tm.AttnLinkBW, tm.WorldLinkBW = cl.GPU.IntraBW, cl.GPU.IntraBW
+	tm.AttnLinkBW = cl.GPU.IntraBW
 	if SP > cl.GPUsPerNode {
 		tm.AttnLinkBW = cl.GPU.InterBW
 	}
-	if world > cl.GPUsPerNode {
-		tm.WorldLinkBW = cl.GPU.InterBW
-	}
 	// The attention bytes that stay inside a node move at the intra-node rate, the others
-	// at the inter-node rate. The world's collectives run as a ring over the ranks in node
-	// order: on more than one node, Nodes of its world_size edges cross, each the only
-	// crossing edge of its node in its direction, so it has the node's whole network
-	// (GPUsPerNode × InterBW) and the ring runs at the slower of that and IntraBW.
+	// at the inter-node rate; the world's collectives as worldCollectives says (NCCL's ring
+	// on GPUs, Open MPI's direct exchanges on CPU ranks).
 	inter := pl.Comm.AttnInterNode
 	attnComm := inter/cl.GPU.InterBW + (pl.Comm.Attention-inter)/cl.GPU.IntraBW
-	worldBW := cl.GPU.IntraBW
-	if world > cl.GPUsPerNode {
-		worldBW = min(cl.GPU.IntraBW, float64(cl.GPUsPerNode)*cl.GPU.InterBW)
-		tm.WorldLinkBW = worldBW
-		pl.Comm.InterNode = float64(cl.Nodes) / Pw * (pl.Comm.FSDP + pl.Comm.DataParallel)
-	}
-	pl.Comm.InterNode += inter
-	fsdpComm, dpComm := pl.Comm.FSDP/worldBW, pl.Comm.DataParallel/worldBW
+	worldCross, worldSecPerByte := worldCollectives(cl, world)
+	tm.WorldLinkBW = 1 / worldSecPerByte
+	pl.Comm.InterNode = worldCross*(pl.Comm.FSDP+pl.Comm.DataParallel) + inter
+	fsdpComm, dpComm := pl.Comm.FSDP*worldSecPerByte, pl.Comm.DataParallel*worldSecPerByte
 	tm.Comm = attnComm + fsdpComm + dpComm
 	tm.Overlap = p.OverlapComm
 	// The gradient all-reduce runs after the backward pass (train.go), so it never
@@ -791,6 +828,39 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 		tm.Step = tm.Compute + tm.Comm
 	}
 	return pl
+}
+
+// worldCollectives prices the world's collectives (the gradient all-reduce, FSDP's
+// all-gathers and reduce-scatters) on cl with world ranks placed on its nodes in order: the
+// fraction of a rank's collective bytes that crosses between nodes, and the seconds one of
+// its bytes takes.
+//
+// On GPUs the collectives are NCCL's ring: on more than one node, Nodes of its world edges
+// cross, each the only crossing edge of its node in its direction, so it has the node's
+// whole network (GPUsPerNode × InterBW) and the ring runs at the slower of that and IntraBW.
+//
+// On ranks of the CPU backend they are Open MPI's (parallel/mpi.go): AllReduce is
+// MPI_Ialltoallv then MPI_Iallgatherv, ReduceScatter MPI_Ialltoall, AllGather
+// MPI_Iallgather; non-blocking collectives are served by coll/libnbc, whose schedules for
+// these (Open MPI 4.1) are linear: each rank sends its chunk straight to each of the
+// world − 1 others (not the tuned component's MPI_Allreduce decision, which distflash does
+// not call). So (world − g)/(world − 1) of a rank's bytes cross, g its node's ranks, over
+// the node's network shared by its g ranks (InterBW each), and the rest stay inside the
+// node at IntraBW; the two classes are priced one after the other, as the attention bytes.
+// On 2 hosts × 2 ranks that is 2/3 of the 2·(P−1)/P × gradient bytes across, where a ring
+// would send 1/2.
+func worldCollectives(cl Cluster, world int) (cross, secPerByte float64) {
+	g := min(cl.GPUsPerNode, world)
+	if cl.GPU.Name == cpuType.Name {
+		if world > g {
+			cross = float64(world-g) / float64(world-1)
+		}
+		return cross, cross/cl.GPU.InterBW + (1-cross)/cl.GPU.IntraBW
+	}
+	if world <= g {
+		return 0, 1 / cl.GPU.IntraBW
+	}
+	return float64(cl.Nodes) / float64(world), 1 / min(cl.GPU.IntraBW, float64(cl.GPUsPerNode)*cl.GPU.InterBW)
 }
 
 // gb writes bytes in GB (10^9).
@@ -846,7 +916,22 @@ func writeDetail(w io.Writer, rep Report) {
 	t := pl.Time
 	fmt.Fprintf(w, "\nstep time:\n")
 	fmt.Fprintf(w, "  FLOPs per rank         %.3g dense + %.3g attention\n", t.DenseFLOPs, t.AttnFLOPs)
-	fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
+	if d := pl.Docs; d != nil {
+		fmt.Fprintf(w, "  documents              %s\n", docSummary(*d, pl.SeqLen))
+		fmt.Fprintf(w, "  visible pairs          %.4f of causal, attention FLOPs scaled by it (%.4f if every document were %.0f tokens; %.4f counted on %d sampled windows)\n",
+			d.Visible, d.FixedVisible, d.Mean, d.SampledVisible, d.Windows)
+		use := "off"
+		if d.Balanced {
+			use = "on"
+		}
+		fmt.Fprintf(w, "  idle fraction          %.3f under the documents as packed, %.3f with balance_documents (causal, no documents: %.3f); the step uses %.3f (balance_documents %s)\n",
+			d.Idle, d.IdleBalanced, d.CausalIdle, t.IdleFraction, use)
+		if pl.Attention == "distflash" {
+			fmt.Fprintf(w, "                         %s\n", distflashDocNote)
+		}
+	} else {
+		fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
+	}
 	fmt.Fprintf(w, "  compute                %8.2f s\n", t.Compute)
 	fmt.Fprintf(w, "  communication          %8.2f s  (attention inside a node at %.3g GB/s, between nodes at %.3g GB/s; fsdp/dp at %.3g GB/s)\n",
 		t.Comm, rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9, t.WorldLinkBW/1e9)
@@ -882,5 +967,37 @@ func writeTable(w io.Writer, rep Report) {
 	tw.Flush()
 	for _, r := range reasons {
 		fmt.Fprintf(w, "\n%s\n", r)
+	}
+	writeDocTable(w, rep)
+}
+
+// writeDocTable prints, under plan's table, what document masking does to each plan: the
+// visible fraction and the idle fractions with and without balance_documents.
+func writeDocTable(w io.Writer, rep Report) {
+	var tw *tabwriter.Writer
+	for _, pl := range rep.Plans {
+		d := pl.Docs
+		if d == nil || pl.Refused != "" {
+			continue
+		}
+		if tw == nil {
+			fmt.Fprintf(w, "\ndocuments: %s; the idle column above is under them\n", docSummary(*d, pl.SeqLen))
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "attention\tseq_len\tvisible\tfixed-length visible\tcausal idle\tidle as packed\tidle balanced\tbalance_documents\t")
+		}
+		use := "off"
+		if d.Balanced {
+			use = "on"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.4f\t%.4f\t%.3f\t%.3f\t%.3f\t%s\t\n", pl.Attention, seqName(pl.SeqLen), d.Visible, d.FixedVisible, d.CausalIdle, d.Idle, d.IdleBalanced, use)
+	}
+	if tw != nil {
+		tw.Flush()
+		for _, pl := range rep.Plans {
+			if pl.Attention == "distflash" && pl.Docs != nil && pl.Refused == "" {
+				fmt.Fprintf(w, "distflash: %s\n", distflashDocNote)
+				break
+			}
+		}
 	}
 }

@@ -360,9 +360,6 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	if err != nil {
 		return nil, err
 	}
-	if be.Name() != "cpu" && cfg.Data.DocumentMask {
-		return nil, fmt.Errorf("%s: data.document_mask = true with device.kind = %q: only the cpu backend masks attention by document so far", cfg.Path, cfg.Device.Kind)
-	}
 	if be.Name() != "cpu" && c.Size() > 1 {
 		return nil, fmt.Errorf("device.kind = %q with parallelism.world_size = %d: the in-process and MPI communicators move host memory; several GPU ranks need the NCCL communicator, which comes in a later version", cfg.Device.Kind, c.Size())
 	}
@@ -509,8 +506,12 @@ func (t *trainer) step(step int) (Metrics, error) {
 		var count int
 		for _, mb := range batches {
 			b := mb[r.replica]
-			if t.cfg.Parallelism.BalanceDocuments {
-				b = balanceBatch(b, t.cfg.Parallelism.Attention, t.cfg.Parallelism.SequenceParallelDegree)
+			if par := t.cfg.Parallelism; par.BalanceDocuments {
+				sp := par.SequenceParallelDegree
+				if par.UlyssesDegree > 1 && par.Attention != "ulysses" {
+					sp /= par.UlyssesDegree // a hybrid balances its groups; inside one the all-to-all splits the work by head
+				}
+				b = balanceBatch(b, par.Attention, sp)
 			}
 			ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
 			tg := parallel.Shard(b.Targets, B, T, 1, r.pos)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,28 @@ func TestHybridTrainsLikeOneWorker(t *testing.T) {
 			}
 			t.Logf("loss %.6f -> %.6f; worst relative difference from one worker over %d steps: %.2e", got[0], got[len(got)-1], len(got), worst)
 		})
+	}
+}
+
+// TestHybridDocumentMaskTrainsLikeOneWorker: with packed documents under the document mask,
+// and with parallelism.balance_documents (which then balances the 2 groups), 4 ranks in groups
+// of 2 follow one worker's masked curve within 1e-6.
+func TestHybridDocumentMaskTrainsLikeOneWorker(t *testing.T) {
+	docs := writeShortDocs(t, 3000)
+	sets := []string{"checkpoint.activation=attn_output", "data.train=" + docs, "data.format=jsonl",
+		"data.document_mask=true", "data.position_reset=true"}
+	want := trainLosses(t, sets...)
+	for _, balance := range []string{"false", "true"} {
+		got := trainLosses(t, append(slices.Clone(sets), "parallelism.world_size=4", "parallelism.sequence_parallel_degree=4",
+			"parallelism.ulysses_degree=2", "parallelism.attention=zigzag", "parallelism.balance_documents="+balance)...)
+		worst := 0.0
+		for i := range want {
+			worst = math.Max(worst, math.Abs(got[i]-want[i])/want[i])
+		}
+		if worst > 1e-6 {
+			t.Errorf("balance_documents=%s: worst relative loss difference from one worker %.2e > 1e-6", balance, worst)
+		}
+		t.Logf("zigzag between 2 groups of 2, balance_documents=%s: worst relative difference from one worker %.2e", balance, worst)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -145,7 +146,7 @@ func TestTrainDamagedShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b[len(b)-3] ^= 0x04 // a bit of the last token
+	b[len(b)-3] ^= 0x04 // a bit of the document table's last entry
 	if err := os.WriteFile(shard, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +157,54 @@ func TestTrainDamagedShard(t *testing.T) {
 	for _, s := range []string{"data.train", shard, "checksum mismatch", "data tokenize"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not mention %q", err, s)
+		}
+	}
+}
+
+// TestTrainDocumentMaskShards: with data.document_mask, training on the shards data
+// tokenize writes gives bit for bit the losses of training on the text they were written
+// from (the same windows and document starts); a version 2 shard, which has no document
+// table, is refused naming the shard and what to run.
+func TestTrainDocumentMaskShards(t *testing.T) {
+	c4 := writeC4(t, 2, 40)
+	out := filepath.Join(t.TempDir(), "shards")
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"data", "tokenize", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "data.train=" + c4, "--set", "data.format=c4", "--set", "data.max_bytes=9000",
+		"--out", out, "--shard-tokens", "4000"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("data tokenize: %v\n%s", err, stderr.String())
+	}
+	losses := func(train string, sets ...string) []float64 {
+		t.Helper()
+		dir := t.TempDir()
+		args := dataTrainArgs(dir, train, append(sets, "data.document_mask=true", "training.steps=3")...)
+		if err := run(args, &stdout, &stderr); err != nil {
+			t.Fatalf("train %v: %v\n%s", sets, err, stderr.String())
+		}
+		var l []float64
+		for _, m := range readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl")) {
+			l = append(l, m.Loss)
+		}
+		return l
+	}
+	text := losses(c4, "data.format=c4", "data.max_bytes=9000")
+	shards := losses(out, "data.format=tokens", "data.max_bytes=0")
+	if len(text) != 3 || !slices.Equal(text, shards) {
+		t.Errorf("losses on the shards %v, on the text %v: want the same 3", shards, text)
+	}
+	v2 := filepath.Join(t.TempDir(), "old.tokens")
+	b, err := os.ReadFile("data/testdata/shard-v2.tokens")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(v2, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = run(dataTrainArgs(t.TempDir(), v2, "data.format=tokens", "data.max_bytes=0", "data.document_mask=true"), &stdout, &stderr)
+	for _, s := range []string{v2, "version 2", "document_mask", "distflash data tokenize"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("train with document_mask on a version 2 shard: error %v does not mention %q", err, s)
 		}
 	}
 }

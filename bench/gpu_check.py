@@ -16,6 +16,10 @@ time limit, a failing or timed-out step is recorded and the next one runs):
                within 1e-5 relative of cpu's. bf16: max_s |cuda_bf16 − cpu_fp32| / cpu_fp32 ≤
                2 × max_s |cpu_bf16 − cpu_fp32| / cpu_fp32 (cuda's bf16 curve stays in the band
                the CPU's bf16 run has around the fp32 curve; 2× for two independent roundings).
+               Then the same config with data.document_mask = true (the Go files packed as
+               documents, attention masked by document) for 20 steps, cpu and cuda in fp32:
+               cuda's loss at every step within 1e-5 relative of cpu's. The test binary holds
+               the kernel-level document-mask cases (TestCUDAAttnFP32/TensorCores *_docs_*).
   attention    bench/cuda_attn.py, in two steps (torch, then distflash): distflash's
                FlashAttention kernel (forward, forward+backward, causal, bf16, head_dim 64 and
                128, seq 4K/16K/64K) beside torch SDPA (flash and cuDNN backends) on the same
@@ -62,6 +66,7 @@ PHASES = ["correctness", "attention", "model"]
 # command; a step gets the smaller of its own limit and what is left of the budget.
 BUDGET = {"correctness": 360, "attention": 420, "model": 420}
 CURVE_STEPS = 50
+DOC_STEPS = 20
 FP32_TOL = 1e-5
 PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
 
@@ -411,6 +416,29 @@ def compare_curves(c):
     return res
 
 
+def docmask_step(r, limit):
+    """The tiny config with data.document_mask on cpu and cuda in fp32, DOC_STEPS steps: cuda's
+    loss within FP32_TOL relative of cpu's at every step. A dry run trains the cpu side only."""
+    deadline = time.monotonic() + limit
+    extra = ("--set", "data.document_mask=true")
+    out = {}
+    for dev in ["cpu"] if r.dry else ["cpu", "cuda"]:
+        per = max(20, (deadline - time.monotonic()) / (2 if dev == "cpu" and not r.dry else 1))
+        name = f"tiny-docmask-{dev}-fp32"
+        out[name] = [m["loss"] for m in train_curve(r, name, dev, "fp32", per, steps=DOC_STEPS, extra=extra)]
+    res = {"curves": out}
+    bad = [f"{k}: {len(v)} of {DOC_STEPS} steps" for k, v in out.items() if len(v) != DOC_STEPS]
+    if not r.dry and not bad:
+        a, b = out["tiny-docmask-cuda-fp32"], out["tiny-docmask-cpu-fp32"]
+        res["fp32_max_rel"] = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+        res["fp32_ok"] = res["fp32_max_rel"] <= FP32_TOL
+        if not res["fp32_ok"]:
+            bad.append(f"document mask fp32: cuda vs cpu loss differs by {res['fp32_max_rel']:.3g} relative (> {FP32_TOL})")
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
 def check_comparator(c):
     """Dry run: compare_curves passes the CPU curves against themselves and fails a curve
     shifted by 1e-4 (fp32) or by 3 × the bf16 band."""
@@ -670,6 +698,7 @@ def model_summary(r, results):
 def phase_correctness(r):
     r.step("correctness", "kernels test binary", lambda t: kernels_tests(r, t), 330)
     r.step("correctness", "tiny 50-step curves cpu/cuda × fp32/bf16", lambda t: curves_step(r, t), 300)
+    r.step("correctness", "tiny 20-step document-mask curves cpu/cuda fp32", lambda t: docmask_step(r, t), 120)
 
 
 def phase_attention(r):
@@ -745,6 +774,11 @@ def render(rep):
         for k, v in c.items():
             if isinstance(v, dict):
                 L.append(f"\n{k}: {v}")
+    dm = by.get("tiny 20-step document-mask curves cpu/cuda fp32")
+    if dm and dm.get("curves"):
+        L += ["", f"tiny.toml with data.document_mask, {DOC_STEPS} steps: fp32 max relative loss difference cuda vs "
+              f"cpu {fmt(dm.get('fp32_max_rel'))} (limit {FP32_TOL}); final losses " +
+              ", ".join(f"{k} {fmt(v[-1], '.6f')}" for k, v in dm["curves"].items() if v)]
     shapes = merge_attention(by)
     if shapes:
         L += ["", "## Attention (causal, bf16; TFLOP/s of useful work; torch = faster of SDPA flash / cuDNN)", "",

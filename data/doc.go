@@ -13,8 +13,10 @@
 //     not meant (a compressed file read as text, binary data) is an error naming the file;
 //     Source.Log hears of the rest worth knowing (a read cut by MaxBytes, some invalid UTF-8).
 //   - [WriteShards] writes that stream as token shards (a small header, then uint16 or
-//     uint32 tokens, with CRC-32C checksums; [ReadShard]), which LoadTokens reads back
-//     without tokenizing again, verifying them.
+//     uint32 tokens and a table of where each document starts, with CRC-32C checksums;
+//     [ReadShard], [ReadShardDocuments]), which LoadTokens reads back without tokenizing
+//     again, verifying them; with a document boundary it joins their documents by it, as
+//     it does text's.
 //   - [ReadDocuments] returns a source's first N documents in file order, for evaluation;
 //     [FetchC4] downloads C4's files, resuming interrupted downloads.
 //   - A [Tokenizer] maps bytes to token ids and back: [ByteTokenizer] (one token per byte,

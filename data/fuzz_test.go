@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func FuzzReadShard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		defer watchdog(b)()
 		path := fuzzFile(t, "data.tokens", b)
-		h, toks, err := ReadShard(path)
+		h, toks, starts, err := ReadShardDocuments(path)
 		if err != nil {
 			mustName(t, err, path)
 			return
@@ -90,6 +91,25 @@ func FuzzReadShard(f *testing.F) {
 			if id < 0 || int(id) >= h.VocabSize {
 				t.Fatalf("token %d outside the vocabulary of %d", id, h.VocabSize)
 			}
+		}
+		if !h.HasDocStarts() {
+			if starts != nil {
+				t.Fatalf("version %d shard with a document table", h.Version)
+			}
+			return
+		}
+		if int64(len(starts)) != h.Documents || len(starts) > 0 && starts[0] != 0 {
+			t.Fatalf("document table %v for %d documents", starts, h.Documents)
+		}
+		for i, s := range starts {
+			if s > h.Tokens || i > 0 && s < starts[i-1] {
+				t.Fatalf("document table %v for %d tokens", starts, h.Tokens)
+			}
+		}
+		// With a boundary, the documents are read as LoadTokens reads them, or refused
+		// naming the shard.
+		if _, err := markDocuments(slices.Clone(toks), 0, starts, []int32{0}, int32(h.VocabSize-1), path); err != nil {
+			mustName(t, err, path)
 		}
 	})
 }

@@ -65,8 +65,10 @@ type Source struct {
 	// Boundary, when set, is put between consecutive documents instead of the encoding of
 	// DocSeparator: the one token that marks where a document starts for document masking
 	// (see DocumentBoundary). A document that contains it is an error, since its boundaries
-	// could not be told. Token shards hold DocSeparator between their documents, so format
-	// "tokens" refuses it.
+	// could not be told. Token shards hold DocSeparator between their documents, and from
+	// version 3 on a table of where each starts, by which format "tokens" puts the boundary
+	// in the separators' place: the stream is the one the text the shards were written from
+	// gives. Older shards are refused with it.
 	Boundary *int32
 }
 
@@ -102,9 +104,9 @@ const DocSeparator = '\n'
 //
 // With format "tokens" the stream is the shards' tokens, shard after shard in path order
 // with the encoding of DocSeparator between them: the stream LoadTokens gave for the source
-// the shards were written from. Every shard must have been written by tok (same name,
-// vocabulary and TokenizerFingerprint); the error for one that was not names both
-// tokenizers.
+// the shards were written from (with Source.Boundary too: see there). Every shard must
+// have been written by tok (same name, vocabulary and TokenizerFingerprint); the error for
+// one that was not names both tokenizers.
 //
 // It is an error if no text is found; the message names the path and the include patterns.
 func LoadTokens(src Source, tok Tokenizer) ([]int32, error) {
@@ -116,9 +118,6 @@ func LoadTokens(src Source, tok Tokenizer) ([]int32, error) {
 		return nil, err
 	}
 	if format == "tokens" {
-		if src.Boundary != nil {
-			return nil, fmt.Errorf("data: %s: data.document_mask with data.format = \"tokens\": token shards do not record where their documents start; read the text (format text, jsonl or c4) instead", src.Path)
-		}
 		return loadShards(src, tok)
 	}
 	w, err := newDocWalk(src, true)
@@ -215,6 +214,7 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 		paths          []string
 		total, textLen int64
 	)
+	sep := tok.Encode([]byte{DocSeparator})
 	for _, f := range w.files {
 		h, err := ReadShardHeader(f)
 		if err != nil {
@@ -226,6 +226,10 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 		if err := checkShardTokenizer(h, f, tok); err != nil {
 			return nil, err
 		}
+		if src.Boundary != nil && !h.HasDocStarts() {
+			return nil, fmt.Errorf("data: token shard %s is version %d, which does not record where its documents start, so data.document_mask cannot mark them: write the shards again with distflash data tokenize (version %d keeps a document table)",
+				f, h.Version, shardVersion)
+		}
 		if h.Documents == 0 {
 			continue
 		}
@@ -234,6 +238,10 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 		}
 		paths = append(paths, f)
 		total += h.Tokens
+		if src.Boundary != nil {
+			// Each separator between documents becomes one boundary token.
+			total += (h.Documents - 1) * (1 - int64(len(sep)))
+		}
 		textLen += h.TextBytes
 	}
 	if len(paths) == 0 {
@@ -246,26 +254,76 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 		return nil, fmt.Errorf("data: the %d token shards in %s encode %d bytes of text, more than MaxBytes = %d, and tokens cannot be cut at a byte count: read them all with MaxBytes = 0 (data.max_bytes = 0), or write the shards with the limit (distflash data tokenize applies data.max_bytes)",
 			len(paths), src.Path, textLen, src.MaxBytes)
 	}
-	sep := tok.Encode([]byte{DocSeparator})
+	join := sep
+	if src.Boundary != nil {
+		join = []int32{*src.Boundary}
+	}
+	total += int64(len(paths)-1) * int64(len(join))
 	if total > int64(math.MaxInt)/2 {
 		return nil, fmt.Errorf("data: the token shards in %s hold %d tokens, too many for memory", src.Path, total)
 	}
 	if err := sysmem.Check(fmt.Sprintf("data: the %d tokens of the %d token shards in %s (as their headers say)", total, len(paths), src.Path), 4*float64(total)); err != nil {
 		return nil, err
 	}
-	tokens := make([]int32, 0, int(total)+(len(paths)-1)*len(sep))
+	tokens := make([]int32, 0, int(total))
 	for i, f := range paths {
 		if i > 0 {
-			tokens = append(tokens, sep...)
+			tokens = append(tokens, join...)
 		}
-		if _, tokens, err = appendShard(tokens, f); err != nil {
+		base := len(tokens)
+		var starts []int64
+		if _, tokens, starts, err = appendShard(tokens, f); err != nil {
 			return nil, err
+		}
+		if src.Boundary != nil {
+			if tokens, err = markDocuments(tokens, base, starts, sep, *src.Boundary, f); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if n := w.warnings - maxWarnings; n > 0 {
 		w.logf("data: warning: %d more like it in %s", n, src.Path)
 	}
 	return tokens, nil
+}
+
+// markDocuments rewrites the shard at path, read into tokens[base:] with its document
+// table starts, so that its documents are joined by the boundary token instead of sep:
+// the stream LoadTokens gives for the shard's documents with that Source.Boundary. It
+// checks that a separator precedes every document and that no document holds the
+// boundary.
+func markDocuments(tokens []int32, base int, starts []int64, sep []int32, boundary int32, path string) ([]int32, error) {
+	body := tokens[base:]
+	if len(sep) == 0 {
+		// The boundary tokens lengthen the stream: read from a copy.
+		body = slices.Clone(body)
+		tokens = slices.Grow(tokens, len(starts))
+	}
+	n := int64(len(body))
+	out := base
+	for i, s := range starts {
+		end := n
+		if i+1 < len(starts) {
+			end = starts[i+1] - int64(len(sep))
+			if end < s || !slices.Equal(body[end:starts[i+1]], sep) {
+				return tokens[:base], fmt.Errorf("data: token shard %s: document table: document %d starts at token %d, which does not follow the separator %v after document %d (at %d): the table does not match the tokens; write the shard again with distflash data tokenize",
+					path, i+1, starts[i+1], sep, i, s)
+			}
+		}
+		doc := body[s:end]
+		if j := slices.Index(doc, boundary); j >= 0 {
+			return tokens[:base], fmt.Errorf("data: token shard %s: document %d holds token %d (at token %d of the shard), the document boundary of data.document_mask, so its documents cannot be told apart",
+				path, i, boundary, s+int64(j))
+		}
+		if i > 0 {
+			tokens = append(tokens[:out], boundary)
+			out++
+		}
+		// out <= base+s: each separator before it gave at most one token, so copy moves
+		// the document left (or not at all) over tokens already read.
+		out += copy(tokens[out:out+len(doc)], doc)
+	}
+	return tokens[:out], nil
 }
 
 // listFiles returns the files src names, sorted by path and without duplicates.

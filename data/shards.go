@@ -16,11 +16,11 @@ import (
 
 // A token shard is a file of token ids with a small header, written by ShardWriter (and by
 // WriteShards, for `distflash data tokenize`) and read by ReadShard and by LoadTokens with
-// format "tokens". All integers are little-endian. Version 2, the one written:
+// format "tokens". All integers are little-endian. Version 3, the one written:
 //
 //	offset  size  field
 //	0       8     magic "DFTOK1\x00\x00"
-//	8       4     version (2)
+//	8       4     version (3)
 //	12      4     bytes per token: 2 (uint16, vocabularies up to 65536) or 4 (uint32)
 //	16      4     vocabulary size: every token is below it
 //	20      4     header size: offset of the first token, a multiple of 8
@@ -28,27 +28,41 @@ import (
 //	32      8     number of documents
 //	40      8     bytes of text the tokens encode, a DocSeparator between documents included
 //	48      8     tokenizer fingerprint (TokenizerFingerprint)
-//	56      4     CRC-32C (Castagnoli) of the tokens: the bytes from the header size to the end
+//	56      4     CRC-32C (Castagnoli) of the body: the bytes from the header size to the end
 //	60      4     CRC-32C of the header: its header-size bytes with this field zeroed
 //	64      2     length n of the tokenizer name
 //	66      n     tokenizer name (Tokenizer.Name), UTF-8
 //	66+n          zero bytes up to the header size
 //	header  ...   the tokens, bytes per token each
+//	...     8×D   the document table: for each of the D documents, a uint64, the index among
+//	              the shard's tokens of the document's first token
 //
-// The header's checksum is verified whenever a header is read, the tokens' whenever the
+// The document table records where each document starts, as Megatron-LM's indexed
+// datasets keep document indices beside their token buffer, rather than a convention that
+// some token ends a document: the separator between documents is the encoding of
+// DocSeparator, which a document may hold too. Document 0 starts at 0, and document i > 0
+// right after the separator that ends document i-1; so document i's tokens run from its
+// start to the next document's start less the separator (to the end for the last), and
+// LoadTokens can join the documents with a boundary token instead (Source.Boundary,
+// data.document_mask).
+//
+// The header's checksum is verified whenever a header is read, the body's whenever the
 // tokens are: a damaged shard is an error naming the file and "checksum mismatch", never a
-// stream of wrong tokens. Version 1, written before checksums, has no checksum fields: the
-// name length is at offset 56 and the name at 58. It is still read (ShardHeader.Version
-// says which; LoadTokens warns on Source.Log that its tokens are not verified).
+// stream of wrong tokens. Version 2 has the same header but no document table, and its
+// body checksum covers the tokens alone; it is still read, but cannot be read with a
+// document boundary. Version 1, written before checksums, has no checksum fields: the name
+// length is at offset 56 and the name at 58. It is still read (ShardHeader.Version says
+// which; LoadTokens warns on Source.Log that its tokens are not verified).
 //
 // A shard holds whole documents: their tokens, with the encoding of DocSeparator between
 // consecutive ones, exactly as LoadTokens would put them in its stream. The file size is
-// the header size plus tokens × bytes per token; anything else is a truncated or foreign
-// file.
+// the header size plus tokens × bytes per token (plus 8 × documents in version 3); anything
+// else is a truncated or foreign file.
 const (
 	shardMagic      = "DFTOK1\x00\x00"
-	shardVersion    = 2    // the version written
-	shardFixedSize  = 66   // version 2's header bytes before the tokenizer name
+	shardVersion    = 3    // the version written
+	shardDocsFrom   = 3    // the first version with a document table
+	shardFixedSize  = 66   // versions 2 and 3's header bytes before the tokenizer name
 	shardFixedV1    = 58   // version 1's
 	maxShardNameLen = 1024 // longest tokenizer name a shard header holds
 )
@@ -58,7 +72,7 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // ShardHeader describes a token shard; see ReadShardHeader.
 type ShardHeader struct {
-	Version     int    // format version: 2, or 1 for a shard without checksums
+	Version     int    // format version: 3; 2 for a shard without a document table; 1 for one without checksums either
 	TokenBytes  int    // bytes per token on disk: 2 (uint16) or 4 (uint32)
 	VocabSize   int    // vocabulary size of the tokenizer; every token is below it
 	HeaderSize  int64  // offset of the first token
@@ -67,7 +81,19 @@ type ShardHeader struct {
 	TextBytes   int64  // bytes of text the tokens encode, DocSeparators between documents included
 	Fingerprint uint64 // TokenizerFingerprint of the tokenizer that wrote the shard
 	Tokenizer   string // Name of the tokenizer that wrote the shard
-	Checksum    uint32 // CRC-32C of the tokens as stored (version 2; 0 in version 1)
+	Checksum    uint32 // CRC-32C of the body as stored: tokens and document table (versions 2 and 3; 0 in version 1)
+}
+
+// HasDocStarts reports whether the shard records where its documents start (version 3 on).
+func (h ShardHeader) HasDocStarts() bool { return h.Version >= shardDocsFrom }
+
+// tableBytes returns the size of the shard's document table: 8 bytes a document from
+// version 3 on, none before.
+func (h ShardHeader) tableBytes() int64 {
+	if h.HasDocStarts() {
+		return 8 * h.Documents
+	}
+	return 0
 }
 
 // tokenBytes returns the bytes per token of a shard for a vocabulary: 2 up to 65536 ids,
@@ -105,7 +131,7 @@ func TokenizerFingerprint(tok Tokenizer) uint64 {
 	return h.Sum64()
 }
 
-// encode returns the header's bytes in version 2's layout, padded to h.HeaderSize, with
+// encode returns the header's bytes in version 2 and 3's layout, padded to h.HeaderSize, with
 // the header's checksum.
 func (h ShardHeader) encode() []byte {
 	b := make([]byte, h.HeaderSize)
@@ -126,7 +152,7 @@ func (h ShardHeader) encode() []byte {
 	return b
 }
 
-// headerSize returns the version 2 header size for a tokenizer name of n bytes.
+// headerSize returns the version 2 and 3 header size for a tokenizer name of n bytes.
 func headerSize(n int) int64 {
 	return headerSizeFor(shardFixedSize, n)
 }
@@ -190,9 +216,9 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 	switch h.Version {
 	case 1:
 		fixedLen, nameLenAt = shardFixedV1, 56
-	case shardVersion:
+	case 2, shardVersion:
 	default:
-		return ShardHeader{}, fmt.Errorf("data: token shard %s has version %d: this build reads versions 1 and %d (a newer distflash wrote it, or the file is damaged)", path, h.Version, shardVersion)
+		return ShardHeader{}, fmt.Errorf("data: token shard %s has version %d: this build reads versions 1 to %d (a newer distflash wrote it, or the file is damaged)", path, h.Version, shardVersion)
 	}
 	if n < fixedLen {
 		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: %d bytes, shorter than the %d-byte header", path, size, fixedLen)
@@ -253,13 +279,24 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 		return ShardHeader{}, fmt.Errorf("data: token shard %s: header's token count %d is out of range", path, h.Tokens)
 	}
 	want := h.HeaderSize + h.Tokens*int64(h.TokenBytes)
+	table := ""
+	if h.HasDocStarts() {
+		if h.Documents > (math.MaxInt64-want)/8 {
+			return ShardHeader{}, fmt.Errorf("data: token shard %s: header's document count %d is out of range", path, h.Documents)
+		}
+		if h.Documents == 0 && h.Tokens > 0 {
+			return ShardHeader{}, fmt.Errorf("data: token shard %s: header says %d tokens but no documents", path, h.Tokens)
+		}
+		want += h.tableBytes()
+		table = fmt.Sprintf(" and a table of %d document starts of 8 bytes", h.Documents)
+	}
 	if size < want {
-		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: its header says %d tokens of %d bytes after a %d-byte header, %d bytes in all, but the file has %d",
-			path, h.Tokens, h.TokenBytes, h.HeaderSize, want, size)
+		return ShardHeader{}, fmt.Errorf("data: token shard %s is truncated: its header says %d tokens of %d bytes%s after a %d-byte header, %d bytes in all, but the file has %d",
+			path, h.Tokens, h.TokenBytes, table, h.HeaderSize, want, size)
 	}
 	if size > want {
-		return ShardHeader{}, fmt.Errorf("data: token shard %s has %d bytes after its last token: its header says %d tokens of %d bytes after a %d-byte header, %d bytes in all",
-			path, size-want, h.Tokens, h.TokenBytes, h.HeaderSize, want)
+		return ShardHeader{}, fmt.Errorf("data: token shard %s has %d bytes after its end: its header says %d tokens of %d bytes%s after a %d-byte header, %d bytes in all",
+			path, size-want, h.Tokens, h.TokenBytes, table, h.HeaderSize, want)
 	}
 	if _, err := f.Seek(h.HeaderSize, io.SeekStart); err != nil {
 		return ShardHeader{}, fmt.Errorf("data: read token shard %s: %w", path, err)
@@ -268,36 +305,46 @@ func readShardHeader(f *os.File, path string) (ShardHeader, error) {
 }
 
 // ReadShard reads the token shard at path: its header (checked as by ReadShardHeader) and
-// its tokens, whose checksum must match the header's (version 2) and each of which must be
-// below the header's vocabulary size.
+// its tokens, whose checksum must match the header's (versions 2 and 3, the document table
+// included in 3) and each of which must be below the header's vocabulary size.
 func ReadShard(path string) (ShardHeader, []int32, error) {
+	h, toks, _, err := appendShard(nil, path)
+	return h, toks, err
+}
+
+// ReadShardDocuments is ReadShard that also returns the shard's document table (version 3):
+// starts[i] is the index in tokens of document i's first token. It is nil for versions 1
+// and 2, which do not record where documents start (ShardHeader.HasDocStarts). The table
+// is checked: document 0 starts at 0 and the starts do not decrease nor pass the tokens.
+func ReadShardDocuments(path string) (h ShardHeader, tokens []int32, starts []int64, err error) {
 	return appendShard(nil, path)
 }
 
-// appendShard reads the shard at path and appends its tokens to dst.
-func appendShard(dst []int32, path string) (ShardHeader, []int32, error) {
+// appendShard reads the shard at path, appends its tokens to dst and returns its document
+// table (nil before version 3).
+func appendShard(dst []int32, path string) (ShardHeader, []int32, []int64, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return ShardHeader{}, dst, fmt.Errorf("data: %w", err)
+		return ShardHeader{}, dst, nil, fmt.Errorf("data: %w", err)
 	}
 	defer f.Close()
 	h, err := readShardHeader(f, path)
 	if err != nil {
-		return h, dst, err
+		return h, dst, nil, err
 	}
 	if h.Tokens > int64(math.MaxInt-len(dst)) {
-		return h, dst, fmt.Errorf("data: token shard %s: %d tokens do not fit in memory", path, h.Tokens)
+		return h, dst, nil, fmt.Errorf("data: token shard %s: %d tokens do not fit in memory", path, h.Tokens)
 	}
 	start := len(dst)
 	dst = slices.Grow(dst, int(h.Tokens))[:start+int(h.Tokens)]
 	out := dst[start:]
-	buf := make([]byte, min(1<<20, len(out)*h.TokenBytes))
+	buf := make([]byte, min(1<<20, max(len(out)*h.TokenBytes, 8)))
 	var crc uint32
 	for i := 0; i < len(out); {
 		n := min(len(out)-i, len(buf)/h.TokenBytes)
 		chunk := buf[:n*h.TokenBytes]
 		if _, err := io.ReadFull(f, chunk); err != nil {
-			return h, dst[:start], fmt.Errorf("data: read token shard %s: %w", path, err)
+			return h, dst[:start], nil, fmt.Errorf("data: read token shard %s: %w", path, err)
 		}
 		crc = crc32.Update(crc, crcTable, chunk)
 		if h.TokenBytes == 2 {
@@ -311,28 +358,62 @@ func appendShard(dst []int32, path string) (ShardHeader, []int32, error) {
 		}
 		i += n
 	}
+	var starts []int64
+	if h.HasDocStarts() {
+		if h.Documents > int64(math.MaxInt/8) {
+			return h, dst[:start], nil, fmt.Errorf("data: token shard %s: %d documents do not fit in memory", path, h.Documents)
+		}
+		starts = make([]int64, h.Documents)
+		for i := 0; i < len(starts); {
+			n := min(len(starts)-i, len(buf)/8)
+			chunk := buf[:8*n]
+			if _, err := io.ReadFull(f, chunk); err != nil {
+				return h, dst[:start], nil, fmt.Errorf("data: read token shard %s: %w", path, err)
+			}
+			crc = crc32.Update(crc, crcTable, chunk)
+			for j := range n {
+				starts[i+j] = int64(binary.LittleEndian.Uint64(chunk[8*j:]))
+			}
+			i += n
+		}
+	}
 	if h.Version >= 2 && crc != h.Checksum {
-		return h, dst[:start], fmt.Errorf("data: token shard %s: checksum mismatch: its %d tokens have CRC-32C %08x, the header says %08x: the file is damaged; write it again with distflash data tokenize",
-			path, h.Tokens, crc, h.Checksum)
+		what := fmt.Sprintf("its %d tokens", h.Tokens)
+		if h.HasDocStarts() {
+			what += fmt.Sprintf(" and %d document starts", h.Documents)
+		}
+		return h, dst[:start], nil, fmt.Errorf("data: token shard %s: checksum mismatch: %s have CRC-32C %08x, the header says %08x: the file is damaged; write it again with distflash data tokenize",
+			path, what, crc, h.Checksum)
 	}
 	for i, id := range out {
 		if id < 0 || int(id) >= h.VocabSize {
-			return h, dst[:start], fmt.Errorf("data: token shard %s: token %d (at byte %d) is %d, outside the vocabulary [0, %d)",
+			return h, dst[:start], nil, fmt.Errorf("data: token shard %s: token %d (at byte %d) is %d, outside the vocabulary [0, %d)",
 				path, i, h.HeaderSize+int64(i)*int64(h.TokenBytes), uint32(id), h.VocabSize)
 		}
 	}
-	return h, dst, nil
+	for i, s := range starts {
+		switch {
+		case i == 0 && s != 0:
+			return h, dst[:start], nil, fmt.Errorf("data: token shard %s: document table: document 0 starts at token %d, want 0", path, s)
+		case s < 0 || s > h.Tokens:
+			return h, dst[:start], nil, fmt.Errorf("data: token shard %s: document table: document %d starts at token %d, outside the %d tokens", path, i, uint64(s), h.Tokens)
+		case i > 0 && s < starts[i-1]:
+			return h, dst[:start], nil, fmt.Errorf("data: token shard %s: document table: document %d starts at token %d, before document %d (at %d)", path, i, s, i-1, starts[i-1])
+		}
+	}
+	return h, dst, starts, nil
 }
 
 // ShardWriter writes one token shard. It writes to path+".tmp" and renames the file to path
 // in Close, so a shard under its own name is always complete.
 type ShardWriter struct {
-	path string
-	f    *os.File
-	w    *bufio.Writer
-	h    ShardHeader
-	sep  []int32
-	buf  []byte
+	path   string
+	f      *os.File
+	w      *bufio.Writer
+	h      ShardHeader
+	sep    []int32
+	buf    []byte
+	starts []int64 // the document table
 }
 
 // CreateShard starts a token shard at path for tokens of tok. The file must not exist.
@@ -378,6 +459,7 @@ func (w *ShardWriter) WriteDocument(tokens []int32, textBytes int) error {
 		}
 		w.h.TextBytes++
 	}
+	w.starts = append(w.starts, w.h.Tokens)
 	if err := w.write(tokens); err != nil {
 		return err
 	}
@@ -405,13 +487,21 @@ func (w *ShardWriter) write(tokens []int32) error {
 }
 
 // Header returns the header the shard has so far: its counts and checksum grow with each
-// document.
+// document (the checksum covers the document table only once Close has written it).
 func (w *ShardWriter) Header() ShardHeader { return w.h }
 
-// Close writes the header's counts and checksums, closes the file and renames it to its path. On error
-// the temporary file is removed.
+// Close writes the document table, the header's counts and checksums, closes the file and
+// renames it to its path. On error the temporary file is removed.
 func (w *ShardWriter) Close() error {
-	err := w.w.Flush()
+	w.buf = w.buf[:0]
+	for _, s := range w.starts {
+		w.buf = binary.LittleEndian.AppendUint64(w.buf, uint64(s))
+	}
+	_, err := w.w.Write(w.buf)
+	w.h.Checksum = crc32.Update(w.h.Checksum, crcTable, w.buf)
+	if err == nil {
+		err = w.w.Flush()
+	}
 	if err == nil {
 		_, err = w.f.WriteAt(w.h.encode(), 0)
 	}

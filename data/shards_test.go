@@ -91,7 +91,7 @@ func TestShardRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantH := ShardHeader{Version: 2, TokenBytes: tt.tokenBytes, VocabSize: tt.tok.VocabSize(),
+			wantH := ShardHeader{Version: 3, TokenBytes: tt.tokenBytes, VocabSize: tt.tok.VocabSize(),
 				HeaderSize: headerSize(len(tt.tok.Name())), Tokens: int64(len(want)), Documents: 3,
 				TextBytes: int64(len(strings.Join(docs, "\n"))), Fingerprint: TokenizerFingerprint(tt.tok), Tokenizer: tt.tok.Name(),
 				Checksum: crc32.Checksum(file[headerSize(len(tt.tok.Name())):], crc32.MakeTable(crc32.Castagnoli))}
@@ -102,7 +102,7 @@ func TestShardRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if size := h.HeaderSize + int64(len(want)*tt.tokenBytes); fi.Size() != size {
+			if size := h.HeaderSize + int64(len(want)*tt.tokenBytes) + 8*3; fi.Size() != size {
 				t.Errorf("file has %d bytes, want %d", fi.Size(), size)
 			}
 			if h.HeaderSize%8 != 0 {
@@ -115,6 +115,21 @@ func TestShardRoundTrip(t *testing.T) {
 			}
 			if !slices.Equal(loaded, want) {
 				t.Errorf("LoadTokens gives %v, want %v", loaded, want)
+			}
+			// The document table says where each document starts.
+			_, _, starts, err := ReadShardDocuments(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sep := len(tt.tok.Encode([]byte{DocSeparator}))
+			var wantStarts []int64
+			at := 0
+			for _, d := range docs {
+				wantStarts = append(wantStarts, int64(at))
+				at += len(tt.tok.Encode([]byte(d))) + sep
+			}
+			if !slices.Equal(starts, wantStarts) {
+				t.Errorf("document starts %v, want %v", starts, wantStarts)
 			}
 		})
 	}
@@ -135,8 +150,10 @@ func TestShardLayout(t *testing.T) {
 	for _, c := range "hi\nA" {
 		tokens = le.AppendUint16(tokens, uint16(c))
 	}
+	tokens = le.AppendUint64(tokens, 0) // document table: "hi" starts at token 0,
+	tokens = le.AppendUint64(tokens, 3) // "A" at token 3
 	want = append(want, "DFTOK1\x00\x00"...)
-	want = le.AppendUint32(want, 2)   // version
+	want = le.AppendUint32(want, 3)   // version
 	want = le.AppendUint32(want, 2)   // bytes per token
 	want = le.AppendUint32(want, 256) // vocabulary
 	want = le.AppendUint32(want, 72)  // header size: 66 + 4 rounded up to 8
@@ -144,8 +161,8 @@ func TestShardLayout(t *testing.T) {
 	want = le.AppendUint64(want, 2)   // documents
 	want = le.AppendUint64(want, 4)   // text bytes: "hi\nA"
 	want = le.AppendUint64(want, TokenizerFingerprint(ByteTokenizer{}))
-	want = le.AppendUint32(want, crc32.Checksum(tokens, castagnoli))
-	want = le.AppendUint32(want, 0) // the header's checksum, filled in below
+	want = le.AppendUint32(want, crc32.Checksum(tokens, castagnoli)) // tokens and table
+	want = le.AppendUint32(want, 0)                                  // the header's checksum, filled in below
 	want = le.AppendUint16(want, 4)
 	want = append(want, "byte\x00\x00"...)
 	le.PutUint32(want[60:], crc32.Checksum(want, castagnoli))
@@ -167,7 +184,7 @@ func TestTokenizerFingerprint(t *testing.T) {
 	}
 }
 
-// reseal sets the checksums of the version 2 shard b to match its (patched) content: the
+// reseal sets the checksums of the version 2 or 3 shard b to match its (patched) content: the
 // tokens' if tokens is set, then the header's over its header-size field's bytes.
 func reseal(b []byte, tokens bool) []byte {
 	le := binary.LittleEndian
@@ -203,7 +220,8 @@ func TestReadShardErrors(t *testing.T) {
 	sealed := func(off int, v ...byte) []byte { return reseal(patch(off, v...), false) }
 	u32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	u64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
-	const hs = 72 // 66 header bytes + "byte", rounded up to 8
+	const hs = 72         // 66 header bytes + "byte", rounded up to 8
+	const table = 72 + 22 // the document table: after 11 tokens of 2 bytes
 	tests := []struct {
 		name    string
 		content []byte
@@ -216,9 +234,10 @@ func TestReadShardErrors(t *testing.T) {
 		{"magic only", orig[:8], []string{"truncated", "8 bytes"}},
 		{"header cut", orig[:60], []string{"truncated", "66-byte header"}},
 		{"header cut after the name", orig[:70], []string{"truncated", "72-byte header"}},
-		{"last token cut", orig[:len(orig)-1], []string{"truncated", "11 tokens", "94 bytes in all", "file has 93"}},
-		{"trailing byte", append(bytes.Clone(orig), 0), []string{"1 bytes after its last token"}},
-		{"version 3", patch(8, u32(3)...), []string{"version 3", "reads versions 1 and 2"}},
+		{"last byte cut", orig[:len(orig)-1], []string{"truncated", "11 tokens", "table of 2 document starts", "110 bytes in all", "file has 109"}},
+		{"document table cut", orig[:table], []string{"truncated", "11 tokens", "table of 2 document starts", "110 bytes in all", "file has 94"}},
+		{"trailing byte", append(bytes.Clone(orig), 0), []string{"1 bytes after its end"}},
+		{"version 4", patch(8, u32(4)...), []string{"version 4", "reads versions 1 to 3"}},
 		// Any damaged byte of the header or the tokens is a checksum mismatch.
 		{"flipped token count", flip(24), []string{"header checksum mismatch", "damaged"}},
 		{"flipped fingerprint", flip(50), []string{"header checksum mismatch"}},
@@ -227,7 +246,8 @@ func TestReadShardErrors(t *testing.T) {
 		{"flipped name", flip(67), []string{"header checksum mismatch"}},
 		{"flipped padding", flip(71), []string{"header checksum mismatch"}},
 		{"flipped first token", flip(hs), []string{"checksum mismatch", "11 tokens", "damaged", "data tokenize"}},
-		{"flipped last token", flip(len(orig) - 1), []string{"checksum mismatch", "11 tokens"}},
+		{"flipped last token", flip(table - 1), []string{"checksum mismatch", "11 tokens"}},
+		{"flipped document start", flip(table + 8), []string{"checksum mismatch", "11 tokens and 2 document starts", "damaged"}},
 		// A header that is consistent with its checksum but wrong says what is wrong.
 		{"3-byte tokens", sealed(12, u32(3)...), []string{"3 bytes per token", "want 2 (uint16) or 4 (uint32)"}},
 		{"vocab 0", sealed(16, u32(0)...), []string{"vocabulary size 0"}},
@@ -236,6 +256,12 @@ func TestReadShardErrors(t *testing.T) {
 		{"token count", sealed(24, u64(1<<62)...), []string{"out of range"}},
 		{"name length 0", sealed(64, 0, 0), []string{"tokenizer name of 0 bytes"}},
 		{"token outside vocabulary", reseal(patch(hs+2*3, 0x2c, 0x01), true), []string{"token 3", "is 300", "[0, 256)"}},
+		{"no documents", sealed(32, u64(0)...), []string{"11 tokens but no documents"}},
+		{"document count", sealed(32, u64(1<<61)...), []string{"document count", "out of range"}},
+		// A document table consistent with its checksum but wrong says what is wrong.
+		{"first document not at 0", reseal(patch(table, 1), true), []string{"document table", "document 0 starts at token 1, want 0"}},
+		{"document past the tokens", reseal(patch(table+8, 12), true), []string{"document table", "document 1 starts at token 12, outside the 11 tokens"}},
+		{"document start huge", reseal(patch(table+8, u64(1<<63)...), true), []string{"document 1 starts at token 9223372036854775808"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -430,6 +456,16 @@ func TestShardWriterErrors(t *testing.T) {
 	}
 }
 
+// toVersion2 rewrites the version 3 shard b in version 2's layout: no document table, the
+// body checksum over the tokens alone.
+func toVersion2(b []byte) []byte {
+	le := binary.LittleEndian
+	tokens := int(le.Uint64(b[24:])) * int(le.Uint32(b[12:]))
+	out := bytes.Clone(b[:int(le.Uint32(b[20:]))+tokens])
+	le.PutUint32(out[8:], 2)
+	return reseal(out, true)
+}
+
 // toVersion1 rewrites the version 2 shard b in version 1's layout: no checksums, the name
 // length at offset 56 and the name at 58.
 func toVersion1(b []byte) []byte {
@@ -446,12 +482,12 @@ func toVersion1(b []byte) []byte {
 	return append(out, b[hs:]...)
 }
 
-// TestShardVersion1Layout: toVersion1 of a shard written now is the version 1 file the old
-// writer wrote (testdata/shard-v1.tokens), and reads as the same tokens.
+// TestShardVersion1Layout: toVersion1 of (toVersion2 of) a shard written now is the version 1
+// file the old writer wrote (testdata/shard-v1.tokens), and reads as the same tokens.
 func TestShardVersion1Layout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "a.tokens")
 	writeShard(t, path, ByteTokenizer{}, "a version 1 shard", "written before shards had checksums\n")
-	v2, err := os.ReadFile(path)
+	v3, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,16 +495,17 @@ func TestShardVersion1Layout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := toVersion1(v2); !bytes.Equal(got, v1) {
+	if got := toVersion1(toVersion2(v3)); !bytes.Equal(got, v1) {
 		t.Errorf("toVersion1 gives\n% x\nwant\n% x", got, v1)
 	}
 }
 
-// BenchmarkReadShard reads a shard of 8M uint16 tokens as version 2 (the tokens' checksum
-// verified) and as version 1 (not), the same tokens: the difference is the verification.
+// BenchmarkReadShard reads a shard of 8M uint16 tokens as version 3 (the checksum of the
+// tokens and document table verified) and as version 1 (not), the same tokens: the
+// difference is the verification.
 func BenchmarkReadShard(b *testing.B) {
 	dir := b.TempDir()
-	path := filepath.Join(dir, "v2.tokens")
+	path := filepath.Join(dir, "v3.tokens")
 	w, err := CreateShard(path, ByteTokenizer{})
 	if err != nil {
 		b.Fatal(err)
@@ -482,20 +519,20 @@ func BenchmarkReadShard(b *testing.B) {
 	if err := w.Close(); err != nil {
 		b.Fatal(err)
 	}
-	v2, err := os.ReadFile(path)
+	v3, err := os.ReadFile(path)
 	if err != nil {
 		b.Fatal(err)
 	}
 	v1 := filepath.Join(dir, "v1.tokens")
-	if err := os.WriteFile(v1, toVersion1(v2), 0o644); err != nil {
+	if err := os.WriteFile(v1, toVersion1(toVersion2(v3)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	for _, p := range []string{path, v1} {
 		b.Run(strings.TrimSuffix(filepath.Base(p), ".tokens"), func(b *testing.B) {
-			b.SetBytes(int64(len(v2)))
+			b.SetBytes(int64(len(v3)))
 			var dst []int32
 			for b.Loop() {
-				if _, dst, err = appendShard(dst[:0], p); err != nil {
+				if _, dst, _, err = appendShard(dst[:0], p); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -3,13 +3,15 @@
 package kernels
 
 // The attention primitive on the GPU (kernels/cuda/attn_mma.cu and attn_f32.cu). The host
-// plans each call (planAttn), uploads the positions and the causal tile bounds in one copy,
+// plans each call (planAttn), uploads the positions and the causal tile bounds (with a
+// document mask also the queries' document starts and their tile bounds) in one copy,
 // converts the operands to 16 bits for the tensor-core path, and launches: one kernel for the
 // block forward, two for the block backward (dQ by query blocks; dK, dV by key blocks).
 //
 // Counters: the forward counts 4·hd FLOPs per (query, key) pair of the tiles its kernel
-// computes (64×64 tiles on tensor cores, 64×32 on CUDA cores; tiles that the causal mask hides
-// are skipped and not counted), the backward 10·hd per pair of its dQ kernel's 64×32 tiles. The
+// computes (64×64 tiles on tensor cores, 64×32 on CUDA cores; tiles that the causal or the
+// document mask hides are skipped and not counted), the backward 10·hd per pair of its dQ
+// kernel's 64×32 tiles. The
 // two-kernel backward recomputes S and dP in both kernels, so it executes 14·hd per pair; the
 // counters keep the algorithm's 10·hd so that they compare with the CPU's and the papers'.
 
@@ -44,9 +46,6 @@ func (c *CUDA) attnPlan(sh AttnShape) attnPlan {
 	if err := sh.Validate(); err != nil {
 		panic(err)
 	}
-	if sh.QStart != nil {
-		panic("kernels: the cuda backend cannot mask attention by document yet (data.document_mask = true): train on the cpu backend")
-	}
 	p := planAttn(sh.HeadDim, c.precision())
 	if need := max(p.smemFwd, p.smemDQ, p.smemDKDV); need > c.info.smemOptin {
 		panic(fmt.Sprintf("kernels: cuda attention with head_dim %d needs %d bytes of shared memory per block, device %s allows %d",
@@ -74,23 +73,19 @@ func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	defer c.mu.Unlock()
 	ai := packAttnInts(sh)
 	ip := c.uploadInts(ai.data)
-	at := func(off int) devPtr {
-		if !sh.Causal {
-			return 0
-		}
-		return ip + devPtr(4*off)
-	}
+	at, doc := attnArgs(ip, sh)
 	causal := boolInt(sh.Causal)
 	gx := ceilDiv(sh.NQ, attnT64)
 	if !p.mma {
 		c.launch("df_attn_fwd_f32", gx, H, p.threads, p.smemFwd, q, k, v, o, m, l,
-			at(ai.qpos), at(ai.kpos), at(ai.q64max), at(ai.k32min),
+			at(ai.qpos), at(ai.kpos), at(ai.q64max), at(ai.k32min), doc(ai.qstart), doc(ai.qs64min), doc(ai.k32max),
 			int32(sh.NQ), int32(sh.NK), int32(H), int32(sh.KVHeads), int32(hd), sh.Scale, causal)
 		return
 	}
 	hq, hk, hv := c.toHalf(0, qb, p.halfIsFP16), c.toHalf(1, kb, p.halfIsFP16), c.toHalf(2, vb, p.halfIsFP16)
 	c.launch("df_attn_fwd_"+p.suffix, gx, H, p.threads, p.smemFwd, hq, hk, hv, o, m, l,
 		at(ai.qpos), at(ai.kpos), at(ai.q64min), at(ai.q64max), at(ai.k64min), at(ai.k64max),
+		doc(ai.qstart), doc(ai.qs64min), doc(ai.qs64max),
 		int32(sh.NQ), int32(sh.NK), int32(H), int32(sh.KVHeads), sh.Scale, causal)
 }
 
@@ -141,20 +136,17 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Att
 	defer c.mu.Unlock()
 	ai := packAttnInts(sh)
 	ip := c.uploadInts(ai.data)
-	at := func(off int) devPtr {
-		if !sh.Causal {
-			return 0
-		}
-		return ip + devPtr(4*off)
-	}
+	at, doc := attnArgs(ip, sh)
 	causal := boolInt(sh.Causal)
 	nq, nk, kvh := int32(sh.NQ), int32(sh.NK), int32(sh.KVHeads)
 	if !p.mma {
 		c.launch("df_attn_bwd_dq_f32", ceilDiv(sh.NQ, attnT64), H, p.threads, p.smemDQ,
 			q, k, v, do, lse, d, dq, at(ai.qpos), at(ai.kpos), at(ai.q64max), at(ai.k32min),
+			doc(ai.qstart), doc(ai.qs64min), doc(ai.k32max),
 			nq, nk, int32(H), kvh, int32(hd), sh.Scale, causal)
 		c.launch("df_attn_bwd_dkdv_f32", ceilDiv(sh.NK, attnT64), sh.KVHeads, p.threads, p.smemDKDV,
 			q, k, v, do, lse, d, dk, dv, at(ai.qpos), at(ai.kpos), at(ai.q32max), at(ai.k64min),
+			doc(ai.qstart), doc(ai.qs32min), doc(ai.k64max),
 			nq, nk, int32(H), kvh, int32(hd), sh.Scale, causal)
 		return
 	}
@@ -162,10 +154,28 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Att
 	hq, hk, hv, hdo := c.toHalf(0, qb, f16), c.toHalf(1, kb, f16), c.toHalf(2, vb, f16), c.toHalf(3, dob, f16)
 	c.launch("df_attn_bwd_dq_"+p.suffix, ceilDiv(sh.NQ, attnT64), H, p.threads, p.smemDQ,
 		hq, hk, hv, hdo, lse, d, dq, at(ai.qpos), at(ai.kpos), at(ai.q64min), at(ai.q64max), at(ai.k32min), at(ai.k32max),
+		doc(ai.qstart), doc(ai.qs64min), doc(ai.qs64max),
 		nq, nk, int32(H), kvh, sh.Scale, causal)
 	c.launch("df_attn_bwd_dkdv_"+p.suffix, ceilDiv(sh.NK, attnT64), sh.KVHeads, p.threads, p.smemDKDV,
 		hq, hk, hv, hdo, lse, d, dk, dv, at(ai.qpos), at(ai.kpos), at(ai.q32min), at(ai.q32max), at(ai.k64min), at(ai.k64max),
+		doc(ai.qstart), doc(ai.qs32min), doc(ai.qs32max),
 		nq, nk, int32(H), kvh, sh.Scale, causal)
+}
+
+// attnArgs returns the functions that give the device address of a part of the uploaded
+// attnInts at ip: at for the causal parts (null without a causal mask, whose kernels read no
+// positions), doc for the document mask's (null without one: the kernels take a null qstart
+// for no document mask).
+func attnArgs(ip devPtr, sh AttnShape) (at, doc func(off int) devPtr) {
+	part := func(on bool) func(int) devPtr {
+		return func(off int) devPtr {
+			if !on {
+				return 0
+			}
+			return ip + devPtr(4*off)
+		}
+	}
+	return part(sh.Causal), part(sh.Causal && sh.QStart != nil)
 }
 
 // attnFLOPs is 4·hd·H per causal-visible (query, key) pair of a whole causal attention of n

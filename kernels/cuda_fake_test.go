@@ -152,8 +152,8 @@ func TestCUDAHostPTXSignatures(t *testing.T) {
 		"df_xent":                "u64 u64 u64 u64 u32 u64 f32",
 		"df_adamw":               "u64 u64 u64 u64 u64 f32 f32 f32 f32 f32 f32 f32 f32",
 		"df_rope":                "u64 u64 u64 u32 u32 u32 u32 f64",
-		"df_attn_fwd_bf16_hd128": "u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u32 u32 u32 u32 f32 u32",
-		"df_attn_bwd_dkdv_f32":   "u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u32 u32 u32 u32 u32 f32 u32",
+		"df_attn_fwd_bf16_hd128": "u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u32 u32 u32 u32 f32 u32",
+		"df_attn_bwd_dkdv_f32":   "u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u64 u32 u32 u32 u32 u32 f32 u32",
 	}
 	for k, w := range want {
 		if got := strings.Join(c.sigs[k], " "); got != w {
@@ -270,6 +270,63 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 	}
 	c.setPrecision(precFP32)
 
+	// With a document mask every attention kernel gets the document starts and their tile
+	// bounds (non-null), at the offsets packAttnInts gives; without one, null.
+	for _, tc := range []struct {
+		p    cudaPrec
+		hd   int
+		args [3][3]int // per kernel (forward, dQ, dK/dV): index of the qpos, qstart and first document bound arguments
+	}{
+		{precFP32, 6, [3][3]int{{6, 10, 11}, {7, 11, 12}, {8, 12, 13}}},
+		{precBF16, 64, [3][3]int{{6, 12, 13}, {7, 13, 14}, {8, 14, 15}}},
+	} {
+		c.setPrecision(tc.p)
+		const nq, nk, H, K = 130, 70, 6, 2
+		pos := layouts(nq+nk, r)["contiguous"]
+		sh := AttnShape{NQ: nq, NK: nk, Heads: H, KVHeads: K, HeadDim: tc.hd, Causal: true, Scale: 0.3,
+			QPos: pos[nk:], KPos: pos[:nk], QStart: make([]int32, nq)}
+		for i := range sh.QStart {
+			sh.QStart[i] = int32(nk + i/20*20 - 30) // documents of 20 tokens, the first reaching into the keys
+		}
+		st := AttnState{O: c.Alloc(nq * H * tc.hd), M: c.Alloc(H * nq), L: c.Alloc(H * nq)}
+		q, k, v, do := buf(nq*H*tc.hd), buf(nk*K*tc.hd), buf(nk*K*tc.hd), buf(nq*H*tc.hd)
+		c.AttnInit(st)
+		for _, masked := range []bool{true, false} {
+			s := sh
+			if !masked {
+				s.QStart = nil
+			}
+			n0 := len(f.launches)
+			c.AttnForward(st, q, k, v, s)
+			c.AttnBackward(c.Alloc(nq*H*tc.hd), c.Alloc(nk*K*tc.hd), c.Alloc(nk*K*tc.hd), q, k, v, do, buf(H*nq), buf(H*nq), s)
+			var attn []fakeLaunch
+			for _, l := range f.launches[n0:] {
+				if strings.HasPrefix(l.name, "df_attn_") {
+					attn = append(attn, l)
+				}
+			}
+			if len(attn) != 3 {
+				t.Fatalf("%v masked=%v: %d attention launches, want 3", tc.p, masked, len(attn))
+			}
+			ai := packAttnInts(s)
+			for i, l := range attn {
+				qp, qs, bound := l.args[tc.args[i][0]], l.args[tc.args[i][1]], l.args[tc.args[i][2]]
+				if masked != (qs != 0) || masked != (bound != 0) {
+					t.Errorf("%v masked=%v: %s gets qstart %#x, bound %#x", tc.p, masked, l.name, qs, bound)
+				}
+				wantBound := ai.qs64min // forward and dQ tile queries by 64, dK/dV by 32
+				if i == 2 {
+					wantBound = ai.qs32min
+				}
+				if masked && (qs != qp+uint64(4*(ai.qstart-ai.qpos)) || bound != qp+uint64(4*(wantBound-ai.qpos))) {
+					t.Errorf("%v: %s gets qstart at qpos%+d bytes, bound at %+d, want %+d and %+d", tc.p, l.name,
+						int64(qs-qp), int64(bound-qp), 4*(ai.qstart-ai.qpos), 4*(wantBound-ai.qpos))
+				}
+			}
+		}
+	}
+	c.setPrecision(precFP32)
+
 	// A block the mask hides launches nothing and is counted as skipped.
 	c.Counters().Reset()
 	n0 := len(f.launches)
@@ -281,10 +338,12 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 	}
 	mustPanic(t, "token id 10 outside vocabulary of 10", func() { c.Embedding(c.Alloc(8), c.Alloc(80), []int32{10}, 8) })
 	mustPanic(t, "rmsnorm w has 7 elements, want 8", func() { c.RMSNorm(c.Alloc(8), c.Alloc(1), c.Alloc(8), c.Alloc(7), 1, 8, 1) })
-	mustPanic(t, "cannot mask attention by document", func() { // refused, not computed unmasked
-		c.AttnForward(st, c.Alloc(4*2*8), c.Alloc(4*2*8), c.Alloc(4*2*8), AttnShape{NQ: 4, NK: 4, Heads: 2, KVHeads: 2,
-			HeadDim: 8, Causal: true, Scale: 1, QPos: []int32{0, 1, 2, 3}, KPos: []int32{0, 1, 2, 3}, QStart: []int32{0, 0, 2, 2}})
-	})
+	// A block the document mask alone hides launches nothing either.
+	c.AttnForward(st, c.Alloc(4*2*8), c.Alloc(3*2*8), c.Alloc(3*2*8), AttnShape{NQ: 4, NK: 3, Heads: 2, KVHeads: 2,
+		HeadDim: 8, Causal: true, Scale: 1, QPos: []int32{4, 5, 6, 7}, KPos: []int32{0, 1, 2}, QStart: []int32{3, 3, 6, 6}})
+	if len(f.launches) != n0 || c.Counters().AttnSkipped.Load() != 2 {
+		t.Errorf("block hidden by documents: %d launches, %d skipped", len(f.launches)-n0, c.Counters().AttnSkipped.Load())
+	}
 	mustPanic(t, "head_dim 1024 needs", func() {
 		c.AttnForward(st, c.Alloc(1024), c.Alloc(1024), c.Alloc(1024), AttnShape{NQ: 1, NK: 1, Heads: 1, KVHeads: 1, HeadDim: 1024, Scale: 1})
 	})

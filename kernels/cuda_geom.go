@@ -217,7 +217,7 @@ func planAttn(hd int, p cudaPrec) attnPlan {
 			mma: true, suffix: fmt.Sprintf("%s_hd%d", name, hd), fwdBK: attnT64, threads: attnThread,
 			smemFwd:  (attnT64*ld+4*attnT64*ld)*2 + 2*attnT64*4,
 			smemDQ:   (2*attnT64*ld+4*attnT32*ld)*2 + 2*attnT32*4,
-			smemDKDV: (2*attnT64*ld+4*attnT32*ld)*2 + 6*attnT32*4,
+			smemDKDV: (2*attnT64*ld+4*attnT32*ld)*2 + 8*attnT32*4, // lse, D, qpos, qstart: [2][32] each
 			half:     true, halfIsFP16: p == precFP16, headDim: hd, precision: p,
 			description: fmt.Sprintf("tensor cores, %s operands, fp32 accumulation", p),
 		}
@@ -243,18 +243,23 @@ func tileBounds(pos []int32, tile int) (mins, maxs []int32) {
 
 // visiblePairs counts the (query, key) pairs of the bq×bk tiles that a kernel computes: all of
 // them without a causal mask, else those of tiles with max(qpos of the tile) ≥ min(kpos of the
-// tile), the kernels' skip rule.
+// tile) and, with a document mask, min(qstart of the tile) ≤ max(kpos of the tile): the
+// kernels' skip rule.
 func visiblePairs(sh AttnShape, bq, bk int) int64 {
 	if !sh.Causal {
 		return int64(sh.NQ) * int64(sh.NK)
 	}
 	_, qmax := tileBounds(sh.QPos, bq)
-	kmin, _ := tileBounds(sh.KPos, bk)
+	kmin, kmax := tileBounds(sh.KPos, bk)
+	var smin []int32
+	if sh.QStart != nil {
+		smin, _ = tileBounds(sh.QStart, bq)
+	}
 	var n int64
 	for i, qm := range qmax {
 		rows := int64(min(bq, sh.NQ-i*bq))
 		for j, km := range kmin {
-			if qm >= km {
+			if qm >= km && (smin == nil || smin[i] <= kmax[j]) {
 				n += rows * int64(min(bk, sh.NK-j*bk))
 			}
 		}
@@ -263,14 +268,17 @@ func visiblePairs(sh AttnShape, bq, bk int) int64 {
 }
 
 // attnInts is the int32 array an attention call uploads: the positions and the causal tile
-// bounds at 64 and 32, and the offset of each part (in elements).
+// bounds at 64 and 32, with a document mask the queries' document starts and their tile
+// bounds, and the offset of each part (in elements).
 type attnInts struct {
 	data                                                                       []int32
 	qpos, kpos, q64min, q64max, q32min, q32max, k64min, k64max, k32min, k32max int
+	qstart, qs64min, qs64max, qs32min, qs32max                                 int
 }
 
 // packAttnInts lays out the positions and bounds of a causal call (nothing for a non-causal one,
-// whose kernels read no positions).
+// whose kernels read no positions), and the document starts and their bounds when the call
+// masks by document.
 func packAttnInts(sh AttnShape) attnInts {
 	var a attnInts
 	if !sh.Causal {
@@ -288,6 +296,12 @@ func packAttnInts(sh AttnShape) attnInts {
 	k32min, k32max := tileBounds(sh.KPos, attnT32)
 	a.q64min, a.q64max, a.q32min, a.q32max = add(q64min), add(q64max), add(q32min), add(q32max)
 	a.k64min, a.k64max, a.k32min, a.k32max = add(k64min), add(k64max), add(k32min), add(k32max)
+	if sh.QStart != nil {
+		qs64min, qs64max := tileBounds(sh.QStart, attnT64)
+		qs32min, qs32max := tileBounds(sh.QStart, attnT32)
+		a.qstart = add(sh.QStart)
+		a.qs64min, a.qs64max, a.qs32min, a.qs32max = add(qs64min), add(qs64max), add(qs32min), add(qs32max)
+	}
 	return a
 }
 

@@ -180,6 +180,68 @@ func TestCUDAHostTileBounds(t *testing.T) {
 	}
 }
 
+// TestCUDAHostTileBoundsDocuments checks the skip rule under a document mask against brute
+// force: a tile skipped (max qpos < min kpos, or min qstart > max kpos) holds no visible
+// pair, a tile wholly visible by the kernels' test (min qpos ≥ max kpos and max qstart ≤
+// min kpos) holds only visible pairs, and visiblePairs counts the pairs of the kept tiles;
+// with documents it counts fewer than without whenever a tile is hidden by them alone.
+func TestCUDAHostTileBoundsDocuments(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	hiddenByDocs := 0
+	for _, n := range []int{1, 31, 64, 100, 257} {
+		for name, pos := range layouts(n, r) {
+			for dn, doc := range docTables(n, r) {
+				for _, nk := range []int{1, 33, n} {
+					kpos := pos
+					if nk != n {
+						kpos = make([]int32, nk)
+						for j := range kpos {
+							kpos[j] = int32(r.IntN(n))
+						}
+					}
+					sh := AttnShape{NQ: n, NK: nk, Causal: true, QPos: pos, KPos: kpos, QStart: docStarts(pos, doc)}
+					for _, tiles := range [][2]int{{attnT64, attnT64}, {attnT64, attnT32}, {attnT32, attnT64}} {
+						bq, bk := tiles[0], tiles[1]
+						qmin, qmax := tileBounds(pos, bq)
+						smin, smax := tileBounds(sh.QStart, bq)
+						kmin, kmax := tileBounds(kpos, bk)
+						var want int64
+						for ti := range qmax {
+							for tj := range kmin {
+								any, all := false, true
+								for i := ti * bq; i < min((ti+1)*bq, n); i++ {
+									for j := tj * bk; j < min((tj+1)*bk, nk); j++ {
+										vis := pos[i] >= kpos[j] && kpos[j] >= sh.QStart[i]
+										any, all = any || vis, all && vis
+									}
+								}
+								kept := qmax[ti] >= kmin[tj] && smin[ti] <= kmax[tj]
+								if !kept && any {
+									t.Fatalf("%s %s n=%d nk=%d tiles %dx%d: tile (%d,%d) skipped but has visible pairs", name, dn, n, nk, bq, bk, ti, tj)
+								}
+								if qmin[ti] >= kmax[tj] && smax[ti] <= kmin[tj] && !all {
+									t.Fatalf("%s %s n=%d nk=%d tiles %dx%d: tile (%d,%d) taken as all visible but has masked pairs", name, dn, n, nk, bq, bk, ti, tj)
+								}
+								if kept {
+									want += int64(min(bq, n-ti*bq)) * int64(min(bk, nk-tj*bk))
+								} else if qmax[ti] >= kmin[tj] {
+									hiddenByDocs++
+								}
+							}
+						}
+						if got := visiblePairs(sh, bq, bk); got != want {
+							t.Fatalf("%s %s n=%d nk=%d tiles %dx%d: visiblePairs = %d, want %d", name, dn, n, nk, bq, bk, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+	if hiddenByDocs == 0 {
+		t.Error("no tile was hidden by the document mask alone")
+	}
+}
+
 // TestCUDAHostPackAttnInts checks the layout of the uploaded positions and bounds.
 func TestCUDAHostPackAttnInts(t *testing.T) {
 	qpos := []int32{5, 9, 2}
@@ -210,6 +272,36 @@ func TestCUDAHostPackAttnInts(t *testing.T) {
 	}
 	if b := packAttnInts(AttnShape{NQ: 3, NK: 70}); len(b.data) != 0 {
 		t.Errorf("non-causal call uploads %d ints, want none", len(b.data))
+	}
+	// With a document mask the queries' document starts and their bounds follow.
+	qstart := make([]int32, 70)
+	for i := range qstart {
+		qstart[i] = int32(i / 10 * 10)
+	}
+	qpos70 := make([]int32, 70)
+	for i := range qpos70 {
+		qpos70[i] = int32(i)
+	}
+	b := packAttnInts(AttnShape{NQ: 70, NK: 70, Causal: true, QPos: qpos70, KPos: kpos, QStart: qstart})
+	if n := 70 + 70 + 2*(2+3) + 2*(2+3); b.qstart != n { // positions, then query and key bounds at 64 and 32
+		t.Errorf("qstart at %d, want %d (after the causal parts)", b.qstart, n)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want []int32
+	}{
+		{"qstart", b.data[b.qstart : b.qstart+70], qstart},
+		{"qs64min", b.data[b.qs64min : b.qs64min+2], []int32{0, 60}},
+		{"qs64max", b.data[b.qs64max : b.qs64max+2], []int32{60, 60}},
+		{"qs32min", b.data[b.qs32min : b.qs32min+3], []int32{0, 30, 60}},
+		{"qs32max", b.data[b.qs32max : b.qs32max+3], []int32{30, 60, 60}},
+	} {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	if len(b.data) != b.qs32max+3 {
+		t.Errorf("%d ints uploaded, want %d", len(b.data), b.qs32max+3)
 	}
 }
 

@@ -500,7 +500,18 @@ type attnCase struct {
 	hd             int
 	causal         bool
 	qpos, kpos     []int32
-	emptyQueryRows bool // some queries see no key (positions before every key)
+	qstart         []int32 // document start of each query (AttnShape.QStart), nil: no document mask
+	emptyQueryRows bool    // some queries see no key (positions before every key, or before their document)
+}
+
+// docStarts returns the document start of each position of pos under the document-start
+// table doc (indexed by position).
+func docStarts(pos, doc []int32) []int32 {
+	s := make([]int32, len(pos))
+	for i, p := range pos {
+		s[i] = doc[p]
+	}
+	return s
 }
 
 func attnCases(r *rand.Rand, hds []int) []attnCase {
@@ -528,7 +539,61 @@ func attnCases(r *rand.Rand, hds []int) []attnCase {
 			attnCase{name: fmt.Sprintf("hd%d_noncausal", hd), nq: 70, nk: 130, h: 4, kv: 1, hd: hd},
 			attnCase{name: fmt.Sprintf("hd%d_one_query", hd), nq: 1, nk: 97, h: 2, kv: 2, hd: hd, causal: true, qpos: []int32{96}, kpos: layouts(97, r)["contiguous"]},
 		)
+		cs = append(cs, docAttnCases(r, hd)...)
 	}
+	return cs
+}
+
+// docAttnCases are the document-masked cases (data.document_mask) at head dimension hd:
+// every layout under short documents (one-token ones among them) and documents cut at the
+// quarters, so that tiles straddle document starts and are hidden by the document mask
+// alone; 300 tokens of short documents, where most tiles are skipped, and of two documents,
+// whose tiles are wholly visible, straddle the start or are hidden; and
+// queries against an earlier block of keys that the documents hide from some queries
+// entirely (rows with no visible key: o = 0, lse = −Inf, no gradient) and from every query
+// in its first third (a whole call skipped).
+func docAttnCases(r *rand.Rand, hd int) []attnCase {
+	var cs []attnCase
+	for _, hc := range []struct{ h, kv int }{{4, 2}, {33, 3}} {
+		ls, docs := layouts(150, r), docTables(150, r)
+		for _, name := range slices.Sorted(maps.Keys(ls)) {
+			for _, dn := range []string{"quarters", "short"} {
+				pos := ls[name]
+				cs = append(cs, attnCase{name: fmt.Sprintf("hd%d_H%d_KV%d_%s_docs_%s", hd, hc.h, hc.kv, name, dn),
+					nq: 150, nk: 150, h: hc.h, kv: hc.kv, hd: hd, causal: true, qpos: pos, kpos: pos, qstart: docStarts(pos, docs[dn])})
+			}
+		}
+	}
+	long := layouts(300, r)["contiguous"]
+	halves := make([]int32, 300) // two documents, at 0 and 150: tiles wholly inside one are computed unmasked
+	for p := range halves {
+		halves[p] = int32(p / 150 * 150)
+	}
+	cs = append(cs,
+		attnCase{name: fmt.Sprintf("hd%d_docs_short_300", hd), nq: 300, nk: 300, h: 2, kv: 1, hd: hd, causal: true,
+			qpos: long, kpos: long, qstart: docStarts(long, docTables(300, r)["short"])},
+		attnCase{name: fmt.Sprintf("hd%d_docs_halves_300", hd), nq: 300, nk: 300, h: 2, kv: 1, hd: hd, causal: true,
+			qpos: long, kpos: long, qstart: docStarts(long, halves)})
+	// Queries at 100..169 against keys at 0..119, documents starting at 0, 50, 95, 110, 111
+	// and 140: the queries from 140 on see no key, and keys 0..39 (the first block of
+	// attnRun) no query.
+	doc := make([]int32, 170)
+	for p := range doc {
+		for _, st := range []int32{0, 50, 95, 110, 111, 140} {
+			if int32(p) >= st {
+				doc[p] = st
+			}
+		}
+	}
+	q, k := make([]int32, 70), make([]int32, 120)
+	for i := range q {
+		q[i] = int32(100 + i)
+	}
+	for j := range k {
+		k[j] = int32(j)
+	}
+	cs = append(cs, attnCase{name: fmt.Sprintf("hd%d_docs_cross_masked", hd), nq: 70, nk: 120, h: 4, kv: 2, hd: hd, causal: true,
+		qpos: q, kpos: k, qstart: docStarts(q, doc), emptyQueryRows: true})
 	return cs
 }
 
@@ -551,7 +616,7 @@ func attnRun(d duo, r *rand.Rand, c attnCase, rnd func(float32) float32) (o, lse
 	split := c.nk / 3
 	shape := func(j0, j1 int) AttnShape {
 		sh := AttnShape{NQ: c.nq, NK: j1 - j0, Heads: H, KVHeads: K, HeadDim: hd, Causal: c.causal,
-			Scale: float32(1 / math.Sqrt(float64(hd))), QPos: c.qpos}
+			Scale: float32(1 / math.Sqrt(float64(hd))), QPos: c.qpos, QStart: c.qstart}
 		if c.causal {
 			sh.KPos = c.kpos[j0:j1]
 		}
@@ -599,6 +664,38 @@ func checkLSE(t *testing.T, d duo, lse [2]Buf, tol float64, wantEmpty bool) {
 	}
 }
 
+// checkEmptyRows checks the GPU's results where a query saw no key (lse = −Inf): its output
+// is exactly 0, and every output and gradient is finite.
+func checkEmptyRows(t *testing.T, d duo, c attnCase, o, lse, dq, dk, dv [2]Buf) {
+	t.Helper()
+	_, lg := d.get(lse)
+	_, og := d.get(o)
+	for j, l := range lg {
+		if !math.IsInf(float64(l), -1) {
+			continue
+		}
+		h, i := j/c.nq, j%c.nq
+		for x, v := range og[(i*c.h+h)*c.hd : (i*c.h+h+1)*c.hd] {
+			if v != 0 {
+				t.Errorf("query %d head %d saw no key but o[%d] = %g, want 0", i, h, x, v)
+				return
+			}
+		}
+	}
+	for _, b := range []struct {
+		name string
+		buf  [2]Buf
+	}{{"o", o}, {"dq", dq}, {"dk", dk}, {"dv", dv}} {
+		_, g := d.get(b.buf)
+		for x, v := range g {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				t.Errorf("%s[%d] = %g, want finite", b.name, x, v)
+				break
+			}
+		}
+	}
+}
+
 // TestCUDAAttnFP32 checks the float32 attention kernels (any head dimension) against the CPU.
 func TestCUDAAttnFP32(t *testing.T) {
 	d := newDuo(t)
@@ -608,6 +705,7 @@ func TestCUDAAttnFP32(t *testing.T) {
 			o, lse, dq, dk, dv := attnRun(d, r, c, func(x float32) float32 { return x })
 			d.close(t, "o", o, 1e-5)
 			checkLSE(t, d, lse, 1e-5, c.emptyQueryRows)
+			checkEmptyRows(t, d, c, o, lse, dq, dk, dv)
 			d.close(t, "dq", dq, 5e-5)
 			d.close(t, "dk", dk, 5e-5)
 			d.close(t, "dv", dv, 5e-5)
@@ -635,6 +733,7 @@ func TestCUDAAttnTensorCores(t *testing.T) {
 				o, lse, dq, dk, dv := attnRun(d, r, c, rnd)
 				d.close(t, "o", o, tolO)
 				checkLSE(t, d, lse, 1e-4, c.emptyQueryRows)
+				checkEmptyRows(t, d, c, o, lse, dq, dk, dv)
 				d.close(t, "dq", dq, tolG)
 				d.close(t, "dk", dk, tolG)
 				d.close(t, "dv", dv, tolG)
@@ -672,12 +771,35 @@ func TestCUDAAttnCounters(t *testing.T) {
 				t.Fatalf("%v: hidden block changed m[%d] to %g", p, i, x)
 			}
 		}
+		// Keys the causal mask shows but the document mask hides: every query's document
+		// starts after them.
+		docHidden := sh
+		docHidden.QPos, docHidden.KPos, docHidden.QStart = later, pos, make([]int32, n)
+		for i := range docHidden.QStart {
+			docHidden.QStart[i] = int32(n)
+		}
+		be.AttnForward(st, q, k, v, docHidden)
+		be.Download(m, st.M)
+		for i, x := range m {
+			if !math.IsInf(float64(x), -1) {
+				t.Fatalf("%v: block hidden by documents changed m[%d] to %g", p, i, x)
+			}
+		}
 		sh.KPos = pos
 		be.AttnForward(st, q, k, v, sh)
+		// Documents of 50 tokens: the tiles wholly before a query tile's documents are
+		// skipped and not counted.
+		docs := sh
+		docs.QStart = make([]int32, n)
+		for i, qp := range pos {
+			docs.QStart[i] = qp / 50 * 50
+		}
+		be.AttnForward(st, q, k, v, docs)
 		s := be.Counters().Snapshot()
-		want := 4 * visiblePairs(sh, attnT64, planAttn(hd, p).fwdBK) * hd * H
-		if s.AttnSkipped != 1 || s.AttnBlocks != 1 || s.AttnFwdFLOPs != want {
-			t.Errorf("%v: counters %+v, want 1 skipped, 1 block, %d FLOPs", p, s, want)
+		bk := planAttn(hd, p).fwdBK
+		want := 4 * (visiblePairs(sh, attnT64, bk) + visiblePairs(docs, attnT64, bk)) * hd * H
+		if s.AttnSkipped != 2 || s.AttnBlocks != 2 || s.AttnFwdFLOPs != want || visiblePairs(docs, attnT64, bk) >= visiblePairs(sh, attnT64, bk) {
+			t.Errorf("%v: counters %+v, want 2 skipped, 2 blocks, %d FLOPs, fewer with documents", p, s, want)
 		}
 	}
 	be.setPrecision(precFP32)

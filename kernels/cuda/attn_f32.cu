@@ -3,12 +3,15 @@
 // FP32 or the head dimension has no tensor-core instantiation (attn_mma.cu). Same semantics as
 // kernels/cpu_attn.go: q, o, dq, do are [nq, H, hd]; k, v, dk, dv [nk, KVH, hd]; m, l, lse, D
 // [H, nq]; query head h reads kv head h / (H / KVH); key j is visible to query i iff
-// !causal || qpos[i] >= kpos[j].
+// !causal || qpos[i] >= kpos[j], and with a document mask (qstart not null, causal only) also
+// kpos[j] >= qstart[i], the position at which query i's document starts.
 //
 // Tiling (kernels/cuda_geom.go computes the same tiles on the host, for the counters and the
 // launch): a block of F32_BQ = 64 threads holds 64 queries of one head, one per thread, and walks
 // the keys in tiles of F32_BK = 32 staged in shared memory. A tile whose keys are all later than
-// every query of the block (qmax[block] < kmin[tile], bounds precomputed on the host) is skipped.
+// every query of the block (qmax[block] < kmin[tile], bounds precomputed on the host), or with
+// a document mask all earlier than every query's document start (qsmin[block] > kmax[tile]), is
+// skipped.
 // The block backward is two kernels, one for dQ (per query block) and one for dK and dV (per key
 // block of a kv head, looping over the query heads of its group in order), so that no gradient
 // needs atomics and results are reproducible run to run.
@@ -16,6 +19,7 @@
 
 #define F32_BQ 64
 #define F32_BK 32
+#define F32_INT_MIN (-2147483647 - 1)
 
 extern "C" {
 
@@ -82,12 +86,15 @@ __global__ void df_attn_prep(float* __restrict__ dd, const float* __restrict__ o
 // df_attn_fwd_f32 folds keys/values k, v into the state (o, m, l) of queries q.
 // Grid (ceil(nq/64), H), block 64 threads; dynamic shared memory 2·32·hd floats.
 // qtmax are the maxima of qpos over the 64-query tiles, ktmin the minima of kpos over the 32-key
-// tiles (unused, may be null, when not causal).
+// tiles (unused, may be null, when not causal). qstart, the document start of each query, is
+// null without a document mask; with one, qtsmin are its minima over the 64-query tiles and
+// ktmax the maxima of kpos over the 32-key tiles.
 __global__ void __launch_bounds__(F32_BQ) df_attn_fwd_f32(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     float* __restrict__ o, float* __restrict__ ms, float* __restrict__ ls,
     const int* __restrict__ qpos, const int* __restrict__ kpos,
     const int* __restrict__ qtmax, const int* __restrict__ ktmin,
+    const int* __restrict__ qstart, const int* __restrict__ qtsmin, const int* __restrict__ ktmax,
     int nq, int nk, int H, int KVH, int hd, float scale, int causal) {
     extern __shared__ float sm[];
     float* sK = sm;
@@ -97,6 +104,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_fwd_f32(
     int i = blockIdx.x * F32_BQ + threadIdx.x;
     bool valid = i < nq;
     int qp = valid && causal ? qpos[i] : 0;
+    int qst = valid && qstart ? qstart[i] : F32_INT_MIN;
     long long qs = (long long)H * hd, ks = (long long)KVH * hd;
     const float* qrow = q + (valid ? i : 0) * qs + h * hd;
     float* orow = o + (valid ? i : 0) * qs + h * hd;
@@ -105,7 +113,8 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_fwd_f32(
     float s[F32_BK];
     int ntiles = (nk + F32_BK - 1) / F32_BK;
     for (int t = 0; t < ntiles; t++) {
-        if (causal && qtmax[blockIdx.x] < ktmin[t]) continue;  // uniform over the block
+        if (causal && (qtmax[blockIdx.x] < ktmin[t] || (qstart && qtsmin[blockIdx.x] > ktmax[t])))
+            continue;  // uniform over the block
         int j0 = t * F32_BK, nj = min(F32_BK, nk - j0);
         __syncthreads();
         for (int e = threadIdx.x; e < nj * hd; e += F32_BQ) {
@@ -119,7 +128,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_fwd_f32(
         float mx = DF_NEG_INF;
         for (int jj = 0; jj < F32_BK; jj++) {
             float x = DF_NEG_INF;
-            if (jj < nj && (!causal || sKP[jj] <= qp)) {
+            if (jj < nj && (!causal || (sKP[jj] <= qp && sKP[jj] >= qst))) {
                 float acc = 0;
                 for (int d = 0; d < hd; d++) acc = fmaf(qrow[d], sK[jj * hd + d], acc);
                 x = acc * scale;
@@ -151,12 +160,13 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_fwd_f32(
 }
 
 // df_attn_bwd_dq_f32 adds one block of keys' contribution to dq: per key, P = exp(S − lse),
-// dS = P·(dO·V − D), dq += scale·dS·K. Geometry as df_attn_fwd_f32.
+// dS = P·(dO·V − D), dq += scale·dS·K. Geometry and masks as df_attn_fwd_f32.
 __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dq_f32(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dd,
     float* __restrict__ dq, const int* __restrict__ qpos, const int* __restrict__ kpos,
     const int* __restrict__ qtmax, const int* __restrict__ ktmin,
+    const int* __restrict__ qstart, const int* __restrict__ qtsmin, const int* __restrict__ ktmax,
     int nq, int nk, int H, int KVH, int hd, float scale, int causal) {
     extern __shared__ float sm[];
     float* sK = sm;
@@ -168,6 +178,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dq_f32(
     float li = i < nq ? lse[(long long)h * nq + i] : DF_NEG_INF;
     bool valid = i < nq && li != DF_NEG_INF;  // a query that saw no key has no gradient
     int qp = valid && causal ? qpos[i] : 0;
+    int qst = valid && qstart ? qstart[i] : F32_INT_MIN;
     float di = valid ? dd[(long long)h * nq + i] : 0.0f;
     const float* qrow = q + (valid ? i : 0) * qs + h * hd;
     const float* dorow = dout + (valid ? i : 0) * qs + h * hd;
@@ -175,7 +186,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dq_f32(
     float ds[F32_BK];
     int ntiles = (nk + F32_BK - 1) / F32_BK;
     for (int t = 0; t < ntiles; t++) {
-        if (causal && qtmax[blockIdx.x] < ktmin[t]) continue;
+        if (causal && (qtmax[blockIdx.x] < ktmin[t] || (qstart && qtsmin[blockIdx.x] > ktmax[t]))) continue;
         int j0 = t * F32_BK, nj = min(F32_BK, nk - j0);
         __syncthreads();
         for (int e = threadIdx.x; e < nj * hd; e += F32_BQ) {
@@ -189,7 +200,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dq_f32(
         bool any = false;
         for (int jj = 0; jj < nj; jj++) {
             ds[jj] = 0;
-            if (causal && sKP[jj] > qp) continue;
+            if (causal && (sKP[jj] > qp || sKP[jj] < qst)) continue;
             float sc = 0, dp = 0;
             for (int d = 0; d < hd; d++) {
                 sc = fmaf(qrow[d], sK[jj * hd + d], sc);
@@ -211,17 +222,20 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dq_f32(
 // df_attn_bwd_dkdv_f32 adds dk and dv for one block of 64 keys (one per thread) of kv head g =
 // blockIdx.y, over the query heads of its group in order and the queries in tiles of 32 staged in
 // shared memory: dv += Σ P·dO, dk += scale·Σ dS·Q. Dynamic shared memory 2·32·hd floats.
-// kbmin are the minima of kpos over the 64-key blocks, qtmax the maxima of qpos over 32-query tiles.
+// kbmin are the minima of kpos over the 64-key blocks, qtmax the maxima of qpos over 32-query tiles;
+// with a document mask (qstart not null) qtsmin are the minima of qstart over the 32-query tiles
+// and kbmax the maxima of kpos over the 64-key blocks.
 __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dkdv_f32(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const float* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ dd,
     float* __restrict__ dk, float* __restrict__ dv, const int* __restrict__ qpos, const int* __restrict__ kpos,
     const int* __restrict__ qtmax, const int* __restrict__ kbmin,
+    const int* __restrict__ qstart, const int* __restrict__ qtsmin, const int* __restrict__ kbmax,
     int nq, int nk, int H, int KVH, int hd, float scale, int causal) {
     extern __shared__ float sm[];
     float* sQ = sm;
     float* sO = sm + F32_BK * hd;
-    __shared__ int sQP[F32_BK];
+    __shared__ int sQP[F32_BK], sQS[F32_BK];
     __shared__ float sL[F32_BK], sD[F32_BK];
     int g = blockIdx.y, group = H / KVH;
     int j = blockIdx.x * F32_BQ + threadIdx.x;
@@ -236,7 +250,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dkdv_f32(
     int ntiles = (nq + F32_BK - 1) / F32_BK;
     for (int h = g * group; h < (g + 1) * group; h++) {
         for (int t = 0; t < ntiles; t++) {
-            if (causal && qtmax[t] < kbmin[blockIdx.x]) continue;
+            if (causal && (qtmax[t] < kbmin[blockIdx.x] || (qstart && qtsmin[t] > kbmax[blockIdx.x]))) continue;
             int i0 = t * F32_BK, ni = min(F32_BK, nq - i0);
             __syncthreads();
             for (int e = threadIdx.x; e < ni * hd; e += F32_BQ) {
@@ -246,6 +260,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dkdv_f32(
             }
             if (threadIdx.x < ni) {
                 sQP[threadIdx.x] = causal ? qpos[i0 + threadIdx.x] : 0;
+                sQS[threadIdx.x] = qstart ? qstart[i0 + threadIdx.x] : F32_INT_MIN;
                 sL[threadIdx.x] = lse[(long long)h * nq + i0 + threadIdx.x];
                 sD[threadIdx.x] = dd[(long long)h * nq + i0 + threadIdx.x];
             }
@@ -255,7 +270,7 @@ __global__ void __launch_bounds__(F32_BQ) df_attn_bwd_dkdv_f32(
             for (int ii = 0; ii < ni; ii++) {
                 p[ii] = 0;
                 ds[ii] = 0;
-                if ((causal && kp > sQP[ii]) || sL[ii] == DF_NEG_INF) continue;
+                if ((causal && (kp > sQP[ii] || kp < sQS[ii])) || sL[ii] == DF_NEG_INF) continue;
                 float sc = 0, dp = 0;
                 for (int d = 0; d < hd; d++) {
                     sc = fmaf(sQ[ii * hd + d], krow[d], sc);

@@ -14,15 +14,18 @@
 //
 // Layouts as kernels/cpu_attn.go: q, o, dq, dO [nq, H, HD]; k, v, dk, dv [nk, KVH, HD]; m, l,
 // lse, D [H, nq]; query head h reads kv head h / (H/KVH); key j is visible to query i iff
-// !causal || qpos[i] >= kpos[j].
+// !causal || qpos[i] >= kpos[j], and with a document mask (qstart not null, causal only) also
+// kpos[j] >= qstart[i], the position at which query i's document starts.
 //
 // Tiling (mirrored by kernels/cuda_geom.go): 4 warps, each owning 16 rows.
 //   forward:   block = 64 queries of one head; key tiles of 64, double-buffered with cp.async.
 //   dQ:        block = 64 queries of one head; key tiles of 32.
 //   dK, dV:    block = 64 keys of one kv head; loops over the group's query heads in order and
 //              their queries in tiles of 32 (so dK and dV need no atomics and are reproducible).
-// A tile is skipped when the causal mask hides it entirely (bounds precomputed on the host), and
-// the mask is applied elementwise only on tiles that straddle the diagonal or the end.
+// A tile is skipped when the causal mask hides it entirely (max qpos < min kpos over the tile,
+// bounds precomputed on the host) or the document mask does (min qstart > max kpos), and the
+// mask is applied elementwise only on tiles that straddle the diagonal, a document start or the
+// end (all visible: min qpos >= max kpos and max qstart <= min kpos).
 #include "common.cuh"
 
 #define MMA_NW 4
@@ -143,8 +146,10 @@ __device__ __forceinline__ void attn_fwd(const T* __restrict__ q, const T* __res
                                          float* __restrict__ o, float* __restrict__ ms, float* __restrict__ ls,
                                          const int* __restrict__ qpos, const int* __restrict__ kpos,
                                          const int* __restrict__ qtmin, const int* __restrict__ qtmax,
-                                         const int* __restrict__ ktmin, const int* __restrict__ ktmax, int nq, int nk,
-                                         int H, int KVH, float scale, int causal) {
+                                         const int* __restrict__ ktmin, const int* __restrict__ ktmax,
+                                         const int* __restrict__ qstart, const int* __restrict__ qsmin,
+                                         const int* __restrict__ qsmax, int nq, int nk, int H, int KVH, float scale,
+                                         int causal) {
     constexpr int BM = 16 * MMA_NW, BN = 64, LD = HD + 8, KC = HD / 16, NTD = HD / 8, NTK = BN / 8;
     extern __shared__ __align__(16) unsigned char smraw[];
     T* sQ = reinterpret_cast<T*>(smraw);
@@ -157,9 +162,11 @@ __device__ __forceinline__ void attn_fwd(const T* __restrict__ q, const T* __res
     const long long qs = (long long)H * HD, ks = (long long)KVH * HD;
     const int ntk = (nk + BN - 1) / BN;
     const int qmin = causal ? qtmin[bx] : 0, qmax = causal ? qtmax[bx] : 0;
+    const bool doc = qstart != nullptr;  // document mask (causal only)
+    const int smin = doc ? qsmin[bx] : 0, smax = doc ? qsmax[bx] : 0;
 
     auto next_visible = [&](int t) {
-        while (causal && t < ntk && qmax < ktmin[t]) t++;
+        while (causal && t < ntk && (qmax < ktmin[t] || (doc && smin > ktmax[t]))) t++;
         return t;
     };
     auto load_kv = [&](int t, int buf) {
@@ -180,13 +187,14 @@ __device__ __forceinline__ void attn_fwd(const T* __restrict__ q, const T* __res
     // This thread's two rows and their running state.
     const int r[2] = {i0 + warp * 16 + gr, i0 + warp * 16 + gr + 8};
     bool valid[2];
-    int qp[2];
+    int qp[2], qst[2];
     float m_r[2], l_r[2];
     float acc[NTD][4];
 #pragma unroll
     for (int x = 0; x < 2; x++) {
         valid[x] = r[x] < nq;
         qp[x] = !valid[x] ? DF_INT_MIN : (causal ? qpos[r[x]] : 0);
+        qst[x] = valid[x] && doc ? qstart[r[x]] : DF_INT_MIN;
         m_r[x] = valid[x] ? ms[(long long)h * nq + r[x]] : DF_NEG_INF;
         l_r[x] = valid[x] && tg == 0 ? ls[(long long)h * nq + r[x]] : 0.0f;  // l is summed over the 4 threads of a row
     }
@@ -233,7 +241,7 @@ __device__ __forceinline__ void attn_fwd(const T* __restrict__ q, const T* __res
             }
         }
 
-        const bool allv = j0 + BN <= nk && (!causal || qmin >= ktmax[t]);
+        const bool allv = j0 + BN <= nk && (!causal || (qmin >= ktmax[t] && (!doc || smax <= ktmin[t])));
         float mx[2] = {DF_NEG_INF, DF_NEG_INF};
 #pragma unroll
         for (int nt = 0; nt < NTK; nt++) {
@@ -241,7 +249,7 @@ __device__ __forceinline__ void attn_fwd(const T* __restrict__ q, const T* __res
             for (int e = 0; e < 4; e++) {
                 const int x = e >> 1, jj = nt * 8 + tg * 2 + (e & 1);
                 float val = s[nt][e] * scale;
-                if (!allv && (j0 + jj >= nk || (causal && KPb[jj] > qp[x]))) val = DF_NEG_INF;
+                if (!allv && (j0 + jj >= nk || (causal && (KPb[jj] > qp[x] || KPb[jj] < qst[x])))) val = DF_NEG_INF;
                 s[nt][e] = val;
                 mx[x] = fmaxf(mx[x], val);
             }
@@ -319,8 +327,10 @@ __device__ __forceinline__ void attn_bwd_dq(const T* __restrict__ q, const T* __
                                             const float* __restrict__ dd, float* __restrict__ dq,
                                             const int* __restrict__ qpos, const int* __restrict__ kpos,
                                             const int* __restrict__ qtmin, const int* __restrict__ qtmax,
-                                            const int* __restrict__ ktmin, const int* __restrict__ ktmax, int nq,
-                                            int nk, int H, int KVH, float scale, int causal) {
+                                            const int* __restrict__ ktmin, const int* __restrict__ ktmax,
+                                            const int* __restrict__ qstart, const int* __restrict__ qsmin,
+                                            const int* __restrict__ qsmax, int nq, int nk, int H, int KVH, float scale,
+                                            int causal) {
     constexpr int BM = 16 * MMA_NW, BN = 32, LD = HD + 8, KC = HD / 16, NTD = HD / 8, NTK = BN / 8;
     extern __shared__ __align__(16) unsigned char smraw[];
     T* sQ = reinterpret_cast<T*>(smraw);
@@ -334,9 +344,11 @@ __device__ __forceinline__ void attn_bwd_dq(const T* __restrict__ q, const T* __
     const long long qs = (long long)H * HD, ks = (long long)KVH * HD;
     const int ntk = (nk + BN - 1) / BN;
     const int qmin = causal ? qtmin[bx] : 0, qmax = causal ? qtmax[bx] : 0;
+    const bool doc = qstart != nullptr;  // document mask (causal only)
+    const int smin = doc ? qsmin[bx] : 0, smax = doc ? qsmax[bx] : 0;
 
     auto next_visible = [&](int t) {
-        while (causal && t < ntk && qmax < ktmin[t]) t++;
+        while (causal && t < ntk && (qmax < ktmin[t] || (doc && smin > ktmax[t]))) t++;
         return t;
     };
     auto load_kv = [&](int t, int buf) {
@@ -357,7 +369,7 @@ __device__ __forceinline__ void attn_bwd_dq(const T* __restrict__ q, const T* __
 
     const int r[2] = {i0 + warp * 16 + gr, i0 + warp * 16 + gr + 8};
     bool live[2];
-    int qp[2];
+    int qp[2], qst[2];
     float L[2], D[2];
 #pragma unroll
     for (int x = 0; x < 2; x++) {
@@ -366,6 +378,7 @@ __device__ __forceinline__ void attn_bwd_dq(const T* __restrict__ q, const T* __
         D[x] = valid ? dd[(long long)h * nq + r[x]] : 0.0f;
         live[x] = L[x] != DF_NEG_INF;  // a query that saw no key has no gradient
         qp[x] = causal && valid ? qpos[r[x]] : 0;
+        qst[x] = doc && valid ? qstart[r[x]] : DF_INT_MIN;
     }
     float acc[NTD][4];
 #pragma unroll
@@ -410,14 +423,14 @@ __device__ __forceinline__ void attn_bwd_dq(const T* __restrict__ q, const T* __
                 Fmt<T>::mma(dp[2 * np + 1], of[kc], b + 2);
             }
         }
-        const bool allv = j0 + BN <= nk && (!causal || qmin >= ktmax[t]);
+        const bool allv = j0 + BN <= nk && (!causal || (qmin >= ktmax[t] && (!doc || smax <= ktmin[t])));
 #pragma unroll
         for (int nt = 0; nt < NTK; nt++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int x = e >> 1, jj = nt * 8 + tg * 2 + (e & 1);
                 bool ok = live[x];
-                if (!allv && (j0 + jj >= nk || (causal && KPb[jj] > qp[x]))) ok = false;
+                if (!allv && (j0 + jj >= nk || (causal && (KPb[jj] > qp[x] || KPb[jj] < qst[x])))) ok = false;
                 const float p = ok ? exp2f((s[nt][e] * scale - L[x]) * LOG2E) : 0.0f;
                 s[nt][e] = p * (dp[nt][e] - D[x]);  // dS
             }
@@ -464,8 +477,10 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
                                               float* __restrict__ dk, float* __restrict__ dv,
                                               const int* __restrict__ qpos, const int* __restrict__ kpos,
                                               const int* __restrict__ qtmin, const int* __restrict__ qtmax,
-                                              const int* __restrict__ kbmin, const int* __restrict__ kbmax, int nq,
-                                              int nk, int H, int KVH, float scale, int causal) {
+                                              const int* __restrict__ kbmin, const int* __restrict__ kbmax,
+                                              const int* __restrict__ qstart, const int* __restrict__ qsmin,
+                                              const int* __restrict__ qsmax, int nq, int nk, int H, int KVH,
+                                              float scale, int causal) {
     constexpr int BN = 16 * MMA_NW, BM = 32, LD = HD + 8, KC = HD / 16, NTD = HD / 8, NTQ = BM / 8;
     extern __shared__ __align__(16) unsigned char smraw[];
     T* sK = reinterpret_cast<T*>(smraw);
@@ -475,15 +490,17 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
     float* sL = reinterpret_cast<float*>(sO + 2 * BM * LD);  // [2][BM]
     float* sD = sL + 2 * BM;                                 // [2][BM]
     int* sQP = reinterpret_cast<int*>(sD + 2 * BM);          // [2][BM]
+    int* sQS = sQP + 2 * BM;                                 // [2][BM]: document starts
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tg = lane & 3;
     const int bx = blockIdx.x, gk = blockIdx.y, group = H / KVH, j0 = bx * BN;
     const long long qs = (long long)H * HD, ks = (long long)KVH * HD;
     const int ntq = (nq + BM - 1) / BM, nit = group * ntq;  // iterations: (query head, query tile)
     const int kmin = causal ? kbmin[bx] : 0, kmax = causal ? kbmax[bx] : 0;
+    const bool doc = qstart != nullptr;  // document mask (causal only)
 
     auto next_visible = [&](int it) {
-        while (causal && it < nit && qtmax[it % ntq] < kmin) it++;
+        while (causal && it < nit && (qtmax[it % ntq] < kmin || (doc && qsmin[it % ntq] > kmax))) it++;
         return it;
     };
     auto load_q = [&](int it, int buf) {
@@ -496,6 +513,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
             sL[buf * BM + r] = ok ? lse[(long long)h * nq + i] : DF_NEG_INF;
             sD[buf * BM + r] = ok ? dd[(long long)h * nq + i] : 0.0f;
             sQP[buf * BM + r] = causal && ok ? qpos[i] : 0;
+            sQS[buf * BM + r] = doc && ok ? qstart[i] : DF_INT_MIN;
         }
     };
 
@@ -528,6 +546,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
         const float* Lb = sL + buf * BM;
         const float* Db = sD + buf * BM;
         const int* QPb = sQP + buf * BM;
+        const int* QSb = sQS + buf * BM;
         const int tq = it % ntq;
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warp's 16 keys × 32 queries.
@@ -552,7 +571,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
                 Fmt<T>::mma(dp[2 * np + 1], va, b + 2);
             }
         }
-        const bool allv = !causal || qtmin[tq] >= kmax;
+        const bool allv = !causal || (qtmin[tq] >= kmax && (!doc || qsmax[tq] <= kmin));
 #pragma unroll
         for (int nt = 0; nt < NTQ; nt++) {
 #pragma unroll
@@ -560,7 +579,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
                 const int x = e >> 1, ii = nt * 8 + tg * 2 + (e & 1);
                 const float Li = Lb[ii];  // −Inf for a query past the end or one that saw no key
                 bool ok = Li != DF_NEG_INF;
-                if (!allv && kp[x] > QPb[ii]) ok = false;
+                if (!allv && (kp[x] > QPb[ii] || kp[x] < QSb[ii])) ok = false;
                 const float p = ok ? exp2f((s[nt][e] * scale - Li) * LOG2E) : 0.0f;
                 s[nt][e] = p;
                 dp[nt][e] = p * (dp[nt][e] - Db[ii]);  // dSᵀ
@@ -613,28 +632,31 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
 #define DF_ATTN_MMA(NAME, T, HD)                                                                                   \
     extern "C" __global__ void __launch_bounds__(MMA_NT) df_attn_fwd_##NAME##_hd##HD(                               \
         const uint16_t* q, const uint16_t* k, const uint16_t* v, float* o, float* m, float* l, const int* qpos,     \
-        const int* kpos, const int* qtmin, const int* qtmax, const int* ktmin, const int* ktmax, int nq, int nk,   \
-        int H, int KVH, float scale, int causal) {                                                                  \
+        const int* kpos, const int* qtmin, const int* qtmax, const int* ktmin, const int* ktmax,                   \
+        const int* qstart, const int* qsmin, const int* qsmax, int nq, int nk, int H, int KVH, float scale,        \
+        int causal) {                                                                                               \
         attn_fwd<T, HD>(reinterpret_cast<const T*>(q), reinterpret_cast<const T*>(k),                              \
-                        reinterpret_cast<const T*>(v), o, m, l, qpos, kpos, qtmin, qtmax, ktmin, ktmax, nq, nk, H,  \
-                        KVH, scale, causal);                                                                        \
+                        reinterpret_cast<const T*>(v), o, m, l, qpos, kpos, qtmin, qtmax, ktmin, ktmax, qstart,     \
+                        qsmin, qsmax, nq, nk, H, KVH, scale, causal);                                               \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMA_NT) df_attn_bwd_dq_##NAME##_hd##HD(                            \
         const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,          \
         const float* dd, float* dq, const int* qpos, const int* kpos, const int* qtmin, const int* qtmax,          \
-        const int* ktmin, const int* ktmax, int nq, int nk, int H, int KVH, float scale, int causal) {             \
+        const int* ktmin, const int* ktmax, const int* qstart, const int* qsmin, const int* qsmax, int nq, int nk, \
+        int H, int KVH, float scale, int causal) {                                                                  \
         attn_bwd_dq<T, HD>(reinterpret_cast<const T*>(q), reinterpret_cast<const T*>(k),                           \
                            reinterpret_cast<const T*>(v), reinterpret_cast<const T*>(dout), lse, dd, dq, qpos,    \
-                           kpos, qtmin, qtmax, ktmin, ktmax, nq, nk, H, KVH, scale, causal);                        \
+                           kpos, qtmin, qtmax, ktmin, ktmax, qstart, qsmin, qsmax, nq, nk, H, KVH, scale, causal); \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(MMA_NT) df_attn_bwd_dkdv_##NAME##_hd##HD(                          \
         const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,          \
         const float* dd, float* dk, float* dv, const int* qpos, const int* kpos, const int* qtmin,                 \
-        const int* qtmax, const int* kbmin, const int* kbmax, int nq, int nk, int H, int KVH, float scale,         \
-        int causal) {                                                                                               \
+        const int* qtmax, const int* kbmin, const int* kbmax, const int* qstart, const int* qsmin,                 \
+        const int* qsmax, int nq, int nk, int H, int KVH, float scale, int causal) {                               \
         attn_bwd_dkdv<T, HD>(reinterpret_cast<const T*>(q), reinterpret_cast<const T*>(k),                         \
                              reinterpret_cast<const T*>(v), reinterpret_cast<const T*>(dout), lse, dd, dk, dv,    \
-                             qpos, kpos, qtmin, qtmax, kbmin, kbmax, nq, nk, H, KVH, scale, causal);               \
+                             qpos, kpos, qtmin, qtmax, kbmin, kbmax, qstart, qsmin, qsmax, nq, nk, H, KVH, scale, \
+                             causal);                                                                               \
     }
 
 DF_ATTN_MMA(bf16, __nv_bfloat16, 32)
