@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -323,6 +324,7 @@ func changeOf(key string) int {
 // parallelism.world_size is judged by the number of data-parallel replicas it gives: more or
 // fewer replicas change the global batch.
 func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) error {
+	saved = withDefaults(saved)
 	diffs, err := ckpt.DiffConfig(saved, current)
 	if err != nil {
 		return fmt.Errorf("resume from %s: %w", dir, err)
@@ -375,6 +377,48 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 			"restore the checkpoint's value, or start a new run from its weights: --init-from %s --set run.name=OTHER", dir, strings.Join(refused, ", "), dir)
 	}
 	return nil
+}
+
+// withDefaults returns saved (a checkpoint's config, JSON) with every key it lacks set to its
+// built-in default: a key added to distflash after the checkpoint was written took, for that
+// run, the behaviour its default gives, so resuming with the default is no change. saved is
+// returned as it is when it is not a JSON object.
+func withDefaults(saved json.RawMessage) json.RawMessage {
+	var have, def map[string]any
+	d, err := json.Marshal(DefaultConfig())
+	if err != nil || decodeNumbers(saved, &have) != nil || decodeNumbers(d, &def) != nil || have == nil {
+		return saved
+	}
+	fillAbsent(have, def)
+	out, err := json.Marshal(have)
+	if err != nil {
+		return saved
+	}
+	return out
+}
+
+// decodeNumbers decodes b into v keeping numbers as written (json.Number), so a seed past 2^53
+// comes back unchanged.
+func decodeNumbers(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	return dec.Decode(v)
+}
+
+// fillAbsent sets every key of def that have lacks, at any depth of nested objects.
+func fillAbsent(have, def map[string]any) {
+	for k, dv := range def {
+		hv, ok := have[k]
+		if !ok {
+			have[k] = dv
+			continue
+		}
+		hm, hok := hv.(map[string]any)
+		dm, dok := dv.(map[string]any)
+		if hok && dok {
+			fillAbsent(hm, dm)
+		}
+	}
 }
 
 // shown renders a ckpt.ConfigDiff value for a message.
