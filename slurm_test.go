@@ -1,0 +1,228 @@
+//go:build mpi && slurm
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"distflash/ckpt"
+)
+
+// The Slurm tests start a one-node Slurm cluster with scripts/slurm-local.sh (munged,
+// slurmctld and slurmd from Debian's slurm-wlm, as root, all state in a temporary
+// directory, on free ports) and run distflash under `srun --mpi=pmix`, as a Slurm site
+// would. Run them with `go test -tags 'mpi slurm' . -run Slurm`.
+
+// slurmCluster is a cluster made by scripts/slurm-local.sh.
+type slurmCluster struct {
+	env []string
+}
+
+// newSlurm starts a cluster for the test and stops it (no daemon left, state removed) when
+// the test ends. It skips the test when Slurm is not installed or the test is not root.
+func newSlurm(t *testing.T) *slurmCluster {
+	t.Helper()
+	for _, tool := range []string{"slurmctld", "slurmd", "srun", "sinfo", "munged"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("Slurm is not installed (%s is not on PATH; Debian: apt-get install slurmd slurmctld slurm-client munge, which .ci/run does)", tool)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the Slurm tests start slurmd, which needs root; CI runs them as root")
+	}
+	// A short path: PMIx's sockets live under the spool directory, and a Unix socket's path
+	// has at most 107 bytes.
+	dir, err := os.MkdirTemp("", "dfslurm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(dir) // up makes it, and refuses a cluster that exists
+	c := &slurmCluster{env: append(os.Environ(), "DFS_DIR="+dir,
+		"DFS_CTLD_PORT="+freePort(t), "DFS_SLURMD_PORT="+freePort(t))}
+	start := time.Now()
+	if out, err := c.script("up"); err != nil {
+		t.Fatalf("slurm-local.sh up: %v\n%s", err, out)
+	}
+	t.Logf("slurm-local.sh up: node idle after %v", time.Since(start).Round(time.Millisecond))
+	pids := c.daemons(t)
+	t.Cleanup(func() {
+		if out, err := c.script("down"); err != nil {
+			t.Errorf("slurm-local.sh down: %v\n%s", err, out)
+		}
+		for name, pid := range pids {
+			if exec.Command("kill", "-0", pid).Run() == nil {
+				t.Errorf("%s (pid %s) still runs after down", name, pid)
+			}
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("down left %s: %v", dir, err)
+		}
+	})
+	return c
+}
+
+// freePort is a TCP port nothing listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+// script runs scripts/slurm-local.sh with args in the cluster's environment.
+func (c *slurmCluster) script(args ...string) (string, error) {
+	cmd := exec.Command("scripts/slurm-local.sh", args...)
+	cmd.Env = c.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// daemons are the pids of munged, slurmctld and slurmd, read from their pid files.
+func (c *slurmCluster) daemons(t *testing.T) map[string]string {
+	t.Helper()
+	var dir string
+	for _, e := range c.env {
+		if v, ok := strings.CutPrefix(e, "DFS_DIR="); ok {
+			dir = v
+		}
+	}
+	pids := map[string]string{}
+	for _, name := range []string{"munged", "slurmctld", "slurmd"} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
+		if err != nil {
+			t.Fatalf("%s's pid file: %v", name, err)
+		}
+		pids[name] = strings.TrimSpace(string(b))
+	}
+	return pids
+}
+
+// srun runs `srun -n n --mpi=mpi [wrapper] distflash train` (trainArgs of tiny-sp4) through
+// the cluster and returns the output of all tasks, the error and the time it took.
+func (c *slurmCluster) srun(t *testing.T, n int, mpi string, wrapper []string, args ...string) (string, error, time.Duration) {
+	t.Helper()
+	argv := []string{"run", "srun", "-n", fmt.Sprint(n), "--mpi=" + mpi}
+	argv = append(argv, wrapper...)
+	argv = append(argv, buildBinary(t))
+	argv = append(argv, trainArgs(args)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/slurm-local.sh", argv...)
+	cmd.Env = c.env
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	return out.String(), err, time.Since(start)
+}
+
+// TestSlurmTrainsLikeInProcess: `srun -n 4 --mpi=pmix distflash train` (Open MPI's ranks
+// wired up by Slurm's PMIx server, no mpirun) gives bit-identical losses and checkpointed
+// weights to world_size = 4 in one process, with and without FSDP; and a checkpoint the srun
+// step saved continues in one process to the same weights.
+func TestSlurmTrainsLikeInProcess(t *testing.T) {
+	c := newSlurm(t)
+	for _, fsdp := range []string{"false", "true"} {
+		t.Run("fsdp="+fsdp, func(t *testing.T) {
+			inproc, srun := t.TempDir(), t.TempDir()
+			set := []string{"--set", "parallelism.fsdp=" + fsdp, "--set", "checkpoint.interval=3"}
+			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
+				t.Fatalf("in-process: %v\n%s", err, out)
+			}
+			out, err, took := c.srun(t, 4, "pmix", nil, append(set, "--set", "run.output_dir="+srun)...)
+			if err != nil {
+				t.Fatalf("srun: %v\n%s", err, out)
+			}
+			for _, s := range []string{"mpi: started by srun", "mpi: 4 processes"} {
+				if !strings.Contains(out, s) {
+					t.Errorf("rank 0 did not say %q:\n%s", s, out)
+				}
+			}
+			if n := strings.Count(out, "trained 6 steps"); n != 1 {
+				t.Errorf("%d ranks printed the summary, want rank 0 only:\n%s", n, out)
+			}
+			t.Logf("srun -n 4 --mpi=pmix: %v", took)
+			a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(srun, "tiny-sp4"))
+			if len(a) != 6 || fmt.Sprint(a) != fmt.Sprint(b) {
+				t.Errorf("losses in-process %v\nunder srun %v", a, b)
+			}
+			step := func(dir, s string) string { return filepath.Join(dir, "tiny-sp4", "step-00000"+s) }
+			if err := sameState(stateOf(t, step(inproc, "6")), stateOf(t, step(srun, "6"))); err != nil {
+				t.Errorf("step 6 in-process vs srun: %v", err)
+			}
+			cross := t.TempDir()
+			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+cross, "--resume", step(srun, "3"))); err != nil {
+				t.Fatalf("in-process resume of srun's step 3: %v\n%s", err, out)
+			}
+			if err := sameState(stateOf(t, step(inproc, "6")), stateOf(t, step(cross, "6"))); err != nil {
+				t.Errorf("srun to step 3, in-process to 6: %v", err)
+			}
+		})
+	}
+}
+
+// TestSlurmKilledRank kills rank 0 (SIGKILL, from inside) while it saves step 4, after it
+// wrote its shard: Slurm ends the whole step in bounded time and says a task was killed, and
+// the checkpoint of step 2 stays `latest`.
+func TestSlurmKilledRank(t *testing.T) {
+	c := newSlurm(t)
+	dir := t.TempDir()
+	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
+		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
+	if out, err, _ := c.srun(t, 2, "pmix", nil, append(set, "--stop-after", "2")...); err != nil {
+		t.Fatalf("srun to step 2: %v\n%s", err, out)
+	}
+	// Only task 0 gets the variable: srun passes one environment to every task.
+	wrap := []string{"sh", "-c", `[ "$SLURM_PROCID" = 0 ] && export ` + ckpt.KillAtEnv + `="shard written"; exec "$@"`, "sh"}
+	out, err, took := c.srun(t, 2, "pmix", wrap, append(set, "--resume", "auto")...)
+	if err == nil {
+		t.Fatalf("srun succeeded although rank 0 was killed:\n%s", out)
+	}
+	if took > 60*time.Second {
+		t.Errorf("the step took %v to end after a rank died", took)
+	}
+	if !strings.Contains(out, "task 0: Killed") {
+		t.Errorf("srun's output does not say task 0 was killed:\n%s", out)
+	}
+	path, skipped, err := ckpt.Resolve(filepath.Join(dir, "tiny-sp4"), "auto")
+	if err != nil || len(skipped) > 0 || filepath.Base(path) != "step-000002" {
+		t.Errorf("latest after the kill: %s, %v (skipped %v); want step-000002", path, err, skipped)
+	}
+	t.Logf("step ended %v after start; srun said:\n%s", took, lastLines(out, 6))
+}
+
+// TestSlurmWithoutPMIx: srun --mpi=pmi2 (and none) gives Open MPI no PMIx server, and
+// Debian's Open MPI has no PMI-2 client: the step must fail at once, rank 0 saying to use
+// --mpi=pmix, and no rank may train on its own.
+func TestSlurmWithoutPMIx(t *testing.T) {
+	c := newSlurm(t)
+	for _, mpi := range []string{"pmi2", "none"} {
+		t.Run(mpi, func(t *testing.T) {
+			dir := t.TempDir()
+			out, err, took := c.srun(t, 4, mpi, nil, "--set", "run.output_dir="+dir)
+			if err == nil {
+				t.Fatalf("srun --mpi=%s succeeded:\n%s", mpi, out)
+			}
+			if want := "4 ranks with --mpi=" + mpi + ", without PMIx"; !strings.Contains(out, want) || !strings.Contains(out, "run srun --mpi=pmix") {
+				t.Errorf("rank 0 did not say %q and how to fix it:\n%s", want, out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "tiny-sp4", "metrics.jsonl")); !os.IsNotExist(err) {
+				t.Errorf("a rank trained although MPI did not start: %v", err)
+			}
+			t.Logf("srun --mpi=%s failed after %v:\n%s", mpi, took, lastLines(out, 4))
+		})
+	}
+}
