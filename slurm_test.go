@@ -132,7 +132,7 @@ func (c *slurmCluster) srun(t *testing.T, n int, mpi string, wrapper []string, a
 // TestSlurmTrainsLikeInProcess: `srun -n 4 --mpi=pmix distflash train` (Open MPI's ranks
 // wired up by Slurm's PMIx server, no mpirun) gives bit-identical losses and checkpointed
 // weights to world_size = 4 in one process, with and without FSDP; and a checkpoint the srun
-// step saved continues in one process to the same weights.
+// step saved (without FSDP) continues in one process to the same weights.
 func TestSlurmTrainsLikeInProcess(t *testing.T) {
 	c := newSlurm(t)
 	for _, fsdp := range []string{"false", "true"} {
@@ -162,6 +162,9 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 			step := func(dir, s string) string { return filepath.Join(dir, "tiny-sp4", "step-00000"+s) }
 			if err := sameState(stateOf(t, step(inproc, "6")), stateOf(t, step(srun, "6"))); err != nil {
 				t.Errorf("step 6 in-process vs srun: %v", err)
+			}
+			if fsdp == "true" {
+				return // the resume below does not depend on the sharding
 			}
 			cross := t.TempDir()
 			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+cross, "--resume", step(srun, "3"))); err != nil {

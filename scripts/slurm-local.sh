@@ -2,25 +2,34 @@
 # slurm-local.sh: a Slurm cluster on this machine, from Debian's slurm-wlm, for running
 # `srun --mpi=pmix distflash train` as a Slurm site would (needs root).
 #
-#   scripts/slurm-local.sh up            munged, slurmctld and one slurmd (node = this machine)
-#   scripts/slurm-local.sh run CMD...    run CMD with this cluster's SLURM_CONF (e.g. srun ...)
-#   scripts/slurm-local.sh session CMD...   up, run CMD, down (also when CMD fails)
-#   scripts/slurm-local.sh status        sinfo, and the daemons' pids
-#   scripts/slurm-local.sh down          stop the daemons, remove the state directory
+#   scripts/slurm-local.sh up            munged, slurmctld and one slurmd: the node is this machine
+#   scripts/slurm-local.sh up N          N nodes, the hosts of scripts/netns-cluster.sh (N ≥ 2)
+#   scripts/slurm-local.sh run CMD...    run CMD as a client of this cluster (e.g. srun ...)
+#   scripts/slurm-local.sh session [N] -- CMD...   up [N], run CMD, down (also when CMD fails)
+#   scripts/slurm-local.sh status        the daemons' pids, and sinfo
+#   scripts/slurm-local.sh down          stop the daemons (and the hosts), remove the state
 #
 # Everything lives in one state directory ($DFS_DIR): a generated munge key and munged's
 # socket, slurm.conf, the daemons' spool, state, pid and log files. Nothing under /etc is
 # read or written: the clients find this cluster through SLURM_CONF, which `run` sets, and
-# the daemons reach munged through AuthInfo=socket=... . `up` waits until sinfo shows the
-# node idle; a failed `up`, and `down`, kill the daemons it started and remove the directory.
+# the daemons reach munged through AuthInfo=socket=... . `up` waits until sinfo shows every
+# node idle; a failed `up`, and `down`, stop what it started and remove the directory.
 #
-# The node is this machine with DFS_CPUS CPUs (default 8: more than the 2 cores here, so
-# 4 ranks fit; SlurmdParameters=config_overrides lets slurmd believe the configuration).
-# No cgroups: ProctrackType=proctrack/linuxproc, TaskPlugin=task/none.
+# One node: the node is this machine (its short hostname, address 127.0.0.1).
+# N nodes: scripts/netns-cluster.sh makes hosts $DFC_NAME-h0..h(N-1) (network namespaces,
+# addresses $DFC_SUBNET.1..N, each with its own hostname); slurmctld and slurmd 0 run on
+# host 0, slurmd i on host i (slurmd -N $DFC_NAME-hi), and `run` runs CMD on host 0 with
+# netns-cluster's Open MPI settings (its subnet for btl_tcp and oob_tcp), which srun passes
+# on to the tasks. One munged (a Unix socket, which every namespace reaches) serves all.
+#
+# Each node has DFS_CPUS CPUs (default 8: more than the 2 cores here, so 4 ranks fit on one
+# node; SlurmdParameters=config_overrides makes slurmd believe the configuration). No
+# cgroups: ProctrackType=proctrack/linuxproc, TaskPlugin=task/none (no CPU binding).
+# MpiDefault=none, as Slurm ships it: srun needs --mpi=pmix for Open MPI.
 #
 # Settings (environment): DFS_DIR (/run/slurm-local), DFS_CPUS (8), DFS_CTLD_PORT (6817),
-# DFS_SLURMD_PORT (6818), DFS_PMIX_PORT (6819, PMIx's direct-connection port... unused on one
-# node), DFS_TIMEOUT (seconds up waits for the node, 30).
+# DFS_SLURMD_PORT (6818), DFS_TIMEOUT (seconds up waits for the nodes, 30); for N nodes also
+# netns-cluster.sh's DFC_NAME (dfs), DFC_SUBNET (10.213.9), DFC_SLOTS, DFC_RATE, DFC_DELAY.
 set -euo pipefail
 
 dir=${DFS_DIR:-/run/slurm-local}
@@ -28,11 +37,15 @@ cpus=${DFS_CPUS:-8}
 ctld_port=${DFS_CTLD_PORT:-6817}
 slurmd_port=${DFS_SLURMD_PORT:-6818}
 timeout=${DFS_TIMEOUT:-30}
-node=$(hostname -s)
+export DFC_NAME=${DFC_NAME:-dfs} DFC_SUBNET=${DFC_SUBNET:-10.213.9}
+netns=$(dirname "$0")/netns-cluster.sh
 
 die() { echo "slurm-local: $*" >&2; exit 1; }
 
 export SLURM_CONF=$dir/slurm.conf
+
+# nodes: the number of namespace hosts of the cluster that is up (0: this machine).
+nodes() { cat "$dir/nodes" 2>/dev/null || echo 0; }
 
 # pidof_file FILE: the pid in FILE when that process is alive.
 pidof_file() {
@@ -41,11 +54,20 @@ pidof_file() {
 	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
+# write_conf N: slurm.conf for this machine (N = 0) or N namespace hosts.
 write_conf() {
+	local n=$1 i ctld names
+	if ((n == 0)); then
+		ctld=$(hostname -s)
+		names=$ctld
+	else
+		ctld="$DFC_NAME-h0($DFC_SUBNET.1)"
+		names="$DFC_NAME-h[0-$((n - 1))]"
+	fi
 	cat >"$dir/slurm.conf" <<EOF
-# Written by scripts/slurm-local.sh: a one-node cluster on $node.
+# Written by scripts/slurm-local.sh: a cluster of $((n > 0 ? n : 1)) node(s) on one machine.
 ClusterName=distflash
-SlurmctldHost=$node
+SlurmctldHost=$ctld
 SlurmctldPort=$ctld_port
 SlurmdPort=$slurmd_port
 SlurmUser=root
@@ -54,11 +76,12 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge.socket
 StateSaveLocation=$dir/ctld
-SlurmdSpoolDir=$dir/slurmd
+SlurmdSpoolDir=$dir/slurmd-%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$dir/slurmd-%n.log
+TmpFS=$dir/tmp-%n
 SlurmctldDebug=info
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
@@ -75,73 +98,138 @@ ReturnToService=2
 MpiDefault=none
 KillWait=5
 InactiveLimit=0
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=local Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
+	if ((n == 0)); then
+		mkdir -p "$dir/tmp-$names"
+		echo "NodeName=$names NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN" >>"$dir/slurm.conf"
+	else
+		for ((i = 0; i < n; i++)); do
+			mkdir -p "$dir/tmp-$DFC_NAME-h$i"
+			echo "NodeName=$DFC_NAME-h$i NodeAddr=$DFC_SUBNET.$((i + 1)) CPUs=$cpus State=UNKNOWN" >>"$dir/slurm.conf"
+		done
+	fi
+	echo "PartitionName=local Nodes=$names Default=YES MaxTime=INFINITE State=UP" >>"$dir/slurm.conf"
+}
+
+# logs: the ends of the daemons' logs, for a failed up.
+logs() {
+	local f
+	for f in "$dir"/*.log; do
+		[[ -e $f ]] || continue
+		echo "--- $f:"
+		tail -5 "$f"
+	done
 }
 
 up() {
+	local n=${1:-0} i state want
+	[[ $n =~ ^[0-9]+$ && $n -ne 1 && $n -le 64 ]] || die "up $n: want nothing (this machine) or 2 to 64 namespace hosts"
 	[[ $(id -u) == 0 ]] || die "needs root (slurmd starts the job's processes as their user)"
 	for tool in munged slurmctld slurmd sinfo srun; do
 		command -v "$tool" >/dev/null || die "$tool is not on PATH (Debian: apt-get install slurmd slurmctld slurm-client munge)"
 	done
 	[[ -e $dir ]] && die "a cluster is up already ($dir); run down first"
-	mkdir -p "$dir"/{ctld,slurmd}
-	chmod 700 "$dir"
+	mkdir -p "$dir/ctld"
 	trap 'echo "slurm-local: up failed, stopping what was started" >&2; down' EXIT
+	echo "$n" >"$dir/nodes"
 	dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none
 	chmod 400 "$dir/munge.key"
 	munged --key-file="$dir/munge.key" --socket="$dir/munge.socket" --pid-file="$dir/munged.pid" \
 		--log-file="$dir/munged.log" --seed-file="$dir/munged.seed" --force ||
 		die "munged did not start: $(tail -3 "$dir/munged.log" 2>/dev/null)"
-	write_conf
-	slurmctld || die "slurmctld did not start: $(tail -5 "$dir/slurmctld.log" 2>/dev/null)"
-	slurmd || die "slurmd did not start: $(tail -5 "$dir/slurmd.log" 2>/dev/null)"
-	local i state=
+	write_conf "$n"
+	if ((n == 0)); then
+		slurmctld || die "slurmctld did not start:
+$(logs)"
+		slurmd || die "slurmd did not start:
+$(logs)"
+		want=1
+	else
+		"$netns" up "$n"
+		"$netns" exec 0 slurmctld || die "slurmctld did not start on host 0:
+$(logs)"
+		for ((i = 0; i < n; i++)); do
+			# ip netns exec gives the host a fresh /sys without /sys/fs/cgroup's mounts, and
+			# slurmd 22.05 loads a cgroup plugin even with proctrack/linuxproc and task/none:
+			# a tmpfs there (in the host's own mount namespace) with the named hierarchy
+			# systemd mounted again in it, as on this machine, makes it cgroup/v1, which then
+			# starts (it only checks that hierarchy's file system type).
+			"$netns" exec "$i" sh -c 'if ! mountpoint -q /sys/fs/cgroup; then mount -t tmpfs cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd; fi && exec slurmd -N "$0"' "$DFC_NAME-h$i" || die "slurmd did not start on host $i:
+$(logs)"
+		done
+		want=$n
+	fi
 	for ((i = 0; i < timeout * 5; i++)); do
-		state=$(sinfo -h -n "$node" -o %T 2>/dev/null || true)
-		[[ $state == idle ]] && break
+		state=$(client sinfo -h -o '%T %D' 2>/dev/null || true)
+		[[ $state == "idle $want" ]] && break
 		sleep 0.2
 	done
-	[[ $state == idle ]] || die "node $node is '${state:-not known}' after ${timeout}s, not idle; slurmctld.log:
-$(tail -5 "$dir/slurmctld.log")
-slurmd.log:
-$(tail -5 "$dir/slurmd.log")"
+	[[ $state == "idle $want" ]] || die "after ${timeout}s sinfo says '${state:-nothing}', want all $want node(s) idle:
+$(client sinfo -N 2>&1 || true)
+$(logs)"
 	trap - EXIT
-	echo "slurm-local: node $node idle ($cpus CPUs); SLURM_CONF=$SLURM_CONF"
+	echo "slurm-local: $want node(s) idle, $cpus CPUs each; state in $dir"
+}
+
+# client CMD...: run CMD where the controller is reachable (host 0 of namespace hosts).
+client() {
+	if (($(nodes) > 0)); then
+		"$netns" run "$@"
+	else
+		"$@"
+	fi
 }
 
 down() {
 	local f pid
-	# slurmd first (it ends the job steps it runs), then slurmctld, then munged.
-	for f in slurmd slurmctld munged; do
-		pid=$(pidof_file "$dir/$f.pid") || continue
+	# slurmd first (each ends the job steps it runs), then slurmctld, then munged.
+	for f in "$dir"/slurmd-*.pid "$dir/slurmctld.pid" "$dir/munged.pid"; do
+		pid=$(pidof_file "$f") || continue
 		kill "$pid" 2>/dev/null || true
-		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+		for _ in $(seq 50); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
 		kill -9 "$pid" 2>/dev/null || true
 	done
+	if (($(nodes) > 0)); then
+		"$netns" down
+	fi
 	rm -rf "$dir"
 }
 
 status() {
 	local f
-	for f in munged slurmctld slurmd; do
-		echo "$f: $(pidof_file "$dir/$f.pid" || echo 'not running')"
+	[[ -e $dir/slurm.conf ]] || die "no cluster is up ($dir)"
+	for f in "$dir"/munged.pid "$dir"/slurmctld.pid "$dir"/slurmd-*.pid; do
+		[[ -e $f ]] || continue
+		f=${f##*/}
+		echo "${f%.pid}: $(pidof_file "$dir/$f" || echo 'not running')"
 	done
-	sinfo
+	client sinfo -N
 }
 
 cmd=${1:-}
 shift || true
 case $cmd in
-up) up ;;
+up) up "${1:-0}" ;;
 down) down ;;
 status) status ;;
-run) exec "$@" ;;
-session)
-	up
-	trap down EXIT
-	"$@"
+run)
+	[[ -e $dir/slurm.conf ]] || die "no cluster is up ($dir); run up first"
+	client "$@"
 	;;
-*) die "usage: $0 up | run CMD... | session CMD... | status | down" ;;
+session)
+	n=0
+	if [[ ${1:-} != -- ]]; then
+		n=${1:?session [N] -- CMD...}
+		shift
+	fi
+	[[ ${1:-} == -- ]] || die "session [N] -- CMD...: want -- before the command"
+	shift
+	up "$n"
+	trap down EXIT
+	client "$@"
+	;;
+*) die "usage: $0 up [N] | run CMD... | session [N] -- CMD... | status | down" ;;
 esac
