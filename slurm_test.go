@@ -17,19 +17,22 @@ import (
 	"distflash/ckpt"
 )
 
-// The Slurm tests start a one-node Slurm cluster with scripts/slurm-local.sh (munged,
-// slurmctld and slurmd from Debian's slurm-wlm, as root, all state in a temporary
-// directory, on free ports) and run distflash under `srun --mpi=pmix`, as a Slurm site
-// would. Run them with `go test -tags 'mpi slurm' . -run Slurm`.
+// The Slurm tests start a Slurm cluster with scripts/slurm-local.sh (munged, slurmctld and
+// slurmd from Debian's slurm-wlm, as root, all state in a temporary directory, on free
+// ports): one node that is this machine, or the hosts of scripts/netns-cluster.sh, one slurmd
+// each. They run distflash under `srun --mpi=pmix`, as a Slurm site would. Run them with
+// `go test -tags 'mpi slurm' . -run Slurm`.
 
 // slurmCluster is a cluster made by scripts/slurm-local.sh.
 type slurmCluster struct {
-	env []string
+	env  []string
+	name string // netns-cluster's DFC_NAME, for hosts > 0
 }
 
-// newSlurm starts a cluster for the test and stops it (no daemon left, state removed) when
-// the test ends. It skips the test when Slurm is not installed or the test is not root.
-func newSlurm(t *testing.T) *slurmCluster {
+// newSlurm starts a cluster for the test, of this machine (hosts = 0) or of that many network
+// namespace hosts, and stops it (no daemon, namespace or state left) when the test ends. It
+// skips the test when Slurm is not installed or the test is not root.
+func newSlurm(t *testing.T, hosts int) *slurmCluster {
 	t.Helper()
 	for _, tool := range []string{"slurmctld", "slurmd", "srun", "sinfo", "munged"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -48,12 +51,19 @@ func newSlurm(t *testing.T) *slurmCluster {
 	os.Remove(dir) // up makes it, and refuses a cluster that exists
 	c := &slurmCluster{env: append(os.Environ(), "DFS_DIR="+dir,
 		"DFS_CTLD_PORT="+freePort(t), "DFS_SLURMD_PORT="+freePort(t))}
+	if hosts > 0 {
+		clusterSeq.Lock()
+		clusterSeq.n++
+		c.name = fmt.Sprintf("dfst%d", clusterSeq.n)
+		clusterSeq.Unlock()
+		c.env = append(c.env, "DFC_NAME="+c.name, "DFC_SUBNET=10.213.10")
+	}
 	start := time.Now()
-	if out, err := c.script("up"); err != nil {
-		t.Fatalf("slurm-local.sh up: %v\n%s", err, out)
+	if out, err := c.script("up", fmt.Sprint(hosts)); err != nil {
+		t.Fatalf("slurm-local.sh up %d: %v\n%s", hosts, err, out)
 	}
 	t.Logf("slurm-local.sh up: node idle after %v", time.Since(start).Round(time.Millisecond))
-	pids := c.daemons(t)
+	var pids map[string]string
 	t.Cleanup(func() {
 		if out, err := c.script("down"); err != nil {
 			t.Errorf("slurm-local.sh down: %v\n%s", err, out)
@@ -66,7 +76,14 @@ func newSlurm(t *testing.T) *slurmCluster {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("down left %s: %v", dir, err)
 		}
+		if out, _ := exec.Command("ip", "netns", "list").Output(); c.name != "" && strings.Contains(string(out), c.name+"-") {
+			t.Errorf("namespaces left after down:\n%s", out)
+		}
 	})
+	pids = c.daemons(t, dir)
+	if want := 2 + max(hosts, 1); len(pids) != want {
+		t.Fatalf("daemons running after up: %v, want munged, slurmctld and %d slurmd", pids, max(hosts, 1))
+	}
 	return c
 }
 
@@ -89,22 +106,21 @@ func (c *slurmCluster) script(args ...string) (string, error) {
 	return string(out), err
 }
 
-// daemons are the pids of munged, slurmctld and slurmd, read from their pid files.
-func (c *slurmCluster) daemons(t *testing.T) map[string]string {
+// daemons are the pids of munged, slurmctld and each slurmd, read from their pid files in
+// the state directory dir.
+func (c *slurmCluster) daemons(t *testing.T, dir string) map[string]string {
 	t.Helper()
-	var dir string
-	for _, e := range c.env {
-		if v, ok := strings.CutPrefix(e, "DFS_DIR="); ok {
-			dir = v
-		}
+	files, err := filepath.Glob(filepath.Join(dir, "*.pid"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	pids := map[string]string{}
-	for _, name := range []string{"munged", "slurmctld", "slurmd"} {
-		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
-			t.Fatalf("%s's pid file: %v", name, err)
+			t.Fatalf("pid file: %v", err)
 		}
-		pids[name] = strings.TrimSpace(string(b))
+		pids[strings.TrimSuffix(filepath.Base(f), ".pid")] = strings.TrimSpace(string(b))
 	}
 	return pids
 }
@@ -113,7 +129,14 @@ func (c *slurmCluster) daemons(t *testing.T) map[string]string {
 // the cluster and returns the output of all tasks, the error and the time it took.
 func (c *slurmCluster) srun(t *testing.T, n int, mpi string, wrapper []string, args ...string) (string, error, time.Duration) {
 	t.Helper()
-	argv := []string{"run", "srun", "-n", fmt.Sprint(n), "--mpi=" + mpi}
+	return c.srunWith(t, []string{"-n", fmt.Sprint(n), "--mpi=" + mpi}, wrapper, args...)
+}
+
+// srunWith runs `srun opts [wrapper] distflash train` (trainArgs of tiny-sp4) through the
+// cluster.
+func (c *slurmCluster) srunWith(t *testing.T, opts, wrapper []string, args ...string) (string, error, time.Duration) {
+	t.Helper()
+	argv := append([]string{"run", "srun"}, opts...)
 	argv = append(argv, wrapper...)
 	argv = append(argv, buildBinary(t))
 	argv = append(argv, trainArgs(args)...)
@@ -134,7 +157,7 @@ func (c *slurmCluster) srun(t *testing.T, n int, mpi string, wrapper []string, a
 // weights to world_size = 4 in one process, with and without FSDP; and a checkpoint the srun
 // step saved (without FSDP) continues in one process to the same weights.
 func TestSlurmTrainsLikeInProcess(t *testing.T) {
-	c := newSlurm(t)
+	c := newSlurm(t, 0)
 	for _, fsdp := range []string{"false", "true"} {
 		t.Run("fsdp="+fsdp, func(t *testing.T) {
 			inproc, srun := t.TempDir(), t.TempDir()
@@ -181,7 +204,7 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 // wrote its shard: Slurm ends the whole step in bounded time and says a task was killed, and
 // the checkpoint of step 2 stays `latest`.
 func TestSlurmKilledRank(t *testing.T) {
-	c := newSlurm(t)
+	c := newSlurm(t, 0)
 	dir := t.TempDir()
 	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
 		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
@@ -211,7 +234,7 @@ func TestSlurmKilledRank(t *testing.T) {
 // Debian's Open MPI has no PMI-2 client: the step must fail at once, rank 0 saying to use
 // --mpi=pmix, and no rank may train on its own.
 func TestSlurmWithoutPMIx(t *testing.T) {
-	c := newSlurm(t)
+	c := newSlurm(t, 0)
 	for _, mpi := range []string{"pmi2", "none"} {
 		t.Run(mpi, func(t *testing.T) {
 			dir := t.TempDir()
@@ -227,5 +250,42 @@ func TestSlurmWithoutPMIx(t *testing.T) {
 			}
 			t.Logf("srun --mpi=%s failed after %v:\n%s", mpi, took, lastLines(out, 4))
 		})
+	}
+}
+
+// TestSlurmMultiNode: 2 Slurm nodes (network namespace hosts, one slurmd each) × 2 ranks,
+// started by `srun -N 2 --ntasks-per-node=2 --mpi=pmix`, train bit-identically to 4
+// in-process ranks, and the ranks' traffic crosses the hosts' links: Slurm's PMIx servers on
+// the two nodes wire up the ranks of both.
+func TestSlurmMultiNode(t *testing.T) {
+	c := newSlurm(t, 2)
+	inproc, multi := t.TempDir(), t.TempDir()
+	set := []string{"--set", "training.steps=4", "--set", "checkpoint.interval=4"}
+	if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
+		t.Fatalf("in-process: %v\n%s", err, out)
+	}
+	link := func() int64 { return (&netCluster{name: c.name}).linkBytes(t, 1) }
+	before := link()
+	out, err, took := c.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
+		append(set, "--set", "run.output_dir="+multi)...)
+	if err != nil {
+		t.Fatalf("srun on 2 nodes: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "mpi: 4 processes") {
+		t.Errorf("rank 0 did not report the MPI world:\n%s", out)
+	}
+	// Ranks 2 and 3 run on host 1: what they exchange with ranks 0 and 1 crosses its link.
+	crossed := link() - before
+	if crossed < 1<<20 {
+		t.Errorf("host 1's link carried %d bytes during the run; the ranks did not talk over it", crossed)
+	}
+	t.Logf("srun -N 2 --ntasks-per-node=2: %v; host 1's link carried %.1f MB", took, float64(crossed)/1e6)
+	a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(multi, "tiny-sp4"))
+	if len(a) != 4 || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Errorf("losses in-process %v\non 2 Slurm nodes %v", a, b)
+	}
+	step := func(dir string) string { return filepath.Join(dir, "tiny-sp4", "step-000004") }
+	if err := sameState(stateOf(t, step(inproc)), stateOf(t, step(multi))); err != nil {
+		t.Errorf("step 4 in-process vs 2 Slurm nodes: %v", err)
 	}
 }

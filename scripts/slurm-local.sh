@@ -22,6 +22,9 @@
 # netns-cluster's Open MPI settings (its subnet for btl_tcp and oob_tcp), which srun passes
 # on to the tasks. One munged (a Unix socket, which every namespace reaches) serves all.
 #
+# Each node gets its own PMIx temporary directory (TmpFS=$DFS_DIR/tmp-%n): namespace hosts
+# share one /tmp, where the PMIx plugin's /tmp/spmix_appdir_<uid>_<job>.<step> would collide.
+#
 # Each node has DFS_CPUS CPUs (default 8: more than the 2 cores here, so 4 ranks fit on one
 # node; SlurmdParameters=config_overrides makes slurmd believe the configuration). No
 # cgroups: ProctrackType=proctrack/linuxproc, TaskPlugin=task/none (no CPU binding).
