@@ -289,3 +289,49 @@ func TestSlurmMultiNode(t *testing.T) {
 		t.Errorf("step 4 in-process vs 2 Slurm nodes: %v", err)
 	}
 }
+
+// TestSlurmUpFails: when slurmctld cannot start (its port is taken), `slurm-local.sh up`
+// fails naming the daemon and the cause, and leaves no daemon and no state behind.
+func TestSlurmUpFails(t *testing.T) {
+	for _, tool := range []string{"slurmctld", "slurmd", "sinfo", "munged"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("Slurm is not installed (%s is not on PATH; Debian: apt-get install slurmd slurmctld slurm-client munge, which .ci/run does)", tool)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the Slurm tests start slurmd, which needs root; CI runs them as root")
+	}
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dir := filepath.Join(t.TempDir(), "slurm")
+	port := fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+	cmd := exec.Command("scripts/slurm-local.sh", "up")
+	cmd.Env = append(os.Environ(), "DFS_DIR="+dir, "DFS_CTLD_PORT="+port, "DFS_SLURMD_PORT="+freePort(t))
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		exec.Command("scripts/slurm-local.sh", "down").Run()
+		t.Fatalf("up succeeded with slurmctld's port %s taken:\n%s", port, out)
+	}
+	for _, s := range []string{"slurmctld.pid: the daemon exited", "Address already in use", "up failed, stopping what was started"} {
+		if !strings.Contains(string(out), s) {
+			t.Errorf("up's output does not say %q:\n%s", s, out)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the failed up left %s: %v", dir, err)
+	}
+	// The daemons carry the state directory in their environment (SLURM_CONF) or command
+	// line (munged's --socket): none may run on.
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		env, _ := os.ReadFile(filepath.Join(p, "environ"))
+		args, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		if bytes.Contains(env, []byte("SLURM_CONF="+dir+"/")) || bytes.Contains(args, []byte(dir+"/")) {
+			exe, _ := os.Readlink(filepath.Join(p, "exe"))
+			t.Errorf("%s (%s) still runs after the failed up", p, exe)
+		}
+	}
+}

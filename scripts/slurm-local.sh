@@ -162,14 +162,20 @@ $(logs)"
 		done
 		want=$n
 	fi
-	for ((i = 0; i < timeout * 5; i++)); do
-		state=$(client sinfo -h -o '%T %D' 2>/dev/null || true)
+	local deadline=$((SECONDS + timeout)) f
+	while :; do
+		# A daemon that exited (a port in use, a bad setting) fails up at once.
+		for f in "$dir"/slurmctld.pid "$dir"/slurmd-*.pid; do
+			[[ -e $f ]] && ! pidof_file "$f" >/dev/null && die "${f##*/}: the daemon exited:
+$(logs)"
+		done
+		state=$(client timeout 2 sinfo -h -o '%T %D' 2>/dev/null || true)
 		[[ $state == "idle $want" ]] && break
+		((SECONDS < deadline)) || die "after ${timeout}s sinfo says '${state:-nothing}', want all $want node(s) idle:
+$(client timeout 5 sinfo -N 2>&1 || true)
+$(logs)"
 		sleep 0.2
 	done
-	[[ $state == "idle $want" ]] || die "after ${timeout}s sinfo says '${state:-nothing}', want all $want node(s) idle:
-$(client sinfo -N 2>&1 || true)
-$(logs)"
 	trap - EXIT
 	echo "slurm-local: $want node(s) idle, $cpus CPUs each; state in $dir"
 }
