@@ -152,50 +152,65 @@ func (c *slurmCluster) srunWith(t *testing.T, opts, wrapper []string, args ...st
 	return out.String(), err, time.Since(start)
 }
 
-// TestSlurmTrainsLikeInProcess: `srun -n 4 --mpi=pmix distflash train` (Open MPI's ranks
-// wired up by Slurm's PMIx server, no mpirun) gives bit-identical losses and checkpointed
-// weights to world_size = 4 in one process, with and without FSDP; and a checkpoint the srun
-// step saved (without FSDP) continues in one process to the same weights.
+// TestSlurmTrainsLikeInProcess: `srun -n 4 --mpi=pmix distflash train` on one node (Open
+// MPI's ranks wired up by Slurm's PMIx server, no mpirun) gives bit-identical losses and
+// checkpointed weights to world_size = 4 in one process, with and without FSDP; and so does
+// `srun -N 2 --ntasks-per-node=2 --mpi=pmix` on 2 Slurm nodes (network namespace hosts, one
+// slurmd each), whose ranks' traffic crosses the hosts' links: the PMIx servers of the two
+// nodes wire up the ranks of both.
 func TestSlurmTrainsLikeInProcess(t *testing.T) {
-	c := newSlurm(t, 0)
+	one, two := newSlurm(t, 0), newSlurm(t, 2)
+	link := func() int64 { return (&netCluster{name: two.name}).linkBytes(t, 1) }
 	for _, fsdp := range []string{"false", "true"} {
 		t.Run("fsdp="+fsdp, func(t *testing.T) {
-			inproc, srun := t.TempDir(), t.TempDir()
 			set := []string{"--set", "parallelism.fsdp=" + fsdp, "--set", "checkpoint.interval=3"}
+			inproc := t.TempDir()
 			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
 				t.Fatalf("in-process: %v\n%s", err, out)
 			}
-			out, err, took := c.srun(t, 4, "pmix", nil, append(set, "--set", "run.output_dir="+srun)...)
+			// same checks that the run in dir trained like the in-process one.
+			same := func(what, dir, out string) {
+				t.Helper()
+				for _, s := range []string{"mpi: started by srun", "mpi: 4 processes"} {
+					if !strings.Contains(out, s) {
+						t.Errorf("%s: rank 0 did not say %q:\n%s", what, s, out)
+					}
+				}
+				if n := strings.Count(out, "trained 6 steps"); n != 1 {
+					t.Errorf("%s: %d ranks printed the summary, want rank 0 only:\n%s", what, n, out)
+				}
+				a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(dir, "tiny-sp4"))
+				if len(a) != 6 || fmt.Sprint(a) != fmt.Sprint(b) {
+					t.Errorf("losses in-process %v\n%s %v", a, what, b)
+				}
+				step := func(dir string) string { return filepath.Join(dir, "tiny-sp4", "step-000006") }
+				if err := sameState(stateOf(t, step(inproc)), stateOf(t, step(dir))); err != nil {
+					t.Errorf("step 6 in-process vs %s: %v", what, err)
+				}
+			}
+			dir := t.TempDir()
+			out, err, took := one.srun(t, 4, "pmix", nil, append(set, "--set", "run.output_dir="+dir)...)
 			if err != nil {
 				t.Fatalf("srun: %v\n%s", err, out)
 			}
-			for _, s := range []string{"mpi: started by srun", "mpi: 4 processes"} {
-				if !strings.Contains(out, s) {
-					t.Errorf("rank 0 did not say %q:\n%s", s, out)
-				}
+			t.Logf("srun -n 4 --mpi=pmix on one node: %v", took)
+			same("srun on one node", dir, out)
+
+			dir = t.TempDir()
+			before := link()
+			out, err, took = two.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
+				append(set, "--set", "run.output_dir="+dir)...)
+			if err != nil {
+				t.Fatalf("srun on 2 nodes: %v\n%s", err, out)
 			}
-			if n := strings.Count(out, "trained 6 steps"); n != 1 {
-				t.Errorf("%d ranks printed the summary, want rank 0 only:\n%s", n, out)
+			// Ranks 2 and 3 run on host 1: what they exchange with ranks 0 and 1 crosses its
+			// link. Ranks on one host would leave only Slurm's own traffic there, a few KB.
+			crossed := link() - before
+			if crossed < 1<<20 {
+				t.Errorf("host 1's link carried %d bytes during the run; the ranks did not talk over it", crossed)
 			}
-			t.Logf("srun -n 4 --mpi=pmix: %v", took)
-			a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(srun, "tiny-sp4"))
-			if len(a) != 6 || fmt.Sprint(a) != fmt.Sprint(b) {
-				t.Errorf("losses in-process %v\nunder srun %v", a, b)
-			}
-			step := func(dir, s string) string { return filepath.Join(dir, "tiny-sp4", "step-00000"+s) }
-			if err := sameState(stateOf(t, step(inproc, "6")), stateOf(t, step(srun, "6"))); err != nil {
-				t.Errorf("step 6 in-process vs srun: %v", err)
-			}
-			if fsdp == "true" {
-				return // the resume below does not depend on the sharding
-			}
-			cross := t.TempDir()
-			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+cross, "--resume", step(srun, "3"))); err != nil {
-				t.Fatalf("in-process resume of srun's step 3: %v\n%s", err, out)
-			}
-			if err := sameState(stateOf(t, step(inproc, "6")), stateOf(t, step(cross, "6"))); err != nil {
-				t.Errorf("srun to step 3, in-process to 6: %v", err)
-			}
+			t.Logf("srun -N 2 --ntasks-per-node=2 --mpi=pmix: %v; host 1's link carried %.1f MB", took, float64(crossed)/1e6)
+			same("srun on 2 nodes", dir, out)
 		})
 	}
 }
@@ -250,43 +265,6 @@ func TestSlurmWithoutPMIx(t *testing.T) {
 			}
 			t.Logf("srun --mpi=%s failed after %v:\n%s", mpi, took, lastLines(out, 4))
 		})
-	}
-}
-
-// TestSlurmMultiNode: 2 Slurm nodes (network namespace hosts, one slurmd each) × 2 ranks,
-// started by `srun -N 2 --ntasks-per-node=2 --mpi=pmix`, train bit-identically to 4
-// in-process ranks, and the ranks' traffic crosses the hosts' links: Slurm's PMIx servers on
-// the two nodes wire up the ranks of both.
-func TestSlurmMultiNode(t *testing.T) {
-	c := newSlurm(t, 2)
-	inproc, multi := t.TempDir(), t.TempDir()
-	set := []string{"--set", "training.steps=4", "--set", "checkpoint.interval=4"}
-	if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
-		t.Fatalf("in-process: %v\n%s", err, out)
-	}
-	link := func() int64 { return (&netCluster{name: c.name}).linkBytes(t, 1) }
-	before := link()
-	out, err, took := c.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
-		append(set, "--set", "run.output_dir="+multi)...)
-	if err != nil {
-		t.Fatalf("srun on 2 nodes: %v\n%s", err, out)
-	}
-	if !strings.Contains(out, "mpi: 4 processes") {
-		t.Errorf("rank 0 did not report the MPI world:\n%s", out)
-	}
-	// Ranks 2 and 3 run on host 1: what they exchange with ranks 0 and 1 crosses its link.
-	crossed := link() - before
-	if crossed < 1<<20 {
-		t.Errorf("host 1's link carried %d bytes during the run; the ranks did not talk over it", crossed)
-	}
-	t.Logf("srun -N 2 --ntasks-per-node=2: %v; host 1's link carried %.1f MB", took, float64(crossed)/1e6)
-	a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(multi, "tiny-sp4"))
-	if len(a) != 4 || fmt.Sprint(a) != fmt.Sprint(b) {
-		t.Errorf("losses in-process %v\non 2 Slurm nodes %v", a, b)
-	}
-	step := func(dir string) string { return filepath.Join(dir, "tiny-sp4", "step-000004") }
-	if err := sameState(stateOf(t, step(inproc)), stateOf(t, step(multi))); err != nil {
-		t.Errorf("step 4 in-process vs 2 Slurm nodes: %v", err)
 	}
 }
 

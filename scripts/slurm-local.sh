@@ -189,18 +189,31 @@ client() {
 	fi
 }
 
-down() {
-	local f pid
-	# slurmd first (each ends the job steps it runs), then slurmctld, then munged.
-	for f in "$dir"/slurmd-*.pid "$dir/slurmctld.pid" "$dir/munged.pid"; do
-		pid=$(pidof_file "$f") || continue
-		kill "$pid" 2>/dev/null || true
-		for _ in $(seq 50); do
-			kill -0 "$pid" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -9 "$pid" 2>/dev/null || true
+# stop FILE...: SIGTERM to the live processes named by the pid files, SIGKILL to those still
+# there after 5 s.
+stop() {
+	local f pid pids=() left=() i
+	for f in "$@"; do
+		pid=$(pidof_file "$f") && pids+=("$pid")
 	done
+	((${#pids[@]})) || return 0
+	kill "${pids[@]}" 2>/dev/null || true
+	for ((i = 0; i < 50; i++)); do
+		left=()
+		for pid in "${pids[@]}"; do
+			kill -0 "$pid" 2>/dev/null && left+=("$pid")
+		done
+		((${#left[@]})) || return 0
+		sleep 0.1
+	done
+	echo "slurm-local: ${left[*]} still ran 5 s after SIGTERM: SIGKILL" >&2
+	kill -9 "${left[@]}" 2>/dev/null || true
+}
+
+down() {
+	# slurmd first (each ends the job steps it runs), then slurmctld and munged.
+	stop "$dir"/slurmd-*.pid
+	stop "$dir/slurmctld.pid" "$dir/munged.pid"
 	if (($(nodes) > 0)); then
 		"$netns" down
 	fi
