@@ -136,8 +136,14 @@ func (c *slurmCluster) srun(t *testing.T, n int, mpi string, wrapper []string, a
 // cluster.
 func (c *slurmCluster) srunWith(t *testing.T, opts, wrapper []string, args ...string) (string, error, time.Duration) {
 	t.Helper()
-	argv := append([]string{"run", "srun"}, opts...)
-	argv = append(argv, wrapper...)
+	return c.launch(t, append(append([]string{"srun"}, opts...), wrapper...), args...)
+}
+
+// launch runs `launcher... distflash train` (trainArgs of tiny-sp4) as a client of the
+// cluster and returns the output of all ranks, the error and the time it took.
+func (c *slurmCluster) launch(t *testing.T, launcher []string, args ...string) (string, error, time.Duration) {
+	t.Helper()
+	argv := append([]string{"run"}, launcher...)
 	argv = append(argv, buildBinary(t))
 	argv = append(argv, trainArgs(args)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -156,8 +162,8 @@ func (c *slurmCluster) srunWith(t *testing.T, opts, wrapper []string, args ...st
 // MPI's ranks wired up by Slurm's PMIx server, no mpirun) gives bit-identical losses and
 // checkpointed weights to world_size = 4 in one process, with and without FSDP; and so does
 // `srun -N 2 --ntasks-per-node=2 --mpi=pmix` on 2 Slurm nodes (network namespace hosts, one
-// slurmd each), whose ranks' traffic crosses the hosts' links: the PMIx servers of the two
-// nodes wire up the ranks of both.
+// slurmd each), whose ranks' traffic crosses the hosts' links (the PMIx servers of the two
+// nodes wire up the ranks of both), and, with FSDP, mpirun in an allocation of those 2 nodes.
 func TestSlurmTrainsLikeInProcess(t *testing.T) {
 	one, two := newSlurm(t, 0), newSlurm(t, 2)
 	link := func() int64 { return (&netCluster{name: two.name}).linkBytes(t, 1) }
@@ -169,9 +175,9 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 				t.Fatalf("in-process: %v\n%s", err, out)
 			}
 			// same checks that the run in dir trained like the in-process one.
-			same := func(what, dir, out string) {
+			same := func(what, launcher, dir, out string) {
 				t.Helper()
-				for _, s := range []string{"mpi: started by srun", "mpi: 4 processes"} {
+				for _, s := range []string{"mpi: started by " + launcher + ";", "mpi: 4 processes"} {
 					if !strings.Contains(out, s) {
 						t.Errorf("%s: rank 0 did not say %q:\n%s", what, s, out)
 					}
@@ -194,14 +200,23 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 				t.Fatalf("srun: %v\n%s", err, out)
 			}
 			t.Logf("srun -n 4 --mpi=pmix on one node: %v", took)
-			same("srun on one node", dir, out)
+			same("srun on one node", "srun", dir, out)
 
+			// On 2 nodes: srun without FSDP; with FSDP mpirun in an allocation (salloc), which
+			// takes the nodes and ranks from it and starts its daemons there through Slurm.
 			dir = t.TempDir()
 			before := link()
-			out, err, took = two.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
-				append(set, "--set", "run.output_dir="+dir)...)
+			what, launcher := "srun -N 2 --ntasks-per-node=2 --mpi=pmix", "srun"
+			if fsdp == "true" {
+				what, launcher = "salloc -N 2 --ntasks-per-node=2 mpirun", "Open MPI's mpirun"
+				out, err, took = two.launch(t, []string{"salloc", "-N", "2", "--ntasks-per-node=2", "mpirun", "--allow-run-as-root", "--bind-to", "none"},
+					append(set, "--set", "run.output_dir="+dir)...)
+			} else {
+				out, err, took = two.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
+					append(set, "--set", "run.output_dir="+dir)...)
+			}
 			if err != nil {
-				t.Fatalf("srun on 2 nodes: %v\n%s", err, out)
+				t.Fatalf("%s: %v\n%s", what, err, out)
 			}
 			// Ranks 2 and 3 run on host 1: what they exchange with ranks 0 and 1 crosses its
 			// link. Ranks on one host would leave only Slurm's own traffic there, a few KB.
@@ -209,8 +224,8 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 			if crossed < 1<<20 {
 				t.Errorf("host 1's link carried %d bytes during the run; the ranks did not talk over it", crossed)
 			}
-			t.Logf("srun -N 2 --ntasks-per-node=2 --mpi=pmix: %v; host 1's link carried %.1f MB", took, float64(crossed)/1e6)
-			same("srun on 2 nodes", dir, out)
+			t.Logf("%s: %v; host 1's link carried %.1f MB", what, took, float64(crossed)/1e6)
+			same(what, launcher, dir, out)
 		})
 	}
 }
