@@ -182,6 +182,9 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 						t.Errorf("%s: rank 0 did not say %q:\n%s", what, s, out)
 					}
 				}
+				if strings.Contains(out, "without PMIx") {
+					t.Errorf("%s: a rank warned of a launch without PMIx:\n%s", what, out)
+				}
 				if n := strings.Count(out, "trained 6 steps"); n != 1 {
 					t.Errorf("%s: %d ranks printed the summary, want rank 0 only:\n%s", what, n, out)
 				}
@@ -308,7 +311,7 @@ func TestSlurmUpFails(t *testing.T) {
 		exec.Command("scripts/slurm-local.sh", "down").Run()
 		t.Fatalf("up succeeded with slurmctld's port %s taken:\n%s", port, out)
 	}
-	for _, s := range []string{"slurmctld.pid: the daemon exited", "Address already in use", "up failed, stopping what was started"} {
+	for _, s := range []string{"slurmctld exited", "Address already in use", "up failed, stopping what was started"} {
 		if !strings.Contains(string(out), s) {
 			t.Errorf("up's output does not say %q:\n%s", s, out)
 		}

@@ -114,6 +114,18 @@ EOF
 	echo "PartitionName=local Nodes=$names Default=YES MaxTime=INFINITE State=UP" >>"$dir/slurm.conf"
 }
 
+# wait_ctld: wait until slurmctld answers (scontrol ping), failing at once when it exited.
+wait_ctld() {
+	local deadline=$((SECONDS + timeout))
+	until client timeout 2 scontrol ping 2>/dev/null | grep -q 'is UP'; do
+		[[ -e $dir/slurmctld.pid ]] && ! pidof_file "$dir/slurmctld.pid" >/dev/null && die "slurmctld exited:
+$(logs)"
+		((SECONDS < deadline)) || die "slurmctld does not answer after ${timeout}s:
+$(logs)"
+		sleep 0.1
+	done
+}
+
 # logs: the ends of the daemons' logs, for a failed up.
 logs() {
 	local f
@@ -144,6 +156,7 @@ up() {
 	if ((n == 0)); then
 		slurmctld || die "slurmctld did not start:
 $(logs)"
+		wait_ctld
 		slurmd || die "slurmd did not start:
 $(logs)"
 		want=1
@@ -151,6 +164,7 @@ $(logs)"
 		"$netns" up "$n"
 		"$netns" exec 0 slurmctld || die "slurmctld did not start on host 0:
 $(logs)"
+		wait_ctld
 		for ((i = 0; i < n; i++)); do
 			# ip netns exec gives the host a fresh /sys without /sys/fs/cgroup's mounts, and
 			# slurmd 22.05 loads a cgroup plugin even with proctrack/linuxproc and task/none:
