@@ -26,6 +26,7 @@ import (
 // slurmCluster is a cluster made by scripts/slurm-local.sh.
 type slurmCluster struct {
 	env  []string
+	dir  string // the state directory, DFS_DIR
 	name string // netns-cluster's DFC_NAME, for hosts > 0
 }
 
@@ -49,7 +50,7 @@ func newSlurm(t *testing.T, hosts int) *slurmCluster {
 		t.Fatal(err)
 	}
 	os.Remove(dir) // up makes it, and refuses a cluster that exists
-	c := &slurmCluster{env: append(os.Environ(), "DFS_DIR="+dir,
+	c := &slurmCluster{dir: dir, env: append(os.Environ(), "DFS_DIR="+dir,
 		"DFS_CTLD_PORT="+freePort(t), "DFS_SLURMD_PORT="+freePort(t))}
 	if hosts > 0 {
 		clusterSeq.Lock()
@@ -319,15 +320,60 @@ func TestSlurmUpFails(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("the failed up left %s: %v", dir, err)
 	}
-	// The daemons carry the state directory in their environment (SLURM_CONF) or command
-	// line (munged's --socket): none may run on.
+	for _, p := range clusterProcs(dir) {
+		t.Errorf("%s still runs after the failed up", p)
+	}
+}
+
+// clusterProcs lists the processes that belong to the cluster with state directory dir: they
+// carry it in their environment (SLURM_CONF: the daemons, a job's slurmstepd, tasks and
+// srun) or command line (munged's --socket).
+func clusterProcs(dir string) []string {
+	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		env, _ := os.ReadFile(filepath.Join(p, "environ"))
 		args, _ := os.ReadFile(filepath.Join(p, "cmdline"))
 		if bytes.Contains(env, []byte("SLURM_CONF="+dir+"/")) || bytes.Contains(args, []byte(dir+"/")) {
-			exe, _ := os.Readlink(filepath.Join(p, "exe"))
-			t.Errorf("%s (%s) still runs after the failed up", p, exe)
+			comm, _ := os.ReadFile(filepath.Join(p, "comm"))
+			found = append(found, fmt.Sprintf("%s (%s)", p, bytes.TrimSpace(comm)))
 		}
+	}
+	return found
+}
+
+// TestSlurmDownEndsJobs: `down` while a job step runs ends the step (slurmd alone would leave
+// its slurmstepd and tasks running), its srun, and every daemon.
+func TestSlurmDownEndsJobs(t *testing.T) {
+	c := newSlurm(t, 0)
+	cmd := exec.Command("scripts/slurm-local.sh", "run", "srun", "-n", "2", "sleep", "300")
+	cmd.Env = c.env
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _ := c.script("run", "squeue", "-h", "-o", "%T")
+		if strings.TrimSpace(out) == "RUNNING" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job does not run after 30 s: squeue says %q", out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out, err := c.script("down"); err != nil {
+		t.Fatalf("down: %v\n%s", err, out)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Errorf("srun still runs 10 s after down")
+	}
+	if left := clusterProcs(c.dir); len(left) > 0 {
+		t.Errorf("left after down: %v", left)
 	}
 }

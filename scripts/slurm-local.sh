@@ -144,6 +144,8 @@ up() {
 		command -v "$tool" >/dev/null || die "$tool is not on PATH (Debian: apt-get install slurmd slurmctld slurm-client munge)"
 	done
 	[[ -e $dir ]] && die "a cluster is up already ($dir); run down first"
+	((n == 0)) || [[ ! -e /run/netns-cluster/$DFC_NAME ]] ||
+		die "a netns cluster named $DFC_NAME is up already; set DFC_NAME to another name"
 	mkdir -p "$dir/ctld"
 	trap 'echo "slurm-local: up failed, stopping what was started" >&2; down' EXIT
 	echo "$n" >"$dir/nodes"
@@ -224,10 +226,44 @@ stop() {
 	kill -9 "${left[@]}" 2>/dev/null || true
 }
 
+# sweep: SIGKILL to every process that still carries this cluster's SLURM_CONF (what a job
+# step left: a slurmstepd that outlived slurmd, its tasks, their srun) except this script and
+# the processes it runs under.
+sweep() {
+	local p pid self=" "
+	pid=$$
+	while [[ $pid =~ ^[0-9]+$ && $pid -gt 1 ]]; do
+		self+="$pid "
+		pid=$(awk '/^PPid:/ {print $2}' "/proc/$pid/status" 2>/dev/null) || break
+	done
+	for p in /proc/[0-9]*; do
+		pid=${p#/proc/}
+		[[ $self == *" $pid "* ]] && continue
+		if grep -qzxF "SLURM_CONF=$dir/slurm.conf" "$p/environ" 2>/dev/null; then
+			echo "slurm-local: killing $pid ($(cat "$p/comm" 2>/dev/null)), left by a job" >&2
+			kill -9 "$pid" 2>/dev/null || true
+		fi
+	done
+}
+
 down() {
-	# slurmd first (each ends the job steps it runs), then slurmctld and munged.
+	local jobs i
+	# Jobs first: slurmd exits without ending the slurmstepd of a running step.
+	if pidof_file "$dir/slurmctld.pid" >/dev/null; then
+		jobs=$(client timeout 5 squeue -h -o %i 2>/dev/null || true)
+		if [[ -n $jobs ]]; then
+			# shellcheck disable=SC2086
+			client timeout 5 scancel $jobs 2>/dev/null || true
+			for ((i = 0; i < 100; i++)); do # KillWait=5: SIGKILL 5 s after SIGTERM
+				[[ -z $(client timeout 2 squeue -h -o %i 2>/dev/null) ]] && break
+				sleep 0.1
+			done
+		fi
+	fi
+	# Then slurmd (every node), slurmctld and munged.
 	stop "$dir"/slurmd-*.pid
 	stop "$dir/slurmctld.pid" "$dir/munged.pid"
+	sweep
 	if (($(nodes) > 0)); then
 		"$netns" down
 	fi
