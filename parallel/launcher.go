@@ -117,6 +117,25 @@ func mpiEnvFrom(getenv func(string) string) (*Launch, error) {
 	return nil, nil
 }
 
+// SrunWithoutPMIx returns a warning for rank 0 of a job step that srun started without PMIx
+// (srun --mpi=pmi2 or --mpi=none: SLURM_STEP_NUM_TASKS > 1 and no PMIX_RANK), and "" for any
+// other process. Open MPI built without Slurm's PMI-1/PMI-2 libraries, as Debian's is, finds
+// the other ranks of an srun step only through PMIx: MPI_Init aborts every rank with a
+// message that suggests rebuilding Slurm or Open MPI, where `srun --mpi=pmix` is the fix.
+func SrunWithoutPMIx() string { return srunWithoutPMIxFrom(os.Getenv) }
+
+func srunWithoutPMIxFrom(getenv func(string) string) string {
+	n, err := strconv.Atoi(getenv("SLURM_STEP_NUM_TASKS"))
+	if err != nil || n < 2 || getenv("SLURM_PROCID") != "0" || getenv("PMIX_RANK") != "" {
+		return ""
+	}
+	how := getenv("SLURM_MPI_TYPE")
+	if how == "" {
+		how = "none"
+	}
+	return fmt.Sprintf("mpi: srun started these %d ranks with --mpi=%s, without PMIx; Open MPI built without Slurm's PMI-1/PMI-2 support (as Debian builds it) joins srun's ranks only through PMIx, so MPI_Init may abort: run srun --mpi=pmix (srun --mpi=list shows what this cluster offers), or set MpiDefault=pmix in slurm.conf", n, how)
+}
+
 // CheckLaunch returns an error when this process is one of several started by an MPI launcher
 // but the binary was built without MPI (without -tags mpi): each process would otherwise train
 // alone and they would overwrite each other's output. It also returns MPIEnv's error.

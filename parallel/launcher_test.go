@@ -149,3 +149,38 @@ func TestMPIOptionsFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestSrunWithoutPMIx: rank 0 of an srun step of several ranks started without PMIx gets a
+// warning naming the --mpi type and the fix; PMIx steps, other ranks, single tasks and
+// processes srun did not start get none.
+func TestSrunWithoutPMIx(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string // "" = no warning
+	}{
+		{"pmi2", map[string]string{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_MPI_TYPE": "pmi2", "PMI_RANK": "0"}, "4 ranks with --mpi=pmi2"},
+		{"none", map[string]string{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2"}, "2 ranks with --mpi=none"},
+		{"pmix", map[string]string{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "4", "SLURM_MPI_TYPE": "pmix", "PMIX_RANK": "0"}, ""},
+		{"rank-1", map[string]string{"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4", "SLURM_MPI_TYPE": "pmi2"}, ""},
+		{"one-task", map[string]string{"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}, ""},
+		{"batch-script", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "4"}, ""},
+		{"alone", nil, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := srunWithoutPMIxFrom(func(k string) string { return tc.env[k] })
+			if tc.want == "" {
+				if got != "" {
+					t.Fatalf("warned %q", got)
+				}
+				return
+			}
+			for _, s := range []string{tc.want, "srun --mpi=pmix", "MpiDefault=pmix"} {
+				if !strings.Contains(got, s) {
+					t.Errorf("warning %q does not say %q", got, s)
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,15 @@ static MPI_Comm df_world(void) { return MPI_COMM_WORLD; }
 static MPI_Datatype df_float(void) { return MPI_FLOAT; }
 static void *df_in_place(void) { return MPI_IN_PLACE; }
 
+// df_open_mpi is 1 for Open MPI, whose direct launch by srun needs PMIx (SrunWithoutPMIx).
+static int df_open_mpi(void) {
+#ifdef OPEN_MPI
+	return 1;
+#else
+	return 0;
+#endif
+}
+
 static int df_init(int want, int *got) { return MPI_Init_thread(NULL, NULL, want, got); }
 static int df_thread_multiple(void) { return MPI_THREAD_MULTIPLE; }
 static int df_thread_serialized(void) { return MPI_THREAD_SERIALIZED; }
@@ -151,6 +160,9 @@ func InitMPIWith(opt MPIOptions) (Comm, error) {
 	want := C.df_thread_multiple()
 	if opt.Serialized {
 		want = C.df_thread_serialized()
+	}
+	if w := SrunWithoutPMIx(); w != "" && C.df_open_mpi() == 1 {
+		fmt.Fprintln(os.Stderr, w)
 	}
 	var got C.int
 	var rc C.int
