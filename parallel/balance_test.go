@@ -79,9 +79,8 @@ func TestBalanceDocuments(t *testing.T) {
 	}
 }
 
-// recBackend is a CPU backend that records every attention call a schedule makes: the exact
-// visible (query, key) pairs of its shape, counted pair by pair, and what the FLOPs counters
-// added for it.
+// recBackend is a CPU backend that records every attention call a schedule makes: its shape
+// and what the FLOPs counters added for it.
 type recBackend struct {
 	kernels.Backend
 	calls []recCall
@@ -89,22 +88,56 @@ type recBackend struct {
 
 // recCall is one recorded AttnForward or AttnBackward call.
 type recCall struct {
-	bwd          bool
-	pairs, tiles int64 // visible pairs; pairs of the kernel's visible 96×128 tiles (tilePairs)
-	heads        int
-	flops        int64 // what the call added to AttnFwdFLOPs or AttnBwdFLOPs
+	bwd   bool
+	sh    kernels.AttnShape
+	flops int64 // what the call added to AttnFwdFLOPs or AttnBwdFLOPs
 }
 
 func (b *recBackend) AttnForward(s kernels.AttnState, q, k, v kernels.Buf, sh kernels.AttnShape) {
 	before := b.Counters().AttnFwdFLOPs.Load()
 	b.Backend.AttnForward(s, q, k, v, sh)
-	b.calls = append(b.calls, recCall{pairs: shapePairs(sh), tiles: tilePairs(sh, 96, 128), heads: sh.Heads, flops: b.Counters().AttnFwdFLOPs.Load() - before})
+	b.calls = append(b.calls, recCall{sh: sh, flops: b.Counters().AttnFwdFLOPs.Load() - before})
 }
 
 func (b *recBackend) AttnBackward(dq, dk, dv, q, k, v, do, lse, d kernels.Buf, sh kernels.AttnShape) {
 	before := b.Counters().AttnBwdFLOPs.Load()
 	b.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh)
-	b.calls = append(b.calls, recCall{bwd: true, pairs: shapePairs(sh), tiles: tilePairs(sh, 96, 128), heads: sh.Heads, flops: b.Counters().AttnBwdFLOPs.Load() - before})
+	b.calls = append(b.calls, recCall{bwd: true, sh: sh, flops: b.Counters().AttnBwdFLOPs.Load() - before})
+}
+
+// phase returns the recorded calls of the forward (bwd false) or the backward.
+func (b *recBackend) phase(bwd bool) []recCall {
+	var out []recCall
+	for _, c := range b.calls {
+		if c.bwd == bwd {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// callSteps splits one rank's calls of one phase into the model's steps (steps[s][rank], as
+// DocumentSteps gives them): every non-empty step must be a run of consecutive calls whose
+// visible pairs add up to the model's, and no call may be left over. It returns the FLOPs the
+// counters counted at each step.
+func callSteps(calls []recCall, steps [][]int64, rank int) ([]int64, error) {
+	flops := make([]int64, len(steps))
+	i := 0
+	for s, st := range steps {
+		var got int64
+		for got < st[rank] && i < len(calls) {
+			got += shapePairs(calls[i].sh)
+			flops[s] += calls[i].flops
+			i++
+		}
+		if got != st[rank] {
+			return nil, fmt.Errorf("step %d: the model has %d pairs, the schedule's calls from there %d", s, st[rank], got)
+		}
+	}
+	if i != len(calls) {
+		return nil, fmt.Errorf("%d calls left over after the model's steps %v", len(calls)-i, steps)
+	}
+	return flops, nil
 }
 
 // shapePairs counts the pairs of a call that its mask leaves visible, one by one: key j is
@@ -231,17 +264,13 @@ func TestDocumentStepsMatchSchedules(t *testing.T) {
 					flops int64
 					w     int64
 				}{{false, fwd, out.work[r].AttnFwdFLOPs, 4}, {true, bwd, out.work[r].AttnBwdFLOPs, 10}} {
-					var calls []recCall
-					for _, cl := range rec.calls {
-						if cl.bwd == ph.bwd {
-							calls = append(calls, cl)
-						}
-					}
+					calls := rec.phase(ph.bwd)
 					what := fmt.Sprintf("%s on %d ranks, T %d, %s, rank %d, backward %v", name, c.P, c.T, c.what, r, ph.bwd)
 					var flops int64
 					for _, cl := range calls {
-						if want := ph.w * int64(h.Dim*cl.heads) * cl.tiles; cl.flops != want || cl.tiles < cl.pairs {
-							t.Fatalf("%s: a call of %d visible pairs in %d tile pairs counted %d FLOPs, want %d", what, cl.pairs, cl.tiles, cl.flops, want)
+						pairs, tiles := shapePairs(cl.sh), tilePairs(cl.sh, 96, 128)
+						if want := ph.w * int64(h.Dim*cl.sh.Heads) * tiles; cl.flops != want || tiles < pairs {
+							t.Fatalf("%s: a call of %d visible pairs in %d tile pairs counted %d FLOPs, want %d", what, pairs, tiles, cl.flops, want)
 						}
 						flops += cl.flops
 					}
@@ -249,27 +278,18 @@ func TestDocumentStepsMatchSchedules(t *testing.T) {
 						t.Fatalf("%s: calls counted %d FLOPs, the backend %d: a call was not recorded", what, flops, ph.flops)
 					}
 					if name == "ulysses" { // one call over all pairs, on 1/P of the heads
-						if len(calls) != 1 || calls[0].pairs != total || calls[0].heads*c.P != h.N || ph.steps[0][r] != (total+int64(c.P)-1)/int64(c.P) {
+						if len(calls) != 1 || shapePairs(calls[0].sh) != total || calls[0].sh.Heads*c.P != h.N || ph.steps[0][r] != (total+int64(c.P)-1)/int64(c.P) {
 							t.Fatalf("%s: %d calls, model %d pairs per head for %d visible", what, len(calls), ph.steps[0][r], total)
 						}
 						continue
 					}
-					i := 0
-					for s, st := range ph.steps {
-						var got int64
-						for got < st[r] && i < len(calls) {
-							if calls[i].heads != h.N {
-								t.Fatalf("%s: a call on %d heads", what, calls[i].heads)
-							}
-							got += calls[i].pairs
-							i++
-						}
-						if got != st[r] {
-							t.Fatalf("%s: step %d: the model has %d pairs, the schedule's calls from there %d", what, s, st[r], got)
+					for _, cl := range calls {
+						if cl.sh.Heads != h.N {
+							t.Fatalf("%s: a call on %d heads", what, cl.sh.Heads)
 						}
 					}
-					if i != len(calls) {
-						t.Fatalf("%s: %d calls left over after the model's steps %v", what, len(calls)-i, ph.steps)
+					if _, err := callSteps(calls, ph.steps, r); err != nil {
+						t.Fatalf("%s: %v", what, err)
 					}
 				}
 			}
