@@ -6,7 +6,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"distflash/kernels"
 	"distflash/model"
@@ -79,30 +82,41 @@ func TestBalanceDocuments(t *testing.T) {
 	}
 }
 
-// recBackend is a CPU backend that records every attention call a schedule makes: its shape
-// and what the FLOPs counters added for it.
+// recBackend is a CPU backend that records every attention call a schedule makes: its shape,
+// what the FLOPs counters added for it and how long it took. With serial set (one mutex shared
+// by the ranks) the ranks' calls run one at a time, each on the whole machine, so a call's
+// time is its own and not its share of the cores.
 type recBackend struct {
 	kernels.Backend
-	calls []recCall
+	serial *sync.Mutex
+	calls  []recCall
 }
 
 // recCall is one recorded AttnForward or AttnBackward call.
 type recCall struct {
 	bwd   bool
 	sh    kernels.AttnShape
-	flops int64 // what the call added to AttnFwdFLOPs or AttnBwdFLOPs
+	flops int64         // what the call added to AttnFwdFLOPs or AttnBwdFLOPs
+	dur   time.Duration // how long it ran
+}
+
+// record runs call and appends it to the calls, with the FLOPs it added to ctr.
+func (b *recBackend) record(bwd bool, sh kernels.AttnShape, ctr *atomic.Int64, call func()) {
+	if b.serial != nil {
+		b.serial.Lock()
+		defer b.serial.Unlock()
+	}
+	before, t0 := ctr.Load(), time.Now()
+	call()
+	b.calls = append(b.calls, recCall{bwd: bwd, sh: sh, flops: ctr.Load() - before, dur: time.Since(t0)})
 }
 
 func (b *recBackend) AttnForward(s kernels.AttnState, q, k, v kernels.Buf, sh kernels.AttnShape) {
-	before := b.Counters().AttnFwdFLOPs.Load()
-	b.Backend.AttnForward(s, q, k, v, sh)
-	b.calls = append(b.calls, recCall{sh: sh, flops: b.Counters().AttnFwdFLOPs.Load() - before})
+	b.record(false, sh, &b.Counters().AttnFwdFLOPs, func() { b.Backend.AttnForward(s, q, k, v, sh) })
 }
 
 func (b *recBackend) AttnBackward(dq, dk, dv, q, k, v, do, lse, d kernels.Buf, sh kernels.AttnShape) {
-	before := b.Counters().AttnBwdFLOPs.Load()
-	b.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh)
-	b.calls = append(b.calls, recCall{bwd: true, sh: sh, flops: b.Counters().AttnBwdFLOPs.Load() - before})
+	b.record(true, sh, &b.Counters().AttnBwdFLOPs, func() { b.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh) })
 }
 
 // phase returns the recorded calls of the forward (bwd false) or the backward.
@@ -119,25 +133,26 @@ func (b *recBackend) phase(bwd bool) []recCall {
 // callSteps splits one rank's calls of one phase into the model's steps (steps[s][rank], as
 // DocumentSteps gives them): every non-empty step must be a run of consecutive calls whose
 // visible pairs add up to the model's, and no call may be left over. It returns the FLOPs the
-// counters counted at each step.
-func callSteps(calls []recCall, steps [][]int64, rank int) ([]int64, error) {
-	flops := make([]int64, len(steps))
+// counters counted at each step and the time its calls took.
+func callSteps(calls []recCall, steps [][]int64, rank int) (flops []int64, dur []time.Duration, err error) {
+	flops, dur = make([]int64, len(steps)), make([]time.Duration, len(steps))
 	i := 0
 	for s, st := range steps {
 		var got int64
 		for got < st[rank] && i < len(calls) {
 			got += shapePairs(calls[i].sh)
 			flops[s] += calls[i].flops
+			dur[s] += calls[i].dur
 			i++
 		}
 		if got != st[rank] {
-			return nil, fmt.Errorf("step %d: the model has %d pairs, the schedule's calls from there %d", s, st[rank], got)
+			return nil, nil, fmt.Errorf("step %d: the model has %d pairs, the schedule's calls from there %d", s, st[rank], got)
 		}
 	}
 	if i != len(calls) {
-		return nil, fmt.Errorf("%d calls left over after the model's steps %v", len(calls)-i, steps)
+		return nil, nil, fmt.Errorf("%d calls left over after the model's steps %v", len(calls)-i, steps)
 	}
-	return flops, nil
+	return flops, dur, nil
 }
 
 // shapePairs counts the pairs of a call that its mask leaves visible, one by one: key j is
@@ -288,7 +303,7 @@ func TestDocumentStepsMatchSchedules(t *testing.T) {
 							t.Fatalf("%s: a call on %d heads", what, cl.sh.Heads)
 						}
 					}
-					if _, err := callSteps(calls, ph.steps, r); err != nil {
+					if _, _, err := callSteps(calls, ph.steps, r); err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
 				}

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
+	"time"
 
 	"distflash/kernels"
 	"distflash/model"
@@ -54,7 +56,10 @@ func fixedDocs(T, n int) []int32 {
 //     DocumentSteps places them, which TestDocumentStepsMatchSchedules checks): what they
 //     wait when every step waits for its slowest rank (balance.go). model-step-idle-% is
 //     the same from DocumentTime's exact visible pairs (no tile rounding), the measure
-//     BalanceDocuments minimises and plan reports.
+//     BalanceDocuments minimises and plan reports. sim-tokens/s is what 4 devices would do if
+//     every step waited for its slowest rank: the recorded run's calls execute one at a
+//     time, each timed, and the step's time is its slowest rank's (countedIdle); tokens/s
+//     of 16K over the sum of those, attention calls only (no communication, no merges).
 //
 // Run with -benchtime=1x: one iteration is seconds.
 func BenchmarkDocMask(b *testing.B) {
@@ -96,7 +101,7 @@ func BenchmarkDocMask(b *testing.B) {
 				}
 				b.ReportMetric(float64(T*b.N)/b.Elapsed().Seconds(), "tokens/s")
 				b.StopTimer()
-				idle, stepIdle, flops, err := countedIdle(in, name, P, c.docs)
+				idle, stepIdle, flops, stepTime, err := countedIdle(in, name, P, c.docs)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -108,23 +113,27 @@ func BenchmarkDocMask(b *testing.B) {
 				b.ReportMetric(100*stepIdle, "step-idle-%")
 				b.ReportMetric(100*(1-float64(busy)/float64(P*span)), "model-step-idle-%")
 				b.ReportMetric(flops/1e9, "GFLOP")
+				b.ReportMetric(T/stepTime.Seconds(), "sim-tokens/s")
 			})
 		}
 	}
 }
 
-// countedIdle runs schedule name once on P ranks with recording backends and returns the
-// idle fractions of the counted attention FLOPs (forward + backward): over the ranks' totals
-// and over the steps (the calls split into DocumentSteps' steps), and the FLOPs of all ranks.
-func countedIdle(in attnInputs, name string, P int, docs []int32) (idle, stepIdle, flops float64, err error) {
+// countedIdle runs schedule name once on P ranks with recording backends whose calls run
+// one at a time, and returns the idle fractions of the counted attention FLOPs (forward +
+// backward): over the ranks' totals and over the steps (the calls split into DocumentSteps'
+// steps), the FLOPs of all ranks, and the attention time P devices would take if each step
+// waited for its slowest rank: the sum over steps of the largest rank's measured call times.
+func countedIdle(in attnInputs, name string, P int, docs []int32) (idle, stepIdle, flops float64, stepTime time.Duration, err error) {
 	fwd, bwd, err := DocumentSteps(docs, name, P)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	recs := make([]*recBackend, P)
 	out := in.newRun(P)
+	var serial sync.Mutex
 	err = NewWorld(P).Run(func(c Comm) error {
-		be := &recBackend{Backend: kernels.NewCPU()}
+		be := &recBackend{Backend: kernels.NewCPU(), serial: &serial}
 		recs[c.Rank()] = be
 		s, err := NewAttention(name, c, be, Options{Overlap: true})
 		if err != nil {
@@ -133,33 +142,37 @@ func countedIdle(in attnInputs, name string, P int, docs []int32) (idle, stepIdl
 		return in.runRank(s, c, be, &out)
 	})
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	var worst, span float64
 	for _, ph := range []struct {
 		bwd   bool
 		steps [][]int64
 	}{{false, fwd}, {true, bwd}} {
-		perStep := make([][]int64, P) // [rank][step]
+		perStep := make([][]int64, P)        // [rank][step] FLOPs
+		perDur := make([][]time.Duration, P) // [rank][step] time
 		for r, rec := range recs {
 			calls := rec.phase(ph.bwd)
 			if len(ph.steps) == 1 { // one phase (attn2d, ulysses): no split needed
-				perStep[r] = []int64{0}
+				perStep[r], perDur[r] = []int64{0}, []time.Duration{0}
 				for _, c := range calls {
 					perStep[r][0] += c.flops
+					perDur[r][0] += c.dur
 				}
 				continue
 			}
-			if perStep[r], err = callSteps(calls, ph.steps, r); err != nil {
-				return 0, 0, 0, fmt.Errorf("%s rank %d: %w", name, r, err)
+			if perStep[r], perDur[r], err = callSteps(calls, ph.steps, r); err != nil {
+				return 0, 0, 0, 0, fmt.Errorf("%s rank %d: %w", name, r, err)
 			}
 		}
 		for s := range ph.steps {
 			var m int64
+			var d time.Duration
 			for r := range recs {
-				m = max(m, perStep[r][s])
+				m, d = max(m, perStep[r][s]), max(d, perDur[r][s])
 			}
 			span += float64(m)
+			stepTime += d
 		}
 	}
 	for r := range recs {
@@ -168,5 +181,5 @@ func countedIdle(in attnInputs, name string, P int, docs []int32) (idle, stepIdl
 		worst = max(worst, x)
 	}
 	mean := flops / float64(P)
-	return 1 - mean/worst, 1 - mean/span, flops, nil
+	return 1 - mean/worst, 1 - mean/span, flops, stepTime, nil
 }
