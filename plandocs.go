@@ -23,16 +23,15 @@ package main
 // fraction (the CPU kernels skip tiles the mask hides; a tile with any visible pair is
 // computed whole, so the real count is somewhat higher for short documents).
 //
-// Imbalance. The per-rank work is parallel.DocumentWork's (each token's visible keys at its
-// rank by the schedule's layout, Burst's key-side backward): plan draws windows of the same
+// Imbalance. The work model is parallel.DocumentSteps': each visible pair at the rank and step
+// where the schedule computes it (DistFlashAttn's helpers included, Burst's key-side
+// backward), and the attention time is parallel.DocumentTime's span, the sum over steps of the
+// busiest rank's work (every step waits for its slowest rank). plan draws windows of the same
 // renewal process with a seeded RNG (the first document length-biased with a uniform offset,
-// the rest i.i.d.), and the idle fraction is 1 − Σ mean / Σ max of the ranks' work over the
-// windows: the share of the slowest rank's attention time the others wait. With
-// parallelism.balance_documents the windows are first reordered by parallel.BalanceDocuments,
-// as training does. Ulysses splits heads, not tokens, and every rank attends the whole
-// sequence: 0. DocumentWork places DistFlashAttn's helper blocks (query block p+P−t computed on
-// rank p) at their query's rank, so for distflash it is the ring's contiguous count: close
-// under short documents (few keys are P/2 blocks away), pessimistic as documents approach T.
+// the rest i.i.d.), and the idle fraction is 1 − Σ busy / (P · Σ span) over the windows: the
+// share of the attention time the ranks wait. With parallelism.balance_documents the windows
+// are first reordered by parallel.BalanceDocuments, as training does. Ulysses splits heads,
+// not tokens, and every rank attends the whole sequence: 0.
 
 import (
 	"fmt"
@@ -46,7 +45,7 @@ import (
 )
 
 // distflashDocNote is what plan says beside distflash's idle under documents.
-const distflashDocNote = "parallel.DocumentWork counts DistFlashAttn's helper blocks at their query's rank, as ring's: close for documents much shorter than a rank's tokens, pessimistic as they approach the window (0.43 for one document on 4 ranks, where the schedule idles 1/(2P))"
+const distflashDocNote = "under documents the idle is over DistFlashAttn's own 1 + P/2 steps, helpers' blocks where they run (parallel.DocumentTime: 1/(P+1) for one document as long as the window); the causal column is the paper's 1/(2P), over the ring's P steps"
 
 // webDocSigma is the log-normal shape of web-like document lengths (BenchmarkDocMask).
 const webDocSigma = 1.3
@@ -231,7 +230,7 @@ func measureDocuments(d DocLengths, name string, P, T int) (DocPlan, error) {
 		if P <= 1 || name == "ulysses" {
 			continue
 		}
-		w, err := parallel.DocumentWork(starts, name, P)
+		span, busy, err := parallel.DocumentTime(starts, name, P)
 		if err != nil {
 			return DocPlan{}, fmt.Errorf("plan: documents on %s: %w", name, err)
 		}
@@ -239,14 +238,12 @@ func measureDocuments(d DocLengths, name string, P, T int) (DocPlan, error) {
 		if err != nil {
 			return DocPlan{}, fmt.Errorf("plan: balancing documents for %s: %w", name, err)
 		}
-		wb, err := parallel.DocumentWork(bal, name, P)
+		spanB, busyB, err := parallel.DocumentTime(bal, name, P)
 		if err != nil {
 			return DocPlan{}, fmt.Errorf("plan: documents on %s: %w", name, err)
 		}
-		s, m := meanMax(w)
-		sum, worst = sum+s, worst+m
-		s, m = meanMax(wb)
-		sumB, worstB = sumB+s, worstB+m
+		sum, worst = sum+float64(busy)/float64(P), worst+float64(span)
+		sumB, worstB = sumB+float64(busyB)/float64(P), worstB+float64(spanB)
 	}
 	dp.SampledVisible = pairs / float64(dp.Windows) / (float64(T) * float64(T+1) / 2)
 	if worst > 0 {
