@@ -652,18 +652,55 @@ func measureTraffic(name string, h model.Heads, P int) (traffic, error) {
 // on P in-process ranks and returns the bytes sent: the busiest rank's forward and backward,
 // and the sums over the ranks, and the point-to-point bytes from each rank to each.
 func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, bwdTotal float64, peer [][]float64, err error) {
-	w := parallel.NewWorld(P)
 	fw, bw := make([]int64, P), make([]int64, P)
 	peer = make([][]float64, P)
-	err = w.Run(func(c parallel.Comm) error {
+	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T,
+		Wrap: func(c parallel.Comm) parallel.Comm {
+			pc := &peerCounter{Comm: c, peer: make([]float64, P)}
+			peer[c.Rank()] = pc.peer
+			return pc
+		},
+		Forward:  func(c parallel.Comm, _ kernels.Backend) { fw[c.Rank()] = c.Traffic().Total() },
+		Backward: func(c parallel.Comm, _ kernels.Backend) { bw[c.Rank()] = c.Traffic().Total() - fw[c.Rank()] },
+	}
+	if err := pass.run(); err != nil {
+		return 0, 0, 0, 0, nil, err
+	}
+	for r := range P {
+		fwd, bwd = max(fwd, float64(fw[r])), max(bwd, float64(bw[r]))
+		fwdTotal += float64(fw[r])
+		bwdTotal += float64(bw[r])
+	}
+	return fwd, bwd, fwdTotal, bwdTotal, peer, nil
+}
+
+// schedulePass is one forward and backward of a sequence-parallel attention schedule on P
+// in-process ranks over T tokens of one sequence (batch 1, one layer), with fixed inputs: what
+// plan runs to count a schedule's bytes, and its tests to count bytes and FLOPs.
+type schedulePass struct {
+	Name     string
+	Opt      parallel.Options
+	Heads    model.Heads
+	P, T     int
+	DocStart []int32                              // the document mask's start table (nil: causal)
+	Wrap     func(parallel.Comm) parallel.Comm    // wraps each rank's Comm (nil: as it is)
+	Forward  func(parallel.Comm, kernels.Backend) // called on each rank after the forward
+	Backward func(parallel.Comm, kernels.Backend) // called on each rank after the backward
+}
+
+// run runs the pass.
+func (p schedulePass) run() error {
+	h := p.Heads
+	err := parallel.NewWorld(p.P).Run(func(c parallel.Comm) error {
+		if p.Wrap != nil {
+			c = p.Wrap(c)
+		}
 		be := kernels.NewCPU()
-		pc := &peerCounter{Comm: c, peer: make([]float64, P)}
-		peer[c.Rank()] = pc.peer
-		s, err := parallel.NewAttention(name, pc, be, parallel.Options{Overlap: true})
+		s, err := parallel.NewAttention(p.Name, c, be, p.Opt)
 		if err != nil {
 			return err
 		}
-		pos, err := s.Layout().Positions(T, P, c.Rank())
+		pos, err := s.Layout().Positions(p.T, p.P, c.Rank())
 		if err != nil {
 			return err
 		}
@@ -678,23 +715,23 @@ func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, 
 			return b
 		}
 		q, k, v, do := buf(n*h.N*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.N*h.Dim)
-		o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
+		o, lse := be.Alloc(q.Len()), be.Alloc(h.N*n)
 		dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-		s.Forward(o, lse, q, k, v, model.Seq{Pos: pos}, h)
-		fw[c.Rank()] = c.Traffic().Total()
-		s.Backward(dq, dk, dv, q, k, v, o, lse, do, model.Seq{Pos: pos}, h)
-		bw[c.Rank()] = c.Traffic().Total() - fw[c.Rank()]
+		seq := model.Seq{Pos: pos, DocStart: p.DocStart}
+		s.Forward(o, lse, q, k, v, seq, h)
+		if p.Forward != nil {
+			p.Forward(c, be)
+		}
+		s.Backward(dq, dk, dv, q, k, v, o, lse, do, seq, h)
+		if p.Backward != nil {
+			p.Backward(c, be)
+		}
 		return nil
 	})
 	if err != nil {
-		return 0, 0, 0, 0, nil, fmt.Errorf("plan: running %s on %d in-process ranks: %w", name, P, err)
+		return fmt.Errorf("plan: running %s on %d in-process ranks: %w", p.Name, p.P, err)
 	}
-	for r := range P {
-		fwd, bwd = max(fwd, float64(fw[r])), max(bwd, float64(bw[r]))
-		fwdTotal += float64(fw[r])
-		bwdTotal += float64(bw[r])
-	}
-	return fwd, bwd, fwdTotal, bwdTotal, peer, nil
+	return nil
 }
 
 // PlanFor predicts memory, communication and step time of cfg with schedule name and

@@ -17,30 +17,16 @@ import (
 func hybridRunTraffic(t *testing.T, name string, h model.Heads, P, U, T int) (out []parallel.Traffic, fwd []int64) {
 	t.Helper()
 	out, fwd = make([]parallel.Traffic, P), make([]int64, P)
-	err := parallel.NewWorld(P).Run(func(c parallel.Comm) error {
-		be := kernels.NewCPU()
-		s, err := parallel.NewAttention(name, c, be, parallel.Options{Overlap: true, UlyssesDegree: U})
-		if err != nil {
-			return err
-		}
-		pos, err := s.Layout().Positions(T, P, c.Rank())
-		if err != nil {
-			return err
-		}
-		n := len(pos)
-		buf := func(size int) kernels.Buf { b := be.Alloc(size); be.Upload(b, make([]float32, size)); return b }
-		q, k, v, do := buf(n*h.N*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.N*h.Dim)
-		o, lse := be.Alloc(n*h.N*h.Dim), be.Alloc(h.N*n)
-		dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-		s.Forward(o, lse, q, k, v, model.Seq{Pos: pos}, h)
-		fwd[c.Rank()] = c.Traffic().Total() - c.Traffic()["hybrid.split"]
-		s.Backward(dq, dk, dv, q, k, v, o, lse, do, model.Seq{Pos: pos}, h)
-		tr := c.Traffic()
-		delete(tr, "hybrid.split")
-		out[c.Rank()] = tr
-		return nil
-	})
-	if err != nil {
+	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true, UlyssesDegree: U}, Heads: h, P: P, T: T,
+		Forward: func(c parallel.Comm, _ kernels.Backend) {
+			fwd[c.Rank()] = c.Traffic().Total() - c.Traffic()["hybrid.split"]
+		},
+		Backward: func(c parallel.Comm, _ kernels.Backend) {
+			tr := c.Traffic()
+			delete(tr, "hybrid.split")
+			out[c.Rank()] = tr
+		}}
+	if err := pass.run(); err != nil {
 		t.Fatal(err)
 	}
 	return out, fwd

@@ -464,38 +464,12 @@ func TestPlanDocumentIdleMatchesCounters(t *testing.T) {
 			s, m := meanMax(work)
 			sum, worst = sum+s, worst+m
 			flops := make([]int64, P)
-			w := parallel.NewWorld(P)
-			err = w.Run(func(c parallel.Comm) error {
-				be := kernels.NewCPU()
-				a, err := parallel.NewAttention(name, c, be, parallel.Options{Overlap: true})
-				if err != nil {
-					return err
-				}
-				pos, err := a.Layout().Positions(T, P, c.Rank())
-				if err != nil {
-					return err
-				}
-				n := len(pos)
-				buf := func(size int) kernels.Buf {
-					b := be.Alloc(size)
-					x := make([]float32, size)
-					for i := range x {
-						x[i] = float32((i*7)%13) * 0.01
-					}
-					be.Upload(b, x)
-					return b
-				}
-				q, k, v, do := buf(n*h.N*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.N*h.Dim)
-				o, lse := be.Alloc(q.Len()), be.Alloc(h.N*n)
-				dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-				seq := model.Seq{Pos: pos, DocStart: starts}
-				a.Forward(o, lse, q, k, v, seq, h)
-				a.Backward(dq, dk, dv, q, k, v, o, lse, do, seq, h)
-				cs := be.Counters().Snapshot()
-				flops[c.Rank()] = cs.AttnFwdFLOPs + cs.AttnBwdFLOPs
-				return nil
-			})
-			if err != nil {
+			pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T, DocStart: starts,
+				Backward: func(c parallel.Comm, be kernels.Backend) {
+					cs := be.Counters().Snapshot()
+					flops[c.Rank()] = cs.AttnFwdFLOPs + cs.AttnBwdFLOPs
+				}}
+			if err := pass.run(); err != nil {
 				t.Fatal(err)
 			}
 			s, m = meanMax(flops)

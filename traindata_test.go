@@ -122,23 +122,34 @@ func TestTrainTextDirectory(t *testing.T) {
 	}
 }
 
-// TestTrainDamagedShard: data tokenize writes checksummed shards; one flipped byte makes
-// train fail naming the shard and the checksum.
-func TestTrainDamagedShard(t *testing.T) {
-	c4 := writeC4(t, 2, 40)
-	out := filepath.Join(t.TempDir(), "shards")
-	var stdout, stderr bytes.Buffer
+// tokenizeC4 writes a C4-format file of 2 × 40 documents and tokenizes its first 9000 bytes
+// into shards of 4000 tokens with data tokenize; it returns the file, the shard directory
+// and data tokenize's stderr.
+func tokenizeC4(t *testing.T) (c4, out string, stderr *bytes.Buffer) {
+	t.Helper()
+	c4 = writeC4(t, 2, 40)
+	out = filepath.Join(t.TempDir(), "shards")
+	var stdout bytes.Buffer
+	stderr = new(bytes.Buffer)
 	err := run([]string{"data", "tokenize", "--config", "configs/tiny.toml", "--progress=false",
 		"--set", "data.train=" + c4, "--set", "data.format=c4", "--set", "data.max_bytes=9000",
-		"--out", out, "--shard-tokens", "4000"}, &stdout, &stderr)
+		"--out", out, "--shard-tokens", "4000"}, &stdout, stderr)
 	if err != nil {
 		t.Fatalf("data tokenize: %v\n%s", err, stderr.String())
 	}
+	return c4, out, stderr
+}
+
+// TestTrainDamagedShard: data tokenize writes checksummed shards; one flipped byte makes
+// train fail naming the shard and the checksum.
+func TestTrainDamagedShard(t *testing.T) {
+	c4, out, stderr := tokenizeC4(t)
+	var stdout bytes.Buffer
 	if want := "data: read 9,000 bytes of text in " + c4 + ", from "; !strings.Contains(stderr.String(), want) {
 		t.Errorf("data tokenize's stderr does not say data.max_bytes cut the text (%q):\n%s", want, stderr.String())
 	}
 	// The shards train.
-	if err := run(dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr); err != nil {
+	if err := run(dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, stderr); err != nil {
 		t.Fatalf("train on the shards: %v\n%s", err, stderr.String())
 	}
 	shard := filepath.Join(out, "shard-000001.tokens")
@@ -150,7 +161,7 @@ func TestTrainDamagedShard(t *testing.T) {
 	if err := os.WriteFile(shard, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = run(dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, &stderr)
+	err = run(dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0"), &stdout, stderr)
 	if err == nil {
 		t.Fatal("train on a damaged shard: no error")
 	}
@@ -166,20 +177,13 @@ func TestTrainDamagedShard(t *testing.T) {
 // from (the same windows and document starts); a version 2 shard, which has no document
 // table, is refused naming the shard and what to run.
 func TestTrainDocumentMaskShards(t *testing.T) {
-	c4 := writeC4(t, 2, 40)
-	out := filepath.Join(t.TempDir(), "shards")
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"data", "tokenize", "--config", "configs/tiny.toml", "--progress=false",
-		"--set", "data.train=" + c4, "--set", "data.format=c4", "--set", "data.max_bytes=9000",
-		"--out", out, "--shard-tokens", "4000"}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("data tokenize: %v\n%s", err, stderr.String())
-	}
+	c4, out, stderr := tokenizeC4(t)
+	var stdout bytes.Buffer
 	losses := func(train string, sets ...string) []float64 {
 		t.Helper()
 		dir := t.TempDir()
 		args := dataTrainArgs(dir, train, append(sets, "data.document_mask=true", "training.steps=3")...)
-		if err := run(args, &stdout, &stderr); err != nil {
+		if err := run(args, &stdout, stderr); err != nil {
 			t.Fatalf("train %v: %v\n%s", sets, err, stderr.String())
 		}
 		var l []float64
@@ -201,7 +205,7 @@ func TestTrainDocumentMaskShards(t *testing.T) {
 	if err := os.WriteFile(v2, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = run(dataTrainArgs(t.TempDir(), v2, "data.format=tokens", "data.max_bytes=0", "data.document_mask=true"), &stdout, &stderr)
+	err = run(dataTrainArgs(t.TempDir(), v2, "data.format=tokens", "data.max_bytes=0", "data.document_mask=true"), &stdout, stderr)
 	for _, s := range []string{v2, "version 2", "document_mask", "distflash data tokenize"} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("train with document_mask on a version 2 shard: error %v does not mention %q", err, s)
