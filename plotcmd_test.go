@@ -2,14 +2,9 @@ package main
 
 import (
 	"bytes"
-	"encoding/xml"
 	"errors"
 	"flag"
-	"fmt"
 	"image"
-	"image/png"
-	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,105 +12,25 @@ import (
 	"testing"
 
 	"distflash/runplot"
+	"distflash/runplot/runplottest"
 )
-
-// synthMetrics is n steps of a run as train writes them: the loss falls from ln 256 towards
-// floor, the learning rate is lr, eval loss every evalEvery steps (0 = none).
-func synthMetrics(n int, lr, floor float64, evalEvery int) []string {
-	var lines []string
-	for s := 1; s <= n; s++ {
-		loss := floor + (math.Log(256)-floor)*math.Exp(-float64(s)/10)
-		line := fmt.Sprintf(`{"step":%d,"loss":%g,"lr":%g,"grad_norm":%g,"tokens_per_s":%g,"tokens":%d,"elapsed_s":%g,"attn_forwards":%d,"memory":[{"params":1,"grads":1,"optimizer":2,"compute":0,"activations":3}]`,
-			s, loss, lr, 2/math.Sqrt(float64(s)), 5000+100*float64(s%7), 1024*s, 0.2*float64(s), 4*s)
-		if evalEvery > 0 && s%evalEvery == 0 {
-			line += fmt.Sprintf(`,"eval_loss":%g,"eval_perplexity":%g`, loss+0.1, math.Exp(loss+0.1))
-		}
-		lines = append(lines, line+"}")
-	}
-	return lines
-}
-
-// writeRun writes lines as dir/name/metrics.jsonl (each with a newline, then tail as it is)
-// and returns the run directory.
-func writeRun(t *testing.T, dir, name string, lines []string, tail string) string {
-	t.Helper()
-	run := filepath.Join(dir, name)
-	if err := os.MkdirAll(run, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data := strings.Join(lines, "\n") + "\n" + tail
-	if err := os.WriteFile(filepath.Join(run, "metrics.jsonl"), []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return run
-}
 
 // decodePNG reads a PNG file and checks its size.
 func decodePNG(t *testing.T, path string) image.Image {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 1050 {
-		t.Fatalf("%s: %dx%d pixels, want 1200x1050", path, b.Dx(), b.Dy())
-	}
-	return img
-}
-
-// svgTexts parses an SVG file as XML and returns its root element (name and size) and its
-// texts.
-func svgTexts(t *testing.T, path string) (string, []string) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := xml.NewDecoder(bytes.NewReader(data))
-	var root string
-	var texts []string
-	inText := false
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s is not XML: %v", path, err)
-		}
-		switch tok := tok.(type) {
-		case xml.StartElement:
-			if root == "" {
-				root = tok.Name.Local
-				for _, a := range tok.Attr {
-					if a.Name.Local == "width" || a.Name.Local == "height" {
-						root += " " + a.Name.Local + "=" + a.Value
-					}
-				}
-			}
-			inText = tok.Name.Local == "text"
-		case xml.CharData:
-			if inText {
-				texts = append(texts, string(tok))
-			}
-		case xml.EndElement:
-			inText = false
-		}
-	}
-	return root, texts
+	return runplottest.DecodePNG(t, path, data)
 }
 
 // TestPlotTwoRuns draws two runs as PNG and SVG: the PNG decodes at 1200×1050 with both
 // runs' colours drawn, the SVG is XML naming both runs, panels and axes.
 func TestPlotTwoRuns(t *testing.T) {
 	dir := t.TempDir()
-	a := writeRun(t, dir, "alpha", synthMetrics(60, 3e-3, 2.5, 20), "")
-	b := writeRun(t, dir, "beta", synthMetrics(45, 1e-2, 3.0, 0), "")
+	a := runplottest.WriteRun(t, dir, "alpha", runplottest.SynthMetrics(60, 3e-3, 2.5, 20), "")
+	b := runplottest.WriteRun(t, dir, "beta", runplottest.SynthMetrics(45, 1e-2, 3.0, 0), "")
 	for _, ext := range []string{".png", ".svg"} {
 		out := filepath.Join(dir, "runs"+ext)
 		var stdout, stderr bytes.Buffer
@@ -133,7 +48,7 @@ func TestPlotTwoRuns(t *testing.T) {
 			decodePNG(t, out)
 			continue
 		}
-		root, texts := svgTexts(t, out)
+		root, texts := runplottest.SVGTexts(t, out)
 		if want := "svg width=864pt height=756pt"; root != want { // 12 × 10.5 inches
 			t.Errorf("root element %q, want %q", root, want)
 		}
@@ -155,12 +70,12 @@ func TestPlotTwoRuns(t *testing.T) {
 // skip did not. (runplot's tests check the reading in detail.)
 func TestPlotDamagedRun(t *testing.T) {
 	dir := t.TempDir()
-	lines := synthMetrics(30, 3e-3, 2.5, 0)
+	lines := runplottest.SynthMetrics(30, 3e-3, 2.5, 0)
 	lines[24] = `{"step":25,"loss":null,"lr":0.003,"grad_norm":null,"tokens_per_s":5000,"tokens":25600}`
-	diverged := writeRun(t, dir, "diverged", lines, `{"step":31,"loss":2.`)
-	fp16 := synthMetrics(12, 3e-3, 2.5, 0)
+	diverged := runplottest.WriteRun(t, dir, "diverged", lines, `{"step":31,"loss":2.`)
+	fp16 := runplottest.SynthMetrics(12, 3e-3, 2.5, 0)
 	fp16[3] = `{"step":4,"loss":4.9,"lr":0.003,"grad_norm":null,"tokens_per_s":5000,"tokens":4096,"skipped":true,"loss_scale":65536}`
-	writeRun(t, dir, "fp16", fp16, "")
+	runplottest.WriteRun(t, dir, "fp16", fp16, "")
 	out := filepath.Join(dir, "damaged.svg")
 	var stdout, stderr bytes.Buffer
 	if err := run([]string{"plot", "--out", out, diverged, filepath.Join(dir, "fp16")}, &stdout, &stderr); err != nil {
@@ -170,7 +85,7 @@ func TestPlotDamagedRun(t *testing.T) {
 	if !strings.Contains(stderr.String(), wantWarn) {
 		t.Errorf("stderr %q does not contain %q", stderr.String(), wantWarn)
 	}
-	_, texts := svgTexts(t, out)
+	_, texts := runplottest.SVGTexts(t, out)
 	all := strings.Join(texts, "\n")
 	for _, want := range []string{"diverged DIVERGED at step 25", "DIVERGED at step 25 (non-finite loss, grad_norm)", "1 fp16 steps skipped"} {
 		if !strings.Contains(all, want) {
@@ -186,12 +101,12 @@ func TestPlotDamagedRun(t *testing.T) {
 // writes nothing.
 func TestPlotErrors(t *testing.T) {
 	dir := t.TempDir()
-	good := writeRun(t, dir, "good", synthMetrics(5, 1e-3, 2, 0), "")
+	good := runplottest.WriteRun(t, dir, "good", runplottest.SynthMetrics(5, 1e-3, 2, 0), "")
 	empty := filepath.Join(dir, "empty")
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	garbage := writeRun(t, dir, "garbage", []string{"not json", `{"loss": 2}`}, "")
+	garbage := runplottest.WriteRun(t, dir, "garbage", []string{"not json", `{"loss": 2}`}, "")
 	png := filepath.Join(dir, "out.png")
 	for _, tc := range []struct {
 		name string
@@ -262,7 +177,7 @@ func TestPlotTrainedRun(t *testing.T) {
 	if err := writeRunPlot(runDir, svg); err != nil {
 		t.Fatal(err)
 	}
-	if root, texts := svgTexts(t, svg); !strings.HasPrefix(root, "svg ") || !strings.Contains(strings.Join(texts, " "), "distflash training: tiny") {
+	if root, texts := runplottest.SVGTexts(t, svg); !strings.HasPrefix(root, "svg ") || !strings.Contains(strings.Join(texts, " "), "distflash training: tiny") {
 		t.Errorf("writeRunPlot: root %q, texts %q", root, texts)
 	}
 }
@@ -272,7 +187,7 @@ func TestPlotTrainedRun(t *testing.T) {
 func TestPlotBinary(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	a := writeRun(t, dir, "a", synthMetrics(20, 3e-3, 2.5, 10), `{"step":21,"lo`)
+	a := runplottest.WriteRun(t, dir, "a", runplottest.SynthMetrics(20, 3e-3, 2.5, 10), `{"step":21,"lo`)
 	out := filepath.Join(dir, "a.png")
 	cmd := exec.Command(bin, "plot", a, "--out", out)
 	var stdout, stderr bytes.Buffer

@@ -2,12 +2,9 @@ package runplot
 
 import (
 	"bytes"
-	"encoding/xml"
 	"fmt"
 	"image"
 	"image/color"
-	"image/png"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,38 +12,9 @@ import (
 	"testing"
 
 	"gonum.org/v1/plot/plotter"
+
+	"distflash/runplot/runplottest"
 )
-
-// synthMetrics is n steps of a run as train writes them: the loss falls from ln 256 towards
-// floor, the learning rate is lr, eval loss every evalEvery steps (0 = none).
-func synthMetrics(n int, lr, floor float64, evalEvery int) []string {
-	var lines []string
-	for s := 1; s <= n; s++ {
-		loss := floor + (math.Log(256)-floor)*math.Exp(-float64(s)/10)
-		line := fmt.Sprintf(`{"step":%d,"loss":%g,"lr":%g,"grad_norm":%g,"tokens_per_s":%g,"tokens":%d,"elapsed_s":%g,"attn_forwards":%d,"memory":[{"params":1,"grads":1,"optimizer":2,"compute":0,"activations":3}]`,
-			s, loss, lr, 2/math.Sqrt(float64(s)), 5000+100*float64(s%7), 1024*s, 0.2*float64(s), 4*s)
-		if evalEvery > 0 && s%evalEvery == 0 {
-			line += fmt.Sprintf(`,"eval_loss":%g,"eval_perplexity":%g`, loss+0.1, math.Exp(loss+0.1))
-		}
-		lines = append(lines, line+"}")
-	}
-	return lines
-}
-
-// writeRun writes lines as dir/name/metrics.jsonl (each with a newline, then tail as it is)
-// and returns the run directory.
-func writeRun(t *testing.T, dir, name string, lines []string, tail string) string {
-	t.Helper()
-	run := filepath.Join(dir, name)
-	if err := os.MkdirAll(run, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	data := strings.Join(lines, "\n") + "\n" + tail
-	if err := os.WriteFile(filepath.Join(run, "metrics.jsonl"), []byte(data), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return run
-}
 
 // countColor counts the pixels of img within 8 per channel of c.
 func countColor(img image.Image, c color.RGBA) int {
@@ -70,48 +38,6 @@ func absDiff(a, b uint32) uint32 {
 	return b - a
 }
 
-// svgTexts parses an SVG file as XML and returns its root element (name and size) and its
-// texts.
-func svgTexts(t *testing.T, path string) (string, []string) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := xml.NewDecoder(bytes.NewReader(data))
-	var root string
-	var texts []string
-	inText := false
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s is not XML: %v", path, err)
-		}
-		switch tok := tok.(type) {
-		case xml.StartElement:
-			if root == "" {
-				root = tok.Name.Local
-				for _, a := range tok.Attr {
-					if a.Name.Local == "width" || a.Name.Local == "height" {
-						root += " " + a.Name.Local + "=" + a.Value
-					}
-				}
-			}
-			inText = tok.Name.Local == "text"
-		case xml.CharData:
-			if inText {
-				texts = append(texts, string(tok))
-			}
-		case xml.EndElement:
-			inText = false
-		}
-	}
-	return root, texts
-}
-
 // drawRuns reads the runs and draws them as format, failing the test on an error.
 func drawRuns(t *testing.T, format string, dirs ...string) []byte {
 	t.Helper()
@@ -131,27 +57,14 @@ func drawRuns(t *testing.T, format string, dirs ...string) []byte {
 	return buf.Bytes()
 }
 
-// decodePNG decodes a PNG and checks its size.
-func decodePNG(t *testing.T, data []byte) image.Image {
-	t.Helper()
-	img, err := png.Decode(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 1050 {
-		t.Fatalf("%dx%d pixels, want 1200x1050", b.Dx(), b.Dy())
-	}
-	return img
-}
-
 // TestDrawTwoRuns draws two runs: the PNG decodes at 1200×1050 with both runs' colours drawn
 // and no third; the SVG is XML of 12 × 10.5 inches naming both runs, the panels, axes and
 // the last eval loss.
 func TestDrawTwoRuns(t *testing.T) {
 	dir := t.TempDir()
-	a := writeRun(t, dir, "alpha", synthMetrics(60, 3e-3, 2.5, 20), "")
-	b := writeRun(t, dir, "beta", synthMetrics(45, 1e-2, 3.0, 0), "")
-	img := decodePNG(t, drawRuns(t, "png", a, b))
+	a := runplottest.WriteRun(t, dir, "alpha", runplottest.SynthMetrics(60, 3e-3, 2.5, 20), "")
+	b := runplottest.WriteRun(t, dir, "beta", runplottest.SynthMetrics(45, 1e-2, 3.0, 0), "")
+	img := runplottest.DecodePNG(t, "png", drawRuns(t, "png", a, b))
 	// Each run's colour covers its lines in five panels and its legend entry.
 	for i, name := range []string{"alpha", "beta"} {
 		if n := countColor(img, plotColors[i]); n < 2000 {
@@ -165,7 +78,7 @@ func TestDrawTwoRuns(t *testing.T) {
 	if err := os.WriteFile(svg, drawRuns(t, "svg", a, b), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	root, texts := svgTexts(t, svg)
+	root, texts := runplottest.SVGTexts(t, svg)
 	if want := "svg width=864pt height=756pt"; root != want {
 		t.Errorf("root element %q, want %q", root, want)
 	}
@@ -186,7 +99,7 @@ func TestDrawTwoRuns(t *testing.T) {
 // line, an fp16 skip is not a divergence.
 func TestReadDamagedRuns(t *testing.T) {
 	dir := t.TempDir()
-	lines := synthMetrics(30, 3e-3, 2.5, 0)
+	lines := runplottest.SynthMetrics(30, 3e-3, 2.5, 0)
 	lines[24] = `{"step":25,"loss":null,"lr":0.003,"grad_norm":null,"tokens_per_s":5000,"tokens":25600,"elapsed_s":5,"attn_forwards":100,"memory":[]}`
 	lines[26] = strings.Replace(lines[26], `"grad_norm":`, `"grad_norm":null,"x":`, 1)
 	// A resumed run wrote steps 9 and 10 again.
@@ -194,7 +107,7 @@ func TestReadDamagedRuns(t *testing.T) {
 		`{"step":9,"loss":4.25,"lr":0.003,"grad_norm":1,"tokens_per_s":5000,"tokens":9216}`,
 		`{"step":10,"loss":4.5,"lr":0.003,"grad_norm":1,"tokens_per_s":5000,"tokens":10240}`,
 	}, lines[10:]...)...)
-	diverged := writeRun(t, dir, "diverged", lines, `{"step":31,"loss":2.`) // 32 lines, the last torn
+	diverged := runplottest.WriteRun(t, dir, "diverged", lines, `{"step":31,"loss":2.`) // 32 lines, the last torn
 	path := filepath.Join(diverged, "metrics.jsonl")
 
 	r, err := Read(diverged)
@@ -219,9 +132,9 @@ func TestReadDamagedRuns(t *testing.T) {
 	}
 
 	// fp16: an overflowed step has a null gradient norm and is skipped, not diverged.
-	fp16 := synthMetrics(12, 3e-3, 2.5, 0)
+	fp16 := runplottest.SynthMetrics(12, 3e-3, 2.5, 0)
 	fp16[3] = `{"step":4,"loss":4.9,"lr":0.003,"grad_norm":null,"tokens_per_s":5000,"tokens":4096,"skipped":true,"loss_scale":65536}`
-	r, err = Read(writeRun(t, dir, "fp16", fp16, ""))
+	r, err = Read(runplottest.WriteRun(t, dir, "fp16", fp16, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +148,7 @@ func TestReadDamagedRuns(t *testing.T) {
 	if err := os.WriteFile(svg, drawRuns(t, "svg", diverged, filepath.Join(dir, "fp16")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, texts := svgTexts(t, svg)
+	_, texts := runplottest.SVGTexts(t, svg)
 	all := strings.Join(texts, "\n")
 	for _, want := range []string{"diverged DIVERGED at step 25", "DIVERGED at step 25 (non-finite loss, grad_norm)", "1 fp16 steps skipped"} {
 		if !strings.Contains(all, want) {
@@ -251,15 +164,15 @@ func TestReadDamagedRuns(t *testing.T) {
 // a constant learning rate, a run whose every loss and gradient norm is null.
 func TestDrawEdgeRuns(t *testing.T) {
 	dir := t.TempDir()
-	one := writeRun(t, dir, "one", synthMetrics(1, 1e-3, 2, 1), "")
-	flat := writeRun(t, dir, "flat", synthMetrics(50, 1e-3, 2, 0), "")
+	one := runplottest.WriteRun(t, dir, "one", runplottest.SynthMetrics(1, 1e-3, 2, 1), "")
+	flat := runplottest.WriteRun(t, dir, "flat", runplottest.SynthMetrics(50, 1e-3, 2, 0), "")
 	var nulls []string
 	for s := 1; s <= 4; s++ {
 		nulls = append(nulls, fmt.Sprintf(`{"step":%d,"loss":null,"lr":0.001,"grad_norm":null,"tokens_per_s":900,"tokens":%d}`, s, 1024*s))
 	}
-	dead := writeRun(t, dir, "dead", nulls, "")
+	dead := runplottest.WriteRun(t, dir, "dead", nulls, "")
 	for _, runs := range [][]string{{one}, {dead}, {one, flat, dead}} {
-		decodePNG(t, drawRuns(t, "png", runs...))
+		runplottest.DecodePNG(t, "png", drawRuns(t, "png", runs...))
 		drawRuns(t, "svg", runs...)
 	}
 	r, err := Read(dead)
@@ -278,18 +191,18 @@ func TestDrawManyRuns(t *testing.T) {
 	var runs, names []string
 	for i := range 10 {
 		name := fmt.Sprintf("sweep-lr%d-with-a-rather-long-run-name", i)
-		lines := synthMetrics(30, 1e-3*float64(i+1), 2+0.1*float64(i), 10)
+		lines := runplottest.SynthMetrics(30, 1e-3*float64(i+1), 2+0.1*float64(i), 10)
 		if i == 7 {
 			lines[19] = `{"step":20,"loss":null,"lr":0.008,"grad_norm":null,"tokens_per_s":5000,"tokens":20480}`
 		}
-		runs = append(runs, writeRun(t, dir, name, lines, ""))
+		runs = append(runs, runplottest.WriteRun(t, dir, name, lines, ""))
 		names = append(names, name)
 	}
 	out := filepath.Join(dir, "many.svg")
 	if err := os.WriteFile(out, drawRuns(t, "svg", runs...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, texts := svgTexts(t, out)
+	_, texts := runplottest.SVGTexts(t, out)
 	all := strings.Join(texts, "\n")
 	want := append(names, "distflash training: 10 runs  —  sweep-lr7-with-a-rather-long-run-name DIVERGED at step 20",
 		"sweep-lr7-with-a-rather-long-run-name   DIVERGED at step 20")
@@ -311,7 +224,7 @@ func TestReadErrors(t *testing.T) {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	garbage := writeRun(t, dir, "garbage", []string{"not json", `{"loss": 2}`}, "")
+	garbage := runplottest.WriteRun(t, dir, "garbage", []string{"not json", `{"loss": 2}`}, "")
 	for _, tc := range []struct {
 		arg  string
 		want []string
@@ -333,7 +246,7 @@ func TestReadErrors(t *testing.T) {
 	}
 	var runs []*Run
 	for _, sub := range []string{"x", "y"} {
-		r, err := Read(writeRun(t, filepath.Join(dir, sub), "tiny", synthMetrics(3, 1e-3, 2, 0), ""))
+		r, err := Read(runplottest.WriteRun(t, filepath.Join(dir, sub), "tiny", runplottest.SynthMetrics(3, 1e-3, 2, 0), ""))
 		if err != nil {
 			t.Fatal(err)
 		}
