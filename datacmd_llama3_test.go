@@ -2,10 +2,6 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
-	"errors"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,32 +9,14 @@ import (
 	"testing"
 
 	"distflash/data"
+	"distflash/data/datatest"
 )
 
 // llama3Dir writes LLaMA-3's tokenizer.json (fetched by scripts/fetch_llama3_tokenizer.sh)
 // into a new directory, as a model directory holds it, and returns the directory.
 func llama3Dir(t *testing.T) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("data", "testdata", "tok", "llama3.tokenizer.json.gz"))
-	if errors.Is(err, fs.ErrNotExist) { // not in the repository: see data/bytelevel_test.go
-		const why = "LLaMA-3's tokenizer.json is not here: run scripts/fetch_llama3_tokenizer.sh"
-		if os.Getenv("CI") != "" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := datatest.Llama3TokenizerJSON(t, filepath.Join("data", "testdata", "tok", "llama3.tokenizer.json.gz"))
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), b, 0o644); err != nil {
 		t.Fatal(err)

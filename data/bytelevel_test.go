@@ -2,16 +2,14 @@ package data
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/json"
-	"errors"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"distflash/data/datatest"
 	"unicode/utf8"
 )
 
@@ -20,28 +18,7 @@ import (
 // ("" leaves it as shipped), and returns its path.
 func llama3Variant(t testing.TB, variant string) string {
 	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "tok", "llama3.tokenizer.json.gz"))
-	if errors.Is(err, fs.ErrNotExist) {
-		// Meta's tokenizer is not in the repository: scripts/fetch_llama3_tokenizer.sh fetches
-		// it, and CI (.ci/run) always does, so there the test cannot be skipped.
-		const why = "LLaMA-3's tokenizer.json is not here: run scripts/fetch_llama3_tokenizer.sh"
-		if os.Getenv("CI") != "" {
-			t.Fatal(why)
-		}
-		t.Skip(why)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src := datatest.Llama3TokenizerJSON(t, filepath.Join("testdata", "tok", "llama3.tokenizer.json.gz"))
 	if variant != "" {
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(src, &m); err != nil {
@@ -68,6 +45,7 @@ func llama3Variant(t testing.TB, variant string) string {
 		default:
 			t.Fatalf("unknown variant %q", variant)
 		}
+		var err error
 		if src, err = json.Marshal(m); err != nil {
 			t.Fatal(err)
 		}
