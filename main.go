@@ -30,7 +30,7 @@ const usage = `distflash trains LLaMA-family models on long sequences.
 Usage:
   distflash train --config FILE [--set section.key=value ...] [--progress=false] [--init-from MODEL]
   distflash plan --config FILE [--set k=v ...] [--cluster 2x8xA100-80GB] [--format text|json]
-                 [--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu 0.5]
+                 [--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu F] [--attn-mfu F]
   distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]
   distflash export --model CHECKPOINT --out DIR [--dtype f32|bf16] [--max-shard-size 5GB]
   distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]

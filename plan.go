@@ -25,9 +25,11 @@ package main
 //     tokens of a micro-batch, from the fields of model.LayerActs (actFields): policy none
 //     keeps every field of every block; layer keeps X of every block plus one block's full set
 //     (the recompute scratch); attn_output keeps X, AttnOut and Lse of every block plus one
-//     block's full set. Activations are in the compute precision (2 B under bf16/fp16), the
-//     per-token statistics (Rstd, Lse) in fp32. Logits [n, vocab] fp32 (their gradient reuses the
-//     buffer). Backward scratch: model.gradScratch's buffers. Attention working set (an
+//     block's full set. Activations are float32 (4 B) under every training.mixed_precision, as
+//     the model allocates them (kernels.Buf holds float32; the H200 run of
+//     bench/results/h200-2026-11-26 showed the 2 B this plan assumed before was half the
+//     truth). Logits [n, vocab] fp32 (their gradient reuses the
+//     buffer). Backward scratch: model.gradScratch's buffers, float32 too. Attention working set (an
 //     estimate, not measured): two K/V receive buffers, the partial output, its statistics
 //     and the dQ/dK/dV being accumulated: n × (2·qdim + 4·kvdim) elements + 2·heads fp32 per
 //     token. Communication buffers with fsdp: two gathered blocks of weights (current and
@@ -50,8 +52,9 @@ package main
 //     idle fraction (DistFlashAttn §3.2): ring and burst (P²−P)/(2P²), distflash 1/(2P) for even
 //     P and 0 for odd P, zigzag, attn2d and ulysses 0; under document masking
 //     (data.document_mask, --doc-len) the attention FLOPs scale by the visible fraction of the
-//     pairs and the idle fraction is the documents' (plandocs.go). Compute time = FLOPs /
-//     (peak × mfu).
+//     pairs and the idle fraction is the documents' (plandocs.go). Compute time = dense FLOPs /
+//     (peak × mfu) + attention FLOPs / (peak × attn_mfu), each fraction the GPU type's measured
+//     one (hopperMFU) unless --mfu / --attn-mfu say otherwise.
 //     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
 //     (counted per peer in the same in-process run, ranks placed on nodes in order) at the
 //     inter-node rate, the others at the intra-node rate; the world's collectives on GPUs as
@@ -89,15 +92,30 @@ type GPUType struct {
 	FLOPS    float64 `json:"flops"`     // dense bf16 peak, FLOP/s
 	IntraBW  float64 `json:"intra_bw"`  // NVLink bytes/s per GPU inside a node
 	InterBW  float64 `json:"inter_bw"`  // network bytes/s per GPU between nodes
+	MFU      float64 `json:"mfu"`       // fraction of FLOPS distflash's dense products reach
+	AttnMFU  float64 `json:"attn_mfu"`  // fraction of FLOPS its attention kernels reach
 }
 
 // gpuTypes are the presets of the table in the file comment.
 var gpuTypes = []GPUType{
-	{"A100-40GB", 40e9, 312e12, 300e9, 25e9},
-	{"A100-80GB", 80e9, 312e12, 300e9, 25e9},
-	{"H100-80GB", 80e9, 989e12, 450e9, 25e9},
-	{"H200-141GB", 141e9, 989e12, 450e9, 25e9},
+	{"A100-40GB", 40e9, 312e12, 300e9, 25e9, 0.5, 0.5},
+	{"A100-80GB", 80e9, 312e12, 300e9, 25e9, 0.5, 0.5},
+	{"H100-80GB", 80e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU},
+	{"H200-141GB", 141e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU},
 }
+
+// hopperMFU and hopperAttnMFU are the fractions of the bf16 peak that distflash's CUDA
+// backend reached on one H200 (bench/results/h200-2026-11-26: configs/llama-1b.toml in bf16
+// with attn_output checkpointing, 0.353 s a step at 8K tokens and 2.67 s at 32K): the two
+// unknowns fitted to the two step times, the dense one covering the cuBLAS products and every
+// memory-bound kernel, the attention one the FlashAttention-2 kernels (their own benchmark
+// gave 0.10–0.12 forward+backward at head_dim 128 beside 0.55–0.57 for PyTorch's SDPA). The
+// H100 has the same multiprocessors and takes the same fractions. The A100's 0.5 is not a
+// measurement.
+const (
+	hopperMFU     = 0.22
+	hopperAttnMFU = 0.15
+)
 
 // cpuType is a rank of the CPU backend (--cluster NODESxRANKSxcpu, e.g. the hosts of
 // scripts/netns-cluster.sh): its FLOP/s is measured, not a datasheet figure, so --flops must
@@ -112,7 +130,8 @@ type Cluster struct {
 	Nodes       int     `json:"nodes"`
 	GPUsPerNode int     `json:"gpus_per_node"`
 	GPU         GPUType `json:"gpu"`
-	MFU         float64 `json:"mfu"` // achievable fraction of the peak rate
+	MFU         float64 `json:"mfu"`      // achievable fraction of the peak rate in the dense products
+	AttnMFU     float64 `json:"attn_mfu"` // and in the attention kernels
 }
 
 // String writes the cluster as a preset name.
@@ -137,11 +156,11 @@ func ParseCluster(s string) (Cluster, error) {
 		return Cluster{}, fmt.Errorf("--cluster %q: NODES and GPUS must be positive integers", s)
 	}
 	if strings.EqualFold(parts[2], cpuType.Name) {
-		return Cluster{Nodes: nodes, GPUsPerNode: gpus, GPU: cpuType, MFU: 1}, nil
+		return Cluster{Nodes: nodes, GPUsPerNode: gpus, GPU: cpuType, MFU: 1, AttnMFU: 1}, nil
 	}
 	for _, g := range gpuTypes {
 		if strings.EqualFold(g.Name, parts[2]) {
-			return Cluster{Nodes: nodes, GPUsPerNode: gpus, GPU: g, MFU: 0.5}, nil
+			return Cluster{Nodes: nodes, GPUsPerNode: gpus, GPU: g, MFU: g.MFU, AttnMFU: g.AttnMFU}, nil
 		}
 	}
 	return Cluster{}, fmt.Errorf("--cluster %q: unknown GPU type %q: want one of %s or cpu", s, parts[2], strings.Join(names, ", "))
@@ -220,7 +239,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	format := fs.String("format", "text", "text | json")
 	sweep := fs.String("sweep", "", "seq_len=LO..HI: plan every seq_len from LO doubling to HI (K = 1024, M = 1024²)")
 	attention := fs.String("attention", "", "all | a schedule name (default: parallelism.attention)")
-	mfu := fs.Float64("mfu", 0.5, "achievable fraction of the GPU's peak FLOP/s")
+	mfu := fs.Float64("mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the dense products; also the attention's unless --attn-mfu is given (default: the GPU type's, measured for H100/H200: 0.22; 0.5 for A100, not measured; 1 for cpu)")
+	attnMFU := fs.Float64("attn-mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the attention kernels (default: --mfu when given, else the GPU type's, measured for H100/H200: 0.15; 0.5 for A100, not measured; 1 for cpu)")
 	gpuMem := fs.Float64("gpu-mem", 0, "override the GPU memory, bytes (e.g. 80e9)")
 	interBW := fs.Float64("inter-bw", 0, "override the inter-node bandwidth per GPU, bytes/s")
 	intraBW := fs.Float64("intra-bw", 0, "override the intra-node bandwidth per GPU, bytes/s")
@@ -246,11 +266,20 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	} else if cl, err = ParseCluster(*clusterName); err != nil {
 		return err
 	}
-	if !(*mfu > 0 && *mfu <= 1) {
-		return fmt.Errorf("plan: --mfu %g: must be in (0, 1]", *mfu)
-	}
-	if mfuSet := flagSet(fs, "mfu"); cl.GPU.Name != cpuType.Name || mfuSet {
-		cl.MFU = *mfu
+	for _, o := range []struct {
+		name string
+		v    float64
+		dst  []*float64
+	}{{"mfu", *mfu, []*float64{&cl.MFU, &cl.AttnMFU}}, {"attn-mfu", *attnMFU, []*float64{&cl.AttnMFU}}} {
+		if !flagSet(fs, o.name) {
+			continue
+		}
+		if !(o.v > 0 && o.v <= 1) {
+			return fmt.Errorf("plan: --%s %g: must be in (0, 1]", o.name, o.v)
+		}
+		for _, d := range o.dst {
+			*d = o.v
+		}
 	}
 	for _, o := range []struct {
 		name string
@@ -332,7 +361,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 // defaultCluster is world A100-80GB GPUs, 8 a node.
 func defaultCluster(world int) Cluster {
-	c := Cluster{Nodes: 1, GPUsPerNode: world, GPU: gpuTypes[1], MFU: 0.5}
+	c := Cluster{Nodes: 1, GPUsPerNode: world, GPU: gpuTypes[1], MFU: gpuTypes[1].MFU, AttnMFU: gpuTypes[1].AttnMFU}
 	if world > 8 {
 		c.Nodes, c.GPUsPerNode = (world+7)/8, 8
 	}
@@ -402,6 +431,11 @@ func elemBytes(cfg Config) float64 {
 	return 2
 }
 
+// actElemBytes is the size of one element of the activation, logits, scratch and attention
+// buffers: the model allocates them as kernels.Buf, float32 on every backend, whatever
+// training.mixed_precision.
+const actElemBytes = 4
+
 // actField is the width of one model.LayerActs field per token, in elements, and whether it
 // is kept in fp32 (statistics) rather than the compute precision.
 type actField struct {
@@ -449,7 +483,7 @@ func actBytesPerToken(cfg Config, names []string) float64 {
 		if !ok {
 			panic("plan: model.LayerActs field " + n + " has no size in actFields")
 		}
-		e := elemBytes(cfg)
+		e := float64(actElemBytes)
 		if f.fp32 {
 			e = 4
 		}
@@ -484,9 +518,10 @@ func memoryFor(cfg Config, capacity float64) MemoryPlan {
 		mp.Activations = n * (L*actBytesPerToken(cfg, keptFields[pol]) + full)
 	}
 	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
-	mp.Logits = n * (float64(m.VocabSize)*4 + 2*d*e + 4) // logits, last block output, final norm, rstd
-	mp.BackwardScratch = n * e * (3*d + 2*q + 2*kv + 3*f)
-	mp.AttnWork = n * (e*(2*q+4*kv) + 8*float64(m.NHeads))
+	a := float64(actElemBytes)
+	mp.Logits = n * (float64(m.VocabSize)*4 + 2*d*a + 4) // logits, last block output, final norm, rstd
+	mp.BackwardScratch = n * a * (3*d + 2*q + 2*kv + 3*f)
+	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
 	if p.FSDP && p.WorldSize > 1 {
 		block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / L
 		mp.CommBuffers = 2*block*e + block*4
@@ -840,8 +875,7 @@ func PlanWithDocs(cfg Config, cl Cluster, name string, seqLen int, docs *DocLeng
 			tm.IdleFraction = dp.IdleBalanced
 		}
 	}
-	rate := cl.GPU.FLOPS * cl.MFU
-	tm.Compute = tm.DenseFLOPs/rate + tm.AttnFLOPs/rate/(1-tm.IdleFraction)
+	tm.Compute = tm.DenseFLOPs/(cl.GPU.FLOPS*cl.MFU) + tm.AttnFLOPs/(cl.GPU.FLOPS*cl.AttnMFU)/(1-tm.IdleFraction)
 	tm.AttnLinkBW = cl.GPU.IntraBW
 	if SP > cl.GPUsPerNode {
 		tm.AttnLinkBW = cl.GPU.InterBW
@@ -918,8 +952,8 @@ func seqName(n int) string {
 func writeDetail(w io.Writer, rep Report) {
 	pl := rep.Plans[0]
 	fmt.Fprintf(w, "config:   %s\n", rep.Summary)
-	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f, NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
-		rep.Cluster, rep.Cluster.GPUs(), gb(rep.Cluster.GPU.MemBytes), rep.Cluster.GPU.FLOPS/1e12, rep.Cluster.MFU,
+	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f (attention %.2f), NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
+		rep.Cluster, rep.Cluster.GPUs(), gb(rep.Cluster.GPU.MemBytes), rep.Cluster.GPU.FLOPS/1e12, rep.Cluster.MFU, rep.Cluster.AttnMFU,
 		rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9)
 	fmt.Fprintf(w, "schedule: %s, seq_len %s (%s tokens per GPU)\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
 	if pl.Refused != "" {
@@ -981,7 +1015,7 @@ func writeDetail(w io.Writer, rep Report) {
 
 // writeTable prints one row per plan, aligned.
 func writeTable(w io.Writer, rep Report) {
-	fmt.Fprintf(w, "config:  %s\ncluster: %s, mfu %.2f\n\n", rep.Summary, rep.Cluster, rep.Cluster.MFU)
+	fmt.Fprintf(w, "config:  %s\ncluster: %s, mfu %.2f (attention %.2f)\n\n", rep.Summary, rep.Cluster, rep.Cluster.MFU, rep.Cluster.AttnMFU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "attention\tseq_len\tper GPU\tpeak GB\tfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/GPU\t")
 	var reasons []string // one line per refused schedule and reason, printed under the table

@@ -382,8 +382,8 @@ func TestPlanDocumentsMatchParallel(t *testing.T) {
 	if got, want := docs.Time.AttnFLOPs/causal.Time.AttnFLOPs, d.VisibleFraction(T); math.Abs(got/want-1) > 1e-12 {
 		t.Errorf("attention FLOPs scaled by %g, want the visible fraction %g", got, want)
 	}
-	rate := cl.GPU.FLOPS * cl.MFU
-	want := causal.Time.DenseFLOPs/rate + docs.Time.AttnFLOPs/rate/(1-docs.Docs.IdleBalanced)
+	rate, attnRate := cl.GPU.FLOPS*cl.MFU, cl.GPU.FLOPS*cl.AttnMFU
+	want := causal.Time.DenseFLOPs/rate + docs.Time.AttnFLOPs/attnRate/(1-docs.Docs.IdleBalanced)
 	if math.Abs(docs.Time.Compute/want-1) > 1e-12 || !(docs.Time.Compute < causal.Time.Compute) {
 		t.Errorf("compute %g s with documents, want %g (causal %g)", docs.Time.Compute, want, causal.Time.Compute)
 	}

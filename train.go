@@ -363,6 +363,9 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	if be.Name() != "cpu" && c.Size() > 1 {
 		return nil, fmt.Errorf("device.kind = %q with parallelism.world_size = %d: the in-process and MPI communicators move host memory; several GPU ranks need the NCCL communicator, which comes in a later version", cfg.Device.Kind, c.Size())
 	}
+	if be.Name() != "cpu" { // the communicators move host memory: device buffers go through host copies
+		c = parallel.Staged(c, be)
+	}
 	r := &rank{id: c.Rank(), comm: c, be: be, replica: c.Rank() / sp, stats: make([]float32, statLen)}
 	r.statBuf, r.statAll = r.be.Alloc(statLen), r.be.Alloc(statLen*c.Size())
 	spComm := c

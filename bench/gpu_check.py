@@ -4,11 +4,15 @@ test binary, PyTorch scripts, token data), on a machine with an NVIDIA GPU, PyTo
 optionally, Nsight Compute, but no Go. scripts/gpu_check.sh is the entry point:
 
     python3 bench/gpu_check.py run --pack DIR --out OUT [--phase correctness|attention|model|all]
-                                   [--budget SECONDS] [--dry]
+                                   [--budget SECONDS] [--steps REGEX] [--dry]
     python3 bench/gpu_check.py merge --dest DIR OUT1 OUT2 ...
 
-Phases (each fits one 10-minute command, all three 20 minutes: BUDGET; every step has its own
-time limit, a failing or timed-out step is recorded and the next one runs):
+Phases (each fits one 10-minute command, all three 20 minutes: BUDGET; with --phase all and a
+--budget, each phase gets its SHARE of what is left. Every step has its own time limit, a
+failing or timed-out step is recorded and the next one runs. --steps runs only the steps whose
+name the expression finds, for a rerun after a fix; merge then lets a later report's run of a
+step replace an earlier one, which the report lists as superseded). On the H200 the three
+phases took 7 minutes together (bench/results/h200-2026-11-26):
 
   correctness  the kernels test binary (every Backend method against the CPU backend, the
                training-step parity test, the host-side tests), then `train --config tiny.toml`
@@ -20,6 +24,10 @@ time limit, a failing or timed-out step is recorded and the next one runs):
                documents, attention masked by document) for 20 steps, cpu and cuda in fp32:
                cuda's loss at every step within 1e-5 relative of cpu's. The test binary holds
                the kernel-level document-mask cases (TestCUDAAttnFP32/TensorCores *_docs_*).
+               Then configs/llama-1b.toml's shape (head_dim 128, GQA 16/4, vocab 32000) cut to
+               2 layers at seq 1024, 4 steps fp32 on cpu and cuda: within 1e-5 relative. Last,
+               compute-sanitizer memcheck and racecheck over the kernels tests SANITIZER_RUNS
+               names: no error, every test passing under the tool.
   attention    bench/cuda_attn.py, in two steps (torch, then distflash): distflash's
                FlashAttention kernel (forward, forward+backward, causal, bf16, head_dim 64 and
                128, seq 4K/16K/64K) beside torch SDPA (flash and cuDNN backends) on the same
@@ -65,6 +73,8 @@ PHASES = ["correctness", "attention", "model"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
 BUDGET = {"correctness": 360, "attention": 420, "model": 420}
+# The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
+SHARE = {"correctness": 0.4, "attention": 0.25, "model": 0.35}
 CURVE_STEPS = 50
 DOC_STEPS = 20
 FP32_TOL = 1e-5
@@ -78,13 +88,15 @@ def now():
 class Runner:
     """Runs steps with time limits inside a budget and records them."""
 
-    def __init__(self, pack, out, budget, dry):
+    def __init__(self, pack, out, budget, dry, only=None):
         self.pack, self.out, self.dry = os.path.abspath(pack), os.path.abspath(out), dry
         self.work = os.path.join(self.out, "work")
         self.logs = os.path.join(self.work, "logs")
         os.makedirs(self.logs, exist_ok=True)
         self.deadline = time.monotonic() + budget
+        self.end = self.deadline  # the whole run's deadline; deadline is the current phase's
         self.steps = []
+        self.only = only  # a regular expression: run only the steps whose name it finds
         self.env = dict(os.environ)
         self.meta = {"started": now(), "dry_run": dry, "pack": self.read_manifest()}
 
@@ -101,9 +113,19 @@ class Runner:
     def left(self):
         return self.deadline - time.monotonic()
 
+    def start_phase(self, phases, i):
+        """Sets the deadline of phases[i]: its share (SHARE) of the time the run has left."""
+        rest = phases[i:]
+        share = SHARE[phases[i]] / sum(SHARE[p] for p in rest)
+        self.deadline = time.monotonic() + (self.end - time.monotonic()) * share
+
     def step(self, phase, name, fn, timeout):
         """Runs fn(timeout) -> dict (its result) and records it; fn raises Fail or Timeout."""
         rec = {"phase": phase, "name": name, "status": "pass", "started": now()}
+        if self.only and not re.search(self.only, name):
+            rec.update(status="skipped", note=f"not selected by --steps {self.only}")
+            self.steps.append(rec)
+            return rec
         limit = min(timeout, self.left() - 5)
         if limit < min(30, timeout):
             rec.update(status="skipped", note=f"budget: {self.left():.0f} s left, step needs up to {timeout} s")
@@ -224,6 +246,9 @@ def find_libcuda():
 def setup_env(r):
     """LD_LIBRARY_PATH and DISTFLASH_CUBLAS for cuBLAS; GPU, driver, torch and ncu facts."""
     info = {}
+    # The driver compiles the embedded PTX at each process's first module load; its cache
+    # (default 256 MiB or 1 GiB by driver) keeps the result for the next process.
+    r.env.setdefault("CUDA_CACHE_MAXSIZE", str(4 << 30))
     blas = os.environ.get("DISTFLASH_CUBLAS") or find_cublas()
     if blas:
         r.env["DISTFLASH_CUBLAS"] = blas
@@ -247,15 +272,23 @@ def setup_env(r):
     except ImportError:
         info["torch"] = None
     info["ncu"] = find_ncu()
+    info["compute_sanitizer"] = find_tool("compute-sanitizer")
     info["python"] = sys.version.split()[0]
     return info
 
 
 def find_ncu():
-    p = shutil.which("ncu")
+    return find_tool("ncu")
+
+
+def find_tool(name):
+    """An NVIDIA tool on PATH, else in the usual install folders (newest), else None."""
+    p = shutil.which(name)
     if p:
         return p
-    c = sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu") + glob.glob("/usr/local/cuda*/bin/ncu"))
+    c = sorted(glob.glob(f"/opt/nvidia/nsight-compute/*/{name}") + glob.glob(f"/usr/local/cuda*/bin/{name}") +
+               glob.glob(f"/usr/local/cuda*/compute-sanitizer/{name}") +
+               glob.glob(f"/opt/*/.venv/lib/python3*/site-packages/nvidia/**/bin/{name}", recursive=True))
     return c[-1] if c else None
 
 
@@ -324,7 +357,7 @@ def parse_tests(text):
 
 
 def kernels_tests(r, limit):
-    run = "TestCUDAHost" if r.dry else "."
+    run = "TestCUDAHost" if r.dry else "CUDA"
     code, text = r.sh("kernels_test", [r.bin("kernels.test"), "-test.v", "-test.run", run,
                                         "-test.timeout", f"{int(limit) - 10}s"],
                       limit, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1))
@@ -439,6 +472,37 @@ def docmask_step(r, limit):
     return res
 
 
+SHAPE_STEPS = 4
+SHAPE_SETS = ("model.n_layers=2", "data.seq_len=1024")
+
+
+def shape_parity_step(r, limit):
+    """configs/llama-1b.toml's shape (dim 2048, head_dim 128, GQA 16/4, ffn 5632, vocab 32000)
+    cut to 2 layers at seq 1024, SHAPE_STEPS steps in fp32 on cpu and cuda: cuda's loss within
+    FP32_TOL relative of cpu's at every step (the tiny config has head_dim 32 and vocab 256).
+    A dry run trains the cpu side only, at the dry model size."""
+    deadline = time.monotonic() + limit
+    extra = [x for kv in SHAPE_SETS for x in ("--set", kv)]
+    if r.dry:
+        extra = [x for kv in model_sets(LLAMA_DRY) for x in ("--set", kv)] + ["--set", "data.seq_len=128"]
+    out = {}
+    for dev in ["cpu"] if r.dry else ["cpu", "cuda"]:
+        per = max(20, (deadline - time.monotonic()) * (0.7 if dev == "cpu" and not r.dry else 1))
+        name = f"llama1b-shape-{dev}-fp32"
+        out[name] = [m["loss"] for m in train_curve(r, name, dev, "fp32", per, steps=SHAPE_STEPS,
+                                                    config="llama-1b.toml", extra=extra)]
+    res = {"curves": out}
+    bad = [f"{k}: {len(v)} of {SHAPE_STEPS} steps" for k, v in out.items() if len(v) != SHAPE_STEPS]
+    if not r.dry and not bad:
+        a, b = out["llama1b-shape-cuda-fp32"], out["llama1b-shape-cpu-fp32"]
+        res["fp32_max_rel"] = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+        if res["fp32_max_rel"] > FP32_TOL:
+            bad.append(f"llama-1b shape fp32: cuda vs cpu loss differs by {res['fp32_max_rel']:.3g} relative (> {FP32_TOL})")
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
 def check_comparator(c):
     """Dry run: compare_curves passes the CPU curves against themselves and fails a curve
     shifted by 1e-4 (fp32) or by 3 × the bf16 band."""
@@ -464,6 +528,58 @@ def expect_no_gpu(r, name, prec):
             return {"clear_error": tail(msg, 300)}
         raise Fail(f"device.kind = cuda without a GPU failed, but not clearly: {msg}")
     raise Fail("device.kind = cuda trained without a GPU")
+
+
+SANITIZER_RUNS = {
+    # memcheck: every device test but the training step (slow under the tool; it calls the
+    # same kernels); racecheck: the kernels that share memory between threads, the
+    # FlashAttention kernels at bf16 only (racecheck is slow: the fp32 tiles and the fp16
+    # twins of the same code take minutes more). Each entry is one -test.run pattern, run as a
+    # process of its own (go test splits a pattern at '/' only outside parentheses, so one
+    # pattern cannot pick subtests of one test and whole other tests).
+    "memcheck": ["TestCUDA(Buffers|Reductions|MatMul|Embedding|RMSNorm|RoPE|SwiGLU|CrossEntropy|AdamW|HalfCasts|Attn)"],
+    "racecheck": ["TestCUDA(Reductions|RMSNorm|CrossEntropy)", "TestCUDAAttnTensorCores/^bf16"],
+}
+# The tool's last line: "ERROR SUMMARY: N errors" (memcheck) or "RACECHECK SUMMARY: N hazards
+# displayed (E errors, W warnings)".
+SANITIZER_SUMMARY = re.compile(r"(?:ERROR SUMMARY: (\d+) error|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) error)")
+
+
+def sanitizer_step(r, tool, limit):
+    """compute-sanitizer --tool TOOL over the kernels tests SANITIZER_RUNS names: no error reported."""
+    cs = r.meta["env"].get("compute_sanitizer")
+    if r.dry or not cs:
+        raise Skip("dry run" if r.dry else "compute-sanitizer not found")
+    extra = ["--racecheck-report", "all"] if tool == "racecheck" else ["--leak-check", "no"]
+    deadline = time.monotonic() + limit
+    res = {"errors": 0, "tests_passed": 0, "tests_failed": [], "runs": []}
+    bad = []
+    runs = SANITIZER_RUNS[tool]
+    for i, pattern in enumerate(runs):
+        per = (deadline - time.monotonic()) / (len(runs) - i)
+        code, text = r.sh(f"sanitizer_{tool}_{i}", [cs, "--tool", tool, "--error-exitcode", "86", "--print-limit", "20",
+                                                    *extra, r.bin("kernels.test"), "-test.v", "-test.run", pattern,
+                                                    "-test.timeout", f"{max(10, int(per) - 5)}s"],
+                          per, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1, 2, 86))
+        m = SANITIZER_SUMMARY.search(text)
+        errors = int(m.group(1) or m.group(2)) if m else None
+        t = parse_tests(text)
+        res["runs"].append({"pattern": pattern, "errors": errors, "tests_passed": len(t["PASS"]), "exit": code})
+        res["tests_passed"] += len(t["PASS"])
+        res["tests_failed"] += t["FAIL"]
+        if errors is None:
+            bad.append(f"{pattern}: no summary from the tool (exit {code}): {tail(text, 300)}")
+            continue
+        res["errors"] += errors
+        if code == 86 or errors > 0:
+            bad.append(f"{pattern}: {errors} error(s): " + tail("\n".join(
+                l for l in text.splitlines() if l.startswith("=========")), 500))
+        elif code != 0 or t["FAIL"] or not t["PASS"]:
+            bad.append(f"{pattern}: the tests under the tool: exit {code}, failed {t['FAIL']}, {len(t['PASS'])} passed: "
+                       f"{tail(text, 300)}")
+    if bad:
+        res["failed"] = f"{tool}: " + "; ".join(bad)
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
@@ -696,28 +812,31 @@ def model_summary(r, results):
 
 
 def phase_correctness(r):
-    r.step("correctness", "kernels test binary", lambda t: kernels_tests(r, t), 330)
-    r.step("correctness", "tiny 50-step curves cpu/cuda × fp32/bf16", lambda t: curves_step(r, t), 300)
-    r.step("correctness", "tiny 20-step document-mask curves cpu/cuda fp32", lambda t: docmask_step(r, t), 120)
+    r.step("correctness", "kernels test binary", lambda t: kernels_tests(r, t), 150)
+    r.step("correctness", "tiny 50-step curves cpu/cuda × fp32/bf16", lambda t: curves_step(r, t), 150)
+    r.step("correctness", "tiny 20-step document-mask curves cpu/cuda fp32", lambda t: docmask_step(r, t), 60)
+    r.step("correctness", "llama-1b shape (2 layers, seq 1024) cpu vs cuda fp32", lambda t: shape_parity_step(r, t), 120)
+    for tool in ("memcheck", "racecheck"):
+        r.step("correctness", f"compute-sanitizer {tool}", lambda t, tool=tool: sanitizer_step(r, tool, t), 100)
 
 
 def phase_attention(r):
-    r.step("attention", "attention: torch SDPA", lambda t: attention_step(r, t, "torch"), 150)
-    r.step("attention", "attention: distflash kernel", lambda t: attention_step(r, t, "distflash"), 300)
-    r.step("attention", "ncu profile (hd128, 16K)", lambda t: ncu_step(r, t), 180)
+    r.step("attention", "attention: torch SDPA", lambda t: attention_step(r, t, "torch"), 90)
+    r.step("attention", "attention: distflash kernel", lambda t: attention_step(r, t, "distflash"), 150)
+    r.step("attention", "ncu profile (hd128, 16K)", lambda t: ncu_step(r, t), 90)
 
 
 def phase_model(r):
     res = {}
     seqs = (8192, 32768) if not r.dry else (256, 512)
     for seq in seqs:
-        rec = r.step("model", f"plan seq {seq}", lambda t, s=seq: plan_step(r, s, t), 60)
+        rec = r.step("model", f"plan seq {seq}", lambda t, s=seq: plan_step(r, s, t), 30)
         res[f"plan_{seq}"] = rec.get("result")
-    r.step("model", "torch checkpointing self-check", lambda t: torch_check(r, t), 90)
-    for seq, steps, lim in ((seqs[0], 8, 150), (seqs[1], 5, 200)):
+    r.step("model", "torch checkpointing self-check", lambda t: torch_check(r, t), 60)
+    for seq, steps, lim in ((seqs[0], 6, 100), (seqs[1], 4, 150)):
         rec = r.step("model", f"distflash 1B seq {seq}", lambda t, s=seq, n=steps: distflash_1b(r, s, n, t), lim)
         res[f"distflash_{seq}"] = rec.get("result")
-    for seq, lim in ((seqs[0], 100), (seqs[1], 150)):
+    for seq, lim in ((seqs[0], 80), (seqs[1], 100)):
         rec = r.step("model", f"torch 1B seq {seq}", lambda t, s=seq: torch_1b(r, s, 4, t), lim)
         res[f"torch_{seq}"] = rec.get("result")
     r.step("model", "summary (MFU, planner, activation bytes)", lambda t: model_summary(r, res), 30)
@@ -753,6 +872,13 @@ def render(rep):
     for s in rep["steps"]:
         note = (s.get("note") or "").replace("|", "\\|").replace("\n", " ")
         L.append(f"| {s['phase']} | {s['name']} | {s['status']} | {fmt(s.get('seconds'))} | {tail(note, 300)} |")
+    sup = m.get("superseded") or []
+    if sup:
+        L += ["", "Earlier runs of steps that a later run replaced (after a fix):", "",
+              "| phase | step | status | started | note |", "| --- | --- | --- | --- | --- |"]
+        for s in sup:
+            note = (s.get("note") or "").replace("|", "\\|").replace("\n", " ")
+            L.append(f"| {s['phase']} | {s['name']} | {s['status']} | {s.get('started')} | {tail(note, 200)} |")
     by = {s["name"]: s.get("result") or {} for s in rep["steps"]}
     kt = by.get("kernels test binary")
     if kt:
@@ -779,6 +905,16 @@ def render(rep):
         L += ["", f"tiny.toml with data.document_mask, {DOC_STEPS} steps: fp32 max relative loss difference cuda vs "
               f"cpu {fmt(dm.get('fp32_max_rel'))} (limit {FP32_TOL}); final losses " +
               ", ".join(f"{k} {fmt(v[-1], '.6f')}" for k, v in dm["curves"].items() if v)]
+    sp = by.get("llama-1b shape (2 layers, seq 1024) cpu vs cuda fp32")
+    if sp and sp.get("curves"):
+        L += ["", f"llama-1b shape ({', '.join(SHAPE_SETS)}), {SHAPE_STEPS} steps fp32: max relative loss difference "
+              f"cuda vs cpu {fmt(sp.get('fp32_max_rel'))} (limit {FP32_TOL}); losses " +
+              "; ".join(f"{k} " + ", ".join(fmt(x, '.6f') for x in v) for k, v in sp["curves"].items() if v)]
+    for tool in ("memcheck", "racecheck"):
+        sz = by.get(f"compute-sanitizer {tool}")
+        if sz:
+            L += ["", f"compute-sanitizer {tool} ({' and '.join(SANITIZER_RUNS[tool])}): {sz.get('errors')} error(s), "
+                  f"{sz.get('tests_passed')} test(s) passed, failed: {', '.join(sz.get('tests_failed') or []) or 'none'}"]
     shapes = merge_attention(by)
     if shapes:
         L += ["", "## Attention (causal, bf16; TFLOP/s of useful work; torch = faster of SDPA flash / cuDNN)", "",
@@ -843,14 +979,16 @@ def write_report(r, phases):
 
 def cmd_run(a):
     phases = PHASES if a.phase == "all" else [a.phase]
-    r = Runner(a.pack, a.out, a.budget, a.dry)
+    r = Runner(a.pack, a.out, a.budget, a.dry, a.steps)
     r.meta["env"] = setup_env(r)
     print(json.dumps(r.meta["env"]), flush=True)
-    for p in phases:
+    for i, p in enumerate(phases):
+        r.start_phase(phases, i)
         {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model}[p](r)
     rep = write_report(r, phases)
     print(render(rep))
-    bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")]
+    bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")
+           and not s.get("note", "").startswith("not selected")]
     return 1 if bad else 0
 
 
@@ -860,9 +998,26 @@ def cmd_merge(a):
         with open(os.path.join(d, "report.json")) as f:
             reps.append(json.load(f))
     meta = dict(reps[0]["meta"])
-    meta["phases"] = [p for r in reps for p in r["meta"].get("phases", [])]
+    meta["phases"] = list(dict.fromkeys(p for r in reps for p in r["meta"].get("phases", [])))
     meta["finished"] = reps[-1]["meta"].get("finished")
-    rep = {"meta": meta, "steps": [s for r in reps for s in r["steps"]]}
+    # A step run again in a later report replaces the earlier run of it (a rerun after a fix),
+    # which is kept under meta.superseded; steps a run did not select (--steps) are left out.
+    steps, superseded = {}, []
+    for i, r in enumerate(reps):
+        for s in r["steps"]:
+            if s.get("note", "").startswith("not selected"):
+                continue
+            if s["name"] in steps:
+                old = steps[s["name"]]
+                superseded.append({k: old.get(k) for k in ("phase", "name", "status", "started", "seconds", "note")})
+            steps[s["name"]] = dict(s, report=a.outs[i])
+    order = {}
+    for r in reps:
+        for s in r["steps"]:
+            order.setdefault(s["name"], len(order))
+    meta["superseded"] = superseded
+    meta["packs"] = [r["meta"].get("pack") for r in reps]
+    rep = {"meta": meta, "steps": sorted(steps.values(), key=lambda s: (PHASES.index(s["phase"]), order[s["name"]]))}
     os.makedirs(a.dest, exist_ok=True)
     with open(os.path.join(a.dest, "report.json"), "w") as f:
         json.dump(rep, f, indent=1)
@@ -882,6 +1037,8 @@ def main():
     r.add_argument("--budget", type=float, default=None,
                    help=f"seconds for all steps (default {BUDGET}, summed for all)")
     r.add_argument("--dry", action="store_true")
+    r.add_argument("--steps", default=None, help="a regular expression: run only the steps whose name it finds "
+                   "(the others are recorded as skipped)")
     m = sub.add_parser("merge")
     m.add_argument("--dest", required=True)
     m.add_argument("outs", nargs="+")

@@ -193,6 +193,9 @@ func checkBlocks(t *testing.T, r *rand.Rand, H, K, hd int, pos, doc []int32, cau
 	q, k, v, do := randVec(r, n*H*hd, 1.5), randVec(r, n*K*hd, 1.5), randVec(r, n*K*hd, 1), randVec(r, n*H*hd, 1)
 	full := AttnShape{NQ: n, NK: n, Heads: H, KVHeads: K, HeadDim: hd, Causal: causal,
 		Scale: float32(1 / math.Sqrt(float64(hd))), QPos: pos, KPos: pos}
+	if !causal { // positions are optional without the mask: leave them out, as callers may
+		full.QPos, full.KPos = nil, nil
+	}
 	if doc != nil {
 		full.QStart = make([]int32, n)
 		for i, p := range pos {
@@ -218,7 +221,10 @@ func checkBlocks(t *testing.T, r *rand.Rand, H, K, hd int, pos, doc []int32, cau
 	block := func(bi int) (Buf, Buf, AttnShape) {
 		j0, j1 := cuts[bi], cuts[bi+1]
 		sh := full
-		sh.NK, sh.KPos = j1-j0, pos[j0:j1]
+		sh.NK = j1 - j0
+		if causal {
+			sh.KPos = pos[j0:j1]
+		}
 		kb, vb := be.Alloc((j1-j0)*K*hd), be.Alloc((j1-j0)*K*hd)
 		be.Upload(kb, k[j0*K*hd:j1*K*hd])
 		be.Upload(vb, v[j0*K*hd:j1*K*hd])

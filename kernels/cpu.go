@@ -30,6 +30,16 @@ func (b cpuBuf) Len() int { return len(b) }
 // It panics for a buffer of another backend.
 func Host(b Buf) []float32 { return f(b) }
 
+// IsHost reports whether b is host memory of the CPU backend (what Host returns without panic).
+func IsHost(b Buf) bool {
+	_, ok := b.(cpuBuf)
+	return b == nil || ok
+}
+
+// HostBuf returns x as a CPU buffer, sharing its memory (a staging area for communicators
+// that move host memory).
+func HostBuf(x []float32) Buf { return cpuBuf(x) }
+
 func f(b Buf) []float32 {
 	if b == nil {
 		return nil

@@ -39,6 +39,15 @@ type attnGrid struct {
 	ksorted        []bool // per key tile: positions non-decreasing, so a row's visible keys are a prefix
 }
 
+// tileKPos returns the positions of the key tile's nk keys from j0, or nil when the whole tile
+// is visible (all): then no mask reads them, and without a causal mask there are none.
+func tileKPos(sh AttnShape, all bool, j0, nk int) []int32 {
+	if all {
+		return nil
+	}
+	return sh.KPos[j0 : j0+nk]
+}
+
 func newAttnGrid(sh AttnShape) *attnGrid {
 	g := &attnGrid{nqt: gemmCeilDiv(sh.NQ, tileQ), nkt: gemmCeilDiv(sh.NK, tileK), causal: sh.Causal}
 	if sh.Causal {
@@ -251,7 +260,7 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 			nkp := roundUp(nk, nr)
 			s := w.s[:nqp*tkp]
 			tileMul(impl, w.qp, kv.k(g, jt), hd, s, tkp, nqp, nkp, sh.Scale, 0)
-			kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
+			kpos, prefix := tileKPos(sh, all, j0, nk), !all && grid.ksorted[jt]
 			if !all && !prefix {
 				maskTile(s, tkp, sh.QPos[i0:i0+nq], rowStarts(sh, i0, nq), kpos, grid.klo[jt], grid.khi[jt])
 			}
@@ -504,7 +513,7 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 					dkj, dvj := dk[j0*ks+g*hd:], dv[j0*ks+g*hd:]
 					// P = exp(scale·Q·Kᵀ − lse), masked: exp(-Inf) = 0
 					tileMul(impl, qA, kB, hd, s, tkp, nqp, nkp, sh.Scale, 0)
-					kpos, prefix := sh.KPos[j0:j0+nk], !all && grid.ksorted[jt]
+					kpos, prefix := tileKPos(sh, all, j0, nk), !all && grid.ksorted[jt]
 					if !all && !prefix {
 						maskTile(s, tkp, sh.QPos[i0:i0+nq], rowStarts(sh, i0, nq), kpos, grid.klo[jt], grid.khi[jt])
 					}

@@ -119,10 +119,16 @@ func TestCUDATrainStep(t *testing.T) {
 					gmax = math.Max(gmax, math.Abs(float64(want.grads[i])))
 					pmax = math.Max(pmax, math.Abs(float64(want.params[i])))
 				}
-				loose := 0
+				loose, zero := 0, 0
 				for i := ts.Off; i < ts.Off+ts.Size(); i++ {
+					// A gradient that is exactly zero on both backends (an embedding row of a
+					// token not in the batch) leaves only weight decay: checked tightly. A tiny
+					// non-zero one can flip Adam's step sign on rounding noise: up to 2·lr apart.
 					tol := 1e-6 * pmax
-					if math.Abs(float64(want.grads[i])) < 1e-3*gmax {
+					switch {
+					case want.grads[i] == 0 && got.grads[i] == 0:
+						zero++
+					case math.Abs(float64(want.grads[i])) < 1e-3*gmax:
 						tol, loose = 2.1*lr, loose+1
 					}
 					if d := math.Abs(float64(got.params[i] - want.params[i])); !(d <= tol) {
@@ -130,8 +136,8 @@ func TestCUDATrainStep(t *testing.T) {
 						break
 					}
 				}
-				if loose > ts.Size()/10 {
-					t.Errorf("%s: %d of %d elements have near-zero gradients: the update check is too weak", ts.Name, loose, ts.Size())
+				if loose > (ts.Size()-zero)/10 {
+					t.Errorf("%s: %d of %d elements with a gradient have near-zero ones: the update check is too weak", ts.Name, loose, ts.Size()-zero)
 				}
 			}
 		})

@@ -104,7 +104,9 @@ func firstDiff(a, b []float32) int {
 		return 0
 	}
 	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+		// Two NaNs agree: IEEE 754 leaves a NaN result's payload and sign open (the GPU returns
+		// its canonical NaN where the CPU keeps the operand's).
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) && !(a[i] != a[i] && b[i] != b[i]) {
 			return i
 		}
 	}

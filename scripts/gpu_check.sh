@@ -11,7 +11,8 @@
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
 #       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7; all 20.
+#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7; all 20 (each phase a share of it:
+#       SHARE in bench/gpu_check.py).
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
 #   scripts/gpu_check.sh dry-run OUT
@@ -22,7 +23,7 @@
 set -euo pipefail
 
 usage() {
-	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
