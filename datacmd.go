@@ -14,6 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"distflash/config"
 	"distflash/data"
 )
 
@@ -74,7 +75,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if *out == "" {
 		return errors.New("data tokenize: --out is required: a directory for the shards, or a file ending in .tokens")
 	}
-	cfg, err := LoadConfig(*configPath, sets)
+	cfg, err := config.Load(*configPath, sets)
 	if err != nil {
 		return err
 	}
@@ -124,7 +125,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if time.Since(lastLog) >= progressLogInterval {
 			lastLog = time.Now()
 			fmt.Fprintf(stderr, "tokenize: %s documents, %s tokens, %.1f of %.1f MB read (%.1f MB/s of text)\n",
-				count(p.Documents), count(p.Tokens), float64(p.InputBytes)/1e6, float64(p.InputTotal)/1e6,
+				config.Count(p.Documents), config.Count(p.Tokens), float64(p.InputBytes)/1e6, float64(p.InputTotal)/1e6,
 				float64(p.TextBytes)/1e6/time.Since(start).Seconds())
 		}
 	}
@@ -148,8 +149,8 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		files = fmt.Sprintf("%d of %d files (data.max_bytes = %d)", st.FilesRead, st.Files, src.MaxBytes)
 	}
 	fmt.Fprintf(stdout, "tokenized %s documents from %s, %.1f MB of text, into %s tokens (tokenizer %s) in %d shards in %s: %.1fs, %.1f MB/s of text, %s tokens/s\n",
-		count(st.Documents), files, float64(st.TextBytes)/1e6, count(st.Tokens), tok.Name(), len(st.Shards), where,
-		elapsed, float64(st.TextBytes)/1e6/elapsed, count(int64(float64(st.Tokens)/elapsed)))
+		config.Count(st.Documents), files, float64(st.TextBytes)/1e6, config.Count(st.Tokens), tok.Name(), len(st.Shards), where,
+		elapsed, float64(st.TextBytes)/1e6/elapsed, config.Count(int64(float64(st.Tokens)/elapsed)))
 	return nil
 }
 

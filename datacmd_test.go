@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"distflash/config"
 	"distflash/data"
 )
 
@@ -60,7 +61,7 @@ func TestDataTokenizeThenTrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"tokenized 120 documents from 3 files", fmt.Sprintf("%s tokens", count(int64(len(want)))), "tokenizer byte", "MB/s", "tokens/s", out} {
+	for _, s := range []string{"tokenized 120 documents from 3 files", fmt.Sprintf("%s tokens", config.Count(int64(len(want)))), "tokenizer byte", "MB/s", "tokens/s", out} {
 		if !strings.Contains(stdout.String(), s) {
 			t.Errorf("stdout %q does not mention %q", stdout.String(), s)
 		}

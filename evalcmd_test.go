@@ -15,7 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"distflash/config"
 	"distflash/data"
+	"distflash/evaluate"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -102,7 +104,7 @@ func TestEvalMatchesPyTorch(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					var got evalReport
+					var got evaluate.Report
 					if err := json.Unmarshal(raw, &got); err != nil {
 						t.Fatal(err)
 					}
@@ -131,28 +133,28 @@ func TestEvalMatchesPyTorch(t *testing.T) {
 }
 
 // hfEvaluator loads a fixture model into an evaluator on P ranks running schedule attn.
-func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluator, evalModel) {
+func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluate.Evaluator, evaluate.Model) {
 	t.Helper()
-	cfg := DefaultConfig()
-	em, err := loadEvalModel(filepath.Join(hfFixtures, name), cfg, io.Discard)
+	cfg := config.Default()
+	em, err := evaluate.LoadModel(filepath.Join(hfFixtures, name), cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	par := cfg.Parallelism
 	par.WorldSize, par.SequenceParallelDegree, par.Attention = P, P, attn
-	ev, err := newEvaluator(em.cfg, par)
+	ev, err := evaluate.NewEvaluator(em.Config, par)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ev.load(em.params); err != nil {
+	if err := ev.Load(em.Params); err != nil {
 		t.Fatal(err)
 	}
 	return ev, em
 }
 
-func fixtureSamples(t *testing.T, em evalModel, seqLen, n int) []evalSample {
+func fixtureSamples(t *testing.T, em evaluate.Model, seqLen, n int) []evaluate.Sample {
 	t.Helper()
-	ss, err := loadEvalSamples(hfDocs, DefaultConfig().Data, em.tok, em.bos, seqLen, em.cfg.VocabSize, n)
+	ss, err := evaluate.LoadSamples(hfDocs, config.Default().Data, em.Tokenizer, em.BOS, seqLen, em.Config.VocabSize, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func TestEvalPerSampleMatchesPyTorch(t *testing.T) {
 				t.Fatalf("%s seq %d: %d samples, PyTorch %d", name, want.SeqLen, len(ss), len(want.SampleLoss))
 			}
 			for i, s := range ss {
-				l, n, err := ev.sample(s)
+				l, n, err := ev.Score(s)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -192,7 +194,7 @@ func TestEvalSequenceParallelMatchesOneWorker(t *testing.T) {
 		ss := fixtureSamples(t, em, 512, 5)
 		var want []float64
 		for _, s := range ss {
-			l, _, err := one.sample(s)
+			l, _, err := one.Score(s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +203,7 @@ func TestEvalSequenceParallelMatchesOneWorker(t *testing.T) {
 		ran := 0
 		for _, attn := range parallel.Names() {
 			for _, P := range []int{2, 4} {
-				h := model.Heads{N: em.cfg.NHeads, KV: em.cfg.NKVHeads, Dim: em.cfg.HeadDim}
+				h := model.Heads{N: em.Config.NHeads, KV: em.Config.NKVHeads, Dim: em.Config.HeadDim}
 				if err := parallel.Check(attn, h, P); err != nil {
 					t.Logf("%s: %s on %d ranks refused: %v", name, attn, P, err)
 					continue
@@ -211,14 +213,14 @@ func TestEvalSequenceParallelMatchesOneWorker(t *testing.T) {
 					ev, _ := hfEvaluator(t, name, P, attn)
 					worst := 0.0
 					for i, s := range ss {
-						l, n, err := ev.sample(s)
+						l, n, err := ev.Score(s)
 						if err != nil {
 							t.Fatal(err)
 						}
 						d := relDiff(l, want[i])
 						worst = max(worst, d)
-						if n != len(s.targets) || d > 1e-6 {
-							t.Errorf("doc %d (%d tokens): loss sum %.9g over %d tokens, one worker %.9g (rel diff %.2e)", i, len(s.ids), l, n, want[i], d)
+						if n != len(s.Targets) || d > 1e-6 {
+							t.Errorf("doc %d (%d tokens): loss sum %.9g over %d tokens, one worker %.9g (rel diff %.2e)", i, len(s.IDs), l, n, want[i], d)
 						}
 					}
 					t.Logf("worst relative difference from one worker: %.2e", worst)
@@ -252,21 +254,21 @@ func TestEvalSamples(t *testing.T) {
 		{"a", -1, 10, false, nil, nil, 0, "one byte without BOS predicts nothing"},
 		{"é!", 1, 2, true, append([]int32{1}, ids("é")[:1]...), ids("é"), 2, "é is two bytes, both predicted"},
 	} {
-		s, ok, err := newEvalSample([]byte(tc.doc), tok, tc.bos, tc.seqLen, 256)
-		if err != nil || ok != tc.ok || !slices.Equal(s.ids, tc.in) || !slices.Equal(s.targets, tc.tg) || s.bytes != tc.nbytes {
+		s, ok, err := evaluate.NewSample([]byte(tc.doc), tok, tc.bos, tc.seqLen, 256)
+		if err != nil || ok != tc.ok || !slices.Equal(s.IDs, tc.in) || !slices.Equal(s.Targets, tc.tg) || s.Bytes != tc.nbytes {
 			t.Errorf("%s: %q bos %d seq %d: got %v %v %d bytes ok %v err %v; want %v %v %d bytes ok %v",
-				tc.comment, tc.doc, tc.bos, tc.seqLen, s.ids, s.targets, s.bytes, ok, err, tc.in, tc.tg, tc.nbytes, tc.ok)
+				tc.comment, tc.doc, tc.bos, tc.seqLen, s.IDs, s.Targets, s.Bytes, ok, err, tc.in, tc.tg, tc.nbytes, tc.ok)
 		}
 	}
-	if _, _, err := newEvalSample([]byte("é"), tok, 1, 10, 128); err == nil || !strings.Contains(err.Error(), "vocabulary of 128") {
+	if _, _, err := evaluate.NewSample([]byte("é"), tok, 1, 10, 128); err == nil || !strings.Contains(err.Error(), "vocabulary of 128") {
 		t.Errorf("byte 0xc3 with a vocabulary of 128: %v", err)
 	}
 	var docs [][]byte
 	for _, d := range []string{"x", "hello", "y", "world", "again"} {
 		docs = append(docs, []byte(d))
 	}
-	ss, err := collectSamples(docs, tok, -1, 8, 256, 2)
-	if err != nil || len(ss) != 2 || string(tok.Decode(ss[1].targets)) != "orld" {
+	ss, err := evaluate.CollectSamples(docs, tok, -1, 8, 256, 2)
+	if err != nil || len(ss) != 2 || string(tok.Decode(ss[1].Targets)) != "orld" {
 		t.Errorf("collectSamples skips one-byte documents and stops at n: %v, %v", ss, err)
 	}
 }
@@ -302,23 +304,23 @@ var shardedModelSets = []string{"model.dim=32", "model.n_layers=2", "model.n_hea
 // loss bit for bit with the same BOS; without one (the default for distflash's own models)
 // the one-byte document is skipped and the first byte of each is not predicted.
 func TestEvalOwnSafetensors(t *testing.T) {
-	em, err := loadEvalModel(filepath.Join(hfFixtures, "llama-sharded"), DefaultConfig(), io.Discard)
+	em, err := evaluate.LoadModel(filepath.Join(hfFixtures, "llama-sharded"), config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout := model.NewLayout(em.cfg)
+	layout := model.NewLayout(em.Config)
 	var names []string
 	values, shapes := map[string][]float32{}, map[string][]int{}
 	for _, tn := range layout.Tensors {
 		names = append(names, tn.Name)
-		values[tn.Name] = em.params[tn.Off : tn.Off+tn.Size()]
+		values[tn.Name] = em.Params[tn.Off : tn.Off+tn.Size()]
 		shapes[tn.Name] = tn.Shape
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "own.safetensors")
 	writeSafetensorsF32(t, path, names, values, shapes)
 
-	evalJSON := func(extra ...string) evalReport {
+	evalJSON := func(extra ...string) evaluate.Report {
 		t.Helper()
 		out := filepath.Join(dir, "eval.json")
 		args := []string{"eval", "--model", path, "--data", hfDocs, "--samples", "4", "--seq-len", "40", "--out", out, "--progress=false"}
@@ -333,13 +335,13 @@ func TestEvalOwnSafetensors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r evalReport
+		var r evaluate.Report
 		if err := json.Unmarshal(raw, &r); err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	var hf evalReport
+	var hf evaluate.Report
 	{
 		out := filepath.Join(dir, "hf.json")
 		var stdout, stderr bytes.Buffer
@@ -451,17 +453,17 @@ func TestEvalErrors(t *testing.T) {
 // ln(vocab) (the loss of a uniform guess), is the same on 4 ranks, and stops when its context
 // is cancelled.
 func TestEvaluateForTrain(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Eval.SeqLen = 64
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	params := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)
-	ss, err := loadEvalSamples(hfDocs, cfg.Data, data.ByteTokenizer{}, -1, evalSeqLen(cfg), 256, cfg.Eval.Samples)
+	ss, err := evaluate.LoadSamples(hfDocs, cfg.Data, data.ByteTokenizer{}, -1, evaluate.SeqLen(cfg), 256, cfg.Eval.Samples)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1, err := evaluate(context.Background(), cfg, params, ss)
+	r1, err := evaluateAll(context.Background(), cfg, params, ss)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,19 +471,19 @@ func TestEvaluateForTrain(t *testing.T) {
 		t.Errorf("untrained model: %+v; want loss ≈ ln 256 = %.3f over 4 samples", r1, math.Log(256))
 	}
 	cfg.Parallelism.WorldSize, cfg.Parallelism.SequenceParallelDegree = 4, 4
-	r4, err := evaluate(context.Background(), cfg, params, ss)
+	r4, err := evaluateAll(context.Background(), cfg, params, ss)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if relDiff(r4.Loss, r1.Loss) > 1e-6 || r4.Tokens != r1.Tokens || r4.SequenceParallel != 4 {
 		t.Errorf("4 ranks: %+v; one worker %+v", r4, r1)
 	}
-	if _, err := evaluate(context.Background(), cfg, params[1:], ss); err == nil || !strings.Contains(err.Error(), "parameter values") {
+	if _, err := evaluateAll(context.Background(), cfg, params[1:], ss); err == nil || !strings.Contains(err.Error(), "parameter values") {
 		t.Errorf("short params: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := evaluate(ctx, cfg, params, ss); err == nil || !strings.Contains(err.Error(), "stopped after 0 of 4") {
+	if _, err := evaluateAll(ctx, cfg, params, ss); err == nil || !strings.Contains(err.Error(), "stopped after 0 of 4") {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -492,41 +494,41 @@ func TestEvaluateForTrain(t *testing.T) {
 func BenchmarkEval(b *testing.B) {
 	for _, P := range []int{1, 4} {
 		b.Run(fmt.Sprintf("P%d", P), func(b *testing.B) {
-			cfg := DefaultConfig()
+			cfg := config.Default()
 			cfg.Parallelism.WorldSize, cfg.Parallelism.SequenceParallelDegree = P, P
 			if err := cfg.Validate(); err != nil {
 				b.Fatal(err)
 			}
-			ev, err := newEvaluator(cfg.Model, cfg.Parallelism)
+			ev, err := evaluate.NewEvaluator(cfg.Model, cfg.Parallelism)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := ev.load(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)); err != nil {
+			if err := ev.Load(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)); err != nil {
 				b.Fatal(err)
 			}
 			doc := bytes.Repeat([]byte("func main() { fmt.Println(\"hello, world\") }\n"), 64)
-			s, _, err := newEvalSample(doc, data.ByteTokenizer{}, -1, 2048, 256)
+			s, _, err := evaluate.NewSample(doc, data.ByteTokenizer{}, -1, 2048, 256)
 			if err != nil {
 				b.Fatal(err)
 			}
-			samples := []evalSample{s}
+			samples := []evaluate.Sample{s}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := ev.evaluate(context.Background(), samples, nil); err != nil {
+				if _, err := ev.Evaluate(context.Background(), samples, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(len(s.targets)*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(len(s.Targets)*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})
 	}
 }
 
-// evaluate is the evaluation train runs (trainEval) in one call: the loss of params, in the
+// evaluateAll is the evaluation train runs (trainEval) in one call: the loss of params, in the
 // layout of cfg.Model, on samples, on cfg's sequence-parallel world.
-func evaluate(ctx context.Context, cfg Config, params []float32, samples []evalSample) (EvalResult, error) {
-	ev, err := newEvaluator(cfg.Model, cfg.Parallelism)
+func evaluateAll(ctx context.Context, cfg config.Config, params []float32, samples []evaluate.Sample) (evaluate.Result, error) {
+	ev, err := evaluate.NewEvaluator(cfg.Model, cfg.Parallelism)
 	if err != nil {
-		return EvalResult{}, err
+		return evaluate.Result{}, err
 	}
-	return (&trainEval{ev: ev, samples: samples, seqLen: evalSeqLen(cfg)}).run(ctx, params)
+	return (&trainEval{ev: ev, samples: samples, seqLen: evaluate.SeqLen(cfg)}).run(ctx, params)
 }

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"distflash/ckpt"
+	"distflash/config"
 	"distflash/data"
+	"distflash/evaluate"
 	"distflash/model"
 )
 
@@ -23,7 +25,7 @@ const exportFixtures = "testdata/export"
 
 // evalReportOf runs `eval` on model (extra flags after) over the HF fixture documents and
 // returns its report.
-func evalReportOf(t *testing.T, modelPath string, seqLen int, extra ...string) evalReport {
+func evalReportOf(t *testing.T, modelPath string, seqLen int, extra ...string) evaluate.Report {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "eval.json")
 	args := append([]string{"eval", "--model", modelPath, "--data", hfDocs, "--samples", "5",
@@ -36,7 +38,7 @@ func evalReportOf(t *testing.T, modelPath string, seqLen int, extra ...string) e
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r evalReport
+	var r evaluate.Report
 	if err := json.Unmarshal(raw, &r); err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +58,11 @@ func exportTo(t *testing.T, args ...string) string {
 // hfParams reads the weights of an HF directory as eval does (model.NewLayout order).
 func hfParams(t *testing.T, dir string) (model.Config, []float32) {
 	t.Helper()
-	em, err := loadEvalModel(dir, DefaultConfig(), io.Discard)
+	em, err := evaluate.LoadModel(dir, config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return em.cfg, em.params
+	return em.Config, em.Params
 }
 
 // TestExportEvalRoundTrip: a trained checkpoint exported in f32 (one file, and sharded)
@@ -69,7 +71,7 @@ func hfParams(t *testing.T, dir string) (model.Config, []float32) {
 // bf16's precision. The export's config.json has every field transformers reads.
 func TestExportEvalRoundTrip(t *testing.T) {
 	run := tinyCheckpoint(t)
-	_, want, _, _, err := loadCheckpointParams(run, io.Discard)
+	_, want, _, _, err := evaluate.LoadCheckpoint(run, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +242,7 @@ func TestExportWritesFixtureBytes(t *testing.T) {
 		dir, dtype string
 		shard      int64
 	}{{"f32", ckpt.DTypeF32, 5e9}, {"bf16", ckpt.DTypeBF16, 40e3}} {
-		cfgJSON, err := exportConfig(mc, c.dtype, data.ByteTokenizer{})
+		cfgJSON, err := ckpt.ExportConfig(mc, c.dtype, data.ByteTokenizer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +323,7 @@ func TestExportConfigRopeScaling(t *testing.T) {
 			`"rope_scaling": {"factor": 8, "high_freq_factor": 4, "low_freq_factor": 1, "original_max_position_embeddings": 8192, "rope_type": "llama3"}`},
 	} {
 		mc.RopeScaling = c.rs
-		js, err := exportConfig(mc, ckpt.DTypeF32, data.ByteTokenizer{})
+		js, err := ckpt.ExportConfig(mc, ckpt.DTypeF32, data.ByteTokenizer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +362,7 @@ func TestExportRopeScalingRoundTrip(t *testing.T) {
 				t.Errorf("exported: loss %v over %d tokens, the checkpoint %v over %d", got.Loss, got.Tokens, ref.Loss, ref.Tokens)
 			}
 			mc, _ := hfParams(t, out)
-			want := DefaultConfig()
+			want := config.Default()
 			for _, s := range append(setsOf(extra), "model.dim=32", "model.n_layers=2", "model.ffn_dim=64", "model.max_seq_len=256") {
 				if err := want.Set(s); err != nil {
 					t.Fatal(err)

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"distflash/config"
+	"distflash/plan"
 )
 
 // FuzzLoadConfig feeds LoadConfig arbitrary TOML: whatever the bytes, it returns, an error
@@ -23,7 +26,7 @@ func FuzzLoadConfig(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := LoadConfig(path, nil)
+		cfg, err := config.Load(path, nil)
 		if err != nil {
 			if !strings.Contains(err.Error(), path) {
 				t.Fatalf("error does not name %s: %v", path, err)
@@ -32,6 +35,6 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 		cfg.Summary()
 		cfg.Requirements()
-		memoryFor(cfg, 80e9)
+		plan.MemoryFor(cfg, 80e9)
 	})
 }

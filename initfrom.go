@@ -7,7 +7,9 @@ import (
 	"strings"
 
 	"distflash/ckpt"
+	"distflash/config"
 	"distflash/data"
+	"distflash/evaluate"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -55,12 +57,12 @@ func loadInitSource(path string, mc model.Config) (*initSource, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--init-from: %w", err)
 		}
-		src := &initSource{path: path, kind: "hf", model: hfModelConfig(h.Config), tokenizer: h.Tokenizer}
+		src := &initSource{path: path, kind: "hf", model: evaluate.HFModelConfig(h.Config), tokenizer: h.Tokenizer}
 		if err := src.model.Resolve(); err != nil {
 			return nil, fmt.Errorf("--init-from %s: config.json: %w", path, err)
 		}
 		// Training it keeps the whole fp32 state: refuse it before loading the weights.
-		if err := checkModelMemory("--init-from: training the model of "+hfShape(path, h.Config), src.model, 1, stateBytesPerParam); err != nil {
+		if err := config.CheckModelMemory("--init-from: training the model of "+evaluate.HFShape(path, h.Config), src.model, 1, config.StateBytesPerParam); err != nil {
 			return nil, err
 		}
 		layout := model.NewLayout(src.model)
@@ -74,7 +76,7 @@ func loadInitSource(path string, mc model.Config) (*initSource, error) {
 		}
 		return src, nil
 	case fi.IsDir():
-		saved, params, _, _, err := loadCheckpointParams(path, io.Discard)
+		saved, params, _, _, err := evaluate.LoadCheckpoint(path, io.Discard)
 		if err != nil {
 			return nil, fmt.Errorf("--init-from %w", err)
 		}
@@ -88,7 +90,7 @@ func loadInitSource(path string, mc model.Config) (*initSource, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--init-from: %w", err)
 		}
-		params, err := loadSafetensorsParams(path, m)
+		params, err := evaluate.LoadSafetensorsParams(path, m)
 		if err != nil {
 			return nil, fmt.Errorf("--init-from: %w", err)
 		}
@@ -171,7 +173,7 @@ func setByFlag(sets []string, key string) bool {
 // applyInitSource makes cfg's [model] and data.tokenizer those of the run started from src
 // (see the file comment) and validates the result. Notes on what was taken or changed go to
 // stderr.
-func applyInitSource(cfg *Config, src *initSource, sets []string, stderr io.Writer) error {
+func applyInitSource(cfg *config.Config, src *initSource, sets []string, stderr io.Writer) error {
 	def := model.DefaultConfig()
 	user := cfg.Model
 	final := src.model
@@ -200,7 +202,7 @@ func applyInitSource(cfg *Config, src *initSource, sets []string, stderr io.Writ
 			cfg.Path, src.path, src.kind, strings.Join(disagree, "; "))
 	}
 	cfg.Model = final
-	tokFromSource := src.tokenizer != "" && src.tokenizer != cfg.Data.Tokenizer && cfg.Data.Tokenizer == DefaultConfig().Data.Tokenizer && !setByFlag(sets, "data.tokenizer")
+	tokFromSource := src.tokenizer != "" && src.tokenizer != cfg.Data.Tokenizer && cfg.Data.Tokenizer == config.Default().Data.Tokenizer && !setByFlag(sets, "data.tokenizer")
 	if tokFromSource {
 		cfg.Data.Tokenizer = src.tokenizer
 	}
@@ -219,7 +221,7 @@ func applyInitSource(cfg *Config, src *initSource, sets []string, stderr io.Writ
 	if src.kind == "checkpoint" {
 		what = "weights only (step 0, fresh optimizer and data order)"
 	}
-	fmt.Fprintf(stderr, "init: %s from %s (%s, %s params)\n", what, src.path, src.kind, count(cfg.Model.NumParams()))
+	fmt.Fprintf(stderr, "init: %s from %s (%s, %s params)\n", what, src.path, src.kind, config.Count(cfg.Model.NumParams()))
 	if len(taken) > 0 {
 		fmt.Fprintf(stderr, "init: [model] from the source: %s\n", strings.Join(taken, ", "))
 	}
@@ -239,23 +241,23 @@ func applyInitSource(cfg *Config, src *initSource, sets []string, stderr io.Writ
 // [model] and data.tokenizer from the source at from, then validation (only then: the
 // built-in [model] a config leaves in place is not the run's). It returns the config and
 // the source's weights.
-func loadInitConfig(path string, sets []string, from string, stderr io.Writer) (Config, []float32, error) {
+func loadInitConfig(path string, sets []string, from string, stderr io.Writer) (config.Config, []float32, error) {
 	if l, err := parallel.MPIEnv(); err == nil && l != nil && l.Rank > 0 {
 		stderr = io.Discard // every process loads the source; rank 0 reports it
 	}
-	cfg, err := readConfig(path, sets) // validated once [model] is taken from the source
+	cfg, err := config.Read(path, sets) // validated once [model] is taken from the source
 	if err != nil {
-		return Config{}, nil, err
+		return config.Config{}, nil, err
 	}
 	src, err := loadInitSource(from, cfg.Model)
 	if err != nil {
-		return Config{}, nil, err
+		return config.Config{}, nil, err
 	}
 	if err := applyInitSource(&cfg, src, sets, stderr); err != nil {
-		return Config{}, nil, err
+		return config.Config{}, nil, err
 	}
 	if n := model.NewLayout(cfg.Model).Size; n != len(src.params) {
-		return Config{}, nil, fmt.Errorf("--init-from %s: %d weights for a model of %d", from, len(src.params), n)
+		return config.Config{}, nil, fmt.Errorf("--init-from %s: %d weights for a model of %d", from, len(src.params), n)
 	}
 	return cfg, src.params, nil
 }

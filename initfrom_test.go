@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"distflash/ckpt"
+	"distflash/config"
+	"distflash/evaluate"
 	"distflash/kernels"
 	"distflash/model"
 )
@@ -56,14 +58,14 @@ func tinyCheckpoint(t *testing.T, extra ...string) string {
 // .safetensors file with distflash's names.
 func sourceSafetensors(t *testing.T) string {
 	t.Helper()
-	em, err := loadEvalModel("ckpt/testdata/hf/llama-sharded", DefaultConfig(), io.Discard)
+	em, err := evaluate.LoadModel("ckpt/testdata/hf/llama-sharded", config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout := model.NewLayout(em.cfg)
+	layout := model.NewLayout(em.Config)
 	var ts []ckpt.WTensor
 	for _, tn := range layout.Tensors {
-		ts = append(ts, ckpt.WTensor{Name: tn.Name, Shape: tn.Shape, Data: em.params[tn.Off : tn.Off+tn.Size()]})
+		ts = append(ts, ckpt.WTensor{Name: tn.Name, Shape: tn.Shape, Data: em.Params[tn.Off : tn.Off+tn.Size()]})
 	}
 	path := filepath.Join(t.TempDir(), "weights.safetensors")
 	if err := ckpt.WriteSafetensors(path, ts, ckpt.DTypeF32, nil); err != nil {
@@ -74,9 +76,9 @@ func sourceSafetensors(t *testing.T) string {
 
 // firstBatchLoss is the loss of the weights of src (read as eval reads them) on the first
 // batch a run of cfg trains on, computed by one plain model.
-func firstBatchLoss(t *testing.T, cfg Config, src string) float64 {
+func firstBatchLoss(t *testing.T, cfg config.Config, src string) float64 {
 	t.Helper()
-	em, err := loadEvalModel(src, cfg, io.Discard)
+	em, err := evaluate.LoadModel(src, cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,14 +88,14 @@ func firstBatchLoss(t *testing.T, cfg Config, src string) float64 {
 	}
 	b := tr.loader.Next()
 	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
-	m.LoadParams(em.params)
+	m.LoadParams(em.Params)
 	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
 	return sum / float64(n)
 }
 
 // freshBatchLoss is the loss on the first batch of cfg's data of the weights a run without
 // --init-from starts from.
-func freshBatchLoss(t *testing.T, cfg Config) float64 {
+func freshBatchLoss(t *testing.T, cfg config.Config) float64 {
 	t.Helper()
 	tr, err := newTrainer(cfg, io.Discard)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"testing"
+
+	"distflash/config"
 )
 
 // BenchmarkLongSeqStep times one training step of a long-sequence model (dim 256, one layer,
@@ -22,7 +24,7 @@ func BenchmarkLongSeqStep(b *testing.B) {
 					"data.batch_size=1", fmt.Sprintf("data.max_bytes=%d", 4*T+4096),
 					fmt.Sprintf("parallelism.world_size=%d", P), fmt.Sprintf("parallelism.sequence_parallel_degree=%d", P),
 					"parallelism.attention=distflash", "checkpoint.activation=none"}
-				cfg, err := LoadConfig("configs/tiny.toml", sets)
+				cfg, err := config.Load("configs/tiny.toml", sets)
 				if err != nil {
 					b.Fatal(err)
 				}

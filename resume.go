@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"distflash/ckpt"
+	"distflash/config"
 	"distflash/data"
 	"distflash/kernels"
 	"distflash/optim"
@@ -330,10 +331,10 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 		return fmt.Errorf("resume from %s: %w", dir, err)
 	}
 	// The two configs, decoded once, for the keys judged by what they give together.
-	var was, now Config
+	var was, now config.Config
 	_ = json.Unmarshal(saved, &was)
 	_ = json.Unmarshal(current, &now)
-	replicas := func(c Config) int {
+	replicas := func(c config.Config) int {
 		if c.Parallelism.SequenceParallelDegree < 1 {
 			return 0
 		}
@@ -385,7 +386,7 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 // returned as it is when it is not a JSON object.
 func withDefaults(saved json.RawMessage) json.RawMessage {
 	var have, def map[string]any
-	d, err := json.Marshal(DefaultConfig())
+	d, err := json.Marshal(config.Default())
 	if err != nil || decodeNumbers(saved, &have) != nil || decodeNumbers(d, &def) != nil || have == nil {
 		return saved
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"distflash/ckpt"
+	"distflash/config"
+	"distflash/evaluate"
 )
 
 // runBin runs the real binary with train arguments (configs/tiny.toml, 1 MiB of data, 8
@@ -238,7 +240,7 @@ func TestEvalDuringTrainingAndOfCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatalf("eval of the checkpoint: %v\n%s", err, b)
 	}
-	var r EvalResult
+	var r evaluate.Result
 	raw, err := os.ReadFile(res)
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +257,7 @@ func TestEvalDuringTrainingAndOfCheckpoint(t *testing.T) {
 // it was saved) is taken at its default, so resuming with the default prints nothing for it,
 // and a value other than the default is still reported against the default.
 func TestResumeOlderCheckpointKeys(t *testing.T) {
-	cur := DefaultConfig()
+	cur := config.Default()
 	curJSON, err := json.Marshal(cur)
 	if err != nil {
 		t.Fatal(err)

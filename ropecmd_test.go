@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"distflash/config"
+	"distflash/evaluate"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -15,19 +17,19 @@ import (
 func TestEvalDynamicRopeSequenceParallel(t *testing.T) {
 	plain, em := hfEvaluator(t, "llama-sharded", 1, "")
 	ss := fixtureSamples(t, em, 512, 5)
-	cfg := em.cfg
+	cfg := em.Config
 	cfg.RopeScaling = model.RopeScaling{Type: "dynamic", Factor: 4, OriginalMaxPositionEmbeddings: 16}
 	if err := cfg.Resolve(); err != nil {
 		t.Fatal(err)
 	}
-	evaluator := func(P int, attn string) *evaluator {
-		par := DefaultConfig().Parallelism
+	evaluator := func(P int, attn string) *evaluate.Evaluator {
+		par := config.Default().Parallelism
 		par.WorldSize, par.SequenceParallelDegree, par.Attention = P, P, attn
-		ev, err := newEvaluator(cfg, par)
+		ev, err := evaluate.NewEvaluator(cfg, par)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := ev.load(em.params); err != nil {
+		if err := ev.Load(em.Params); err != nil {
 			t.Fatal(err)
 		}
 		return ev
@@ -35,16 +37,16 @@ func TestEvalDynamicRopeSequenceParallel(t *testing.T) {
 	one := evaluator(1, "")
 	var want []float64
 	for i, s := range ss {
-		l, _, err := one.sample(s)
+		l, _, err := one.Score(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, _, err := plain.sample(s)
+		p, _, err := plain.Score(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(s.ids) > 16 && relDiff(l, p) < 1e-5 {
-			t.Errorf("doc %d (%d tokens): dynamic loss %.9g is plain RoPE's %.9g", i, len(s.ids), l, p)
+		if len(s.IDs) > 16 && relDiff(l, p) < 1e-5 {
+			t.Errorf("doc %d (%d tokens): dynamic loss %.9g is plain RoPE's %.9g", i, len(s.IDs), l, p)
 		}
 		want = append(want, l)
 	}
@@ -57,12 +59,12 @@ func TestEvalDynamicRopeSequenceParallel(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/P%d", attn, P), func(t *testing.T) {
 				ev := evaluator(P, attn)
 				for i, s := range ss {
-					l, _, err := ev.sample(s)
+					l, _, err := ev.Score(s)
 					if err != nil {
 						t.Fatal(err)
 					}
 					if d := relDiff(l, want[i]); d > 1e-6 {
-						t.Errorf("doc %d (%d tokens): loss sum %.9g, one worker %.9g (rel diff %.2e)", i, len(s.ids), l, want[i], d)
+						t.Errorf("doc %d (%d tokens): loss sum %.9g, one worker %.9g (rel diff %.2e)", i, len(s.IDs), l, want[i], d)
 					}
 				}
 			})

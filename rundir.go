@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"distflash/ckpt"
+	"distflash/config"
 )
 
 // runDirs are the directories a training run writes: the run directory (config, metrics,
@@ -25,7 +26,7 @@ type runDirs struct {
 }
 
 // runDirsOf returns the directories of cfg's run.
-func runDirsOf(cfg Config) *runDirs {
+func runDirsOf(cfg config.Config) *runDirs {
 	d := &runDirs{run: filepath.Join(cfg.Run.OutputDir, cfg.Run.Name), ckpt: cfg.Checkpoint.Dir}
 	if d.ckpt == "" {
 		d.ckpt = d.run
@@ -90,7 +91,7 @@ func (d *runDirs) dirs() []string {
 // run's identity is read from run.json, or taken from the checkpoint it resumes, or drawn
 // anew, and written. cfg is written as config.json and config.toml. On error nothing was
 // written and no lock is held.
-func (d *runDirs) open(cfg Config, resume string, fresh bool, stderr io.Writer) (err error) {
+func (d *runDirs) open(cfg config.Config, resume string, fresh bool, stderr io.Writer) (err error) {
 	defer func() {
 		if err != nil {
 			d.close()
@@ -211,7 +212,7 @@ func sameFile(a, b string) bool {
 
 // writeResolvedConfig writes cfg, with every default filled in, as config.json and as
 // config.toml (which --config accepts) into dir, each atomically.
-func writeResolvedConfig(dir string, cfg Config) error {
+func writeResolvedConfig(dir string, cfg config.Config) error {
 	j, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return fmt.Errorf("train: encode config: %w", err)

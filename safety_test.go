@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"distflash/ckpt"
+	"distflash/config"
 )
 
 // The tests of this file run the real binary the way a user whose machine fails would: two
@@ -556,11 +557,11 @@ func TestCLIBasics(t *testing.T) {
 		t.Fatalf("train without --config in an empty directory: %v\n%s", err, out)
 	}
 	written := filepath.Join(dir, "runs", "tiny", "config.toml")
-	cfg, err := LoadConfig(written, nil)
+	cfg, err := config.Load(written, nil)
 	if err != nil {
 		t.Fatalf("the written config.toml: %v", err)
 	}
-	want := DefaultConfig()
+	want := config.Default()
 	want.Training.Steps, want.Data.MaxBytes = 1, 65536
 	cfg.Path, want.Path = "", ""
 	_ = want.Model.Resolve()

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"distflash/ckpt"
+	"distflash/config"
 )
 
 // Models from strangers: a config.json or a checkpoint manifest whose sizes no machine can
@@ -98,7 +99,7 @@ func TestAbsurdCheckpointModel(t *testing.T) {
 	if _, err := ckpt.WriteShard(tmp, 0, []ckpt.Piece{{Tensor: "params", Off: 0, Data: []float32{1, 2, 3, 4}}}, ckpt.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.Model.Dim, cfg.Model.NLayers, cfg.Model.NHeads, cfg.Model.NKVHeads, cfg.Model.FFNDim, cfg.Model.VocabSize = 1000000, 100000, 8, 8, 2700000, 32000
 	cj, err := json.Marshal(cfg)
 	if err != nil {

@@ -19,7 +19,9 @@ import (
 	"golang.org/x/term"
 
 	"distflash/ckpt"
+	"distflash/config"
 	"distflash/data"
+	"distflash/evaluate"
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/optim"
@@ -66,13 +68,13 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("train: unexpected arguments %q", fs.Args())
 	}
-	var cfg Config
+	var cfg config.Config
 	var initParams []float32
 	var err error
 	if *initFrom != "" {
 		cfg, initParams, err = loadInitConfig(*configPath, sets, *initFrom, stderr)
 	} else {
-		cfg, err = LoadConfig(*configPath, sets)
+		cfg, err = config.Load(*configPath, sets)
 	}
 	if err != nil {
 		return err
@@ -81,7 +83,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))
 	}
-	if err := checkTrainMemory(cfg); err != nil {
+	if err := config.CheckTrainMemory(cfg); err != nil {
 		return err
 	}
 	if *fresh && *resume != "" {
@@ -162,7 +164,7 @@ func stopOnSignal(stderr io.Writer, current *atomic.Int64, speak bool) (context.
 // launchWorld starts MPI when the config asks for it (parallelism.backend = "mpi") or when
 // this process was started by an MPI launcher (mpirun, srun) together with others, and
 // returns this process's communicator; nil means the in-process world.
-func launchWorld(cfg *Config, stderr io.Writer) (parallel.Comm, error) {
+func launchWorld(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
 	launch, err := parallel.MPIEnv()
 	if err != nil {
 		return nil, err
@@ -198,7 +200,7 @@ func launchWorld(cfg *Config, stderr io.Writer) (parallel.Comm, error) {
 // the same update to the same all-reduced gradients; with FSDP each rank holds and updates
 // its chunk of every unit (parallel.FSDP).
 type trainer struct {
-	cfg    Config
+	cfg    config.Config
 	sched  optim.Schedule
 	loader *data.Loader
 	world  *parallel.World // the in-process world; nil when this process is one rank of many
@@ -258,14 +260,14 @@ func putStat(s []float32, at int, v float64) {
 func getStat(s []float32, at int) float64 { return float64(s[at]) + float64(s[at+1]) }
 
 // newTrainer builds a trainer whose ranks all run in this process (the in-process world).
-func newTrainer(cfg Config, stderr io.Writer) (*trainer, error) {
+func newTrainer(cfg config.Config, stderr io.Writer) (*trainer, error) {
 	return newTrainerOn(cfg, stderr, nil)
 }
 
 // newTrainerOn builds a trainer. With comm nil it runs every rank of the world in this
 // process; otherwise this process is the one rank comm.Rank() of a world of comm.Size()
 // processes (MPI), which must equal parallelism.world_size.
-func newTrainerOn(cfg Config, stderr io.Writer, comm parallel.Comm) (*trainer, error) {
+func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*trainer, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
@@ -629,7 +631,7 @@ func (e *divergedError) Error() string {
 // stops after the current step and saves a checkpoint there. Nothing is written into the run
 // directory before the config, the data and the tokenizer are known to be good, and the run
 // directory is locked for the run's lifetime (runDirs).
-func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainOptions) error {
+func train(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, opt trainOptions) error {
 	leader := opt.comm == nil || opt.comm.Rank() == 0
 	if !leader {
 		stdout, stderr, opt.progress = io.Discard, io.Discard, false
@@ -658,7 +660,7 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		if ev, err = newTrainEval(cfg); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(ev.samples), evalSeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
+		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(ev.samples), evaluate.SeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
 	}
 	if leader {
 		if err := dirs.open(cfg, opt.resume, opt.fresh, stderr); err != nil {
@@ -754,7 +756,7 @@ func train(ctx context.Context, cfg Config, stdout, stderr io.Writer, opt trainO
 		}
 		if cfg.Eval.Interval > 0 && (m.Step%cfg.Eval.Interval == 0 || m.Step == steps) {
 			params := t.fullParams() // collective
-			r, err := EvalResult{}, error(nil)
+			r, err := evaluate.Result{}, error(nil)
 			if ev != nil {
 				r, err = ev.run(ctx, params)
 			}
@@ -835,23 +837,23 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 // ranks that evaluate them (cfg's sequence-parallel world), built once and given the current
 // weights at each evaluation.
 type trainEval struct {
-	ev      *evaluator
-	samples []evalSample
+	ev      *evaluate.Evaluator
+	samples []evaluate.Sample
 	seqLen  int
 }
 
 // newTrainEval loads data.eval's first eval.samples documents and builds the evaluator.
-func newTrainEval(cfg Config) (*trainEval, error) {
-	tok, err := configTokenizer(cfg)
+func newTrainEval(cfg config.Config) (*trainEval, error) {
+	tok, err := evaluate.ConfigTokenizer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	seqLen := evalSeqLen(cfg)
-	samples, err := loadEvalSamples(cfg.Data.Eval, cfg.Data, tok, -1, seqLen, cfg.Model.VocabSize, cfg.Eval.Samples)
+	seqLen := evaluate.SeqLen(cfg)
+	samples, err := evaluate.LoadSamples(cfg.Data.Eval, cfg.Data, tok, -1, seqLen, cfg.Model.VocabSize, cfg.Eval.Samples)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.eval: %w", cfg.Path, err)
 	}
-	ev, err := newEvaluator(cfg.Model, cfg.Parallelism)
+	ev, err := evaluate.NewEvaluator(cfg.Model, cfg.Parallelism)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 	}
@@ -859,11 +861,11 @@ func newTrainEval(cfg Config) (*trainEval, error) {
 }
 
 // run evaluates params (model Layout order) on the samples.
-func (e *trainEval) run(ctx context.Context, params []float32) (EvalResult, error) {
-	if err := e.ev.load(params); err != nil {
-		return EvalResult{}, err
+func (e *trainEval) run(ctx context.Context, params []float32) (evaluate.Result, error) {
+	if err := e.ev.Load(params); err != nil {
+		return evaluate.Result{}, err
 	}
-	r, err := e.ev.evaluate(ctx, e.samples, nil)
+	r, err := e.ev.Evaluate(ctx, e.samples, nil)
 	r.SeqLen = e.seqLen
 	return r, err
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"distflash/config"
 )
 
 // TestHybridTrainsLikeOneWorker: 4 in-process ranks in 2 Ulysses groups of 2
@@ -67,7 +69,7 @@ func TestConfigUlyssesDegree(t *testing.T) {
 		{"configs/tiny-sp4.toml", []string{"parallelism.ulysses_degree=2", "parallelism.attention=attn2d"}, []string{"parallelism.ulysses_degree = 2", "attn2d"}},
 		{"configs/llama-33h.toml", []string{"parallelism.ulysses_degree=2"}, []string{"configs/llama-33h.toml", "parallelism.ulysses_degree = 2", "n_heads (33)"}},
 	} {
-		_, err := LoadConfig(c.file, c.sets)
+		_, err := config.Load(c.file, c.sets)
 		if err == nil {
 			t.Errorf("%s %v: accepted", c.file, c.sets)
 			continue
@@ -82,7 +84,7 @@ func TestConfigUlyssesDegree(t *testing.T) {
 		{"parallelism.ulysses_degree=2"}, {"parallelism.ulysses_degree=4", "parallelism.attention=burst"},
 		{"parallelism.ulysses_degree=2", "parallelism.attention=ulysses"}, {"parallelism.ulysses_degree=1", "parallelism.attention=attn2d"},
 	} {
-		cfg, err := LoadConfig("configs/tiny-sp4.toml", sets)
+		cfg, err := config.Load("configs/tiny-sp4.toml", sets)
 		if err != nil {
 			t.Errorf("%v: %v", sets, err)
 			continue

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"distflash/ckpt"
+	"distflash/config"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -200,7 +201,7 @@ wait:
 func BenchmarkTrainStep(b *testing.B) {
 	for _, policy := range []string{"none", "layer", "attn_output"} {
 		b.Run(policy, func(b *testing.B) {
-			cfg, err := LoadConfig("configs/tiny.toml", []string{"checkpoint.activation=" + policy, "data.max_bytes=1048576"})
+			cfg, err := config.Load("configs/tiny.toml", []string{"checkpoint.activation=" + policy, "data.max_bytes=1048576"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -286,7 +287,7 @@ func TestRematAwareSavesForwardAndItsCommunication(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/P%d", name, P), func(t *testing.T) {
 			fwdBytes := map[string]int64{}
 			for _, policy := range []string{"none", "layer", "attn_output"} {
-				cfg, err := LoadConfig("configs/tiny.toml", []string{"checkpoint.activation=" + policy,
+				cfg, err := config.Load("configs/tiny.toml", []string{"checkpoint.activation=" + policy,
 					"data.max_bytes=1048576", "data.batch_size=1", fmt.Sprintf("parallelism.world_size=%d", P),
 					fmt.Sprintf("parallelism.sequence_parallel_degree=%d", P), "parallelism.attention=" + name})
 				if err != nil {

@@ -16,9 +16,9 @@ import (
 	"sort"
 	"sync"
 
-	"distflash/sysmem"
-
 	"github.com/klauspost/compress/zstd"
+
+	"distflash/sysmem"
 )
 
 // Checkpoint is an opened, verified checkpoint. Its methods may be called from several

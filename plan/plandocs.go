@@ -1,4 +1,4 @@
-package main
+package plan
 
 // Document masking in plan (data.document_mask, plan --doc-len N --doc-dist D).
 //
@@ -52,7 +52,7 @@ const webDocSigma = 1.3
 
 // defaultDocLen is the mean of web-like documents, log-normal with median 400 tokens and
 // σ = 1.3 (400·e^{σ²/2}): what plan assumes under data.document_mask without --doc-len.
-var defaultDocLen = math.Round(400 * math.Exp(webDocSigma*webDocSigma/2))
+var DefaultDocLen = math.Round(400 * math.Exp(webDocSigma*webDocSigma/2))
 
 // docDists are the document length distributions plan knows.
 var docDists = []string{"lognormal", "exponential", "fixed"}
@@ -76,7 +76,7 @@ func (d DocLengths) String() string {
 }
 
 // parseDocLengths reads --doc-len (a size, e.g. 2048 or 2K) and --doc-dist.
-func parseDocLengths(n, dist string) (DocLengths, error) {
+func ParseDocLengths(n, dist string) (DocLengths, error) {
 	if !slices.Contains(docDists, dist) {
 		return DocLengths{}, fmt.Errorf("plan: --doc-dist %q: want one of %s", dist, strings.Join(docDists, ", "))
 	}

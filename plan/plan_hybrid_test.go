@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"fmt"
@@ -50,7 +50,7 @@ func TestPlanHybridLinkClasses(t *testing.T) {
 		{"burst", 4, 2, "2x2xA100-80GB"}, {"ring", 8, 2, "2x4xA100-80GB"},
 	} {
 		t.Run(fmt.Sprintf("%s/P%d/U%d/%s", c.name, c.P, c.U, c.cluster), func(t *testing.T) {
-			cfg := loadPlanConfig(t, "configs/tiny.toml", "data.batch_size=1", "checkpoint.activation=attn_output",
+			cfg := loadPlanConfig(t, "../configs/tiny.toml", "data.batch_size=1", "checkpoint.activation=attn_output",
 				fmt.Sprintf("parallelism.world_size=%d", c.P), fmt.Sprintf("parallelism.sequence_parallel_degree=%d", c.P),
 				fmt.Sprintf("parallelism.ulysses_degree=%d", c.U), "parallelism.attention="+c.name)
 			cl := mustCluster(t, c.cluster)
@@ -97,7 +97,7 @@ func TestPlanHybridLinkClasses(t *testing.T) {
 // TestPlanHybridRefusals: plan refuses what the hybrid cannot run, with the reason, and
 // ulysses_degree leaves plain ulysses as it is.
 func TestPlanHybridRefusals(t *testing.T) {
-	cfg := loadPlanConfig(t, "configs/llama-33h.toml") // LoadConfig itself refuses ulysses_degree = 2 for 33 heads
+	cfg := loadPlanConfig(t, "../configs/llama-33h.toml") // LoadConfig itself refuses ulysses_degree = 2 for 33 heads
 	cfg.Parallelism.UlyssesDegree = 2
 	cl := mustCluster(t, "2x8xA100-80GB")
 	if pl := PlanFor(cfg, cl, "zigzag", cfg.Data.SeqLen); !strings.Contains(pl.Refused, "n_heads (33)") || !strings.Contains(pl.Refused, "ulysses_degree = 2") {
@@ -106,8 +106,8 @@ func TestPlanHybridRefusals(t *testing.T) {
 	if pl := PlanFor(cfg, cl, "attn2d", cfg.Data.SeqLen); !strings.Contains(pl.Refused, "attn2d") {
 		t.Errorf("attn2d with ulysses_degree 2: refused = %q", pl.Refused)
 	}
-	cfg = loadPlanConfig(t, "configs/llama7b-512k.toml", "parallelism.ulysses_degree=8")
-	plain := loadPlanConfig(t, "configs/llama7b-512k.toml")
+	cfg = loadPlanConfig(t, "../configs/llama7b-512k.toml", "parallelism.ulysses_degree=8")
+	plain := loadPlanConfig(t, "../configs/llama7b-512k.toml")
 	a, b := PlanFor(cfg, cl, "ulysses", cfg.Data.SeqLen), PlanFor(plain, cl, "ulysses", cfg.Data.SeqLen)
 	if a.Refused != "" || a.Comm != b.Comm {
 		t.Errorf("ulysses with ulysses_degree 8: %+v, plain %+v", a.Comm, b.Comm)

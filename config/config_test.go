@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"distflash/model"
-
 	"github.com/BurntSushi/toml"
+
+	"distflash/model"
 )
 
 // writeConfig writes text to a TOML file in a fresh directory and returns its path.
@@ -39,7 +39,7 @@ func wantErr(t *testing.T, err error, subs ...string) {
 // resolvedDefault is DefaultConfig after Validate, with Path set.
 func resolvedDefault(t *testing.T, path string) Config {
 	t.Helper()
-	want := DefaultConfig()
+	want := Default()
 	if err := want.Validate(); err != nil {
 		t.Fatalf("DefaultConfig does not validate: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestConfigFilesLoad(t *testing.T) {
 	}
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			cfg, err := LoadConfig(path, nil)
+			cfg, err := Load(path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +77,7 @@ func TestConfigFilesLoad(t *testing.T) {
 // TestConfigTinyIsDefaults checks that configs/tiny.toml writes out DefaultConfig exactly.
 func TestConfigTinyIsDefaults(t *testing.T) {
 	const path = "configs/tiny.toml"
-	got, err := LoadConfig(path, nil)
+	got, err := Load(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestConfigPaperModels(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
-			cfg, err := LoadConfig("configs/"+tt.file+".toml", nil)
+			cfg, err := Load("configs/"+tt.file+".toml", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,11 +132,11 @@ func TestConfigPaperModels(t *testing.T) {
 
 func TestConfigDefaultsRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	if err := toml.NewEncoder(&buf).Encode(DefaultConfig()); err != nil {
+	if err := toml.NewEncoder(&buf).Encode(Default()); err != nil {
 		t.Fatal(err)
 	}
 	path := writeConfig(t, buf.String())
-	got, err := LoadConfig(path, nil)
+	got, err := Load(path, nil)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, buf.String())
 	}
@@ -145,7 +145,7 @@ func TestConfigDefaultsRoundTrip(t *testing.T) {
 	}
 	// An empty file is the defaults too.
 	empty := writeConfig(t, "")
-	got, err = LoadConfig(empty, nil)
+	got, err = Load(empty, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestConfigUnknownKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeConfig(t, tt.text)
-			_, err := LoadConfig(path, nil)
+			_, err := Load(path, nil)
 			wantErr(t, err, append([]string{path + ": "}, tt.want...)...)
 			if err != nil && tt.notWant != "" && strings.Contains(err.Error(), tt.notWant) {
 				t.Errorf("error %q mentions %q", err, tt.notWant)
@@ -195,14 +195,14 @@ func TestConfigTypeMismatch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeConfig(t, tt.text)
-			_, err := LoadConfig(path, nil)
+			_, err := Load(path, nil)
 			wantErr(t, err, path+":", tt.key) // path:line: key: ...
 		})
 	}
 }
 
 func TestConfigMissingFile(t *testing.T) {
-	_, err := LoadConfig(filepath.Join(t.TempDir(), "absent.toml"), nil)
+	_, err := Load(filepath.Join(t.TempDir(), "absent.toml"), nil)
 	wantErr(t, err, "absent.toml")
 }
 
@@ -257,7 +257,7 @@ func TestValidateInvalid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := DefaultConfig()
+			c := Default()
 			c.Path = "configs/x.toml"
 			tt.modify(&c)
 			err := c.Validate()
@@ -270,7 +270,7 @@ func TestValidateInvalid(t *testing.T) {
 }
 
 func TestValidateWithoutPath(t *testing.T) {
-	c := DefaultConfig()
+	c := Default()
 	c.Training.Steps = 0
 	err := c.Validate()
 	wantErr(t, err, "training.steps")
@@ -308,7 +308,7 @@ func TestOverride(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, err := LoadConfig("configs/tiny.toml", tt.sets)
+			cfg, err := Load("configs/tiny.toml", tt.sets)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -344,7 +344,7 @@ func TestOverrideErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := LoadConfig("configs/tiny.toml", []string{tt.set})
+			_, err := Load("configs/tiny.toml", []string{tt.set})
 			wantErr(t, err, tt.want...)
 		})
 	}
@@ -352,7 +352,7 @@ func TestOverrideErrors(t *testing.T) {
 
 // TestOverrideDoesNotAlias checks that Set leaves copies of the config alone.
 func TestOverrideDoesNotAlias(t *testing.T) {
-	a := DefaultConfig()
+	a := Default()
 	a.Data.Include = []string{"*.go"}
 	b := a
 	if err := b.Set(`data.include=["x"]`); err != nil {
@@ -386,7 +386,7 @@ func TestConfigRequirements(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(filepath.Base(tt.path)+strings.Join(tt.sets, ","), func(t *testing.T) {
-			cfg, err := LoadConfig(tt.path, tt.sets)
+			cfg, err := Load(tt.path, tt.sets)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -415,7 +415,7 @@ func TestConfigSummary(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(filepath.Base(tt.path), func(t *testing.T) {
-			cfg, err := LoadConfig(tt.path, nil)
+			cfg, err := Load(tt.path, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -430,7 +430,7 @@ func TestConfigSummary(t *testing.T) {
 }
 
 func TestConfigTokensPerStep(t *testing.T) {
-	c := DefaultConfig()
+	c := Default()
 	c.Data.BatchSize, c.Data.SeqLen, c.Training.GradAccumSteps = 2, 64, 3
 	c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 8, 2 // 4 data-parallel replicas
 	if got, want := c.TokensPerStep(), int64(2*64*3*4); got != want {
@@ -449,15 +449,15 @@ func TestConfigSequenceParallelChecks(t *testing.T) {
 		{[]string{"parallelism.attention=zigzag", "data.seq_len=100"}, "must be a multiple of 8"},
 		{[]string{"parallelism.attention=distflash", "data.seq_len=66"}, "must be a multiple of 4"},
 	} {
-		_, err := LoadConfig("configs/tiny-sp4.toml", c.sets)
+		_, err := Load("configs/tiny-sp4.toml", c.sets)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: error %v, want it to say %q", c.sets, err, c.want)
 		}
 	}
-	if _, err := LoadConfig("configs/tiny-sp4.toml", []string{"parallelism.attention=ulysses", "parallelism.world_size=2", "parallelism.sequence_parallel_degree=2"}); err != nil {
+	if _, err := Load("configs/tiny-sp4.toml", []string{"parallelism.attention=ulysses", "parallelism.world_size=2", "parallelism.sequence_parallel_degree=2"}); err != nil {
 		t.Errorf("ulysses on 2 ranks: %v", err)
 	}
-	if _, err := LoadConfig("configs/tiny-sp4.toml", []string{"parallelism.attention=ulysses"}); err != nil {
+	if _, err := Load("configs/tiny-sp4.toml", []string{"parallelism.attention=ulysses"}); err != nil {
 		t.Errorf("ulysses on 4 ranks, 2 kv heads (replicated): %v", err)
 	}
 }
@@ -493,7 +493,7 @@ func TestConfigNesting(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "deep.toml")
 	os.WriteFile(path, []byte("x = "+strings.Repeat("{a = ", 3000)+"1"+strings.Repeat("}", 3000)+"\n"), 0o644)
-	if _, err := LoadConfig(path, nil); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "nested more than 32 deep") {
+	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "nested more than 32 deep") {
 		t.Errorf("3000 nested inline tables: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package plan
 
 // The plan command: predict, for a config on a cluster, the memory of one rank, the bytes one
 // rank communicates in a step and the step time, per attention schedule.
@@ -68,8 +68,6 @@ package main
 //     runs after the backward pass and adds to the step either way.
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -80,6 +78,7 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"distflash/config"
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
@@ -228,139 +227,8 @@ type Report struct {
 	Plans   []Plan  `json:"plans"`
 }
 
-// runPlan is the plan command.
-func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
-	var sets setFlags
-	fs.Var(&sets, "set", "override a config value, e.g. --set data.seq_len=262144 (repeatable)")
-	clusterName := fs.String("cluster", "", "NODESxGPUSxTYPE, TYPE one of A100-40GB, A100-80GB, H100-80GB, H200-141GB, or cpu (ranks of the CPU backend; needs --flops) (default: world_size A100-80GB GPUs, 8 a node)")
-	format := fs.String("format", "text", "text | json")
-	sweep := fs.String("sweep", "", "seq_len=LO..HI: plan every seq_len from LO doubling to HI (K = 1024, M = 1024²)")
-	attention := fs.String("attention", "", "all | a schedule name (default: parallelism.attention)")
-	mfu := fs.Float64("mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the dense products; also the attention's unless --attn-mfu is given (default: the GPU type's, measured for H100/H200: 0.22; 0.5 for A100, not measured; 1 for cpu)")
-	attnMFU := fs.Float64("attn-mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the attention kernels (default: --mfu when given, else the GPU type's, measured for H100/H200: 0.15; 0.5 for A100, not measured; 1 for cpu)")
-	gpuMem := fs.Float64("gpu-mem", 0, "override the GPU memory, bytes (e.g. 80e9)")
-	interBW := fs.Float64("inter-bw", 0, "override the inter-node bandwidth per GPU, bytes/s")
-	intraBW := fs.Float64("intra-bw", 0, "override the intra-node bandwidth per GPU, bytes/s")
-	flops := fs.Float64("flops", 0, "override the FLOP/s one GPU or rank achieves at mfu 1 (a --cluster of type cpu needs it: measure it on the machine)")
-	docLen := fs.String("doc-len", "", "plan packed documents under a document mask (as data.document_mask = true) of this average length in tokens, e.g. 2048 or 2K (default with data.document_mask: web-like, mean 931)")
-	docDist := fs.String("doc-dist", "lognormal", "the document lengths' distribution with --doc-len: lognormal (σ 1.3, web-like), exponential or fixed")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("plan: unexpected arguments %q", fs.Args())
-	}
-	if *format != "text" && *format != "json" {
-		return fmt.Errorf("plan: --format %q: want text or json", *format)
-	}
-	cfg, err := LoadConfig(*configPath, sets)
-	if err != nil {
-		return err
-	}
-	var cl Cluster
-	if *clusterName == "" {
-		cl = defaultCluster(cfg.Parallelism.WorldSize)
-	} else if cl, err = ParseCluster(*clusterName); err != nil {
-		return err
-	}
-	for _, o := range []struct {
-		name string
-		v    float64
-		dst  []*float64
-	}{{"mfu", *mfu, []*float64{&cl.MFU, &cl.AttnMFU}}, {"attn-mfu", *attnMFU, []*float64{&cl.AttnMFU}}} {
-		if !flagSet(fs, o.name) {
-			continue
-		}
-		if !(o.v > 0 && o.v <= 1) {
-			return fmt.Errorf("plan: --%s %g: must be in (0, 1]", o.name, o.v)
-		}
-		for _, d := range o.dst {
-			*d = o.v
-		}
-	}
-	for _, o := range []struct {
-		name string
-		v    float64
-		dst  *float64
-	}{{"--gpu-mem", *gpuMem, &cl.GPU.MemBytes}, {"--inter-bw", *interBW, &cl.GPU.InterBW}, {"--intra-bw", *intraBW, &cl.GPU.IntraBW}, {"--flops", *flops, &cl.GPU.FLOPS}} {
-		if o.v < 0 || math.IsNaN(o.v) || math.IsInf(o.v, 0) {
-			return fmt.Errorf("plan: %s %g: must be a positive number", o.name, o.v)
-		}
-		if o.v > 0 {
-			*o.dst = o.v
-		}
-	}
-	if cl.GPU.FLOPS == 0 {
-		return fmt.Errorf("plan: --cluster %s: the cpu type has no datasheet FLOP/s: give --flops, the rate one rank achieves on the machine (bench/netns_overlap.sh measures it)", cl)
-	}
-	if *clusterName != "" {
-		if cfg, err = fitToCluster(cfg, cl); err != nil {
-			return err
-		}
-	}
-	var docs *DocLengths
-	switch {
-	case *docLen != "":
-		d, err := parseDocLengths(*docLen, *docDist)
-		if err != nil {
-			return err
-		}
-		docs = &d
-	case flagSet(fs, "doc-dist"):
-		return fmt.Errorf("plan: --doc-dist %q needs --doc-len, the average document length", *docDist)
-	case cfg.Data.DocumentMask:
-		docs = &DocLengths{Dist: "lognormal", Mean: defaultDocLen, Assumed: true}
-	}
-	var seqs []int
-	if *sweep != "" {
-		if seqs, err = parseSweep(*sweep); err != nil {
-			return err
-		}
-	} else {
-		seqs = []int{cfg.Data.SeqLen}
-	}
-	names := []string{cfg.Parallelism.Attention}
-	switch *attention {
-	case "":
-	case "all":
-		names = parallel.Names()
-	default:
-		if _, err := parallel.LayoutOf(*attention); err != nil {
-			return fmt.Errorf("plan: --attention %q: want all or one of %s", *attention, strings.Join(parallel.Names(), ", "))
-		}
-		names = []string{*attention}
-	}
-	rep := Report{Config: cfg.Path, Summary: cfg.Summary(), Cluster: cl}
-	for _, s := range seqs {
-		for _, n := range names {
-			rep.Plans = append(rep.Plans, PlanWithDocs(cfg, cl, n, s, docs))
-		}
-	}
-	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	if len(rep.Plans) == 1 {
-		writeDetail(stdout, rep)
-	} else {
-		writeTable(stdout, rep)
-	}
-	return nil
-}
-
-// flagSet reports whether flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 // defaultCluster is world A100-80GB GPUs, 8 a node.
-func defaultCluster(world int) Cluster {
+func DefaultCluster(world int) Cluster {
 	c := Cluster{Nodes: 1, GPUsPerNode: world, GPU: gpuTypes[1], MFU: gpuTypes[1].MFU, AttnMFU: gpuTypes[1].AttnMFU}
 	if world > 8 {
 		c.Nodes, c.GPUsPerNode = (world+7)/8, 8
@@ -371,7 +239,7 @@ func defaultCluster(world int) Cluster {
 // fitToCluster re-plans cfg for the cluster's GPUs: world_size becomes the number of GPUs, and
 // sequence_parallel_degree follows when it was the whole world; otherwise the GPUs must form
 // whole sequence-parallel groups.
-func fitToCluster(cfg Config, cl Cluster) (Config, error) {
+func FitToCluster(cfg config.Config, cl Cluster) (config.Config, error) {
 	p := &cfg.Parallelism
 	if cl.GPUs() == p.WorldSize {
 		return cfg, nil
@@ -389,7 +257,7 @@ func fitToCluster(cfg Config, cl Cluster) (Config, error) {
 }
 
 // parseSweep reads seq_len=LO..HI (or data.seq_len=LO..HI) into LO, 2·LO, … ≤ HI.
-func parseSweep(s string) ([]int, error) {
+func ParseSweep(s string) ([]int, error) {
 	key, rng, ok := strings.Cut(s, "=")
 	if !ok || (key != "seq_len" && key != "data.seq_len") {
 		return nil, fmt.Errorf("--sweep %q: want seq_len=LO..HI, e.g. seq_len=8K..512K", s)
@@ -424,7 +292,7 @@ func parseSize(s string) (int, error) {
 }
 
 // elemBytes is the size of an activation or communicated element in the compute precision.
-func elemBytes(cfg Config) float64 {
+func elemBytes(cfg config.Config) float64 {
 	if cfg.Training.MixedPrecision == "fp32" {
 		return 4
 	}
@@ -471,7 +339,7 @@ var keptFields = map[string][]string{
 }
 
 // actBytesPerToken is the bytes per token of the named LayerActs fields (all when names is nil).
-func actBytesPerToken(cfg Config, names []string) float64 {
+func actBytesPerToken(cfg config.Config, names []string) float64 {
 	if names == nil {
 		for _, f := range reflect.VisibleFields(reflect.TypeFor[model.LayerActs]()) {
 			names = append(names, f.Name)
@@ -493,7 +361,7 @@ func actBytesPerToken(cfg Config, names []string) float64 {
 }
 
 // memoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
-func memoryFor(cfg Config, capacity float64) MemoryPlan {
+func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	m, p := cfg.Model, cfg.Parallelism
 	N := m.ParamCount()
 	e := elemBytes(cfg)
@@ -502,12 +370,12 @@ func memoryFor(cfg Config, capacity float64) MemoryPlan {
 		shard = float64(p.WorldSize)
 	}
 	var mp MemoryPlan
-	mp.Params = weightBytesPerParam * N / shard
+	mp.Params = config.WeightBytesPerParam * N / shard
 	if e < 4 {
 		mp.Params += e * N / shard
 	}
-	mp.Grads = gradBytesPerParam * N / shard
-	mp.Optimizer = optimizerBytesPerParam * N / shard
+	mp.Grads = config.GradBytesPerParam * N / shard
+	mp.Optimizer = config.OptimizerBytesPerParam * N / shard
 	n := float64(cfg.Data.BatchSize) * float64(cfg.Data.SeqLen) / float64(p.SequenceParallelDegree)
 	L := float64(m.NLayers)
 	full := actBytesPerToken(cfg, nil)
@@ -535,10 +403,10 @@ func memoryFor(cfg Config, capacity float64) MemoryPlan {
 
 // maxTokensPerGPU is the longest tokens per GPU (a multiple of 1024, data.seq_len =
 // tokens × sequence_parallel_degree) whose peak memory fits capacity; 0 if none does.
-func maxTokensPerGPU(cfg Config, capacity float64) int {
+func maxTokensPerGPU(cfg config.Config, capacity float64) int {
 	fits := func(k int) bool {
 		cfg.Data.SeqLen = k * 1024 * cfg.Parallelism.SequenceParallelDegree
-		return memoryFor(cfg, capacity).Fits
+		return MemoryFor(cfg, capacity).Fits
 	}
 	if !fits(1) {
 		return 0
@@ -772,10 +640,10 @@ func (p schedulePass) run() error {
 // PlanFor predicts memory, communication and step time of cfg with schedule name and
 // data.seq_len = seqLen on cluster cl. A schedule that cannot run the config comes back with
 // Refused saying why. With data.document_mask it assumes web-like documents (defaultDocLen).
-func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
+func PlanFor(cfg config.Config, cl Cluster, name string, seqLen int) Plan {
 	var docs *DocLengths
 	if cfg.Data.DocumentMask {
-		docs = &DocLengths{Dist: "lognormal", Mean: defaultDocLen, Assumed: true}
+		docs = &DocLengths{Dist: "lognormal", Mean: DefaultDocLen, Assumed: true}
 	}
 	return PlanWithDocs(cfg, cl, name, seqLen, docs)
 }
@@ -784,7 +652,7 @@ func PlanFor(cfg Config, cl Cluster, name string, seqLen int) Plan {
 // plain causal attention): attention FLOPs scale by the visible fraction and the idle
 // fraction is the schedule's under the documents (plandocs.go), after
 // parallel.BalanceDocuments with parallelism.balance_documents.
-func PlanWithDocs(cfg Config, cl Cluster, name string, seqLen int, docs *DocLengths) Plan {
+func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *DocLengths) Plan {
 	cfg.Data.SeqLen = seqLen
 	cfg.Model.MaxSeqLen = max(cfg.Model.MaxSeqLen, seqLen)
 	cfg.Parallelism.Attention = name
@@ -807,7 +675,7 @@ func PlanWithDocs(cfg Config, cl Cluster, name string, seqLen int, docs *DocLeng
 	if seqLen%l.Divisor(SP) != 0 {
 		return refuse(fmt.Errorf("seq_len %d is not a multiple of %d (%s split over %d ranks)", seqLen, l.Divisor(SP), l, SP))
 	}
-	pl.Memory = memoryFor(cfg, cl.GPU.MemBytes)
+	pl.Memory = MemoryFor(cfg, cl.GPU.MemBytes)
 	pl.MaxSeqPerGPU = maxTokensPerGPU(cfg, cl.GPU.MemBytes)
 
 	e := elemBytes(cfg)
@@ -949,7 +817,7 @@ func seqName(n int) string {
 }
 
 // writeDetail prints one plan with its breakdown.
-func writeDetail(w io.Writer, rep Report) {
+func WriteDetail(w io.Writer, rep Report) {
 	pl := rep.Plans[0]
 	fmt.Fprintf(w, "config:   %s\n", rep.Summary)
 	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f (attention %.2f), NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
@@ -1014,7 +882,7 @@ func writeDetail(w io.Writer, rep Report) {
 }
 
 // writeTable prints one row per plan, aligned.
-func writeTable(w io.Writer, rep Report) {
+func WriteTable(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "config:  %s\ncluster: %s, mfu %.2f (attention %.2f)\n\n", rep.Summary, rep.Cluster, rep.Cluster.MFU, rep.Cluster.AttnMFU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "attention\tseq_len\tper GPU\tpeak GB\tfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/GPU\t")

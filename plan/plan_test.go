@@ -1,15 +1,13 @@
-package main
+package plan
 
 import (
-	"bytes"
-	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"distflash/config"
 	"distflash/data"
 	"distflash/kernels"
 	"distflash/model"
@@ -35,9 +33,9 @@ func megatronCommElems(N, d float64, P int, recompute bool) float64 {
 // megatronCommElems. Rematerialization-aware checkpointing keeps it at 3·N·d.
 func distflashPaperCommElems(N, d float64) float64 { return 3 * N * d }
 
-func loadPlanConfig(t *testing.T, path string, sets ...string) Config {
+func loadPlanConfig(t *testing.T, path string, sets ...string) config.Config {
 	t.Helper()
-	cfg, err := LoadConfig(path, sets)
+	cfg, err := config.Load(path, sets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,59 +51,10 @@ func mustCluster(t *testing.T, s string) Cluster {
 	return c
 }
 
-// TestPlanEveryConfig: plan runs on every shipped config, as text and as JSON.
-func TestPlanEveryConfig(t *testing.T) {
-	files, err := filepath.Glob("configs/*.toml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no configs: %v", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			var out, errb bytes.Buffer
-			if err := run([]string{"plan", "--config", f}, &out, &errb); err != nil {
-				t.Fatalf("text: %v\n%s", err, errb.String())
-			}
-			for _, want := range []string{"memory per rank", "peak", "step"} {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("text output lacks %q:\n%s", want, out.String())
-				}
-			}
-			out.Reset()
-			if err := run([]string{"plan", "--config", f, "--format", "json"}, &out, &errb); err != nil {
-				t.Fatalf("json: %v\n%s", err, errb.String())
-			}
-			var rep Report
-			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-				t.Fatalf("json output does not decode: %v", err)
-			}
-			if len(rep.Plans) != 1 || rep.Plans[0].Refused != "" || !(rep.Plans[0].Memory.Peak > 0) || !(rep.Plans[0].Time.Step > 0) {
-				t.Errorf("json plan: %+v", rep.Plans)
-			}
-		})
-	}
-}
-
-// TestPlanSweepTable: the sweep prints one row per length and schedule, and a refused
-// schedule shows its reason (Ulysses cannot split 33 heads over 16 ranks).
-func TestPlanSweepTable(t *testing.T) {
-	var out, errb bytes.Buffer
-	args := []string{"plan", "--config", "configs/llama-33h.toml", "--cluster", "2x8xA100-80GB", "--sweep", "seq_len=8K..512K", "--attention", "all"}
-	if err := run(args, &out, &errb); err != nil {
-		t.Fatalf("%v\n%s", err, errb.String())
-	}
-	text := out.String()
-	if n := strings.Count(text, " refused "); n != 7 || !strings.Contains(text, "ulysses refused: ") || !strings.Contains(text, "head") {
-		t.Errorf("want ulysses refused on each of 7 lengths, with the reason, got %d:\n%s", n, text)
-	}
-	if !strings.Contains(text, "512K") || !strings.Contains(text, "distflash") {
-		t.Errorf("table lacks rows:\n%s", text)
-	}
-}
-
 // TestPlanRefusesUlysses33Heads: Ulysses needs the heads divisible by the ranks; 33 heads on
 // 16 ranks are refused with a reason that names the heads.
 func TestPlanRefusesUlysses33Heads(t *testing.T) {
-	cfg := loadPlanConfig(t, "configs/llama-33h.toml")
+	cfg := loadPlanConfig(t, "../configs/llama-33h.toml")
 	pl := PlanFor(cfg, mustCluster(t, "2x8xA100-80GB"), "ulysses", cfg.Data.SeqLen)
 	if pl.Refused == "" || !strings.Contains(pl.Refused, "head") {
 		t.Fatalf("ulysses on 33 heads, 16 ranks: refused = %q", pl.Refused)
@@ -187,7 +136,7 @@ func TestPlanIdleFractions(t *testing.T) {
 	if r := IdleFraction("ring", 1000); math.Abs(r-0.5) > 1e-3 {
 		t.Errorf("ring idle fraction → 1/2 for large P, got %g at P=1000", r)
 	}
-	cfg := loadPlanConfig(t, "configs/llama7b-512k.toml")
+	cfg := loadPlanConfig(t, "../configs/llama7b-512k.toml")
 	cl := mustCluster(t, "2x8xA100-80GB")
 	rate := cl.GPU.FLOPS * cl.MFU
 	attnTime := func(name string) (float64, Plan) {
@@ -208,7 +157,7 @@ func TestPlanIdleFractions(t *testing.T) {
 // activations are larger (and do not fit).
 func TestPlanLLaMA7BFits(t *testing.T) {
 	cl := mustCluster(t, "2x8xA100-80GB")
-	cfg := loadPlanConfig(t, "configs/llama7b-512k.toml")
+	cfg := loadPlanConfig(t, "../configs/llama7b-512k.toml")
 	pl := PlanFor(cfg, cl, "distflash", cfg.Data.SeqLen)
 	if pl.TokensPerGPU != 32<<10 || !cfg.Parallelism.FSDP || cfg.Parallelism.WorldSize != 16 {
 		t.Fatalf("setting: %d tokens per GPU, fsdp %v, world %d", pl.TokensPerGPU, cfg.Parallelism.FSDP, cfg.Parallelism.WorldSize)
@@ -219,11 +168,11 @@ func TestPlanLLaMA7BFits(t *testing.T) {
 	if pl.MaxSeqPerGPU < 32<<10 {
 		t.Errorf("longest sequence per GPU %d < 32K", pl.MaxSeqPerGPU)
 	}
-	none := PlanFor(loadPlanConfig(t, "configs/llama7b-512k.toml", "checkpoint.activation=none"), cl, "distflash", cfg.Data.SeqLen)
+	none := PlanFor(loadPlanConfig(t, "../configs/llama7b-512k.toml", "checkpoint.activation=none"), cl, "distflash", cfg.Data.SeqLen)
 	if !(none.Memory.Activations > pl.Memory.Activations) || none.Memory.Fits {
 		t.Errorf("checkpoint none: activations %.1f GB (attn_output %.1f GB), fits %v", none.Memory.Activations/1e9, pl.Memory.Activations/1e9, none.Memory.Fits)
 	}
-	layer := PlanFor(loadPlanConfig(t, "configs/llama7b-512k.toml", "checkpoint.activation=layer"), cl, "distflash", cfg.Data.SeqLen)
+	layer := PlanFor(loadPlanConfig(t, "../configs/llama7b-512k.toml", "checkpoint.activation=layer"), cl, "distflash", cfg.Data.SeqLen)
 	if !(layer.Memory.Activations < pl.Memory.Activations) || !(layer.Time.AttnFLOPs > pl.Time.AttnFLOPs) || !(layer.Comm.Attention > pl.Comm.Attention) {
 		t.Errorf("checkpoint layer should save less, and recompute attention and its communication: %+v vs %+v", layer, pl)
 	}
@@ -257,23 +206,12 @@ func TestPlanFlags(t *testing.T) {
 			t.Errorf("ParseCluster(%q): %v", bad, err)
 		}
 	}
-	seqs, err := parseSweep("seq_len=8K..512K")
+	seqs, err := ParseSweep("seq_len=8K..512K")
 	if err != nil || len(seqs) != 7 || seqs[0] != 8192 || seqs[6] != 512<<10 {
 		t.Errorf("parseSweep: %v, %v", seqs, err)
 	}
-	if _, err := parseSweep("batch=1..2"); err == nil {
+	if _, err := ParseSweep("batch=1..2"); err == nil {
 		t.Error("parseSweep accepted a key other than seq_len")
-	}
-	var out, errb bytes.Buffer
-	if err := run([]string{"plan", "--config", "configs/llama7b-512k.toml", "--cluster", "1x8xA100-80GB", "--format", "json"}, &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Plans[0].TokensPerGPU != 64<<10 {
-		t.Errorf("1x8 cluster: want the sequence over 8 GPUs (64K each): %+v, %v", rep.Plans, err)
-	}
-	if err := run([]string{"plan", "--config", "configs/tiny.toml", "--format", "xml"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "xml") {
-		t.Errorf("--format xml: %v", err)
 	}
 }
 
@@ -370,7 +308,7 @@ func TestPlanDocumentsMatchParallel(t *testing.T) {
 	}
 
 	// The step: attention FLOPs × visible, stretched by the documents' idle, not the causal one.
-	cfg := loadPlanConfig(t, "configs/tiny-sp4.toml", "data.seq_len=4096", "model.max_seq_len=4096",
+	cfg := loadPlanConfig(t, "../configs/tiny-sp4.toml", "data.seq_len=4096", "model.max_seq_len=4096",
 		"data.document_mask=true", "parallelism.balance_documents=true")
 	cl := mustCluster(t, "1x4xA100-80GB")
 	causal := PlanWithDocs(cfg, cl, "zigzag", T, nil)
@@ -405,39 +343,12 @@ func meanSE(xs []float64) (mean, se float64) {
 	return mean, math.Sqrt(v / float64(len(xs)-1) / float64(len(xs)))
 }
 
-// TestPlanDocumentFlags: --doc-len plans documents and prints them; data.document_mask
-// without --doc-len says what it assumes; bad values are refused naming the flag.
-func TestPlanDocumentFlags(t *testing.T) {
-	var out, errb bytes.Buffer
-	base := []string{"plan", "--config", "configs/tiny-sp4.toml"}
-	if err := run(append(base, "--doc-len", "32"), &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"visible pairs", "mean 32 tokens", "with balance_documents", "(--doc-len)"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("--doc-len 32: output lacks %q:\n%s", want, out.String())
-		}
-	}
-	out.Reset()
-	if err := run(append(base, "--set", "data.document_mask=true", "--attention", "all"), &out, &errb); err != nil {
-		t.Fatal(err)
-	}
-	if s := out.String(); !strings.Contains(s, "assumed: data.document_mask = true and no --doc-len") || !strings.Contains(s, "idle balanced") {
-		t.Errorf("document_mask without --doc-len: want the assumption said and the documents table:\n%s", s)
-	}
-	out.Reset()
-	if err := run(base, &out, &errb); err != nil || strings.Contains(out.String(), "visible pairs") {
-		t.Errorf("no documents: %v\n%s", err, out.String())
-	}
-	cfg := loadPlanConfig(t, "configs/tiny-sp4.toml")
+// TestPlanDocumentWindowLimit: a sequence longer than plan samples documents for is refused,
+// naming the limit.
+func TestPlanDocumentWindowLimit(t *testing.T) {
+	cfg := loadPlanConfig(t, "../configs/tiny-sp4.toml")
 	if pl := PlanWithDocs(cfg, mustCluster(t, "1x4xA100-80GB"), "ring", 2*maxDocWindow, &DocLengths{Dist: "fixed", Mean: 100}); !strings.Contains(pl.Refused, "at most") {
 		t.Errorf("seq_len %d with documents: refused = %q, want the sampling limit named", 2*maxDocWindow, pl.Refused)
-	}
-	for _, bad := range [][]string{{"--doc-len", "0"}, {"--doc-len", "x"}, {"--doc-len", "2K", "--doc-dist", "zipf"}, {"--doc-dist", "fixed"}} {
-		err := run(append(base, bad...), &out, &errb)
-		if err == nil || !strings.Contains(err.Error(), bad[len(bad)-2]) || !strings.Contains(err.Error(), bad[len(bad)-1]) {
-			t.Errorf("%v: %v, want an error naming the flag and value", bad, err)
-		}
 	}
 }
 

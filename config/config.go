@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"bytes"
@@ -141,7 +141,7 @@ var (
 // DefaultConfig is the configuration every key falls back to: the tiny model on a byte-level
 // tokenization of the Go source tree, trained on one CPU worker in fp32 (configs/tiny.toml
 // writes it out).
-func DefaultConfig() Config {
+func Default() Config {
 	return Config{
 		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10},
 		Model: model.DefaultConfig(),
@@ -163,8 +163,8 @@ func DefaultConfig() Config {
 // (each "section.key=value", see Set) and validates the result. An unknown key in the file is
 // an error that names the key and the file and suggests the closest known key.
 // A path of "" means no file: the built-in defaults with the overrides.
-func LoadConfig(path string, overrides []string) (Config, error) {
-	cfg, err := readConfig(path, overrides)
+func Load(path string, overrides []string) (Config, error) {
+	cfg, err := Read(path, overrides)
 	if err != nil {
 		return Config{}, err
 	}
@@ -225,8 +225,8 @@ func tomlNestingOK(text []byte) (line int, ok bool) {
 }
 
 // readConfig is LoadConfig without the validation.
-func readConfig(path string, overrides []string) (Config, error) {
-	cfg := DefaultConfig()
+func Read(path string, overrides []string) (Config, error) {
+	cfg := Default()
 	cfg.Path = path
 	if path == "" {
 		cfg.Path = builtinConfig
@@ -675,7 +675,7 @@ func (c *Config) validate(forEval bool) error {
 
 // resolved returns c with the model's derived fields filled in (best effort: an invalid model
 // stays as it is).
-func (c Config) resolved() Config {
+func (c Config) Resolved() Config {
 	_ = c.Model.Resolve()
 	return c
 }
@@ -693,7 +693,7 @@ func (c Config) TokensPerStep() int64 {
 // Summary describes the run in one line: the model and its parameter count, the tokens per
 // step and the world it runs in.
 func (c Config) Summary() string {
-	c = c.resolved()
+	c = c.Resolved()
 	m, p := c.Model, c.Parallelism
 	heads := fmt.Sprintf("%d heads", m.NHeads)
 	if m.NKVHeads != m.NHeads {
@@ -712,13 +712,13 @@ func (c Config) Summary() string {
 	world += ")"
 	return fmt.Sprintf("%s: LLaMA %s params (dim %d, %d layers, %s, head_dim %d, ffn %d, vocab %d); "+
 		"%s tokens/step (batch %d × seq %d × accum %d); %s; %s %s; activation checkpoint %s",
-		c.Run.Name, count(m.NumParams()), m.Dim, m.NLayers, heads, m.HeadDim, m.FFNDim, m.VocabSize,
-		count(c.TokensPerStep()), c.Data.BatchSize, c.Data.SeqLen, c.Training.GradAccumSteps, world,
+		c.Run.Name, Count(m.NumParams()), m.Dim, m.NLayers, heads, m.HeadDim, m.FFNDim, m.VocabSize,
+		Count(c.TokensPerStep()), c.Data.BatchSize, c.Data.SeqLen, c.Training.GradAccumSteps, world,
 		c.Device.Kind, c.Training.MixedPrecision, c.Checkpoint.Activation)
 }
 
 // count writes n with a K, M or B suffix.
-func count(n int64) string {
+func Count(n int64) string {
 	switch x := float64(n); {
 	case n >= 1e9:
 		return fmt.Sprintf("%.2fB", x/1e9)
@@ -735,18 +735,18 @@ func count(n int64) string {
 // checkModelMemory) and the checks before a model is loaded in eval, export and
 // train --init-from all count with these.
 const (
-	weightBytesPerParam    = 4
-	gradBytesPerParam      = 4
-	optimizerBytesPerParam = 8
+	WeightBytesPerParam    = 4
+	GradBytesPerParam      = 4
+	OptimizerBytesPerParam = 8
 	// stateBytesPerParam is what training keeps per parameter.
-	stateBytesPerParam = weightBytesPerParam + gradBytesPerParam + optimizerBytesPerParam
+	StateBytesPerParam = WeightBytesPerParam + GradBytesPerParam + OptimizerBytesPerParam
 )
 
 // checkModelMemory refuses, before anything is allocated, a model of shape mc (from a file,
 // perhaps a stranger's) whose copies × perParam bytes per parameter do not fit in the memory
 // this machine has available. what names where the shape comes from and its keys; the error
 // adds the parameters and the bytes needed and available.
-func checkModelMemory(what string, mc model.Config, copies, perParam float64) error {
+func CheckModelMemory(what string, mc model.Config, copies, perParam float64) error {
 	n := mc.ParamCount()
 	how := fmt.Sprintf("%.4g parameters × %g bytes", n, perParam)
 	if copies != 1 {
@@ -763,7 +763,7 @@ const memoryNoteBytes = 16 << 30
 // 16 GiB. It is empty for configs/tiny.toml. It reports facts; the caller decides whether to
 // refuse.
 func (c Config) Requirements() []string {
-	c = c.resolved()
+	c = c.Resolved()
 	var reqs []string
 	p := c.Parallelism
 	if p.Backend == "nccl" {
@@ -774,11 +774,11 @@ func (c Config) Requirements() []string {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))
 	}
 	n := c.Model.NumParams()
-	if state := n * stateBytesPerParam; state > memoryNoteBytes {
+	if state := n * StateBytesPerParam; state > memoryNoteBytes {
 		msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
-			count(n), gib(state), stateBytesPerParam)
+			Count(n), GiB(state), StateBytesPerParam)
 		if p.FSDP && p.WorldSize > 1 {
-			msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", gib(state)/float64(p.WorldSize), p.WorldSize)
+			msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", GiB(state)/float64(p.WorldSize), p.WorldSize)
 		}
 		reqs = append(reqs, msg)
 	}
@@ -789,7 +789,7 @@ func (c Config) Requirements() []string {
 // before activations) does not fit in this process's available memory: every rank's when
 // the ranks are in-process (a full copy each, or a shard each with FSDP), one rank's under
 // MPI.
-func checkTrainMemory(c Config) error {
+func CheckTrainMemory(c Config) error {
 	p := c.Parallelism
 	w, copies := float64(max(p.WorldSize, 1)), 1.0
 	switch {
@@ -801,8 +801,8 @@ func checkTrainMemory(c Config) error {
 	m := c.Model
 	what := fmt.Sprintf("%s: training the model (model.dim %d, model.ffn_dim %d, model.n_layers %d, model.vocab_size %d; parallelism.world_size %d, fsdp %v)",
 		c.Path, m.Dim, m.FFNDim, m.NLayers, m.VocabSize, p.WorldSize, p.FSDP)
-	return checkModelMemory(what, m, copies, stateBytesPerParam)
+	return CheckModelMemory(what, m, copies, StateBytesPerParam)
 }
 
 // gib converts bytes to GiB.
-func gib(b int64) float64 { return float64(b) / (1 << 30) }
+func GiB(b int64) float64 { return float64(b) / (1 << 30) }

@@ -1,26 +1,22 @@
-package main
+package evaluate
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"distflash/ckpt"
+	"distflash/config"
 	"distflash/data"
 	"distflash/kernels"
 	"distflash/model"
@@ -46,7 +42,7 @@ import (
 // padding sits after the sample, so causal attention keeps the real tokens from seeing it.
 
 // EvalResult is what one evaluation measured.
-type EvalResult struct {
+type Result struct {
 	Loss             float64 `json:"loss"`                     // mean next-token cross-entropy, nats per predicted token
 	Perplexity       float64 `json:"perplexity"`               // exp(loss)
 	BitsPerByte      float64 `json:"bits_per_byte"`            // summed cross-entropy / ln 2 / Bytes
@@ -61,38 +57,38 @@ type EvalResult struct {
 }
 
 // evalSample is one document prepared for evaluation.
-type evalSample struct {
-	ids, targets []int32 // model inputs and next-token targets, the same length (<= seq_len)
-	bytes        int     // UTF-8 bytes the targets decode to
+type Sample struct {
+	IDs, Targets []int32 // model inputs and next-token targets, the same length (<= seq_len)
+	Bytes        int     // UTF-8 bytes the targets decode to
 }
 
 // newEvalSample tokenizes doc into a sample: bos (when >= 0) and the document's tokens, cut to
 // seqLen+1 tokens. It reports false for a document too short to predict any token.
-func newEvalSample(doc []byte, tok data.Tokenizer, bos int32, seqLen, vocab int) (evalSample, bool, error) {
+func NewSample(doc []byte, tok data.Tokenizer, bos int32, seqLen, vocab int) (Sample, bool, error) {
 	ids := tok.Encode(doc)
 	if bos >= 0 {
 		ids = append([]int32{bos}, ids...)
 	}
 	ids = ids[:min(len(ids), seqLen+1)]
 	if len(ids) < 2 {
-		return evalSample{}, false, nil
+		return Sample{}, false, nil
 	}
 	for _, id := range ids {
 		if id < 0 || int(id) >= vocab {
-			return evalSample{}, false, fmt.Errorf("token id %d (tokenizer %s) is outside the model's vocabulary of %d", id, tok.Name(), vocab)
+			return Sample{}, false, fmt.Errorf("token id %d (tokenizer %s) is outside the model's vocabulary of %d", id, tok.Name(), vocab)
 		}
 	}
-	s := evalSample{ids: ids[:len(ids)-1], targets: ids[1:]}
-	s.bytes = len(tok.Decode(s.targets))
+	s := Sample{IDs: ids[:len(ids)-1], Targets: ids[1:]}
+	s.Bytes = len(tok.Decode(s.Targets))
 	return s, true, nil
 }
 
 // collectSamples turns documents into at most n samples, skipping documents that predict no
 // token.
-func collectSamples(docs [][]byte, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]evalSample, error) {
-	var out []evalSample
+func CollectSamples(docs [][]byte, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]Sample, error) {
+	var out []Sample
 	for i, doc := range docs {
-		s, ok, err := newEvalSample(doc, tok, bos, seqLen, vocab)
+		s, ok, err := NewSample(doc, tok, bos, seqLen, vocab)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
@@ -110,7 +106,7 @@ func collectSamples(docs [][]byte, tok data.Tokenizer, bos int32, seqLen, vocab,
 // train, --data for eval) in data.format, in path order (data.ReadDocuments), and makes
 // samples of them. Documents with no token to predict are passed over, so it reads on
 // until it has n samples or the data ends.
-func loadEvalSamples(path string, d DataConfig, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]evalSample, error) {
+func LoadSamples(path string, d config.DataConfig, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]Sample, error) {
 	p, err := data.ExpandPath(path)
 	if err != nil {
 		return nil, fmt.Errorf("eval: data %q: %w", path, err)
@@ -121,7 +117,7 @@ func loadEvalSamples(path string, d DataConfig, tok data.Tokenizer, bos int32, s
 		if err != nil {
 			return nil, fmt.Errorf("eval: %w", err)
 		}
-		samples, err := collectSamples(docs, tok, bos, seqLen, vocab, n)
+		samples, err := CollectSamples(docs, tok, bos, seqLen, vocab, n)
 		if err != nil {
 			return nil, fmt.Errorf("eval: %s: %w", path, err)
 		}
@@ -136,10 +132,10 @@ func loadEvalSamples(path string, d DataConfig, tok data.Tokenizer, bos int32, s
 
 // evaluator runs forward passes of one model on P in-process sequence-parallel ranks, each
 // with its own backend and copy of the parameters, as train's ranks.
-type evaluator struct {
-	cfg    model.Config
+type Evaluator struct {
+	Config model.Config
 	P      int
-	attn   string // schedule, when P > 1
+	Attn   string // schedule, when P > 1
 	layout parallel.Layout
 	world  *parallel.World
 	models []*model.Model
@@ -149,7 +145,7 @@ type evaluator struct {
 // sequence_parallel_degree; world_size beyond it would be data-parallel replicas, which an
 // evaluation does not need). The models keep only each block's input (the forward never
 // needs more), so activation memory is that of CheckpointLayer.
-func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
+func NewEvaluator(mc model.Config, par config.ParallelismConfig) (*Evaluator, error) {
 	if par.Backend != "inproc" {
 		return nil, fmt.Errorf("eval: parallelism.backend = %q: this build evaluates on in-process ranks (\"inproc\")", par.Backend)
 	}
@@ -157,7 +153,7 @@ func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
 	P := max(par.SequenceParallelDegree, 1)
-	e := &evaluator{cfg: mc, P: P, world: parallel.NewWorld(P)}
+	e := &Evaluator{Config: mc, P: P, world: parallel.NewWorld(P)}
 	if P > 1 {
 		if err := parallel.CheckHybrid(par.Attention, model.Heads{N: mc.NHeads, KV: mc.NKVHeads, Dim: mc.HeadDim}, P, max(par.UlyssesDegree, 1)); err != nil {
 			return nil, fmt.Errorf("eval: parallelism.attention = %q on %d sequence-parallel ranks: %w", par.Attention, P, err)
@@ -166,7 +162,7 @@ func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("eval: %w", err)
 		}
-		e.attn, e.layout = par.Attention, l
+		e.Attn, e.layout = par.Attention, l
 	}
 	for r := 0; r < P; r++ {
 		be := kernels.NewCPU()
@@ -184,7 +180,7 @@ func newEvaluator(mc model.Config, par ParallelismConfig) (*evaluator, error) {
 }
 
 // load copies params (in model.NewLayout order) into every rank.
-func (e *evaluator) load(params []float32) error {
+func (e *Evaluator) Load(params []float32) error {
 	if n := e.models[0].Layout.Size; len(params) != n {
 		return fmt.Errorf("eval: %d parameter values for a model of %d", len(params), n)
 	}
@@ -195,18 +191,18 @@ func (e *evaluator) load(params []float32) error {
 }
 
 // sample returns the summed loss of one sample's targets and their count.
-func (e *evaluator) sample(s evalSample) (lossSum float64, count int, err error) {
-	n := len(s.ids)
+func (e *Evaluator) Score(s Sample) (lossSum float64, count int, err error) {
+	n := len(s.IDs)
 	if e.P == 1 {
-		lossSum, count = e.models[0].Forward(s.ids, s.targets, 1, model.Positions(n))
+		lossSum, count = e.models[0].Forward(s.IDs, s.Targets, 1, model.Positions(n))
 		return lossSum, count, nil
 	}
 	d := e.layout.Divisor(e.P)
 	T := (n + d - 1) / d * d
 	ids := make([]int32, T) // padding: token 0, target -1 (ignored)
 	targets := slices.Repeat([]int32{-1}, T)
-	copy(ids, s.ids)
-	copy(targets, s.targets)
+	copy(ids, s.IDs)
+	copy(targets, s.Targets)
 	sums := make([]float64, e.P)
 	counts := make([]int, e.P)
 	err = e.world.Run(func(c parallel.Comm) error {
@@ -229,35 +225,35 @@ func (e *evaluator) sample(s evalSample) (lossSum float64, count int, err error)
 // evaluate runs every sample and returns the result; progress, when not nil, is called after
 // each sample with the number done and the running mean loss. A cancelled ctx stops it between
 // samples with an error.
-func (e *evaluator) evaluate(ctx context.Context, samples []evalSample, progress func(done int, loss float64)) (EvalResult, error) {
+func (e *Evaluator) Evaluate(ctx context.Context, samples []Sample, progress func(done int, loss float64)) (Result, error) {
 	start := time.Now()
 	var lossSum float64
 	var tokens, nbytes int64
 	for i, s := range samples {
 		if err := ctx.Err(); err != nil {
-			return EvalResult{}, fmt.Errorf("eval: stopped after %d of %d samples: %w", i, len(samples), err)
+			return Result{}, fmt.Errorf("eval: stopped after %d of %d samples: %w", i, len(samples), err)
 		}
-		l, n, err := e.sample(s)
+		l, n, err := e.Score(s)
 		if err != nil {
-			return EvalResult{}, fmt.Errorf("eval: sample %d: %w", i+1, err)
+			return Result{}, fmt.Errorf("eval: sample %d: %w", i+1, err)
 		}
-		if n != len(s.targets) {
-			return EvalResult{}, fmt.Errorf("eval: sample %d: %d targets scored, want %d", i+1, n, len(s.targets))
+		if n != len(s.Targets) {
+			return Result{}, fmt.Errorf("eval: sample %d: %d targets scored, want %d", i+1, n, len(s.Targets))
 		}
 		lossSum += l
 		tokens += int64(n)
-		nbytes += int64(s.bytes)
+		nbytes += int64(s.Bytes)
 		if progress != nil {
 			progress(i+1, lossSum/float64(tokens))
 		}
 	}
 	if tokens == 0 {
-		return EvalResult{}, errors.New("eval: no tokens to evaluate")
+		return Result{}, errors.New("eval: no tokens to evaluate")
 	}
 	elapsed := time.Since(start).Seconds()
 	loss := lossSum / float64(tokens)
-	r := EvalResult{Loss: loss, Perplexity: math.Exp(loss), Tokens: tokens, Bytes: nbytes,
-		Samples: len(samples), SequenceParallel: e.P, Attention: e.attn,
+	r := Result{Loss: loss, Perplexity: math.Exp(loss), Tokens: tokens, Bytes: nbytes,
+		Samples: len(samples), SequenceParallel: e.P, Attention: e.Attn,
 		ElapsedSec: elapsed, TokensPerSec: float64(tokens) / elapsed}
 	if nbytes > 0 {
 		r.BitsPerByte = lossSum / math.Ln2 / float64(nbytes)
@@ -266,58 +262,58 @@ func (e *evaluator) evaluate(ctx context.Context, samples []evalSample, progress
 }
 
 // evalSeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
-func evalSeqLen(cfg Config) int { return cmp.Or(cfg.Eval.SeqLen, cfg.Data.SeqLen) }
+func SeqLen(cfg config.Config) int { return cmp.Or(cfg.Eval.SeqLen, cfg.Data.SeqLen) }
 
 // evalModel is a model ready to evaluate.
-type evalModel struct {
-	cfg    model.Config
-	params []float32      // in model.NewLayout(cfg) order
-	tok    data.Tokenizer // the model's tokenizer
-	bos    int32          // BOS token prepended to every sample; -1: none
-	source string         // "hf", "safetensors" or "checkpoint"
-	path   string         // what was evaluated: the step directory of a checkpoint, else --model
-	step   int            // a checkpoint's step; -1 for other models
-	saved  *Config        // a checkpoint's training config; nil for other models
+type Model struct {
+	Config    model.Config
+	Params    []float32      // in model.NewLayout(cfg) order
+	Tokenizer data.Tokenizer // the model's tokenizer
+	BOS       int32          // BOS token prepended to every sample; -1: none
+	Source    string         // "hf", "safetensors" or "checkpoint"
+	Path      string         // what was evaluated: the step directory of a checkpoint, else --model
+	Step      int            // a checkpoint's step; -1 for other models
+	Saved     *config.Config // a checkpoint's training config; nil for other models
 }
 
 // loadEvalModel loads --model: a Hugging Face LLaMA directory (a config.json that is not
 // distflash's own, see ckpt.IsHFDir, and safetensors weights), a .safetensors file holding
 // distflash's parameter names for the config's [model] shape, or a checkpoint directory of
 // this program.
-func loadEvalModel(path string, cfg Config, stderr io.Writer) (evalModel, error) {
+func LoadModel(path string, cfg config.Config, stderr io.Writer) (Model, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return evalModel{}, fmt.Errorf("eval: --model: %w", err)
+		return Model{}, fmt.Errorf("eval: --model: %w", err)
 	}
 	switch {
 	case fi.IsDir() && ckpt.IsHFDir(path):
 		return loadHFModel(path, cfg)
 	case fi.IsDir():
-		saved, params, dir, step, err := loadCheckpointParams(path, stderr)
+		saved, params, dir, step, err := LoadCheckpoint(path, stderr)
 		if err != nil {
-			return evalModel{}, fmt.Errorf("eval: --model %w", err)
+			return Model{}, fmt.Errorf("eval: --model %w", err)
 		}
-		tok, err := configTokenizer(saved) // the tokenizer the model was trained with
+		tok, err := ConfigTokenizer(saved) // the tokenizer the model was trained with
 		if err != nil {
-			return evalModel{}, err
+			return Model{}, err
 		}
-		return evalModel{cfg: saved.Model, params: params, tok: tok, bos: -1, source: "checkpoint",
-			path: dir, step: step, saved: &saved}, nil
+		return Model{Config: saved.Model, Params: params, Tokenizer: tok, BOS: -1, Source: "checkpoint",
+			Path: dir, Step: step, Saved: &saved}, nil
 	case strings.HasSuffix(path, ".safetensors"):
 		if err := cfg.Model.Resolve(); err != nil {
-			return evalModel{}, fmt.Errorf("eval: %s: the config's [model] gives its shape: %w", path, err)
+			return Model{}, fmt.Errorf("eval: %s: the config's [model] gives its shape: %w", path, err)
 		}
-		params, err := loadSafetensorsParams(path, cfg.Model)
+		params, err := LoadSafetensorsParams(path, cfg.Model)
 		if err != nil {
-			return evalModel{}, err
+			return Model{}, err
 		}
-		tok, err := configTokenizer(cfg)
+		tok, err := ConfigTokenizer(cfg)
 		if err != nil {
-			return evalModel{}, err
+			return Model{}, err
 		}
-		return evalModel{cfg: cfg.Model, params: params, tok: tok, bos: -1, source: "safetensors", path: path, step: -1}, nil
+		return Model{Config: cfg.Model, Params: params, Tokenizer: tok, BOS: -1, Source: "safetensors", Path: path, Step: -1}, nil
 	}
-	return evalModel{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
+	return Model{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
 }
 
 // loadCheckpointParams reads a checkpoint written by distflash train: a step directory, or a
@@ -326,7 +322,7 @@ func loadEvalModel(path string, cfg Config, stderr io.Writer) (evalModel, error)
 // stderr). It returns the config the model was trained with, its parameters in
 // model.NewLayout order, verified (every shard's checksum) before use, and the step
 // directory and step read.
-func loadCheckpointParams(path string, stderr io.Writer) (cfg Config, params []float32, dir string, step int, err error) {
+func LoadCheckpoint(path string, stderr io.Writer) (cfg config.Config, params []float32, dir string, step int, err error) {
 	spec := path
 	if _, err := os.Stat(filepath.Join(path, ckpt.ManifestFile)); err != nil {
 		spec = "auto" // a run directory
@@ -339,35 +335,35 @@ func loadCheckpointParams(path string, stderr io.Writer) (cfg Config, params []f
 		err = fmt.Errorf("%s holds no checkpoint (no %s, no step-NNNNNN directory)", path, ckpt.ManifestFile)
 	}
 	if err != nil {
-		return Config{}, nil, "", 0, fmt.Errorf("%s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
+		return config.Config{}, nil, "", 0, fmt.Errorf("%s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
 	}
 	defer c.Close()
 	dir, step = c.Dir(), c.Manifest().Step
-	saved := DefaultConfig()
+	saved := config.Default()
 	if err := json.Unmarshal(c.Manifest().Config, &saved); err != nil {
-		return Config{}, nil, "", 0, fmt.Errorf("%s: config in the manifest: %w", c.Dir(), err)
+		return config.Config{}, nil, "", 0, fmt.Errorf("%s: config in the manifest: %w", c.Dir(), err)
 	}
 	if err := saved.Model.Resolve(); err != nil {
-		return Config{}, nil, "", 0, fmt.Errorf("%s: model in the manifest: %w", c.Dir(), err)
+		return config.Config{}, nil, "", 0, fmt.Errorf("%s: model in the manifest: %w", c.Dir(), err)
 	}
 	m := saved.Model
 	what := fmt.Sprintf("the model of %s (model.dim %d, model.ffn_dim %d, model.n_layers %d, model.vocab_size %d)",
 		filepath.Join(c.Dir(), ckpt.ManifestFile), m.Dim, m.FFNDim, m.NLayers, m.VocabSize)
-	if err := checkModelMemory(what, m, 1, weightBytesPerParam); err != nil {
-		return Config{}, nil, "", 0, err
+	if err := config.CheckModelMemory(what, m, 1, config.WeightBytesPerParam); err != nil {
+		return config.Config{}, nil, "", 0, err
 	}
 	params, err = c.ReadTensor("params")
 	if err != nil {
-		return Config{}, nil, "", 0, err
+		return config.Config{}, nil, "", 0, err
 	}
 	if want := model.NewLayout(saved.Model).Size; len(params) != want {
-		return Config{}, nil, "", 0, fmt.Errorf("%s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
+		return config.Config{}, nil, "", 0, fmt.Errorf("%s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
 	}
 	return saved, params, dir, step, nil
 }
 
 // configTokenizer is the tokenizer named by data.tokenizer.
-func configTokenizer(cfg Config) (data.Tokenizer, error) {
+func ConfigTokenizer(cfg config.Config) (data.Tokenizer, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("eval: data.tokenizer: %w", err)
@@ -376,14 +372,14 @@ func configTokenizer(cfg Config) (data.Tokenizer, error) {
 }
 
 // hfModelConfig is the model.Config of a Hugging Face LLaMA config.
-func hfModelConfig(h ckpt.HFConfig) model.Config {
+func HFModelConfig(h ckpt.HFConfig) model.Config {
 	return model.Config{Dim: h.HiddenSize, NLayers: h.NumHiddenLayers, NHeads: h.NumAttentionHeads,
 		NKVHeads: h.NumKeyValueHeads, HeadDim: h.HeadDim, FFNDim: h.IntermediateSize, VocabSize: h.VocabSize,
 		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.ContextLength(), RopeScaling: model.RopeScaling(h.RopeScaling)}
 }
 
 // hfShape names an HF directory's config.json with the keys that size its model.
-func hfShape(dir string, c ckpt.HFConfig) string {
+func HFShape(dir string, c ckpt.HFConfig) string {
 	return fmt.Sprintf("%s (hidden_size %d, intermediate_size %d, num_hidden_layers %d, num_attention_heads %d, num_key_value_heads %d, vocab_size %d)",
 		filepath.Join(dir, ckpt.HFConfigFile), c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.VocabSize)
 }
@@ -391,19 +387,19 @@ func hfShape(dir string, c ckpt.HFConfig) string {
 // loadHFModel loads a Hugging Face LLaMA directory: the shape from config.json, the weights
 // as they are (HF's q/k layout is distflash's, see package ckpt), the directory's tokenizer
 // when it has one (else data.tokenizer), and config.json's bos_token_id.
-func loadHFModel(dir string, cfg Config) (evalModel, error) {
+func loadHFModel(dir string, cfg config.Config) (Model, error) {
 	h, err := ckpt.OpenHF(dir)
 	if err != nil {
-		return evalModel{}, err
+		return Model{}, err
 	}
-	mc := hfModelConfig(h.Config)
+	mc := HFModelConfig(h.Config)
 	if err := mc.Resolve(); err != nil {
-		return evalModel{}, fmt.Errorf("eval: %s: %w", filepath.Join(dir, ckpt.HFConfigFile), err)
+		return Model{}, fmt.Errorf("eval: %s: %w", filepath.Join(dir, ckpt.HFConfigFile), err)
 	}
 	// The weights as read, and a copy in each sequence-parallel rank's model.
 	copies := 1 + float64(max(cfg.Parallelism.SequenceParallelDegree, 1))
-	if err := checkModelMemory("eval: the model of "+hfShape(dir, h.Config), mc, copies, weightBytesPerParam); err != nil {
-		return evalModel{}, err
+	if err := config.CheckModelMemory("eval: the model of "+HFShape(dir, h.Config), mc, copies, config.WeightBytesPerParam); err != nil {
+		return Model{}, err
 	}
 	layout := model.NewLayout(mc)
 	params := make([]float32, layout.Size)
@@ -412,7 +408,7 @@ func loadHFModel(dir string, cfg Config) (evalModel, error) {
 		dsts[i] = ckpt.Dest{Name: t.Name, Shape: t.Shape, Data: params[t.Off : t.Off+t.Size()]}
 	}
 	if err := h.Load(dsts); err != nil {
-		return evalModel{}, err
+		return Model{}, err
 	}
 	tokName := cfg.Data.Tokenizer
 	if h.Tokenizer != "" {
@@ -420,14 +416,14 @@ func loadHFModel(dir string, cfg Config) (evalModel, error) {
 	}
 	tok, err := data.NewTokenizer(tokName)
 	if err != nil {
-		return evalModel{}, fmt.Errorf("eval: tokenizer %s: %w", tokName, err)
+		return Model{}, fmt.Errorf("eval: tokenizer %s: %w", tokName, err)
 	}
-	return evalModel{cfg: mc, params: params, tok: tok, bos: int32(h.Config.BOSTokenID), source: "hf", path: dir, step: -1}, nil
+	return Model{Config: mc, Params: params, Tokenizer: tok, BOS: int32(h.Config.BOSTokenID), Source: "hf", Path: dir, Step: -1}, nil
 }
 
 // loadSafetensorsParams reads a safetensors file holding every parameter of the model shape
 // mc under distflash's (Hugging Face) names, and nothing else.
-func loadSafetensorsParams(path string, mc model.Config) ([]float32, error) {
+func LoadSafetensorsParams(path string, mc model.Config) ([]float32, error) {
 	st, err := ckpt.ReadSafetensors(path)
 	if err != nil {
 		return nil, err
@@ -453,8 +449,8 @@ func loadSafetensorsParams(path string, mc model.Config) ([]float32, error) {
 }
 
 // evalReport is the JSON file eval writes: the result and what produced it.
-type evalReport struct {
-	EvalResult
+type Report struct {
+	Result
 	Model     string `json:"model"`
 	Source    string `json:"source"`         // hf | safetensors | checkpoint
 	Evaluated string `json:"evaluated"`      // the step directory of a checkpoint, else the model
@@ -467,31 +463,31 @@ type evalReport struct {
 
 // loadEvalConfig reads the config file at path (the built-in defaults when path is "") with
 // the overrides, without validating it: the model evaluated decides its shape (ValidateEval).
-func loadEvalConfig(path string, sets []string) (Config, error) {
-	return readConfig(path, sets)
+func LoadConfig(path string, sets []string) (config.Config, error) {
+	return config.Read(path, sets)
 }
 
 // evalConfig is the config an evaluation of em runs under: cfg with em's model shape. A
 // checkpoint evaluated without --config brings its training run's [data] and [eval]
 // sections (data.eval, data.format, data.seq_len…) as the defaults that --set overrides.
-func evalConfig(cfg Config, em evalModel, configPath string, sets []string) (Config, error) {
-	if em.saved != nil && configPath == "" {
-		cfg.Data, cfg.Eval = em.saved.Data, em.saved.Eval
+func ConfigFor(cfg config.Config, em Model, configPath string, sets []string) (config.Config, error) {
+	if em.Saved != nil && configPath == "" {
+		cfg.Data, cfg.Eval = em.Saved.Data, em.Saved.Eval
 		for _, o := range sets {
 			if err := cfg.Set(o); err != nil {
-				return Config{}, err
+				return config.Config{}, err
 			}
 		}
 	}
-	cfg.Model = em.cfg
+	cfg.Model = em.Config
 	if err := cfg.ValidateEval(); err != nil {
-		return Config{}, err
+		return config.Config{}, err
 	}
 	return cfg, nil
 }
 
 // parseBOS reads --bos: "auto" (def), "none" or a token id.
-func parseBOS(s string, def int32) (int32, error) {
+func ParseBOS(s string, def int32) (int32, error) {
 	switch s {
 	case "auto":
 		return def, nil
@@ -505,144 +501,10 @@ func parseBOS(s string, def int32) (int32, error) {
 	return int32(n), nil
 }
 
-// runEval is `distflash eval`.
-func runEval(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "TOML config file: [parallelism], [data] tokenizer and format, [eval] (default: the built-in defaults, as configs/tiny.toml)")
-	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint directory, or .safetensors file with the config's [model] shape (required)")
-	dataPath := fs.String("data", "", "evaluation data: file, directory or glob in data.format (text: one document per file; jsonl, c4: one per line) (default: data.eval)")
-	samples := fs.Int("samples", 0, "documents evaluated, the first ones in path order (default: eval.samples)")
-	seqLen := fs.Int("seq-len", 0, "tokens read per sample at most; longer documents are cut (default: eval.seq_len, else data.seq_len)")
-	out := fs.String("out", "", "JSON result file (default: beside the model: <step directory>.eval.json for a checkpoint, <model>.eval.json otherwise)")
-	bosFlag := fs.String("bos", "auto", "BOS token prepended to each sample: auto (a Hugging Face model's bos_token_id; none for distflash's own models, which train without one), none, or an id")
-	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
-	var sets setFlags
-	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("eval: unexpected arguments %q", fs.Args())
-	}
-	if *modelPath == "" {
-		return errors.New("eval: --model is required: a Hugging Face LLaMA directory, a checkpoint directory or a .safetensors file")
-	}
-	cfg, err := loadEvalConfig(*configPath, sets)
-	if err != nil {
-		return err
-	}
-	em, err := loadEvalModel(*modelPath, cfg, stderr)
-	if err != nil {
-		return err
-	}
-	if cfg, err = evalConfig(cfg, em, *configPath, sets); err != nil {
-		return err
-	}
-	if cfg.Device.Kind != "cpu" {
-		return fmt.Errorf("eval: device.kind = %q needs a build with -tags %s (this build runs on the CPU)", cfg.Device.Kind, cfg.Device.Kind)
-	}
-	if *dataPath == "" {
-		*dataPath = cfg.Data.Eval
-	}
-	if *dataPath == "" {
-		return errors.New("eval: no evaluation data: pass --data FILE or set data.eval in the config")
-	}
-	if *samples == 0 {
-		*samples = cfg.Eval.Samples
-	}
-	if *seqLen == 0 {
-		*seqLen = evalSeqLen(cfg)
-	}
-	if *samples < 1 || *seqLen < 1 {
-		return fmt.Errorf("eval: --samples %d, --seq-len %d: both must be >= 1", *samples, *seqLen)
-	}
-	if *out == "" {
-		*out = filepath.Clean(em.path) + ".eval.json"
-	}
-	bos, err := parseBOS(*bosFlag, em.bos)
-	if err != nil {
-		return err
-	}
-	mc := em.cfg
-	if *seqLen > mc.MaxSeqLen {
-		return fmt.Errorf("eval: --seq-len %d exceeds the model's longest sequence, %d (max_seq_len / max_position_embeddings)", *seqLen, mc.MaxSeqLen)
-	}
-	if v := em.tok.VocabSize(); v > mc.VocabSize {
-		return fmt.Errorf("eval: tokenizer %s has %d tokens, the model's vocabulary only %d", em.tok.Name(), v, mc.VocabSize)
-	}
-	if bos >= int32(mc.VocabSize) {
-		return fmt.Errorf("eval: BOS token %d is outside the model's vocabulary of %d", bos, mc.VocabSize)
-	}
-	ev, err := newEvaluator(mc, cfg.Parallelism)
-	if err != nil {
-		return err
-	}
-	if err := ev.load(em.params); err != nil {
-		return err
-	}
-	em.params = nil
-	ss, err := loadEvalSamples(*dataPath, cfg.Data, em.tok, bos, *seqLen, mc.VocabSize, *samples)
-	if err != nil {
-		return err
-	}
-	if len(ss) < *samples {
-		fmt.Fprintf(stderr, "eval: %s has %d documents to evaluate, fewer than --samples %d\n", *dataPath, len(ss), *samples)
-	}
-	world := "1 worker"
-	if ev.P > 1 {
-		world = fmt.Sprintf("%d sequence-parallel ranks (%s)", ev.P, ev.attn)
-	}
-	fmt.Fprintf(stderr, "eval: %s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d) on %d samples of %s, seq_len %d, %s; tokenizer %s\n",
-		em.describe(), em.source, count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize,
-		len(ss), *dataPath, *seqLen, world, em.tok.Name())
-
-	bar := progressbar.NewOptions(len(ss),
-		progressbar.OptionSetWriter(stderr),
-		progressbar.OptionSetVisibility(*progress),
-		progressbar.OptionSetWidth(24),
-		progressbar.OptionShowCount(),
-		progressbar.OptionSetPredictTime(true),
-		progressbar.OptionSetElapsedTime(true),
-		progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionClearOnFinish())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	res, err := ev.evaluate(ctx, ss, func(done int, loss float64) {
-		bar.Describe(fmt.Sprintf("loss %.4f", loss))
-		_ = bar.Add(1)
-	})
-	_ = bar.Finish()
-	if err != nil {
-		return err
-	}
-	res.SeqLen = *seqLen
-	rep := evalReport{EvalResult: res, Model: *modelPath, Source: em.source, Evaluated: em.path, Data: *dataPath,
-		Tokenizer: em.tok.Name(), BOS: bos, Params: mc.NumParams()}
-	if em.step >= 0 {
-		rep.Step = &em.step
-	}
-	// The result first, so that a file that cannot be written loses nothing.
-	fmt.Fprintf(stdout, "eval: %s: loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples in %.1fs (%.0f tokens/s)\n",
-		em.describe(), res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens, res.Bytes, res.Samples, res.ElapsedSec, res.TokensPerSec)
-	js, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return fmt.Errorf("eval: encode result: %w", err)
-	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	if err := ckpt.WriteFileAtomic(*out, append(js, '\n')); err != nil {
-		return fmt.Errorf("eval: write result: %w", err)
-	}
-	fmt.Fprintf(stdout, "eval: wrote %s\n", *out)
-	return nil
-}
-
 // describe names what was evaluated: "runs/tiny/step-000600 (step 600)" for a checkpoint.
-func (em evalModel) describe() string {
-	if em.step >= 0 {
-		return fmt.Sprintf("%s (step %d)", em.path, em.step)
+func (em Model) Describe() string {
+	if em.Step >= 0 {
+		return fmt.Sprintf("%s (step %d)", em.Path, em.Step)
 	}
-	return em.path
+	return em.Path
 }

@@ -1,8 +1,9 @@
-package main
+package plan
 
 import (
 	"fmt"
 
+	"distflash/config"
 	"distflash/model"
 )
 
@@ -104,7 +105,7 @@ func hybridOuterCross(t traffic, U, gpn int) float64 {
 
 // hybridDegree is the ulysses_degree plan applies to schedule name: 1 (none) for ulysses and
 // when the config sets none.
-func hybridDegree(cfg Config, name string) int {
+func hybridDegree(cfg config.Config, name string) int {
 	if name == "ulysses" || cfg.Parallelism.UlyssesDegree < 1 {
 		return 1
 	}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"distflash/plan"
+)
+
+// TestPlanEveryConfig: plan runs on every shipped config, as text and as JSON.
+func TestPlanEveryConfig(t *testing.T) {
+	files, err := filepath.Glob("configs/*.toml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no configs: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if err := run([]string{"plan", "--config", f}, &out, &errb); err != nil {
+				t.Fatalf("text: %v\n%s", err, errb.String())
+			}
+			for _, want := range []string{"memory per rank", "peak", "step"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("text output lacks %q:\n%s", want, out.String())
+				}
+			}
+			out.Reset()
+			if err := run([]string{"plan", "--config", f, "--format", "json"}, &out, &errb); err != nil {
+				t.Fatalf("json: %v\n%s", err, errb.String())
+			}
+			var rep plan.Report
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatalf("json output does not decode: %v", err)
+			}
+			if len(rep.Plans) != 1 || rep.Plans[0].Refused != "" || !(rep.Plans[0].Memory.Peak > 0) || !(rep.Plans[0].Time.Step > 0) {
+				t.Errorf("json plan: %+v", rep.Plans)
+			}
+		})
+	}
+}
+
+// TestPlanSweepTable: the sweep prints one row per length and schedule, and a refused
+// schedule shows its reason (Ulysses cannot split 33 heads over 16 ranks).
+func TestPlanSweepTable(t *testing.T) {
+	var out, errb bytes.Buffer
+	args := []string{"plan", "--config", "configs/llama-33h.toml", "--cluster", "2x8xA100-80GB", "--sweep", "seq_len=8K..512K", "--attention", "all"}
+	if err := run(args, &out, &errb); err != nil {
+		t.Fatalf("%v\n%s", err, errb.String())
+	}
+	text := out.String()
+	if n := strings.Count(text, " refused "); n != 7 || !strings.Contains(text, "ulysses refused: ") || !strings.Contains(text, "head") {
+		t.Errorf("want ulysses refused on each of 7 lengths, with the reason, got %d:\n%s", n, text)
+	}
+	if !strings.Contains(text, "512K") || !strings.Contains(text, "distflash") {
+		t.Errorf("table lacks rows:\n%s", text)
+	}
+}
+
+// TestPlanCommandFlags: a cluster of 8 GPUs gets the sequence over 8 GPUs; an unknown
+// --format is refused by name.
+func TestPlanCommandFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := run([]string{"plan", "--config", "configs/llama7b-512k.toml", "--cluster", "1x8xA100-80GB", "--format", "json"}, &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	var rep plan.Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Plans[0].TokensPerGPU != 64<<10 {
+		t.Errorf("1x8 cluster: want the sequence over 8 GPUs (64K each): %+v, %v", rep.Plans, err)
+	}
+	if err := run([]string{"plan", "--config", "configs/tiny.toml", "--format", "xml"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "xml") {
+		t.Errorf("--format xml: %v", err)
+	}
+}
+
+// TestPlanDocumentFlags: --doc-len plans documents and prints them; data.document_mask
+// without --doc-len says what it assumes; bad values are refused naming the flag.
+func TestPlanDocumentFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	base := []string{"plan", "--config", "configs/tiny-sp4.toml"}
+	if err := run(append(base, "--doc-len", "32"), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"visible pairs", "mean 32 tokens", "with balance_documents", "(--doc-len)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--doc-len 32: output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run(append(base, "--set", "data.document_mask=true", "--attention", "all"), &out, &errb); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "assumed: data.document_mask = true and no --doc-len") || !strings.Contains(s, "idle balanced") {
+		t.Errorf("document_mask without --doc-len: want the assumption said and the documents table:\n%s", s)
+	}
+	out.Reset()
+	if err := run(base, &out, &errb); err != nil || strings.Contains(out.String(), "visible pairs") {
+		t.Errorf("no documents: %v\n%s", err, out.String())
+	}
+	for _, bad := range [][]string{{"--doc-len", "0"}, {"--doc-len", "x"}, {"--doc-len", "2K", "--doc-dist", "zipf"}, {"--doc-dist", "fixed"}} {
+		err := run(append(base, bad...), &out, &errb)
+		if err == nil || !strings.Contains(err.Error(), bad[len(bad)-2]) || !strings.Contains(err.Error(), bad[len(bad)-1]) {
+			t.Errorf("%v: %v, want an error naming the flag and value", bad, err)
+		}
+	}
+}
+
+// TestPlanCPUCluster: --cluster NODESxRANKSxcpu (the hosts of scripts/netns-cluster.sh) needs
+// --flops, takes mfu 1, and splits the attention bytes by link class: the ring's neighbours
+// 1→2 and 3→0 cross between 2 nodes of 2 ranks, 0→1 and 2→3 do not, so half of its bytes
+// cross; on one node none do. The gradient all-reduce is priced as Open MPI's linear
+// exchanges (worldCollectives), not as a ring.
+func TestPlanCPUCluster(t *testing.T) {
+	var out, errb bytes.Buffer
+	err := runPlan([]string{"--config", "configs/tiny-sp4.toml", "--cluster", "2x2xcpu"}, &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), "--flops") {
+		t.Errorf("2x2xcpu without --flops: %v, want an error naming --flops", err)
+	}
+	plan := func(cluster, attention string) plan.Plan {
+		t.Helper()
+		out.Reset()
+		if err := runPlan([]string{"--config", "configs/tiny-sp4.toml", "--cluster", cluster, "--flops", "2e9",
+			"--inter-bw", "6.25e6", "--attention", attention, "--format", "json"}, &out, &errb); err != nil {
+			t.Fatalf("plan --cluster %s: %v", cluster, err)
+		}
+		var rep plan.Report
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Cluster.MFU != 1 || rep.Cluster.GPU.FLOPS != 2e9 {
+			t.Errorf("cluster %+v: want mfu 1 and FLOP/s 2e9", rep.Cluster)
+		}
+		return rep.Plans[0]
+	}
+	// tiny-sp4's gradient: 803968 fp32 values; the all-reduce sends 2·(P−1)/P of it per rank.
+	const gradBytes = 803968 * 4
+	for _, tc := range []struct {
+		cluster, attention string
+		cross              float64 // fraction of the attention bytes between nodes
+		// dpCross is the fraction of the gradient all-reduce's bytes between nodes: Open
+		// MPI's linear exchanges send each other rank its chunk, so 2 of 3 peers are across
+		// on 2 nodes of 2 (a ring would cross on 2 of its 4 edges: 1/2), all on 4 nodes of 1.
+		dpCross float64
+		dpTime  float64 // seconds of the all-reduce: crossing bytes at 6.25e6 B/s, the rest at 2e9
+	}{
+		{"2x2xcpu", "ring", 0.5, 2.0 / 3, 1.5 * gradBytes * (2.0/3/6.25e6 + 1.0/3/2e9)},
+		{"1x4xcpu", "ring", 0, 0, 1.5 * gradBytes / 2e9},
+		{"4x1xcpu", "ring", 1, 1, 1.5 * gradBytes / 6.25e6},
+	} {
+		p := plan(tc.cluster, tc.attention)
+		c := p.Comm
+		if got := c.AttnInterNode / c.Attention; math.Abs(got-tc.cross) > 1e-9 {
+			t.Errorf("%s %s: %.4f of the attention bytes cross between nodes, want %g", tc.cluster, tc.attention, got, tc.cross)
+		}
+		if c.DataParallel != 1.5*gradBytes {
+			t.Errorf("%s: data-parallel bytes %g per rank, want 2·3/4 × %d", tc.cluster, c.DataParallel, gradBytes)
+		}
+		if got := (c.InterNode - c.AttnInterNode) / c.DataParallel; math.Abs(got-tc.dpCross) > 1e-9 {
+			t.Errorf("%s: %.4f of the all-reduce's bytes cross between nodes, want %.4f", tc.cluster, got, tc.dpCross)
+		}
+		if got := c.DataParallel / p.Time.WorldLinkBW; math.Abs(got-tc.dpTime) > 1e-9*tc.dpTime {
+			t.Errorf("%s: all-reduce takes %g s, want %g s", tc.cluster, got, tc.dpTime)
+		}
+	}
+	// Slower links between nodes slow the 2-node step, not the 1-node one.
+	if a, b := plan("2x2xcpu", "distflash").Time.Step, plan("1x4xcpu", "distflash").Time.Step; !(a > b) {
+		t.Errorf("step on 2x2 %g s, on 1x4 %g s: want the inter-node links to cost time", a, b)
+	}
+}
