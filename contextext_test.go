@@ -7,10 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"testing"
+
+	"distflash/data"
 )
 
 // writeLongDocs writes the documents that `python3 scripts/longdocs.py --src src --out out --docs
@@ -96,8 +97,12 @@ func TestContextExtensionExample(t *testing.T) {
 		}
 	}
 	train, eval := filepath.Join(dir, "train.jsonl"), filepath.Join(dir, "eval")
-	writeLongDocs(t, filepath.Join(runtime.GOROOT(), "src"), train, 2000, 96, 4)
-	writeLongDocs(t, filepath.Join(runtime.GOROOT(), "test"), eval, 32, 96, 4)
+	goroot, err := data.ExpandPath("$GOROOT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeLongDocs(t, filepath.Join(goroot, "src"), train, 2000, 96, 4)
+	writeLongDocs(t, filepath.Join(goroot, "test"), eval, 32, 96, 4)
 	common := []string{"--progress=false", "--set", "run.output_dir=" + dir, "--set", "data.format=jsonl",
 		"--set", "data.train=" + train, "--set", "data.max_bytes=0", "--set", "data.document_mask=true",
 		"--set", "training.warmup_steps=10"}

@@ -104,16 +104,7 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				if byText(p) {
 					total = src.MaxBytes
 				}
-				bar = progressbar.NewOptions64(total,
-					progressbar.OptionSetWriter(stderr),
-					progressbar.OptionSetDescription("tokenize"),
-					progressbar.OptionSetWidth(24),
-					progressbar.OptionShowBytes(true),
-					progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionSetElapsedTime(true),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionClearOnFinish())
+				bar = newBar(stderr, total, "tokenize", true, true)
 			}
 			if byText(p) {
 				bar.Set64(p.TextBytes)
@@ -209,15 +200,7 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			bar, barIndex, fileStart = nil, p.Index, time.Now()
 			if *progress && !p.Skipped {
-				bar = progressbar.NewOptions64(p.Total,
-					progressbar.OptionSetWriter(stderr),
-					progressbar.OptionSetDescription(fmt.Sprintf("[%d/%d] %s", p.Index+1, p.Count, name)),
-					progressbar.OptionSetWidth(24),
-					progressbar.OptionShowBytes(true),
-					progressbar.OptionShowCount(),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionClearOnFinish())
+				bar = newBar(stderr, p.Total, fmt.Sprintf("[%d/%d] %s", p.Index+1, p.Count, name), true, true)
 			}
 		}
 		if p.Retry > 0 {

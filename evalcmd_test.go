@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 	"testing"
 
 	"distflash/config"
-	"distflash/data"
 	"distflash/evaluate"
 	"distflash/model"
 	"distflash/parallel"
@@ -233,46 +231,6 @@ func TestEvalSequenceParallelMatchesOneWorker(t *testing.T) {
 	}
 }
 
-// TestEvalSamples: BOS, truncation to seq_len, which bytes count, skipped short documents.
-func TestEvalSamples(t *testing.T) {
-	tok := data.ByteTokenizer{}
-	ids := func(s string) []int32 { return tok.Encode([]byte(s)) }
-	for _, tc := range []struct {
-		doc     string
-		bos     int32
-		seqLen  int
-		ok      bool
-		in, tg  []int32
-		nbytes  int
-		comment string
-	}{
-		{"abc", 1, 10, true, append([]int32{1}, ids("ab")...), ids("abc"), 3, "BOS predicts every byte"},
-		{"abc", -1, 10, true, ids("ab"), ids("bc"), 2, "without BOS the first byte is context only"},
-		{"abcdef", 1, 3, true, append([]int32{1}, ids("ab")...), ids("abc"), 3, "cut to seq_len inputs and targets"},
-		{"abcdef", -1, 3, true, ids("abc"), ids("bcd"), 3, "cut without BOS"},
-		{"a", 1, 10, true, []int32{1}, ids("a"), 1, "one byte with BOS"},
-		{"a", -1, 10, false, nil, nil, 0, "one byte without BOS predicts nothing"},
-		{"é!", 1, 2, true, append([]int32{1}, ids("é")[:1]...), ids("é"), 2, "é is two bytes, both predicted"},
-	} {
-		s, ok, err := evaluate.NewSample([]byte(tc.doc), tok, tc.bos, tc.seqLen, 256)
-		if err != nil || ok != tc.ok || !slices.Equal(s.IDs, tc.in) || !slices.Equal(s.Targets, tc.tg) || s.Bytes != tc.nbytes {
-			t.Errorf("%s: %q bos %d seq %d: got %v %v %d bytes ok %v err %v; want %v %v %d bytes ok %v",
-				tc.comment, tc.doc, tc.bos, tc.seqLen, s.IDs, s.Targets, s.Bytes, ok, err, tc.in, tc.tg, tc.nbytes, tc.ok)
-		}
-	}
-	if _, _, err := evaluate.NewSample([]byte("é"), tok, 1, 10, 128); err == nil || !strings.Contains(err.Error(), "vocabulary of 128") {
-		t.Errorf("byte 0xc3 with a vocabulary of 128: %v", err)
-	}
-	var docs [][]byte
-	for _, d := range []string{"x", "hello", "y", "world", "again"} {
-		docs = append(docs, []byte(d))
-	}
-	ss, err := evaluate.CollectSamples(docs, tok, -1, 8, 256, 2)
-	if err != nil || len(ss) != 2 || string(tok.Decode(ss[1].Targets)) != "orld" {
-		t.Errorf("collectSamples skips one-byte documents and stops at n: %v, %v", ss, err)
-	}
-}
-
 // writeSafetensorsF32 writes float32 tensors in the safetensors format.
 func writeSafetensorsF32(t *testing.T, path string, names []string, values map[string][]float32, shapes map[string][]int) {
 	t.Helper()
@@ -447,88 +405,4 @@ func TestEvalErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestEvaluateForTrain: the function train calls scores an untrained model at about
-// ln(vocab) (the loss of a uniform guess), is the same on 4 ranks, and stops when its context
-// is cancelled.
-func TestEvaluateForTrain(t *testing.T) {
-	cfg := config.Default()
-	cfg.Eval.SeqLen = 64
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	params := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)
-	ss, err := evaluate.LoadSamples(hfDocs, cfg.Data, data.ByteTokenizer{}, -1, evaluate.SeqLen(cfg), 256, cfg.Eval.Samples)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r1, err := evaluateAll(context.Background(), cfg, params, ss)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if math.Abs(r1.Loss-math.Log(256)) > 0.05 || r1.Samples != 4 || r1.SeqLen != 64 || r1.BitsPerByte <= 0 {
-		t.Errorf("untrained model: %+v; want loss ≈ ln 256 = %.3f over 4 samples", r1, math.Log(256))
-	}
-	cfg.Parallelism.WorldSize, cfg.Parallelism.SequenceParallelDegree = 4, 4
-	r4, err := evaluateAll(context.Background(), cfg, params, ss)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if relDiff(r4.Loss, r1.Loss) > 1e-6 || r4.Tokens != r1.Tokens || r4.SequenceParallel != 4 {
-		t.Errorf("4 ranks: %+v; one worker %+v", r4, r1)
-	}
-	if _, err := evaluateAll(context.Background(), cfg, params[1:], ss); err == nil || !strings.Contains(err.Error(), "parameter values") {
-		t.Errorf("short params: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := evaluateAll(ctx, cfg, params, ss); err == nil || !strings.Contains(err.Error(), "stopped after 0 of 4") {
-		t.Errorf("cancelled: %v", err)
-	}
-}
-
-// BenchmarkEval times the forward pass of eval on one 2048-token sample of the tiny model
-// (configs/tiny.toml's shape, untrained) on one worker and on 4 in-process ranks
-// (distflash schedule), in predicted tokens per second.
-func BenchmarkEval(b *testing.B) {
-	for _, P := range []int{1, 4} {
-		b.Run(fmt.Sprintf("P%d", P), func(b *testing.B) {
-			cfg := config.Default()
-			cfg.Parallelism.WorldSize, cfg.Parallelism.SequenceParallelDegree = P, P
-			if err := cfg.Validate(); err != nil {
-				b.Fatal(err)
-			}
-			ev, err := evaluate.NewEvaluator(cfg.Model, cfg.Parallelism)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := ev.Load(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)); err != nil {
-				b.Fatal(err)
-			}
-			doc := bytes.Repeat([]byte("func main() { fmt.Println(\"hello, world\") }\n"), 64)
-			s, _, err := evaluate.NewSample(doc, data.ByteTokenizer{}, -1, 2048, 256)
-			if err != nil {
-				b.Fatal(err)
-			}
-			samples := []evaluate.Sample{s}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := ev.Evaluate(context.Background(), samples, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(len(s.Targets)*b.N)/b.Elapsed().Seconds(), "tokens/s")
-		})
-	}
-}
-
-// evaluateAll is the evaluation train runs (trainEval) in one call: the loss of params, in the
-// layout of cfg.Model, on samples, on cfg's sequence-parallel world.
-func evaluateAll(ctx context.Context, cfg config.Config, params []float32, samples []evaluate.Sample) (evaluate.Result, error) {
-	ev, err := evaluate.NewEvaluator(cfg.Model, cfg.Parallelism)
-	if err != nil {
-		return evaluate.Result{}, err
-	}
-	return (&trainEval{ev: ev, samples: samples, seqLen: evaluate.SeqLen(cfg)}).run(ctx, params)
 }

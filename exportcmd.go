@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"distflash/ckpt"
 	"distflash/config"
-	"distflash/data"
 	"distflash/evaluate"
-	"distflash/model"
 )
 
 // `distflash export`: a checkpoint of distflash as a Hugging Face LLaMA directory that
@@ -61,38 +58,14 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "export: %s (step %d)\n", dir, step)
 	mc := saved.Model
-	tok, err := data.NewTokenizer(saved.Data.Tokenizer)
-	if err != nil {
-		return fmt.Errorf("export: the run's data.tokenizer %q: %w", saved.Data.Tokenizer, err)
-	}
-	cfgJSON, err := ckpt.ExportConfig(mc, st, tok)
+	ex, err := ckpt.ExportLlama(*out, evaluate.HFConfigOf(mc), evaluate.Tensors(mc, params), saved.Data.Tokenizer, st, shardSize)
 	if err != nil {
 		return err
 	}
-	copies, err := ckpt.TokenizerFiles(saved.Data.Tokenizer)
-	if err != nil {
-		return fmt.Errorf("export: the run's data.tokenizer %q: %w", saved.Data.Tokenizer, err)
-	}
-	layout := model.NewLayout(mc)
-	tensors := make([]ckpt.WTensor, len(layout.Tensors))
-	for i, t := range layout.Tensors {
-		tensors[i] = ckpt.WTensor{Name: t.Name, Shape: t.Shape, Data: params[t.Off : t.Off+t.Size()]}
-	}
-	files, err := ckpt.WriteHF(*out, ckpt.HFExport{Config: cfgJSON, Tensors: tensors, DType: st,
-		MaxShardSize: shardSize, Copy: copies})
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	var size int64
-	for _, f := range files {
-		if fi, err := os.Stat(filepath.Join(*out, f)); err == nil {
-			size += fi.Size()
-		}
-	}
 	fmt.Fprintf(stdout, "export: %s -> %s (LlamaForCausalLM, %s params, %s, %.1f MB): %s\n",
-		*modelPath, *out, config.Count(mc.NumParams()), *dtype, float64(size)/1e6, strings.Join(files, ", "))
-	if len(copies) == 0 {
-		fmt.Fprintf(stdout, "export: the run used the %s tokenizer, which has no Hugging Face tokenizer file: none written (one token per UTF-8 byte, ids 0-255, no BOS/EOS)\n", tok.Name())
+		*modelPath, *out, config.Count(mc.NumParams()), *dtype, float64(ex.Bytes)/1e6, strings.Join(ex.Files, ", "))
+	if ex.NoTokFiles {
+		fmt.Fprintf(stdout, "export: the run used the %s tokenizer, which has no Hugging Face tokenizer file: none written (one token per UTF-8 byte, ids 0-255, no BOS/EOS)\n", ex.Tokenizer)
 	}
 	return nil
 }

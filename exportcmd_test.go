@@ -13,9 +13,9 @@ import (
 
 	"distflash/ckpt"
 	"distflash/config"
-	"distflash/data"
 	"distflash/evaluate"
 	"distflash/model"
+	"distflash/train"
 )
 
 // testdata/export holds a tiny model trained by distflash and exported twice (f32 in one
@@ -146,7 +146,7 @@ func TestExportEvalRoundTrip(t *testing.T) {
 		})
 	}
 	// The export is a model to start from, too: --init-from it gives the checkpoint's weights.
-	cfg, params, err := loadInitConfig("configs/tiny.toml", setsOf(initBase(t.TempDir())), filepath.Join(dir, "f32"), &bytes.Buffer{})
+	cfg, params, err := train.LoadInitConfig("configs/tiny.toml", setsOf(initBase(t.TempDir())), filepath.Join(dir, "f32"), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestExportWritesFixtureBytes(t *testing.T) {
 		dir, dtype string
 		shard      int64
 	}{{"f32", ckpt.DTypeF32, 5e9}, {"bf16", ckpt.DTypeBF16, 40e3}} {
-		cfgJSON, err := ckpt.ExportConfig(mc, c.dtype, data.ByteTokenizer{})
+		cfgJSON, err := ckpt.ExportConfig(evaluate.HFConfigOf(mc), c.dtype, -1, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +323,7 @@ func TestExportConfigRopeScaling(t *testing.T) {
 			`"rope_scaling": {"factor": 8, "high_freq_factor": 4, "low_freq_factor": 1, "original_max_position_embeddings": 8192, "rope_type": "llama3"}`},
 	} {
 		mc.RopeScaling = c.rs
-		js, err := ckpt.ExportConfig(mc, ckpt.DTypeF32, data.ByteTokenizer{})
+		js, err := ckpt.ExportConfig(evaluate.HFConfigOf(mc), ckpt.DTypeF32, -1, -1)
 		if err != nil {
 			t.Fatal(err)
 		}

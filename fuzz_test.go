@@ -13,7 +13,7 @@ import (
 	"distflash/plan"
 )
 
-// FuzzLoadConfig feeds LoadConfig arbitrary TOML: whatever the bytes, it returns, an error
+// FuzzLoadConfig feeds config.Load arbitrary TOML: whatever the bytes, it returns, an error
 // names the file, and a config it accepts can be summarized, checked against this build and
 // planned without a panic. The seeds in testdata/fuzz/FuzzLoadConfig hold the attacks.
 func FuzzLoadConfig(f *testing.F) {

@@ -25,7 +25,7 @@ func TestMPIInitFrom(t *testing.T) {
 			if !strings.Contains(out, "init: weights from ckpt/testdata/hf/llama-sharded (hf") {
 				t.Errorf("no init line:\n%s", out)
 			}
-			out, err, _ = mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
+			out, _, err = mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
 			if err != nil {
 				t.Fatalf("mpirun: %v\n%s", err, out)
 			}

@@ -17,6 +17,7 @@ import (
 	"distflash/evaluate"
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/train"
 )
 
 // initBase are the train overrides of the short --init-from runs: a little data, short
@@ -74,40 +75,6 @@ func sourceSafetensors(t *testing.T) string {
 	return path
 }
 
-// firstBatchLoss is the loss of the weights of src (read as eval reads them) on the first
-// batch a run of cfg trains on, computed by one plain model.
-func firstBatchLoss(t *testing.T, cfg config.Config, src string) float64 {
-	t.Helper()
-	em, err := evaluate.LoadModel(src, cfg, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := newTrainer(cfg, io.Discard) // for its data loader only
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := tr.loader.Next()
-	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
-	m.LoadParams(em.Params)
-	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
-	return sum / float64(n)
-}
-
-// freshBatchLoss is the loss on the first batch of cfg's data of the weights a run without
-// --init-from starts from.
-func freshBatchLoss(t *testing.T, cfg config.Config) float64 {
-	t.Helper()
-	tr, err := newTrainer(cfg, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := tr.loader.Next()
-	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
-	m.LoadParams(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed))
-	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
-	return sum / float64(n)
-}
-
 // TestInitFromSources runs `train --init-from` from each kind of source through the CLI: the
 // run starts at step 0 (its first metrics line is step 1) with the source's weights: its first
 // loss is the source's loss on that batch (computed apart), which is not the loss of a fresh
@@ -136,7 +103,7 @@ func TestInitFromSources(t *testing.T) {
 			if len(ms) != 1 || ms[0].Step != 1 {
 				t.Fatalf("metrics %+v, want one line of step 1", ms)
 			}
-			cfg, _, err := loadInitConfig("configs/tiny.toml", setsOf(args), src.path, io.Discard)
+			cfg, _, err := train.LoadInitConfig("configs/tiny.toml", setsOf(args), src.path, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,68 +124,13 @@ func TestInitFromSources(t *testing.T) {
 	}
 }
 
-// TestInitFromEveryParallelism: with sequence parallelism, FSDP, data-parallel replicas and
-// bf16 compute, every rank starts from exactly the source's weights (gathered back bit for
-// bit), and the first step's loss equals the one-worker run's.
-func TestInitFromEveryParallelism(t *testing.T) {
-	const src = "ckpt/testdata/hf/llama-sharded"
-	base := initBase(t.TempDir())
-	one := func(sets ...string) (*trainer, []float32, Metrics) {
-		t.Helper()
-		cfg, params, err := loadInitConfig("configs/tiny.toml", setsOf(append(base, sets...)), src, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := newTrainer(cfg, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tr.loadWeights(params); err != nil {
-			t.Fatal(err)
-		}
-		got := tr.fullParams()
-		for i := range params {
-			if math.Float32bits(got[i]) != math.Float32bits(params[i]) {
-				t.Fatalf("%v: weight %d is %v on the ranks, %v in the source", sets, i, got[i], params[i])
-			}
-		}
-		m, err := tr.step(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr, params, m
-	}
-	_, _, ref := one()
-	for _, c := range []struct {
-		sets []string
-		tol  float64 // first loss vs one worker (NaN: other batches, not compared)
-	}{
-		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4"}, 1e-6},
-		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4", "--set", "parallelism.attention=zigzag"}, 1e-6},
-		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4", "--set", "parallelism.fsdp=true"}, 1e-6},
-		{[]string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=2", "--set", "parallelism.fsdp=true"}, math.NaN()},
-		{[]string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=1"}, math.NaN()},
-		{[]string{"--set", "training.mixed_precision=bf16"}, 2e-2},
-		{[]string{"--set", "training.mixed_precision=bf16", "--set", "parallelism.world_size=2", "--set", "parallelism.fsdp=true", "--set", "parallelism.sequence_parallel_degree=2"}, 2e-2},
-	} {
-		t.Run(strings.Join(setsOf(c.sets), ","), func(t *testing.T) {
-			_, _, m := one(c.sets...)
-			if !math.IsNaN(c.tol) {
-				if d := relDiff(m.Loss, ref.Loss); d > c.tol {
-					t.Errorf("first loss %.9g, one worker %.9g (rel %.1e > %g)", m.Loss, ref.Loss, d, c.tol)
-				}
-			}
-		})
-	}
-}
-
 // TestInitFromModelKeys: keys left at their defaults come from the source; rope_theta,
 // max_seq_len and rope_scaling may be changed; any other key set otherwise must agree, and a
 // disagreement names the key and both values; an agreeing explicit [model] is accepted.
 func TestInitFromModelKeys(t *testing.T) {
 	const src = "ckpt/testdata/hf/llama-sharded" // dim 32, 2 layers, 4/2 heads, ffn 64, vocab 256, 512 positions
 	base := setsOf(initBase(t.TempDir()))
-	cfg, _, err := loadInitConfig("configs/tiny.toml", append(base, "model.max_seq_len=2048", "model.rope_theta=40000"), src, io.Discard)
+	cfg, _, err := train.LoadInitConfig("configs/tiny.toml", append(base, "model.max_seq_len=2048", "model.rope_theta=40000"), src, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +141,7 @@ func TestInitFromModelKeys(t *testing.T) {
 	}
 	agree := filepath.Join(t.TempDir(), "agree.toml")
 	os.WriteFile(agree, []byte("[model]\ndim = 32\nn_heads = 4\nn_kv_heads = 2\nffn_dim = 64\nmax_seq_len = 512\n"), 0o644)
-	if _, _, err := loadInitConfig(agree, base, src, io.Discard); err != nil {
+	if _, _, err := train.LoadInitConfig(agree, base, src, io.Discard); err != nil {
 		t.Errorf("a config that agrees with the source: %v", err)
 	}
 	for _, c := range []struct {
@@ -245,7 +157,7 @@ func TestInitFromModelKeys(t *testing.T) {
 		{[]string{"data.seq_len=1024"}, []string{"data.seq_len = 1024 exceeds model.max_seq_len = 512"}},
 		{[]string{"data.tokenizer=data/testdata/tok/llama.model"}, []string{"has 1000 tokens, but the model's vocabulary has 256"}},
 	} {
-		_, _, err := loadInitConfig("configs/tiny.toml", append(slices.Clone(base), c.sets...), src, io.Discard)
+		_, _, err := train.LoadInitConfig("configs/tiny.toml", append(slices.Clone(base), c.sets...), src, io.Discard)
 		for _, w := range c.want {
 			if err == nil || !strings.Contains(err.Error(), w) {
 				t.Errorf("%v: %v; want %q", c.sets, err, w)
@@ -265,14 +177,14 @@ func TestInitFromTokenizer(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := setsOf(initBase(t.TempDir()))
-	cfg, _, err := loadInitConfig("configs/tiny.toml", base, hf, io.Discard)
+	cfg, _, err := train.LoadInitConfig("configs/tiny.toml", base, hf, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Data.Tokenizer != filepath.Join(hf, "tokenizer.model") || cfg.Model.VocabSize != 1024 {
 		t.Errorf("tokenizer %q, vocab %d; want the export's tokenizer.model and 1024", cfg.Data.Tokenizer, cfg.Model.VocabSize)
 	}
-	cfg, _, err = loadInitConfig("configs/tiny.toml", append(base, "data.tokenizer=byte"), hf, io.Discard)
+	cfg, _, err = train.LoadInitConfig("configs/tiny.toml", append(base, "data.tokenizer=byte"), hf, io.Discard)
 	if err != nil || cfg.Data.Tokenizer != "byte" {
 		t.Errorf("--set data.tokenizer=byte: %q, %v", cfg.Data.Tokenizer, err)
 	}
@@ -347,4 +259,38 @@ func TestInitFromResume(t *testing.T) {
 	if a, b := lossesOf(t, filepath.Join(straight, "tiny")), lossesOf(t, filepath.Join(split, "tiny")); fmt.Sprint(a) != fmt.Sprint(b) || len(a) != 4 {
 		t.Errorf("losses %v and %v", a, b)
 	}
+}
+
+// firstBatchLoss is the loss of the weights of src (read as eval reads them) on the first
+// batch a run of cfg trains on, computed by one plain model.
+func firstBatchLoss(t *testing.T, cfg config.Config, src string) float64 {
+	t.Helper()
+	em, err := evaluate.LoadModel(src, cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loader, err := train.NewLoader(cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := loader.Next()
+	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
+	m.LoadParams(em.Params)
+	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
+	return sum / float64(n)
+}
+
+// freshBatchLoss is the loss on the first batch of cfg's data of the weights a run without
+// --init-from starts from.
+func freshBatchLoss(t *testing.T, cfg config.Config) float64 {
+	t.Helper()
+	loader, err := train.NewLoader(cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := loader.Next()
+	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
+	m.LoadParams(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed))
+	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
+	return sum / float64(n)
 }

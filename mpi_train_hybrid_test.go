@@ -17,7 +17,7 @@ func TestMPIHybridTrainsLikeInProcess(t *testing.T) {
 	if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
 		t.Fatalf("in-process: %v\n%s", err, out)
 	}
-	out, err, took := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
+	out, took, err := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
 	if err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, out)
 	}

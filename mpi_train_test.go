@@ -22,7 +22,7 @@ func init() { binTags = append(binTags, "mpi") }
 // config's world and args, and returns the output of all ranks, the error and the run time.
 // As root (CI) mpirun needs --allow-run-as-root; --oversubscribe lets 4 ranks share 2 cores,
 // and --bind-to none lets each rank's Go runtime use both.
-func mpirunTrain(t *testing.T, np int, env []string, args ...string) (string, error, time.Duration) {
+func mpirunTrain(t *testing.T, np int, env []string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
@@ -47,7 +47,7 @@ func mpirunTrain(t *testing.T, np int, env []string, args ...string) (string, er
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err = cmd.Run()
-	return out.String(), err, time.Since(start)
+	return out.String(), time.Since(start), err
 }
 
 // trainArgs are the arguments of a short tiny-sp4 run.
@@ -70,7 +70,7 @@ func TestMPITrainsLikeInProcess(t *testing.T) {
 			if err != nil {
 				t.Fatalf("in-process: %v\n%s", err, out)
 			}
-			out, err, took := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
+			out, took, err := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
 			if err != nil {
 				t.Fatalf("mpirun: %v\n%s", err, out)
 			}
@@ -92,7 +92,7 @@ func TestMPITrainsLikeInProcess(t *testing.T) {
 			// Resume across backends: MPI saved step 3; one process continues it (and the
 			// other way round), ending where the straight runs did.
 			cross := t.TempDir()
-			if out, err, _ := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+cross, "--stop-after", "3")...); err != nil {
+			if out, _, err := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+cross, "--stop-after", "3")...); err != nil {
 				t.Fatalf("mpirun to step 3: %v\n%s", err, out)
 			}
 			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+cross, "--resume", "auto")); err != nil {
@@ -106,7 +106,7 @@ func TestMPITrainsLikeInProcess(t *testing.T) {
 			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+back, "--stop-after", "3")); err != nil {
 				t.Fatalf("in-process to step 3: %v\n%s", err, out)
 			}
-			if out, err, _ := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+back, "--resume", "auto")...); err != nil {
+			if out, _, err := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+back, "--resume", "auto")...); err != nil {
 				t.Fatalf("MPI resume of the in-process checkpoint: %v\n%s", err, out)
 			}
 			if err := sameState(stateOf(t, filepath.Join(inproc, "tiny-sp4", "step-000006")),
@@ -124,10 +124,10 @@ func TestMPIKilledRank(t *testing.T) {
 	dir := t.TempDir()
 	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
 		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
-	if out, err, _ := mpirunTrain(t, 2, nil, append(set, "--stop-after", "2")...); err != nil {
+	if out, _, err := mpirunTrain(t, 2, nil, append(set, "--stop-after", "2")...); err != nil {
 		t.Fatalf("mpirun to step 2: %v\n%s", err, out)
 	}
-	out, err, took := mpirunTrain(t, 2, []string{ckpt.KillAtEnv + "=shard written"}, append(set, "--resume", "auto")...)
+	out, took, err := mpirunTrain(t, 2, []string{ckpt.KillAtEnv + "=shard written"}, append(set, "--resume", "auto")...)
 	if err == nil {
 		t.Fatalf("mpirun succeeded although rank 0 was killed:\n%s", out)
 	}
@@ -162,7 +162,7 @@ func lastLines(s string, n int) string {
 // TestMPIWorldMismatch: a config whose world_size is not the number of processes is refused
 // by every rank, naming both numbers.
 func TestMPIWorldMismatch(t *testing.T) {
-	out, err, _ := mpirunTrain(t, 2, nil, "--set", "run.output_dir="+t.TempDir())
+	out, _, err := mpirunTrain(t, 2, nil, "--set", "run.output_dir="+t.TempDir())
 	if err == nil || !strings.Contains(out, "parallelism.world_size = 4, but the launcher started 2 processes") {
 		t.Errorf("mpirun -np 2 with world_size 4: %v\n%s", err, out)
 	}

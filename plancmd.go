@@ -5,11 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"strings"
 
 	"distflash/config"
-	"distflash/parallel"
 	"distflash/plan"
 )
 
@@ -45,84 +42,17 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var cl plan.Cluster
-	if *clusterName == "" {
-		cl = plan.DefaultCluster(cfg.Parallelism.WorldSize)
-	} else if cl, err = plan.ParseCluster(*clusterName); err != nil {
+	req := plan.Request{Cluster: *clusterName, GPUMem: *gpuMem, InterBW: *interBW, IntraBW: *intraBW, FLOPS: *flops,
+		Sweep: *sweep, Attention: *attention, DocLen: *docLen, DocDist: *docDist, DocDistGiven: flagSet(fs, "doc-dist")}
+	if flagSet(fs, "mfu") {
+		req.MFU = mfu
+	}
+	if flagSet(fs, "attn-mfu") {
+		req.AttnMFU = attnMFU
+	}
+	rep, err := plan.Make(cfg, req)
+	if err != nil {
 		return err
-	}
-	for _, o := range []struct {
-		name string
-		v    float64
-		dst  []*float64
-	}{{"mfu", *mfu, []*float64{&cl.MFU, &cl.AttnMFU}}, {"attn-mfu", *attnMFU, []*float64{&cl.AttnMFU}}} {
-		if !flagSet(fs, o.name) {
-			continue
-		}
-		if !(o.v > 0 && o.v <= 1) {
-			return fmt.Errorf("plan: --%s %g: must be in (0, 1]", o.name, o.v)
-		}
-		for _, d := range o.dst {
-			*d = o.v
-		}
-	}
-	for _, o := range []struct {
-		name string
-		v    float64
-		dst  *float64
-	}{{"--gpu-mem", *gpuMem, &cl.GPU.MemBytes}, {"--inter-bw", *interBW, &cl.GPU.InterBW}, {"--intra-bw", *intraBW, &cl.GPU.IntraBW}, {"--flops", *flops, &cl.GPU.FLOPS}} {
-		if o.v < 0 || math.IsNaN(o.v) || math.IsInf(o.v, 0) {
-			return fmt.Errorf("plan: %s %g: must be a positive number", o.name, o.v)
-		}
-		if o.v > 0 {
-			*o.dst = o.v
-		}
-	}
-	if cl.GPU.FLOPS == 0 {
-		return fmt.Errorf("plan: --cluster %s: the cpu type has no datasheet FLOP/s: give --flops, the rate one rank achieves on the machine (bench/netns_overlap.sh measures it)", cl)
-	}
-	if *clusterName != "" {
-		if cfg, err = plan.FitToCluster(cfg, cl); err != nil {
-			return err
-		}
-	}
-	var docs *plan.DocLengths
-	switch {
-	case *docLen != "":
-		d, err := plan.ParseDocLengths(*docLen, *docDist)
-		if err != nil {
-			return err
-		}
-		docs = &d
-	case flagSet(fs, "doc-dist"):
-		return fmt.Errorf("plan: --doc-dist %q needs --doc-len, the average document length", *docDist)
-	case cfg.Data.DocumentMask:
-		docs = &plan.DocLengths{Dist: "lognormal", Mean: plan.DefaultDocLen, Assumed: true}
-	}
-	var seqs []int
-	if *sweep != "" {
-		if seqs, err = plan.ParseSweep(*sweep); err != nil {
-			return err
-		}
-	} else {
-		seqs = []int{cfg.Data.SeqLen}
-	}
-	names := []string{cfg.Parallelism.Attention}
-	switch *attention {
-	case "":
-	case "all":
-		names = parallel.Names()
-	default:
-		if _, err := parallel.LayoutOf(*attention); err != nil {
-			return fmt.Errorf("plan: --attention %q: want all or one of %s", *attention, strings.Join(parallel.Names(), ", "))
-		}
-		names = []string{*attention}
-	}
-	rep := plan.Report{Config: cfg.Path, Summary: cfg.Summary(), Cluster: cl}
-	for _, s := range seqs {
-		for _, n := range names {
-			rep.Plans = append(rep.Plans, plan.PlanWithDocs(cfg, cl, n, s, docs))
-		}
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)

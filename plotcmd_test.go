@@ -148,7 +148,7 @@ func TestPlotErrors(t *testing.T) {
 	}
 }
 
-// TestPlotTrainedRun plots a real run of train: its directory, and through writeRunPlot (what
+// TestPlotTrainedRun plots a real run of train: its directory, and through runplot.WriteRun (what
 // train calls at its end).
 func TestPlotTrainedRun(t *testing.T) {
 	dir := t.TempDir()
@@ -174,7 +174,7 @@ func TestPlotTrainedRun(t *testing.T) {
 		t.Errorf("read %d steps, last %+v, warnings %q; want 3 finite steps of 256 tokens", len(r.Points), p, r.Warnings)
 	}
 	svg := filepath.Join(runDir, "metrics.svg")
-	if err := writeRunPlot(runDir, svg); err != nil {
+	if err := runplot.WriteRun(runDir, svg); err != nil {
 		t.Fatal(err)
 	}
 	if root, texts := runplottest.SVGTexts(t, svg); !strings.HasPrefix(root, "svg ") || !strings.Contains(strings.Join(texts, " "), "distflash training: tiny") {

@@ -608,35 +608,3 @@ func (s *safeBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
-
-// TestMetricsLinesWholeOnFullDisk writes metrics lines onto a tmpfs until it is full: the
-// write that fails leaves no partial line, so the file stays valid JSON lines.
-func TestMetricsLinesWholeOnFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount tmpfs: %v: %s", err, out)
-	}
-	defer exec.Command("umount", dir).Run()
-	path := filepath.Join(dir, "metrics.jsonl")
-	mf, err := openMetrics(path, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem := make([]Memory, 40) // a long line (~3 KB), so that the last one is cut by the full disk
-	var werr error
-	step := 0
-	for werr == nil && step < 1000 {
-		step++
-		werr = mf.write(Metrics{Step: step, Loss: 1.5, Memory: mem})
-	}
-	mf.close()
-	if werr == nil || !errors.Is(werr, syscall.ENOSPC) {
-		t.Fatalf("after %d lines: %v, want a full disk", step, werr)
-	}
-	if ms := validMetrics(t, path); len(ms) != step-1 {
-		t.Errorf("%d whole lines, want %d (the one that did not fit is not there)", len(ms), step-1)
-	}
-}

@@ -128,21 +128,21 @@ func (c *slurmCluster) daemons(t *testing.T, dir string) map[string]string {
 
 // srun runs `srun -n n --mpi=mpi [wrapper] distflash train` (trainArgs of tiny-sp4) through
 // the cluster and returns the output of all tasks, the error and the time it took.
-func (c *slurmCluster) srun(t *testing.T, n int, mpi string, wrapper []string, args ...string) (string, error, time.Duration) {
+func (c *slurmCluster) srun(t *testing.T, n int, mpi string, wrapper []string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	return c.srunWith(t, []string{"-n", fmt.Sprint(n), "--mpi=" + mpi}, wrapper, args...)
 }
 
 // srunWith runs `srun opts [wrapper] distflash train` (trainArgs of tiny-sp4) through the
 // cluster.
-func (c *slurmCluster) srunWith(t *testing.T, opts, wrapper []string, args ...string) (string, error, time.Duration) {
+func (c *slurmCluster) srunWith(t *testing.T, opts, wrapper []string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	return c.launch(t, append(append([]string{"srun"}, opts...), wrapper...), args...)
 }
 
 // launch runs `launcher... distflash train` (trainArgs of tiny-sp4) as a client of the
 // cluster and returns the output of all ranks, the error and the time it took.
-func (c *slurmCluster) launch(t *testing.T, launcher []string, args ...string) (string, error, time.Duration) {
+func (c *slurmCluster) launch(t *testing.T, launcher []string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	argv := append([]string{"run"}, launcher...)
 	argv = append(argv, buildBinary(t))
@@ -156,7 +156,7 @@ func (c *slurmCluster) launch(t *testing.T, launcher []string, args ...string) (
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
 	err := cmd.Run()
-	return out.String(), err, time.Since(start)
+	return out.String(), time.Since(start), err
 }
 
 // TestSlurmTrainsLikeInProcess: `srun -n 4 --mpi=pmix distflash train` on one node (Open
@@ -199,7 +199,7 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 				}
 			}
 			dir := t.TempDir()
-			out, err, took := one.srun(t, 4, "pmix", nil, append(set, "--set", "run.output_dir="+dir)...)
+			out, took, err := one.srun(t, 4, "pmix", nil, append(set, "--set", "run.output_dir="+dir)...)
 			if err != nil {
 				t.Fatalf("srun: %v\n%s", err, out)
 			}
@@ -213,10 +213,10 @@ func TestSlurmTrainsLikeInProcess(t *testing.T) {
 			what, launcher := "srun -N 2 --ntasks-per-node=2 --mpi=pmix", "srun"
 			if fsdp == "true" {
 				what, launcher = "salloc -N 2 --ntasks-per-node=2 mpirun", "Open MPI's mpirun"
-				out, err, took = two.launch(t, []string{"salloc", "-N", "2", "--ntasks-per-node=2", "mpirun", "--allow-run-as-root", "--bind-to", "none"},
+				out, took, err = two.launch(t, []string{"salloc", "-N", "2", "--ntasks-per-node=2", "mpirun", "--allow-run-as-root", "--bind-to", "none"},
 					append(set, "--set", "run.output_dir="+dir)...)
 			} else {
-				out, err, took = two.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
+				out, took, err = two.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
 					append(set, "--set", "run.output_dir="+dir)...)
 			}
 			if err != nil {
@@ -242,12 +242,12 @@ func TestSlurmKilledRank(t *testing.T) {
 	dir := t.TempDir()
 	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
 		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
-	if out, err, _ := c.srun(t, 2, "pmix", nil, append(set, "--stop-after", "2")...); err != nil {
+	if out, _, err := c.srun(t, 2, "pmix", nil, append(set, "--stop-after", "2")...); err != nil {
 		t.Fatalf("srun to step 2: %v\n%s", err, out)
 	}
 	// Only task 0 gets the variable: srun passes one environment to every task.
 	wrap := []string{"sh", "-c", `[ "$SLURM_PROCID" = 0 ] && export ` + ckpt.KillAtEnv + `="shard written"; exec "$@"`, "sh"}
-	out, err, took := c.srun(t, 2, "pmix", wrap, append(set, "--resume", "auto")...)
+	out, took, err := c.srun(t, 2, "pmix", wrap, append(set, "--resume", "auto")...)
 	if err == nil {
 		t.Fatalf("srun succeeded although rank 0 was killed:\n%s", out)
 	}
@@ -272,7 +272,7 @@ func TestSlurmWithoutPMIx(t *testing.T) {
 	for _, mpi := range []string{"pmi2", "none"} {
 		t.Run(mpi, func(t *testing.T) {
 			dir := t.TempDir()
-			out, err, took := c.srun(t, 4, mpi, nil, "--set", "run.output_dir="+dir)
+			out, took, err := c.srun(t, 4, mpi, nil, "--set", "run.output_dir="+dir)
 			if err == nil {
 				t.Fatalf("srun --mpi=%s succeeded:\n%s", mpi, out)
 			}

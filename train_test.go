@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -17,22 +16,22 @@ import (
 	"time"
 
 	"distflash/ckpt"
-	"distflash/config"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/train"
 )
 
-func readMetrics(t *testing.T, path string) []Metrics {
+func readMetrics(t *testing.T, path string) []train.Metrics {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []Metrics
+	var out []train.Metrics
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var m Metrics
+		var m train.Metrics
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("%s: %v in %q", path, err, sc.Text())
 		}
@@ -195,34 +194,6 @@ wait:
 	}
 }
 
-// BenchmarkTrainStep times one whole optimizer step of configs/tiny.toml (batch 8 × 128
-// tokens: forward, backward, clipping, AdamW) under each checkpoint policy. bench/compare.sh
-// sets it beside the same step in PyTorch (scripts/reference.py bench).
-func BenchmarkTrainStep(b *testing.B) {
-	for _, policy := range []string{"none", "layer", "attn_output"} {
-		b.Run(policy, func(b *testing.B) {
-			cfg, err := config.Load("configs/tiny.toml", []string{"checkpoint.activation=" + policy, "data.max_bytes=1048576"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			tr, err := newTrainer(cfg, io.Discard)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := tr.step(0); err != nil {
-				b.Fatal(err)
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := tr.step(i + 1); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(cfg.TokensPerStep()*int64(b.N))/b.Elapsed().Seconds(), "tokens/s")
-		})
-	}
-}
-
 // trainLosses trains configs/tiny.toml (batch 2, 20 steps) with overrides and returns the
 // per-step losses.
 func trainLosses(t *testing.T, sets ...string) []float64 {
@@ -270,55 +241,6 @@ func TestSequenceParallelTrainsLikeOneWorker(t *testing.T) {
 			}
 			t.Logf("loss %.6f -> %.6f; worst relative difference from one worker over %d steps: %.2e",
 				got[0], got[len(got)-1], len(got), worst)
-		})
-	}
-}
-
-// TestRematAwareSavesForwardAndItsCommunication: under checkpoint.activation = "layer" the
-// backward re-runs every block's attention forward, and with it the schedule's forward
-// communication; under "attn_output" (DistFlashAttn §3.3) neither is repeated. Counted per
-// step on 4 ranks for every schedule (Ulysses with the tiny model's 2 kv heads replicated).
-func TestRematAwareSavesForwardAndItsCommunication(t *testing.T) {
-	for _, name := range parallel.Names() {
-		P := 4
-		if err := parallel.Check(name, model.Heads{N: 4, KV: 2, Dim: 32}, P); err != nil {
-			t.Fatalf("%s refuses 4 ranks for the tiny model: %v", name, err)
-		}
-		t.Run(fmt.Sprintf("%s/P%d", name, P), func(t *testing.T) {
-			fwdBytes := map[string]int64{}
-			for _, policy := range []string{"none", "layer", "attn_output"} {
-				cfg, err := config.Load("configs/tiny.toml", []string{"checkpoint.activation=" + policy,
-					"data.max_bytes=1048576", "data.batch_size=1", fmt.Sprintf("parallelism.world_size=%d", P),
-					fmt.Sprintf("parallelism.sequence_parallel_degree=%d", P), "parallelism.attention=" + name})
-				if err != nil {
-					t.Fatal(err)
-				}
-				tr, err := newTrainer(cfg, io.Discard)
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := tr.step(0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				L := int64(cfg.Model.NLayers)
-				want := L
-				if policy == "layer" {
-					want = 2 * L
-				}
-				if m.AttnForwards != want {
-					t.Errorf("%s: %d attention forwards per step, want %d", policy, m.AttnForwards, want)
-				}
-				for r := 0; r < P; r++ {
-					fwdBytes[policy] += tr.world.Traffic(r).Sum(name + ".fwd")
-				}
-			}
-			if fwdBytes["none"] == 0 || fwdBytes["attn_output"] != fwdBytes["none"] || fwdBytes["layer"] != 2*fwdBytes["none"] {
-				t.Errorf("forward-communication bytes per step: none %d, layer %d (want 2×), attn_output %d (want 1×)",
-					fwdBytes["none"], fwdBytes["layer"], fwdBytes["attn_output"])
-			}
-			t.Logf("forward-communication bytes per step over %d ranks: none %d, layer %d, attn_output %d",
-				P, fwdBytes["none"], fwdBytes["layer"], fwdBytes["attn_output"])
 		})
 	}
 }

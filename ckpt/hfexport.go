@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"distflash/data"
-	"distflash/model"
 )
 
 // hfConfigJSON is the config.json export writes: every field transformers' LlamaConfig reads,
@@ -41,14 +40,13 @@ type hfConfigJSON struct {
 	TorchDtype            string         `json:"torch_dtype"`
 }
 
-// hfRopeScaling is config.json's rope_scaling for mc (nil: none) with only the keys
+// exportRopeScaling is config.json's rope_scaling for rs (nil: none) with only the keys
 // transformers reads for its rope_type, and the max_position_embeddings that makes
-// transformers (and ReadHFConfig with HFConfig.ContextLength) compute mc's table:
-// dynamic scaling takes max_position_embeddings as the pretrained length, so it is
-// original_max_position_embeddings there; the other types keep model.max_seq_len and name the
-// pretrained length in rope_scaling.
-func exportRopeScaling(mc model.Config) (map[string]any, int) {
-	rs := mc.RopeScaling
+// transformers (and ReadHFConfig with HFConfig.ContextLength) compute the model's table for a
+// context of maxSeqLen: dynamic scaling takes max_position_embeddings as the pretrained
+// length, so it is original_max_position_embeddings there; the other types keep maxSeqLen
+// (model.max_seq_len) and name the pretrained length in rope_scaling.
+func exportRopeScaling(rs HFRopeScaling, maxSeqLen int) (map[string]any, int) {
 	m := map[string]any{"rope_type": rs.Type, "factor": rs.Factor}
 	put := func(key string, v float64) {
 		if v != 0 {
@@ -57,7 +55,7 @@ func exportRopeScaling(mc model.Config) (map[string]any, int) {
 	}
 	switch rs.Type {
 	case "", "none":
-		return nil, mc.MaxSeqLen
+		return nil, maxSeqLen
 	case "dynamic":
 		return m, rs.OriginalMaxPositionEmbeddings
 	case "yarn":
@@ -69,40 +67,39 @@ func exportRopeScaling(mc model.Config) (map[string]any, int) {
 		m["original_max_position_embeddings"] = rs.OriginalMaxPositionEmbeddings
 		m["low_freq_factor"], m["high_freq_factor"] = rs.LowFreqFactor, rs.HighFreqFactor
 	}
-	return m, mc.MaxSeqLen
+	return m, maxSeqLen
 }
 
-// exportConfig is the config.json of model mc stored as dtype, with the tokenizer's BOS and
-// EOS ids when it has them (null otherwise).
-func ExportConfig(mc model.Config, dtype string, tok data.Tokenizer) ([]byte, error) {
-	c := hfConfigJSON{
+// ExportConfig is the config.json of a model of shape c stored as dtype, with BOS and EOS
+// token ids (null where negative). c is in distflash's terms: MaxPositionEmbeddings is the
+// model's context (model.max_seq_len), and the file's max_position_embeddings follows
+// rope_scaling (exportRopeScaling); BOSTokenID and TorchDtype are not read.
+func ExportConfig(c HFConfig, dtype string, bos, eos int32) ([]byte, error) {
+	j := hfConfigJSON{
 		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
-		HiddenSize: mc.Dim, IntermediateSize: mc.FFNDim, NumHiddenLayers: mc.NLayers,
-		NumAttentionHeads: mc.NHeads, NumKeyValueHeads: mc.NKVHeads, HeadDim: mc.HeadDim,
-		HiddenAct: "silu", MaxPositionEmbeddings: mc.MaxSeqLen, RMSNormEps: mc.NormEps,
-		RopeTheta: mc.RopeTheta, VocabSize: mc.VocabSize, PretrainingTP: 1, InitializerRange: 0.02,
+		HiddenSize: c.HiddenSize, IntermediateSize: c.IntermediateSize, NumHiddenLayers: c.NumHiddenLayers,
+		NumAttentionHeads: c.NumAttentionHeads, NumKeyValueHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
+		HiddenAct: "silu", RMSNormEps: c.RMSNormEps,
+		RopeTheta: c.RopeTheta, VocabSize: c.VocabSize, PretrainingTP: 1, InitializerRange: 0.02,
 		UseCache: true, TorchDtype: map[string]string{DTypeF32: "float32", DTypeBF16: "bfloat16"}[dtype],
 	}
-	c.RopeScaling, c.MaxPositionEmbeddings = exportRopeScaling(mc)
-	if st, ok := tok.(data.SpecialTokens); ok {
-		bos, eos := st.Specials()
-		if bos >= 0 {
-			c.BOSTokenID = &bos
-		}
-		if eos >= 0 {
-			c.EOSTokenID = &eos
-		}
+	j.RopeScaling, j.MaxPositionEmbeddings = exportRopeScaling(c.RopeScaling, c.MaxPositionEmbeddings)
+	if bos >= 0 {
+		j.BOSTokenID = &bos
+	}
+	if eos >= 0 {
+		j.EOSTokenID = &eos
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	if err := enc.Encode(c); err != nil {
+	if err := enc.Encode(j); err != nil {
 		return nil, fmt.Errorf("export: encode config.json: %w", err)
 	}
 	return b.Bytes(), nil
 }
 
-// tokenizerFiles are the files of the tokenizer name (data.tokenizer) to copy into an
+// TokenizerFiles are the files of the tokenizer name (data.tokenizer) to copy into an
 // exported directory: the tokenizer file under its Hugging Face name (tokenizer.json or
 // tokenizer.model), and tokenizer_config.json, special_tokens_map.json and the other of the
 // two tokenizer files when they lie beside it. The byte tokenizer has none.
@@ -143,4 +140,47 @@ func TokenizerFiles(name string) (map[string]string, error) {
 		}
 	}
 	return files, nil
+}
+
+// Exported is what ExportLlama wrote.
+type Exported struct {
+	Files      []string // names in the directory
+	Bytes      int64    // their total size
+	Tokenizer  string   // the tokenizer's name
+	NoTokFiles bool     // the tokenizer has no Hugging Face files (the byte tokenizer): none written
+}
+
+// ExportLlama writes a model of shape c (as ExportConfig takes it) with the given tensors
+// (Hugging Face's names and q/k row layout, which are distflash's) as a LLaMA directory out,
+// which must not exist or be empty: config.json with the BOS and EOS of the tokenizer
+// (data.tokenizer) when it has them, the weights as safetensors of dtype (DTypeF32 or
+// DTypeBF16) in shards of at most maxShard bytes, and the tokenizer's files (TokenizerFiles).
+func ExportLlama(out string, c HFConfig, tensors []WTensor, tokenizer, dtype string, maxShard int64) (Exported, error) {
+	tok, err := data.NewTokenizer(tokenizer)
+	if err != nil {
+		return Exported{}, fmt.Errorf("export: the run's data.tokenizer %q: %w", tokenizer, err)
+	}
+	bos, eos := int32(-1), int32(-1)
+	if st, ok := tok.(data.SpecialTokens); ok {
+		bos, eos = st.Specials()
+	}
+	cfgJSON, err := ExportConfig(c, dtype, bos, eos)
+	if err != nil {
+		return Exported{}, err
+	}
+	copies, err := TokenizerFiles(tokenizer)
+	if err != nil {
+		return Exported{}, fmt.Errorf("export: the run's data.tokenizer %q: %w", tokenizer, err)
+	}
+	files, err := WriteHF(out, HFExport{Config: cfgJSON, Tensors: tensors, DType: dtype, MaxShardSize: maxShard, Copy: copies})
+	if err != nil {
+		return Exported{}, fmt.Errorf("export: %w", err)
+	}
+	ex := Exported{Files: files, Tokenizer: tok.Name(), NoTokFiles: len(copies) == 0}
+	for _, f := range files {
+		if fi, err := os.Stat(filepath.Join(out, f)); err == nil {
+			ex.Bytes += fi.Size()
+		}
+	}
+	return ex, nil
 }

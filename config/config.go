@@ -1,3 +1,12 @@
+// Package config is a run's configuration: the Config type, one section per concern as
+// configs/*.toml write them ([run], [model], [data], [training], [parallelism],
+// [checkpoint], [eval], [device]), its defaults (Default), reading a TOML file and --set
+// overrides (Load, Read, Config.Set), validation whose errors name the file, the key, the
+// value and what is allowed (Config.Validate), and the checks that refuse a config before
+// anything is allocated (Config.Requirements, CheckTrainMemory, CheckModelMemory).
+//
+// Layer: config imports kernels, model, parallel and sysmem. Packages plan, evaluate and
+// train and the command import it; it imports none of them.
 package config
 
 import (
@@ -22,7 +31,7 @@ import (
 )
 
 // Config is a run's configuration: one TOML file (configs/*.toml) with one section per part of
-// the program, every key defaulted by DefaultConfig. LoadConfig reads it; Validate checks it.
+// the program, every key defaulted by Default. Load reads it; Validate checks it.
 type Config struct {
 	Run         RunConfig         `toml:"run" json:"run"`
 	Model       model.Config      `toml:"model" json:"model"`
@@ -138,7 +147,7 @@ var (
 	deviceKinds        = []string{"cpu", "cuda"}
 )
 
-// DefaultConfig is the configuration every key falls back to: the tiny model on a byte-level
+// Default is the configuration every key falls back to: the tiny model on a byte-level
 // tokenization of the Go source tree, trained on one CPU worker in fp32 (configs/tiny.toml
 // writes it out).
 func Default() Config {
@@ -159,7 +168,7 @@ func Default() Config {
 	}
 }
 
-// LoadConfig reads the TOML file at path over DefaultConfig, applies the overrides in order
+// Load reads the TOML file at path over Default, applies the overrides in order
 // (each "section.key=value", see Set) and validates the result. An unknown key in the file is
 // an error that names the key and the file and suggests the closest known key.
 // A path of "" means no file: the built-in defaults with the overrides.
@@ -224,7 +233,7 @@ func tomlNestingOK(text []byte) (line int, ok bool) {
 	return line, true
 }
 
-// readConfig is LoadConfig without the validation.
+// Read is Load without the validation.
 func Read(path string, overrides []string) (Config, error) {
 	cfg := Default()
 	cfg.Path = path
@@ -257,7 +266,7 @@ func Read(path string, overrides []string) (Config, error) {
 // Set applies one override "section.key=value", as given to --set on the command line. The
 // value is read as a TOML value (20, 3e-4, true, "x", ["*.go", "*.md"]); a value that is not
 // valid TOML, or a TOML value of the wrong type for a string key, is taken as a bare string,
-// so run.name=foo works. Set does not validate the result; LoadConfig does after all overrides.
+// so run.name=foo works. Set does not validate the result; Load does after all overrides.
 func (c *Config) Set(override string) error {
 	key, value, ok := strings.Cut(override, "=")
 	if !ok {
@@ -731,8 +740,8 @@ func Count(n int64) string {
 }
 
 // Bytes per parameter of the model state, in fp32: the weight, its gradient and the two
-// AdamW moments. plan's memory model (memoryFor), train's check (Requirements,
-// checkModelMemory) and the checks before a model is loaded in eval, export and
+// AdamW moments. plan's memory model (plan.MemoryFor), train's check (Requirements,
+// CheckModelMemory) and the checks before a model is loaded in eval, export and
 // train --init-from all count with these.
 const (
 	WeightBytesPerParam    = 4
@@ -742,7 +751,7 @@ const (
 	StateBytesPerParam = WeightBytesPerParam + GradBytesPerParam + OptimizerBytesPerParam
 )
 
-// checkModelMemory refuses, before anything is allocated, a model of shape mc (from a file,
+// CheckModelMemory refuses, before anything is allocated, a model of shape mc (from a file,
 // perhaps a stranger's) whose copies × perParam bytes per parameter do not fit in the memory
 // this machine has available. what names where the shape comes from and its keys; the error
 // adds the parameters and the bytes needed and available.
@@ -785,7 +794,7 @@ func (c Config) Requirements() []string {
 	return reqs
 }
 
-// checkTrainMemory refuses a config whose model state (stateBytesPerParam a parameter,
+// CheckTrainMemory refuses a config whose model state (stateBytesPerParam a parameter,
 // before activations) does not fit in this process's available memory: every rank's when
 // the ranks are in-process (a full copy each, or a shard each with FSDP), one rank's under
 // MPI.

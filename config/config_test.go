@@ -36,7 +36,7 @@ func wantErr(t *testing.T, err error, subs ...string) {
 	}
 }
 
-// resolvedDefault is DefaultConfig after Validate, with Path set.
+// resolvedDefault is Default after Validate, with Path set.
 func resolvedDefault(t *testing.T, path string) Config {
 	t.Helper()
 	want := Default()
@@ -74,7 +74,7 @@ func TestConfigFilesLoad(t *testing.T) {
 	}
 }
 
-// TestConfigTinyIsDefaults checks that configs/tiny.toml writes out DefaultConfig exactly.
+// TestConfigTinyIsDefaults checks that configs/tiny.toml writes out Default exactly.
 func TestConfigTinyIsDefaults(t *testing.T) {
 	const path = "configs/tiny.toml"
 	got, err := Load(path, nil)
@@ -496,4 +496,13 @@ func TestConfigNesting(t *testing.T) {
 	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "nested more than 32 deep") {
 		t.Errorf("3000 nested inline tables: %v", err)
 	}
+}
+
+// TestMain runs the tests from the repository root, where configs/ is and where a user runs
+// distflash: the configs name their paths, and the errors their files, as a user sees them.
+func TestMain(m *testing.M) {
+	if err := os.Chdir(".."); err != nil {
+		panic(err)
+	}
+	os.Exit(m.Run())
 }

@@ -73,7 +73,8 @@ func goroot() (string, error) {
 		err = fmt.Errorf("it printed nothing")
 	}
 	// runtime.GOROOT is deprecated (Go 1.24) because a binary may run far from the
-	// toolchain that built it; it is only the last resort here.
+	// toolchain that built it; it is only the last resort here, after $GOROOT and go env.
+	//lint:ignore SA1019 the last resort, after the two ways staticcheck recommends
 	if g := runtime.GOROOT(); g != "" {
 		return g, nil
 	}

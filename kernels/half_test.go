@@ -366,14 +366,13 @@ func TestHalfBadArgs(t *testing.T) {
 
 // matmulHalfCase is one testdata/half/matmul_*.safetensors file.
 type matmulHalfCase struct {
-	name                   string
-	M, N, K                int
-	TransA, TransB         bool
-	Beta                   float32
-	Precision              string
-	prec                   Precision
-	a, b, c0, want, scale  []float32
-	wantInf, finite, total int
+	name                  string
+	M, N, K               int
+	TransA, TransB        bool
+	Beta                  float32
+	Precision             string
+	prec                  Precision
+	a, b, c0, want, scale []float32
 }
 
 func loadMatmulHalf(t *testing.T) []*matmulHalfCase {

@@ -62,7 +62,7 @@ func BenchmarkMPIPointToPoint(b *testing.B) {
 				args = append(args, "-"+f+"="+v.Value.String())
 			}
 		}
-		out, err, _ := mpirunSelf(b, 2, 0, nil, args...)
+		out, _, err := mpirunSelf(b, 2, 0, nil, args...)
 		if err != nil {
 			b.Fatalf("mpirun -np 2: %v\n%s", err, out)
 		}

@@ -44,7 +44,7 @@ func TestMPIFailure(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			env := []string{"DISTFLASH_MPI_FAIL=" + tc.mode, "DISTFLASH_MPI_TIMEOUT=" + tc.timeout}
-			out, err, took := mpirunSelf(t, 2, 2*mpiFailBound, env, "-test.run=^TestMPIFailingRank$")
+			out, took, err := mpirunSelf(t, 2, 2*mpiFailBound, env, "-test.run=^TestMPIFailingRank$")
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != tc.status {
 				t.Fatalf("mpirun ended with %v after rank 1 failed (%s), want exit status %d; output:\n%s", err, tc.mode, tc.status, out)

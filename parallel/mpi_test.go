@@ -74,7 +74,7 @@ func TestMain(m *testing.M) {
 // environment env, stopping it (SIGTERM, which mpirun passes on to the ranks, then SIGKILL)
 // after limit (if > 0). It returns the output of all ranks, mpirun's error and the time it ran. A
 // machine without mpirun skips the test: CI installs Open MPI, so there it always runs.
-func mpirunSelf(t testing.TB, np int, limit time.Duration, env []string, args ...string) (string, error, time.Duration) {
+func mpirunSelf(t testing.TB, np int, limit time.Duration, env []string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
@@ -98,7 +98,7 @@ func mpirunSelf(t testing.TB, np int, limit time.Duration, env []string, args ..
 	if ctx.Err() != nil {
 		err = fmt.Errorf("mpirun did not finish within %v: %w", limit, err)
 	}
-	return out.String(), err, time.Since(start)
+	return out.String(), time.Since(start), err
 }
 
 // TestMPI runs TestMPIRanks under mpirun on P = 1, 2, 3 and 4 ranks, with MPI's ordinary
@@ -122,7 +122,7 @@ func TestMPI(t *testing.T) {
 				fmt.Sprintf("DISTFLASH_MPI_SYNC_SEND=%v", tc.sync),
 				"DISTFLASH_MPI_TEST_DIR=" + t.TempDir(),
 			}
-			out, err, took := mpirunSelf(t, tc.P, 3*time.Minute, env, "-test.run=^TestMPIRanks$", "-test.v")
+			out, took, err := mpirunSelf(t, tc.P, 3*time.Minute, env, "-test.run=^TestMPIRanks$", "-test.v")
 			passed := strings.Count(out, "--- PASS: TestMPIRanks ")
 			if err != nil || passed != tc.P {
 				t.Fatalf("mpirun -np %d: %v; %d of %d ranks passed; output:\n%s", tc.P, err, passed, tc.P, out)

@@ -1,7 +1,9 @@
-package plan
-
-// The plan command: predict, for a config on a cluster, the memory of one rank, the bytes one
-// rank communicates in a step and the step time, per attention schedule.
+// Package plan predicts, for a config on a cluster, the memory of one rank, the bytes one
+// rank communicates in a step and the step time, per attention schedule: what the plan
+// command prints (Make, WriteDetail, WriteTable).
+//
+// Layer: plan imports config, kernels, model and parallel (it runs the schedules' own code
+// to count their bytes); the command imports it, and nothing in train or evaluate does yet.
 //
 // Cluster presets (--cluster NODESxGPUSxTYPE, e.g. 2x8xA100-80GB):
 //
@@ -14,8 +16,9 @@ package plan
 //
 // TYPE cpu is a rank of the CPU backend, e.g. on the hosts of scripts/netns-cluster.sh: its
 // FLOP/s must be measured on the machine (bench/netns_overlap.sh does) and its mfu is 1.
-// GB here is 10^9 bytes (the vendors' figures). --mfu (default 0.5) is the fraction of the peak
-// rate the kernels achieve; --gpu-mem, --intra-bw and --inter-bw override the preset.
+// GB here is 10^9 bytes (the vendors' figures). --mfu and --attn-mfu are the fractions of the
+// peak rate the dense products and the attention kernels achieve (the GPU type's, measured for
+// H100/H200: hopperMFU); --gpu-mem, --intra-bw and --inter-bw override the preset.
 //
 // The model (every number is per rank and per optimizer step unless stated):
 //
@@ -52,7 +55,7 @@ package plan
 //     idle fraction (DistFlashAttn §3.2): ring and burst (P²−P)/(2P²), distflash 1/(2P) for even
 //     P and 0 for odd P, zigzag, attn2d and ulysses 0; under document masking
 //     (data.document_mask, --doc-len) the attention FLOPs scale by the visible fraction of the
-//     pairs and the idle fraction is the documents' (plandocs.go). Compute time = dense FLOPs /
+//     pairs and the idle fraction is the documents' (plandocs.go in this package). Compute time = dense FLOPs /
 //     (peak × mfu) + attention FLOPs / (peak × attn_mfu), each fraction the GPU type's measured
 //     one (hopperMFU) unless --mfu / --attn-mfu say otherwise.
 //     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
@@ -66,6 +69,7 @@ package plan
 //     attention + fsdp communication), else their sum; the work is spread evenly over the
 //     layers, so the step is max or sum of the totals; the data-parallel gradient all-reduce
 //     runs after the backward pass and adds to the step either way.
+package plan
 
 import (
 	"fmt"
@@ -360,7 +364,7 @@ func actBytesPerToken(cfg config.Config, names []string) float64 {
 	return b
 }
 
-// memoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
+// MemoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
 func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	m, p := cfg.Model, cfg.Parallelism
 	N := m.ParamCount()
@@ -650,7 +654,7 @@ func PlanFor(cfg config.Config, cl Cluster, name string, seqLen int) Plan {
 
 // PlanWithDocs is PlanFor with packed documents of lengths docs under a document mask (nil:
 // plain causal attention): attention FLOPs scale by the visible fraction and the idle
-// fraction is the schedule's under the documents (plandocs.go), after
+// fraction is the schedule's under the documents (plandocs.go in this package), after
 // parallel.BalanceDocuments with parallelism.balance_documents.
 func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *DocLengths) Plan {
 	cfg.Data.SeqLen = seqLen
@@ -759,7 +763,7 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	fsdpComm, dpComm := pl.Comm.FSDP*worldSecPerByte, pl.Comm.DataParallel*worldSecPerByte
 	tm.Comm = attnComm + fsdpComm + dpComm
 	tm.Overlap = p.OverlapComm
-	// The gradient all-reduce runs after the backward pass (train.go), so it never
+	// The gradient all-reduce runs after the backward pass (package train), so it never
 	// overlaps; attention transfers and FSDP's prefetched gathers do with overlap_comm.
 	if p.OverlapComm {
 		tm.Step = max(tm.Compute, attnComm+fsdpComm) + dpComm

@@ -97,7 +97,7 @@ func TestPlanHybridLinkClasses(t *testing.T) {
 // TestPlanHybridRefusals: plan refuses what the hybrid cannot run, with the reason, and
 // ulysses_degree leaves plain ulysses as it is.
 func TestPlanHybridRefusals(t *testing.T) {
-	cfg := loadPlanConfig(t, "../configs/llama-33h.toml") // LoadConfig itself refuses ulysses_degree = 2 for 33 heads
+	cfg := loadPlanConfig(t, "../configs/llama-33h.toml") // config.Load itself refuses ulysses_degree = 2 for 33 heads
 	cfg.Parallelism.UlyssesDegree = 2
 	cl := mustCluster(t, "2x8xA100-80GB")
 	if pl := PlanFor(cfg, cl, "zigzag", cfg.Data.SeqLen); !strings.Contains(pl.Refused, "n_heads (33)") || !strings.Contains(pl.Refused, "ulysses_degree = 2") {

@@ -1,3 +1,12 @@
+// Package evaluate measures a model on held-out text: it loads a model from any format
+// distflash reads (a Hugging Face LLaMA directory, a .safetensors file, a distflash
+// checkpoint: LoadModel, LoadCheckpoint), tokenizes documents into samples, and runs them on
+// sequence-parallel ranks (Evaluator) for loss, perplexity and bits per byte; Prepare and Job
+// are the eval command after its flags.
+//
+// Layer: evaluate imports config, ckpt, data, model, parallel and kernels. Package train
+// (which evaluates during training and starts --init-from runs from the models it loads) and
+// the command import it.
 package evaluate
 
 import (
@@ -23,8 +32,8 @@ import (
 	"distflash/parallel"
 )
 
-// Evaluation: `distflash eval` and the evaluate function that train calls every eval.interval
-// steps.
+// Evaluation: `distflash eval` (Prepare, Job) and the Evaluator that train calls every
+// eval.interval steps.
 //
 // What is measured. Each sample is one document: its tokens, with the model's BOS token
 // prepended when it has one, cut to seq_len+1 tokens; the model reads the first seq_len (or
@@ -41,7 +50,7 @@ import (
 // the layout's divisor (P, or 2P for zig-zag) with targets -1, which the loss ignores; the
 // padding sits after the sample, so causal attention keeps the real tokens from seeing it.
 
-// EvalResult is what one evaluation measured.
+// Result is what one evaluation measured.
 type Result struct {
 	Loss             float64 `json:"loss"`                     // mean next-token cross-entropy, nats per predicted token
 	Perplexity       float64 `json:"perplexity"`               // exp(loss)
@@ -56,13 +65,13 @@ type Result struct {
 	TokensPerSec     float64 `json:"tokens_per_s"`
 }
 
-// evalSample is one document prepared for evaluation.
+// Sample is one document prepared for evaluation.
 type Sample struct {
 	IDs, Targets []int32 // model inputs and next-token targets, the same length (<= seq_len)
 	Bytes        int     // UTF-8 bytes the targets decode to
 }
 
-// newEvalSample tokenizes doc into a sample: bos (when >= 0) and the document's tokens, cut to
+// NewSample tokenizes doc into a sample: bos (when >= 0) and the document's tokens, cut to
 // seqLen+1 tokens. It reports false for a document too short to predict any token.
 func NewSample(doc []byte, tok data.Tokenizer, bos int32, seqLen, vocab int) (Sample, bool, error) {
 	ids := tok.Encode(doc)
@@ -102,7 +111,7 @@ func CollectSamples(docs [][]byte, tok data.Tokenizer, bos int32, seqLen, vocab,
 	return out, nil
 }
 
-// loadEvalSamples reads the first n documents of the evaluation data at path (data.eval for
+// LoadSamples reads the first n documents of the evaluation data at path (data.eval for
 // train, --data for eval) in data.format, in path order (data.ReadDocuments), and makes
 // samples of them. Documents with no token to predict are passed over, so it reads on
 // until it has n samples or the data ends.
@@ -130,7 +139,7 @@ func LoadSamples(path string, d config.DataConfig, tok data.Tokenizer, bos int32
 	}
 }
 
-// evaluator runs forward passes of one model on P in-process sequence-parallel ranks, each
+// Evaluator runs forward passes of one model on P in-process sequence-parallel ranks, each
 // with its own backend and copy of the parameters, as train's ranks.
 type Evaluator struct {
 	Config model.Config
@@ -141,7 +150,7 @@ type Evaluator struct {
 	models []*model.Model
 }
 
-// newEvaluator builds the ranks for model mc under the [parallelism] section par (P =
+// NewEvaluator builds the ranks for model mc under the [parallelism] section par (P =
 // sequence_parallel_degree; world_size beyond it would be data-parallel replicas, which an
 // evaluation does not need). The models keep only each block's input (the forward never
 // needs more), so activation memory is that of CheckpointLayer.
@@ -190,7 +199,7 @@ func (e *Evaluator) Load(params []float32) error {
 	return nil
 }
 
-// sample returns the summed loss of one sample's targets and their count.
+// Score returns the summed loss of one sample's targets and their count.
 func (e *Evaluator) Score(s Sample) (lossSum float64, count int, err error) {
 	n := len(s.IDs)
 	if e.P == 1 {
@@ -261,10 +270,10 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []Sample, progress fun
 	return r, nil
 }
 
-// evalSeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
+// SeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
 func SeqLen(cfg config.Config) int { return cmp.Or(cfg.Eval.SeqLen, cfg.Data.SeqLen) }
 
-// evalModel is a model ready to evaluate.
+// Model is a model ready to evaluate.
 type Model struct {
 	Config    model.Config
 	Params    []float32      // in model.NewLayout(cfg) order
@@ -276,7 +285,7 @@ type Model struct {
 	Saved     *config.Config // a checkpoint's training config; nil for other models
 }
 
-// loadEvalModel loads --model: a Hugging Face LLaMA directory (a config.json that is not
+// LoadModel loads --model: a Hugging Face LLaMA directory (a config.json that is not
 // distflash's own, see ckpt.IsHFDir, and safetensors weights), a .safetensors file holding
 // distflash's parameter names for the config's [model] shape, or a checkpoint directory of
 // this program.
@@ -316,7 +325,7 @@ func LoadModel(path string, cfg config.Config, stderr io.Writer) (Model, error) 
 	return Model{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
 }
 
-// loadCheckpointParams reads a checkpoint written by distflash train: a step directory, or a
+// LoadCheckpoint reads a checkpoint written by distflash train: a step directory, or a
 // run directory, meaning its newest intact checkpoint (its latest, or, when that is damaged,
 // the newest older one that verifies, as --resume auto chooses, each one passed over named on
 // stderr). It returns the config the model was trained with, its parameters in
@@ -378,7 +387,27 @@ func HFModelConfig(h ckpt.HFConfig) model.Config {
 		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.ContextLength(), RopeScaling: model.RopeScaling(h.RopeScaling)}
 }
 
-// hfShape names an HF directory's config.json with the keys that size its model.
+// HFConfigOf is the Hugging Face config of model mc, in ckpt.ExportConfig's terms (the
+// inverse of HFModelConfig).
+func HFConfigOf(mc model.Config) ckpt.HFConfig {
+	return ckpt.HFConfig{HiddenSize: mc.Dim, IntermediateSize: mc.FFNDim, NumHiddenLayers: mc.NLayers,
+		NumAttentionHeads: mc.NHeads, NumKeyValueHeads: mc.NKVHeads, HeadDim: mc.HeadDim, VocabSize: mc.VocabSize,
+		RMSNormEps: mc.NormEps, RopeTheta: mc.RopeTheta, MaxPositionEmbeddings: mc.MaxSeqLen,
+		RopeScaling: ckpt.HFRopeScaling(mc.RopeScaling)}
+}
+
+// Tensors are the parameters of model mc (params in model.NewLayout order) as the tensors
+// ckpt writes, sharing params' memory.
+func Tensors(mc model.Config, params []float32) []ckpt.WTensor {
+	layout := model.NewLayout(mc)
+	ts := make([]ckpt.WTensor, len(layout.Tensors))
+	for i, t := range layout.Tensors {
+		ts[i] = ckpt.WTensor{Name: t.Name, Shape: t.Shape, Data: params[t.Off : t.Off+t.Size()]}
+	}
+	return ts
+}
+
+// HFShape names an HF directory's config.json with the keys that size its model.
 func HFShape(dir string, c ckpt.HFConfig) string {
 	return fmt.Sprintf("%s (hidden_size %d, intermediate_size %d, num_hidden_layers %d, num_attention_heads %d, num_key_value_heads %d, vocab_size %d)",
 		filepath.Join(dir, ckpt.HFConfigFile), c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.VocabSize)
@@ -448,7 +477,7 @@ func LoadSafetensorsParams(path string, mc model.Config) ([]float32, error) {
 	return params, nil
 }
 
-// evalReport is the JSON file eval writes: the result and what produced it.
+// Report is the JSON file eval writes: the result and what produced it.
 type Report struct {
 	Result
 	Model     string `json:"model"`
@@ -461,13 +490,13 @@ type Report struct {
 	Params    int64  `json:"params"`
 }
 
-// loadEvalConfig reads the config file at path (the built-in defaults when path is "") with
+// LoadConfig reads the config file at path (the built-in defaults when path is "") with
 // the overrides, without validating it: the model evaluated decides its shape (ValidateEval).
 func LoadConfig(path string, sets []string) (config.Config, error) {
 	return config.Read(path, sets)
 }
 
-// evalConfig is the config an evaluation of em runs under: cfg with em's model shape. A
+// ConfigFor is the config an evaluation of em runs under: cfg with em's model shape. A
 // checkpoint evaluated without --config brings its training run's [data] and [eval]
 // sections (data.eval, data.format, data.seq_len…) as the defaults that --set overrides.
 func ConfigFor(cfg config.Config, em Model, configPath string, sets []string) (config.Config, error) {

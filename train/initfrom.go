@@ -1,4 +1,4 @@
-package main
+package train
 
 import (
 	"fmt"
@@ -237,11 +237,11 @@ func applyInitSource(cfg *config.Config, src *initSource, sets []string, stderr 
 	return nil
 }
 
-// loadInitConfig is LoadConfig for train --init-from: the file and the overrides, then
+// LoadInitConfig is config.Load for train --init-from: the file and the overrides, then
 // [model] and data.tokenizer from the source at from, then validation (only then: the
 // built-in [model] a config leaves in place is not the run's). It returns the config and
 // the source's weights.
-func loadInitConfig(path string, sets []string, from string, stderr io.Writer) (config.Config, []float32, error) {
+func LoadInitConfig(path string, sets []string, from string, stderr io.Writer) (config.Config, []float32, error) {
 	if l, err := parallel.MPIEnv(); err == nil && l != nil && l.Rank > 0 {
 		stderr = io.Discard // every process loads the source; rank 0 reports it
 	}

@@ -1,22 +1,29 @@
-package main
+// Package train is distflash's training: the world it runs in (in-process ranks, or this
+// process as one MPI rank: Launch), the ranks and their step (forward, loss, backward,
+// gradient exchange or FSDP's reduce-scatter, clipping, AdamW), the data loader
+// (NewLoader), signals that stop after a step with a checkpoint (OnSignal), run directories
+// and their locks, checkpoints and resume with its report of what changed, --init-from
+// (LoadInitConfig), periodic evaluation and the metrics writer. Run is the train command
+// after its flags.
+//
+// Layer: train imports config, evaluate (its held-out evaluation), ckpt, data, model, optim,
+// parallel, kernels and runplot. Only the command imports it.
+package train
 
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"distflash/ckpt"
 	"distflash/config"
@@ -26,6 +33,7 @@ import (
 	"distflash/model"
 	"distflash/optim"
 	"distflash/parallel"
+	"distflash/runplot"
 )
 
 // Metrics is one line of runs/<name>/metrics.jsonl.
@@ -50,67 +58,10 @@ type Metrics struct {
 	diverged bool // fp32/bf16: the gradients hold Inf or NaN; no update was applied
 }
 
-// runTrain is `distflash train`.
-func runTrain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
-	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
-	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
-	fresh := fs.Bool("fresh", false, "start over in a run directory that holds an earlier run, moving that run aside to <dir>.old-<time> (nothing is deleted)")
-	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint (for jobs with a time limit); 0 = run to training.steps")
-	initFrom := fs.String("init-from", "", "start a new run (step 0) from the weights of a Hugging Face LLaMA directory, a .safetensors file or a distflash checkpoint; [model] and the tokenizer come from it unless the config sets them (see README)")
-	var sets setFlags
-	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("train: unexpected arguments %q", fs.Args())
-	}
-	var cfg config.Config
-	var initParams []float32
-	var err error
-	if *initFrom != "" {
-		cfg, initParams, err = loadInitConfig(*configPath, sets, *initFrom, stderr)
-	} else {
-		cfg, err = config.Load(*configPath, sets)
-	}
-	if err != nil {
-		return err
-	}
-	if reqs := cfg.Requirements(); len(reqs) > 0 {
-		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
-			cfg.Path, strings.Join(reqs, "\n  - "))
-	}
-	if err := config.CheckTrainMemory(cfg); err != nil {
-		return err
-	}
-	if *fresh && *resume != "" {
-		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
-	}
-	opt := trainOptions{progress: *progress, resume: *resume, fresh: *fresh, stopAfter: *stopAfter,
-		current: new(atomic.Int64), initParams: initParams}
-	comm, err := launchWorld(&cfg, stderr)
-	if err != nil {
-		return err
-	}
-	if comm != nil {
-		opt.comm = comm
-		defer parallel.FinalizeMPI()
-	}
-	ctx, stop := stopOnSignal(stderr, opt.current, comm == nil || comm.Rank() == 0)
-	defer stop()
-	if err := train(ctx, cfg, stdout, stderr, opt); err != nil {
-		return err
-	}
-	return writeTraffic(comm)
-}
-
 // writeTraffic writes, when DISTFLASH_TRAFFIC names a path prefix, the bytes this MPI rank
 // sent by call site over the whole run to PREFIX.rankN as JSON (bench/netns_overlap.sh
 // reads them). The in-process world (comm nil) writes nothing.
-func writeTraffic(comm parallel.Comm) error {
+func WriteTraffic(comm parallel.Comm) error {
 	prefix := os.Getenv("DISTFLASH_TRAFFIC")
 	if prefix == "" || comm == nil {
 		return nil
@@ -126,11 +77,11 @@ func writeTraffic(comm parallel.Comm) error {
 	return nil
 }
 
-// stopOnSignal returns a context that the first SIGINT or SIGTERM cancels, which makes
+// OnSignal returns a context that the first SIGINT or SIGTERM cancels, which makes
 // training stop after the step it is in and save a checkpoint there; a second signal ends
 // the process at once (exit status 130), leaving the last complete checkpoint as `latest`.
 // current is the step being trained; only a process that speaks (rank 0) prints.
-func stopOnSignal(stderr io.Writer, current *atomic.Int64, speak bool) (context.Context, func()) {
+func OnSignal(stderr io.Writer, current *atomic.Int64, speak bool) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -161,10 +112,10 @@ func stopOnSignal(stderr io.Writer, current *atomic.Int64, speak bool) (context.
 	}
 }
 
-// launchWorld starts MPI when the config asks for it (parallelism.backend = "mpi") or when
+// Launch starts MPI when the config asks for it (parallelism.backend = "mpi") or when
 // this process was started by an MPI launcher (mpirun, srun) together with others, and
 // returns this process's communicator; nil means the in-process world.
-func launchWorld(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
+func Launch(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
 	launch, err := parallel.MPIEnv()
 	if err != nil {
 		return nil, err
@@ -221,7 +172,7 @@ type trainer struct {
 // rank is one worker's state.
 type rank struct {
 	id      int
-	comm    parallel.Comm // the whole world
+	Comm    parallel.Comm // the whole world
 	be      kernels.Backend
 	model   *model.Model
 	opt     *optim.AdamW
@@ -264,10 +215,11 @@ func newTrainer(cfg config.Config, stderr io.Writer) (*trainer, error) {
 	return newTrainerOn(cfg, stderr, nil)
 }
 
-// newTrainerOn builds a trainer. With comm nil it runs every rank of the world in this
-// process; otherwise this process is the one rank comm.Rank() of a world of comm.Size()
-// processes (MPI), which must equal parallelism.world_size.
-func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*trainer, error) {
+// newLoader reads the training data the config names (data.train, in data.format, through
+// data.tokenizer, cut at data.max_bytes; documents marked when data.document_mask) and returns
+// the loader that cuts it into the batches training sees, in order. It reports what it read
+// on stderr.
+func NewLoader(cfg config.Config, stderr io.Writer) (*data.Loader, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
@@ -301,6 +253,17 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*tra
 	}
 	if src.Boundary != nil {
 		loader.SetBoundary(*src.Boundary)
+	}
+	return loader, nil
+}
+
+// newTrainerOn builds a trainer. With comm nil it runs every rank of the world in this
+// process; otherwise this process is the one rank comm.Rank() of a world of comm.Size()
+// processes (MPI), which must equal parallelism.world_size.
+func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*trainer, error) {
+	loader, err := NewLoader(cfg, stderr)
+	if err != nil {
+		return nil, err
 	}
 	t := cfg.Training
 	sched := optim.Schedule{Kind: t.LRSchedule, LR: t.LR, MinLR: t.MinLR, Warmup: t.WarmupSteps, Steps: t.Steps}
@@ -368,7 +331,7 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	if be.Name() != "cpu" { // the communicators move host memory: device buffers go through host copies
 		c = parallel.Staged(c, be)
 	}
-	r := &rank{id: c.Rank(), comm: c, be: be, replica: c.Rank() / sp, stats: make([]float32, statLen)}
+	r := &rank{id: c.Rank(), Comm: c, be: be, replica: c.Rank() / sp, stats: make([]float32, statLen)}
 	r.statBuf, r.statAll = r.be.Alloc(statLen), r.be.Alloc(statLen*c.Size())
 	spComm := c
 	if c.Size() > sp {
@@ -484,8 +447,7 @@ func (t *trainer) fullParams() []float32 {
 func (t *trainer) step(step int) (Metrics, error) {
 	cfg := t.cfg
 	accum := cfg.Training.GradAccumSteps
-	sp := cfg.Parallelism.SequenceParallelDegree
-	dp := t.size / sp
+	dp := t.size / cfg.Parallelism.SequenceParallelDegree
 	B, T := cfg.Data.BatchSize, cfg.Data.SeqLen
 	dscale := 1 / float64(B*T*accum*dp)
 	scale := 1.0
@@ -501,75 +463,13 @@ func (t *trainer) step(step int) (Metrics, error) {
 	lr := t.sched.At(step)
 	var out Metrics
 	err := t.run(func(r *rank) error {
-		m := r.model
-		if r.fsdp != nil {
-			r.fsdp.ZeroGrads()
-		} else {
-			m.ZeroGrads()
-		}
-		var lossSum float64
-		var count int
-		for _, mb := range batches {
-			b := mb[r.replica]
-			if par := t.cfg.Parallelism; par.BalanceDocuments {
-				sp := par.SequenceParallelDegree
-				if par.UlyssesDegree > 1 && par.Attention != "ulysses" {
-					sp /= par.UlyssesDegree // a hybrid balances its groups; inside one the all-to-all splits the work by head
-				}
-				b = balanceBatch(b, par.Attention, sp)
-			}
-			ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
-			tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
-			m.Docs, m.ResetPositions = b.DocStart, t.cfg.Data.PositionReset
-			l, n := m.ForwardBackward(ids, tg, B, r.pos, float32(dscale*scale))
-			lossSum += l
-			count += n
-		}
-		if r.fsdp == nil && t.size > 1 {
-			r.comm.AllReduce(r.grads, "grad.allreduce")
-		}
+		lossSum, count := t.gradients(r, batches, float32(dscale*scale))
 		if t.beforeUpdate != nil {
 			t.beforeUpdate(step, r)
 		}
-		s := r.stats
-		clear(s)
-		putStat(s, statLoss, lossSum)
-		putStat(s, statCount, float64(count))
-		if r.fsdp != nil || r.id == 0 { // without FSDP every rank holds the same summed gradient
-			putStat(s, statSumSq, r.be.SumSquares(r.grads))
-		}
-		if !r.be.AllFinite(r.grads) {
-			s[statBad] = 1
-		}
-		if t.stopRequested != nil && t.stopRequested() {
-			s[statStop] = 1
-		}
-		mem := r.memory()
-		putStat(s, statParams, float64(mem.Params))
-		putStat(s, statGrads, float64(mem.Grads))
-		putStat(s, statOptim, float64(mem.Optimizer))
-		putStat(s, statCompute, float64(mem.Compute))
-		putStat(s, statActs, float64(mem.Activations))
-		r.be.Upload(r.statBuf, s)
-		r.comm.AllGather(r.statAll, r.statBuf, "stats")
-		all := make([]float32, statLen*t.size)
-		r.be.Download(all, r.statAll)
-		var loss, tokens, sumsq float64
-		bad, stop := false, false
-		mems := make([]Memory, t.size)
-		for q := range t.size {
-			st := all[q*statLen : (q+1)*statLen]
-			loss += getStat(st, statLoss)
-			tokens += getStat(st, statCount)
-			sumsq += getStat(st, statSumSq)
-			bad = bad || st[statBad] != 0
-			stop = stop || st[statStop] != 0
-			mems[q] = Memory{Params: int64(getStat(st, statParams)), Grads: int64(getStat(st, statGrads)),
-				Optimizer: int64(getStat(st, statOptim)), Compute: int64(getStat(st, statCompute)),
-				Activations: int64(getStat(st, statActs))}
-		}
-		norm := math.Sqrt(sumsq) / scale
-		if !bad {
+		st := t.gatherStats(r, lossSum, count)
+		norm := math.Sqrt(st.sumsq) / scale
+		if !st.bad {
 			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
 			r.opt.Update(r.params, r.grads, lr, float32(clip/scale))
 			if r.cast != nil {
@@ -577,9 +477,9 @@ func (t *trainer) step(step int) (Metrics, error) {
 			}
 		}
 		if r == t.ranks[0] {
-			out = Metrics{Step: step + 1, Loss: loss / tokens, LR: lr, GradNorm: norm, Tokens: int64(tokens),
-				AttnForwards: m.Stats.AttnForwards, Skipped: bad && t.scaler != nil, Memory: mems, stop: stop,
-				diverged: bad && t.scaler == nil}
+			out = Metrics{Step: step + 1, Loss: st.loss / st.tokens, LR: lr, GradNorm: norm, Tokens: int64(st.tokens),
+				AttnForwards: r.model.Stats.AttnForwards, Skipped: st.bad && t.scaler != nil, Memory: st.mems, stop: st.stop,
+				diverged: st.bad && t.scaler == nil}
 		}
 		return nil
 	})
@@ -593,19 +493,104 @@ func (t *trainer) step(step int) (Metrics, error) {
 	return out, nil
 }
 
-// trainOptions are train's command-line choices that are not part of the config.
-type trainOptions struct {
-	progress  bool   // draw a progress bar (else log lines)
-	resume    string // "", "auto" or a checkpoint path
-	fresh     bool   // start over: move an earlier run in the run directory aside
-	stopAfter int    // stop (with a checkpoint) after this step; 0 = run to training.steps
+// gradients is rank r's forward and backward over the step's micro-batches (its replica's
+// batch of each, its tokens of each sequence), with the loss scaled by lossScale: the
+// gradients accumulate in r.grads (summed over the data-parallel replicas without FSDP;
+// FSDP reduce-scatters them as it goes). It returns r's summed loss and target count.
+func (t *trainer) gradients(r *rank, batches [][]data.Batch, lossScale float32) (lossSum float64, count int) {
+	m, par := r.model, t.cfg.Parallelism
+	B, T := t.cfg.Data.BatchSize, t.cfg.Data.SeqLen
+	if r.fsdp != nil {
+		r.fsdp.ZeroGrads()
+	} else {
+		m.ZeroGrads()
+	}
+	for _, mb := range batches {
+		b := mb[r.replica]
+		if par.BalanceDocuments {
+			sp := par.SequenceParallelDegree
+			if par.UlyssesDegree > 1 && par.Attention != "ulysses" {
+				sp /= par.UlyssesDegree // a hybrid balances its groups; inside one the all-to-all splits the work by head
+			}
+			b = balanceBatch(b, par.Attention, sp)
+		}
+		ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
+		tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
+		m.Docs, m.ResetPositions = b.DocStart, t.cfg.Data.PositionReset
+		l, n := m.ForwardBackward(ids, tg, B, r.pos, lossScale)
+		lossSum += l
+		count += n
+	}
+	if r.fsdp == nil && t.size > 1 {
+		r.Comm.AllReduce(r.grads, "grad.allreduce")
+	}
+	return lossSum, count
+}
+
+// stepStats is what every rank knows after gatherStats: the step's summed loss and targets,
+// the squared gradient norm, whether some gradient is not finite, whether some rank was
+// asked to stop, and every rank's memory.
+type stepStats struct {
+	loss, tokens, sumsq float64
+	bad, stop           bool
+	mems                []Memory
+}
+
+// gatherStats all-gathers rank r's loss, target count, squared gradient norm (every rank's
+// share with FSDP; rank 0's whole sum without), finiteness, stop request and memory, and sums
+// them in rank order, so every rank reaches the same numbers.
+func (t *trainer) gatherStats(r *rank, lossSum float64, count int) stepStats {
+	s := r.stats
+	clear(s)
+	putStat(s, statLoss, lossSum)
+	putStat(s, statCount, float64(count))
+	if r.fsdp != nil || r.id == 0 { // without FSDP every rank holds the same summed gradient
+		putStat(s, statSumSq, r.be.SumSquares(r.grads))
+	}
+	if !r.be.AllFinite(r.grads) {
+		s[statBad] = 1
+	}
+	if t.stopRequested != nil && t.stopRequested() {
+		s[statStop] = 1
+	}
+	mem := r.memory()
+	putStat(s, statParams, float64(mem.Params))
+	putStat(s, statGrads, float64(mem.Grads))
+	putStat(s, statOptim, float64(mem.Optimizer))
+	putStat(s, statCompute, float64(mem.Compute))
+	putStat(s, statActs, float64(mem.Activations))
+	r.be.Upload(r.statBuf, s)
+	r.Comm.AllGather(r.statAll, r.statBuf, "stats")
+	all := make([]float32, statLen*t.size)
+	r.be.Download(all, r.statAll)
+	out := stepStats{mems: make([]Memory, t.size)}
+	for q := range t.size {
+		st := all[q*statLen : (q+1)*statLen]
+		out.loss += getStat(st, statLoss)
+		out.tokens += getStat(st, statCount)
+		out.sumsq += getStat(st, statSumSq)
+		out.bad = out.bad || st[statBad] != 0
+		out.stop = out.stop || st[statStop] != 0
+		out.mems[q] = Memory{Params: int64(getStat(st, statParams)), Grads: int64(getStat(st, statGrads)),
+			Optimizer: int64(getStat(st, statOptim)), Compute: int64(getStat(st, statCompute)),
+			Activations: int64(getStat(st, statActs))}
+	}
+	return out
+}
+
+// Options are train's command-line choices that are not part of the config.
+type Options struct {
+	Progress  bool   // draw a progress bar (else log lines)
+	Resume    string // "", "auto" or a checkpoint path
+	Fresh     bool   // start over: move an earlier run in the run directory aside
+	StopAfter int    // stop (with a checkpoint) after this step; 0 = run to training.steps
 	// initParams, when set (--init-from), replace the initial weights (model Layout order).
-	initParams []float32
+	InitParams []float32
 	// comm, when set, makes this process one rank of a world of processes (MPI). Only rank 0
 	// prints and writes the run's shared files; every rank writes its checkpoint shard.
-	comm parallel.Comm
+	Comm parallel.Comm
 	// current, when set, is kept at the step being trained (for the Ctrl-C message).
-	current *atomic.Int64
+	Current *atomic.Int64
 }
 
 // divergedError ends a run whose loss or gradient norm is not a finite number.
@@ -625,208 +610,275 @@ func (e *divergedError) Error() string {
 	return msg + "; no checkpoint was saved before it"
 }
 
-// train runs the configured number of steps, writing metrics.jsonl, a progress bar and
+// Run runs the configured number of steps, writing metrics.jsonl, a progress bar and
 // checkpoints: every checkpoint.interval steps, and always one of the step where it stops (the
 // last step, or where a signal or --stop-after stopped it). A cancelled ctx (Ctrl-C, SIGTERM)
 // stops after the current step and saves a checkpoint there. Nothing is written into the run
 // directory before the config, the data and the tokenizer are known to be good, and the run
 // directory is locked for the run's lifetime (runDirs).
-func train(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, opt trainOptions) error {
-	leader := opt.comm == nil || opt.comm.Rank() == 0
+func Run(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, opt Options) error {
+	leader := opt.Comm == nil || opt.Comm.Rank() == 0
 	if !leader {
-		stdout, stderr, opt.progress = io.Discard, io.Discard, false
+		stdout, stderr, opt.Progress = io.Discard, io.Discard, false
 	}
-	dirs := runDirsOf(cfg)
-	if leader && opt.resume == "" && !opt.fresh {
-		if err := dirs.checkFresh(); err != nil { // early, before the data is read; open checks again under the lock
-			return err
-		}
+	r, err := setup(cfg, stderr, opt, leader)
+	if r != nil {
+		defer r.close()
 	}
-	fmt.Fprintf(stderr, "%s\n", cfg.Summary())
-	if opt.comm != nil {
-		fmt.Fprintf(stderr, "mpi: %d processes; %s\n", opt.comm.Size(), parallel.MPIInfo())
-	}
-	t, err := newTrainerOn(cfg, stderr, opt.comm)
 	if err != nil {
 		return err
 	}
-	if opt.initParams != nil {
-		if err := t.loadWeights(opt.initParams); err != nil {
-			return err
+	r.stdout = stdout
+	if err := r.loop(ctx); err != nil {
+		return err
+	}
+	return r.finish()
+}
+
+// session is one training run in progress: the trainer, its directories and metrics file,
+// and what the loop has done so far.
+type session struct {
+	cfg            config.Config
+	opt            Options
+	leader         bool
+	stdout, stderr io.Writer
+	t              *trainer
+	dirs           *runDirs
+	ev             *trainEval // rank 0's evaluation every eval.interval steps
+	mf             *metricsFile
+	metricsPath    string
+	st             trainState // where the run started (a resumed checkpoint's step, else 0)
+	bar            *progressbar.ProgressBar
+	start          time.Time
+	tokens         int64
+	first, last    Metrics
+	done, saved    int    // steps done, and the step of the newest checkpoint
+	lastPath       string // the newest checkpoint this process saved or resumed from
+	end            int    // the step to stop after (training.steps or --stop-after)
+	dirsOpen       bool
+}
+
+// setup builds the trainer and the run's directory, metrics file and evaluation, resuming
+// from a checkpoint when asked: everything before the first step. Rank 0 (leader) owns the
+// directory; the other MPI ranks wait for it.
+func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*session, error) {
+	dirs := runDirsOf(cfg)
+	if leader && opt.Resume == "" && !opt.Fresh {
+		if err := dirs.checkFresh(); err != nil { // early, before the data is read; open checks again under the lock
+			return nil, err
 		}
 	}
-	var ev *trainEval // rank 0's evaluation every eval.interval steps
-	if cfg.Eval.Interval > 0 && leader {
-		if ev, err = newTrainEval(cfg); err != nil {
-			return err
+	fmt.Fprintf(stderr, "%s\n", cfg.Summary())
+	if opt.Comm != nil {
+		fmt.Fprintf(stderr, "mpi: %d processes; %s\n", opt.Comm.Size(), parallel.MPIInfo())
+	}
+	t, err := newTrainerOn(cfg, stderr, opt.Comm)
+	if err != nil {
+		return nil, err
+	}
+	if opt.InitParams != nil {
+		if err := t.loadWeights(opt.InitParams); err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(ev.samples), evaluate.SeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
+	}
+	r := &session{cfg: cfg, opt: opt, leader: leader, stderr: stderr, t: t, dirs: dirs}
+	if cfg.Eval.Interval > 0 && leader {
+		if r.ev, err = newTrainEval(cfg); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(r.ev.samples), evaluate.SeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
 	}
 	if leader {
-		if err := dirs.open(cfg, opt.resume, opt.fresh, stderr); err != nil {
-			return err
+		if err := dirs.open(cfg, opt.Resume, opt.Fresh, stderr); err != nil {
+			return nil, err
 		}
-		defer dirs.close()
+		r.dirsOpen = true
 	}
-	if opt.comm != nil {
-		opt.comm.Barrier() // rank 0 has prepared the run directory
+	if opt.Comm != nil {
+		opt.Comm.Barrier() // rank 0 has prepared the run directory
 		if !leader {
 			if dirs.id, _, err = ckpt.ReadRunID(dirs.run); err != nil {
-				return err
+				return r, err
 			}
 		}
 	}
 	t.id = dirs.id
-	var st trainState
-	if opt.resume != "" {
-		if st, _, err = t.restore(opt.resume, dirs.id, stderr); err != nil {
-			return err
+	if opt.Resume != "" {
+		if r.st, _, err = t.restore(opt.Resume, dirs.id, stderr); err != nil {
+			return r, err
 		}
 	}
-	metricsPath := filepath.Join(dirs.run, "metrics.jsonl")
-	var mf *metricsFile
+	r.metricsPath = filepath.Join(dirs.run, "metrics.jsonl")
 	if leader {
-		if mf, err = openMetrics(metricsPath, st.Step); err != nil {
-			return err
+		if r.mf, err = openMetrics(r.metricsPath, r.st.Step); err != nil {
+			return r, err
 		}
 	}
-	defer mf.close()
-
 	steps := cfg.Training.Steps
-	end := steps
-	if opt.stopAfter > 0 && opt.stopAfter < steps {
-		end = opt.stopAfter
+	r.end = steps
+	if opt.StopAfter > 0 && opt.StopAfter < steps {
+		r.end = opt.StopAfter
 	}
-	bar := progressbar.NewOptions(steps,
+	r.bar = progressbar.NewOptions(steps,
 		progressbar.OptionSetWriter(stderr),
-		progressbar.OptionSetVisibility(opt.progress),
+		progressbar.OptionSetVisibility(opt.Progress),
 		progressbar.OptionSetWidth(24),
 		progressbar.OptionShowCount(),
 		progressbar.OptionSetPredictTime(true),
 		progressbar.OptionSetElapsedTime(true),
 		progressbar.OptionThrottle(100*time.Millisecond),
 		progressbar.OptionClearOnFinish())
-	_ = bar.Set(st.Step)
-	start := time.Now()
-	tokens := st.Tokens
-	var first, last Metrics
-	done, saved := st.Step, st.Step
-	lastPath := "" // the newest checkpoint this process saved or resumed from
-	if st.Step > 0 {
-		lastPath = filepath.Join(t.runDir(), ckpt.StepDir(st.Step))
+	_ = r.bar.Set(r.st.Step)
+	r.start, r.tokens = time.Now(), r.st.Tokens
+	r.done, r.saved = r.st.Step, r.st.Step
+	if r.st.Step > 0 {
+		r.lastPath = filepath.Join(t.runDir(), ckpt.StepDir(r.st.Step))
 	}
-	checkpoint := func(step int) error {
-		began := time.Now()
-		path, err := t.save(trainState{Step: step, Tokens: tokens, Elapsed: st.Elapsed + time.Since(start).Seconds()}, lastPath, stderr)
-		if err != nil {
-			return err
-		}
-		saved, lastPath = step, path
-		bar.Clear()
-		raw, stored := checkpointSize(path, t.ranks[0].model.Layout.Size)
-		fmt.Fprintf(stderr, "checkpoint: step %d saved to %s (%.1f MB of fp32 state in %.1f MB, ratio %.3f, %.0f MB/s)\n",
-			step, path, float64(raw)/1e6, float64(stored)/1e6, float64(raw)/float64(max(stored, 1)), float64(raw)/1e6/time.Since(began).Seconds())
-		return nil
+	return r, nil
+}
+
+// close releases the metrics file and the run directory's lock.
+func (r *session) close() {
+	r.mf.close()
+	if r.dirsOpen {
+		r.dirs.close()
 	}
+}
+
+// checkpoint saves the state after step and says where and how large.
+func (r *session) checkpoint(step int) error {
+	began := time.Now()
+	t := r.t
+	path, err := t.save(trainState{Step: step, Tokens: r.tokens, Elapsed: r.st.Elapsed + time.Since(r.start).Seconds()}, r.lastPath, r.stderr)
+	if err != nil {
+		return err
+	}
+	r.saved, r.lastPath = step, path
+	r.bar.Clear()
+	raw, stored := checkpointSize(path, t.ranks[0].model.Layout.Size)
+	fmt.Fprintf(r.stderr, "checkpoint: step %d saved to %s (%.1f MB of fp32 state in %.1f MB, ratio %.3f, %.0f MB/s)\n",
+		step, path, float64(raw)/1e6, float64(stored)/1e6, float64(raw)/float64(max(stored, 1)), float64(raw)/1e6/time.Since(began).Seconds())
+	return nil
+}
+
+// loop trains from the start step to the end, or until a signal on any rank stops it after a
+// step, saving checkpoints every checkpoint.interval steps.
+func (r *session) loop(ctx context.Context) error {
+	t, cfg, steps := r.t, r.cfg, r.cfg.Training.Steps
 	t.stopRequested = func() bool { return ctx.Err() != nil }
-	for s := st.Step; s < end; s++ {
-		if opt.current != nil {
-			opt.current.Store(int64(s + 1))
+	for s := r.st.Step; s < r.end; s++ {
+		if r.opt.Current != nil {
+			r.opt.Current.Store(int64(s + 1))
 		}
 		stepStart := time.Now()
 		m, err := t.step(s)
 		if err != nil {
 			return err
 		}
-		tokens += m.Tokens
-		m.ElapsedSec = st.Elapsed + time.Since(start).Seconds()
+		r.tokens += m.Tokens
+		m.ElapsedSec = r.st.Elapsed + time.Since(r.start).Seconds()
 		m.TokensPerSec = float64(m.Tokens) / time.Since(stepStart).Seconds()
-		m.Tokens = tokens
+		m.Tokens = r.tokens
 		if m.diverged || !finite(m.Loss) || !finite(m.GradNorm) && !m.Skipped {
-			bar.Clear()
-			if mf != nil {
-				_ = mf.write(m) // the diverged step, with null for what is not a number
+			r.bar.Clear()
+			if r.mf != nil {
+				_ = r.mf.write(m) // the diverged step, with null for what is not a number
 			}
-			return &divergedError{step: m.Step, loss: m.Loss, gradNorm: m.GradNorm, lr: m.LR, last: lastPath}
+			return &divergedError{step: m.Step, loss: m.Loss, gradNorm: m.GradNorm, lr: m.LR, last: r.lastPath}
 		}
 		if m.Skipped {
-			bar.Clear()
-			fmt.Fprintf(stderr, "step %d: fp16 gradients overflowed at loss scale %g: update skipped, scale now %g\n",
+			r.bar.Clear()
+			fmt.Fprintf(r.stderr, "step %d: fp16 gradients overflowed at loss scale %g: update skipped, scale now %g\n",
 				m.Step, m.LossScale, t.scaler.Scale)
 		}
 		if cfg.Eval.Interval > 0 && (m.Step%cfg.Eval.Interval == 0 || m.Step == steps) {
-			params := t.fullParams() // collective
-			r, err := evaluate.Result{}, error(nil)
-			if ev != nil {
-				r, err = ev.run(ctx, params)
-			}
-			if err != nil && ctx.Err() == nil {
-				return fmt.Errorf("train: eval at step %d: %w", m.Step, err)
-			}
-			if err == nil && ev != nil {
-				m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte = r.Loss, r.Perplexity, r.BitsPerByte
-				bar.Clear()
-				fmt.Fprintf(stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n", m.Step, r.Loss, r.Perplexity, r.BitsPerByte, r.Tokens)
-			}
-		}
-		if mf != nil {
-			if err := mf.write(m); err != nil {
+			if err := r.evaluate(ctx, &m); err != nil {
 				return err
 			}
 		}
-		if first.Step == 0 {
-			first = m
+		if r.mf != nil {
+			if err := r.mf.write(m); err != nil {
+				return err
+			}
 		}
-		last, done = m, s+1
-		bar.Describe(fmt.Sprintf("loss %.4f  lr %.2e  %.0f tok/s", m.Loss, m.LR, float64(tokens-st.Tokens)/time.Since(start).Seconds()))
-		_ = bar.Add(1)
-		if !opt.progress && cfg.Run.LogInterval > 0 && (m.Step%cfg.Run.LogInterval == 0 || m.Step == steps) {
-			fmt.Fprintf(stderr, "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s\n", m.Step, steps, m.Loss, m.LR, m.GradNorm, m.TokensPerSec)
+		if r.first.Step == 0 {
+			r.first = m
+		}
+		r.last, r.done = m, s+1
+		r.bar.Describe(fmt.Sprintf("loss %.4f  lr %.2e  %.0f tok/s", m.Loss, m.LR, float64(r.tokens-r.st.Tokens)/time.Since(r.start).Seconds()))
+		_ = r.bar.Add(1)
+		if !r.opt.Progress && cfg.Run.LogInterval > 0 && (m.Step%cfg.Run.LogInterval == 0 || m.Step == steps) {
+			fmt.Fprintf(r.stderr, "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s\n", m.Step, steps, m.Loss, m.LR, m.GradNorm, m.TokensPerSec)
 		}
 		if m.stop { // a signal on any rank: every rank stops after this step
 			break
 		}
-		if k := cfg.Checkpoint.Interval; k > 0 && m.Step%k == 0 && m.Step < end {
-			if err := checkpoint(m.Step); err != nil {
+		if k := cfg.Checkpoint.Interval; k > 0 && m.Step%k == 0 && m.Step < r.end {
+			if err := r.checkpoint(m.Step); err != nil {
 				return err
 			}
 		}
 	}
-	_ = bar.Finish()
-	// A run always ends with a checkpoint of the step where it stops: the last step, or where
-	// a signal or --stop-after stopped it, so that the model is kept and --resume auto
-	// continues from here.
-	if done > saved {
-		if err := checkpoint(done); err != nil {
+	_ = r.bar.Finish()
+	return nil
+}
+
+// evaluate runs the held-out evaluation after m's step (every rank takes part in gathering
+// the parameters; rank 0 evaluates) and puts its result in m. A stop signal during it skips
+// the result.
+func (r *session) evaluate(ctx context.Context, m *Metrics) error {
+	params := r.t.fullParams() // collective
+	res, err := evaluate.Result{}, error(nil)
+	if r.ev != nil {
+		res, err = r.ev.run(ctx, params)
+	}
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("train: eval at step %d: %w", m.Step, err)
+	}
+	if err == nil && r.ev != nil {
+		m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte = res.Loss, res.Perplexity, res.BitsPerByte
+		r.bar.Clear()
+		fmt.Fprintf(r.stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n", m.Step, res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens)
+	}
+	return nil
+}
+
+// finish ends the run: a checkpoint of the step where it stopped (the last step, or where a
+// signal or --stop-after stopped it, so that the model is kept and --resume auto continues
+// from here), the metrics file closed, the run's picture, and what was done.
+func (r *session) finish() error {
+	t, cfg, steps, stdout := r.t, r.cfg, r.cfg.Training.Steps, r.stdout
+	if r.done > r.saved {
+		if err := r.checkpoint(r.done); err != nil {
 			return err
 		}
 	}
-	if err := mf.close(); err != nil {
+	if err := r.mf.close(); err != nil {
 		return err
 	}
-	if leader && done > st.Step {
-		png := filepath.Join(dirs.run, "metrics.png")
-		if err := writeRunPlot(dirs.run, png); err != nil { // the run is saved: a picture that fails is only said
-			fmt.Fprintf(stderr, "plot: %v\n", err)
+	if r.leader && r.done > r.st.Step {
+		png := filepath.Join(r.dirs.run, "metrics.png")
+		if err := runplot.WriteRun(r.dirs.run, png); err != nil { // the run is saved: a picture that fails is only said
+			fmt.Fprintf(r.stderr, "plot: %v\n", err)
 		} else {
-			fmt.Fprintf(stderr, "plot: %s\n", png)
+			fmt.Fprintf(r.stderr, "plot: %s\n", png)
 		}
 	}
-	elapsed := time.Since(start).Seconds()
+	elapsed := time.Since(r.start).Seconds()
 	switch {
-	case done < steps:
+	case r.done < steps:
 		fmt.Fprintf(stdout, "stopped after step %d of %d; checkpoint in %s; continue with --resume auto; metrics in %s\n",
-			done, steps, lastPath, metricsPath)
-	case first.Step == 0:
-		fmt.Fprintf(stdout, "nothing to train: the checkpoint is at step %d of %d\n", done, steps)
+			r.done, steps, r.lastPath, r.metricsPath)
+	case r.first.Step == 0:
+		fmt.Fprintf(stdout, "nothing to train: the checkpoint is at step %d of %d\n", r.done, steps)
 	default:
 		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); model in %s; metrics in %s\n",
-			done-st.Step, elapsed, float64(tokens-st.Tokens)/elapsed, first.Loss, last.Loss, math.Log(float64(cfg.Model.VocabSize)), lastPath, metricsPath)
+			r.done-r.st.Step, elapsed, float64(r.tokens-r.st.Tokens)/elapsed, r.first.Loss, r.last.Loss, math.Log(float64(cfg.Model.VocabSize)), r.lastPath, r.metricsPath)
 	}
 	if t.scaler != nil && t.scaler.Skipped > 0 {
 		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)
 	}
-	writeMemory(stdout, last.Memory)
+	writeMemory(stdout, r.last.Memory)
 	return nil
 }
 
@@ -882,12 +934,6 @@ func writeMemory(w io.Writer, mems []Memory) {
 		fmt.Fprintf(w, "                       %-5d %9s %9s %9s %9s %11s %9s\n", r, mib(m.Params), mib(m.Grads),
 			mib(m.Optimizer), mib(m.Compute), mib(m.Activations), mib(total))
 	}
-}
-
-// isTerminal reports whether w is a terminal, where a progress bar that redraws itself belongs.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // balanceBatch returns b with the documents of each sequence reordered for even attention

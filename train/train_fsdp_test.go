@@ -1,4 +1,4 @@
-package main
+package train
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // and runs steps steps, returning the metrics and the trainer.
 func trainSteps(t *testing.T, steps int, sets ...string) ([]Metrics, *trainer) {
 	t.Helper()
-	cfg, err := config.Load("configs/tiny.toml", append([]string{"data.max_bytes=1048576", "data.batch_size=2",
+	cfg, err := config.Load("../configs/tiny.toml", append([]string{"data.max_bytes=1048576", "data.batch_size=2",
 		fmt.Sprintf("training.steps=%d", steps), "run.output_dir=" + t.TempDir()}, sets...))
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +118,7 @@ func TestFSDPMemoryShape(t *testing.T) {
 func TestFP16OverflowSkipsThatStep(t *testing.T) {
 	for _, fsdp := range []string{"false", "true"} {
 		t.Run("fsdp="+fsdp, func(t *testing.T) {
-			cfg, err := config.Load("configs/tiny.toml", []string{"data.max_bytes=1048576", "data.batch_size=2",
+			cfg, err := config.Load("../configs/tiny.toml", []string{"data.max_bytes=1048576", "data.batch_size=2",
 				"training.mixed_precision=fp16", "parallelism.world_size=2", "parallelism.sequence_parallel_degree=2",
 				"parallelism.fsdp=" + fsdp, "run.output_dir=" + t.TempDir()})
 			if err != nil {

@@ -1,4 +1,4 @@
-package main
+package train
 
 import (
 	"bytes"
@@ -31,8 +31,8 @@ type trainState struct {
 	Scaler   *optim.LossScaler `json:"loss_scaler,omitempty"`
 }
 
-// Checkpointed flat tensors: the weights and AdamW's two moments, in model Layout order.
-var stateTensors = []string{"params", "adam.m", "adam.v"}
+// StateTensors are the checkpointed flat tensors: the weights and AdamW's two moments, in model Layout order.
+var StateTensors = []string{"params", "adam.m", "adam.v"}
 
 // stateBufs are the buffers behind stateTensors on rank r (all parameters or its FSDP chunks).
 func (r *rank) stateBufs() []kernels.Buf { return []kernels.Buf{r.params, r.opt.M, r.opt.V} }
@@ -54,7 +54,7 @@ func (t *trainer) runDir() string {
 func (t *trainer) pieces(r *rank) []ckpt.Piece {
 	var out []ckpt.Piece
 	for i, b := range r.stateBufs() {
-		name := stateTensors[i]
+		name := StateTensors[i]
 		if r.fsdp == nil { // replicated: only this rank's share leaves the device
 			lo, hi := ckpt.Chunk(int64(b.Len()), t.size, r.id)
 			host := make([]float32, hi-lo)
@@ -99,11 +99,11 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 	tmp = filepath.Join(runDir, ckpt.StepDir(st.Step)+".tmp") // what BeginStep made, named alike on every rank
 	var final string
 	err = t.run(func(r *rank) error {
-		r.comm.Barrier() // the directory exists
+		r.Comm.Barrier() // the directory exists
 		if _, err := ckpt.WriteShard(tmp, r.id, t.pieces(r), ckpt.Options{Level: t.cfg.Checkpoint.CompressionLevel}); err != nil {
 			return err
 		}
-		r.comm.Barrier() // every shard is written
+		r.Comm.Barrier() // every shard is written
 		if r.id != 0 {
 			return nil
 		}
@@ -111,7 +111,7 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 		m := ckpt.Manifest{Step: st.Step, Config: cfgJSON, State: stateJSON, Run: t.id,
 			World: ckpt.WorldLayout{Size: t.size, SequenceParallel: t.cfg.Parallelism.SequenceParallelDegree,
 				DataParallel: t.size / t.cfg.Parallelism.SequenceParallelDegree, FSDP: t.cfg.Parallelism.FSDP}}
-		for _, name := range stateTensors {
+		for _, name := range StateTensors {
 			m.Tensors = append(m.Tensors, ckpt.TensorInfo{Name: name, Len: n, DType: "f32"})
 		}
 		p, err := ckpt.Commit(runDir, tmp, m, t.cfg.Checkpoint.Keep)
@@ -156,7 +156,7 @@ func (t *trainer) diskFull(step int, prev string, err error) error {
 
 // checkpointSize is the bytes of the state tensors as fp32 and of the shard files in dir.
 func checkpointSize(dir string, elems int) (raw, stored int64) {
-	raw = int64(len(stateTensors)) * int64(elems) * 4
+	raw = int64(len(StateTensors)) * int64(elems) * 4
 	files, _ := filepath.Glob(filepath.Join(dir, "rank-*.zst"))
 	for _, f := range files {
 		if fi, err := os.Stat(f); err == nil {
@@ -229,7 +229,7 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 	// Replicated ranks all need every element: read (decompress) them once for this process.
 	var whole [][]float32
 	if t.ranks[0].fsdp == nil {
-		for _, name := range stateTensors {
+		for _, name := range StateTensors {
 			host, err := c.ReadTensor(name)
 			if err != nil {
 				return st, false, fmt.Errorf("resume from %s: %w", c.Dir(), err)
@@ -245,7 +245,7 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 			}
 			host := make([]float32, buf.Len())
 			for _, g := range r.fsdp.Owned() {
-				if err := c.Read(stateTensors[i], int64(g.Off), host[g.Local:g.Local+g.N]); err != nil {
+				if err := c.Read(StateTensors[i], int64(g.Off), host[g.Local:g.Local+g.N]); err != nil {
 					return err
 				}
 			}

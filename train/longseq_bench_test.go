@@ -1,4 +1,4 @@
-package main
+package train
 
 import (
 	"fmt"
@@ -24,7 +24,7 @@ func BenchmarkLongSeqStep(b *testing.B) {
 					"data.batch_size=1", fmt.Sprintf("data.max_bytes=%d", 4*T+4096),
 					fmt.Sprintf("parallelism.world_size=%d", P), fmt.Sprintf("parallelism.sequence_parallel_degree=%d", P),
 					"parallelism.attention=distflash", "checkpoint.activation=none"}
-				cfg, err := config.Load("configs/tiny.toml", sets)
+				cfg, err := config.Load("../configs/tiny.toml", sets)
 				if err != nil {
 					b.Fatal(err)
 				}
