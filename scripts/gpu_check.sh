@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check of distflash in one command per machine (README: "CUDA backend", "GPU check").
+# The GPU check of distflash in one command per machine (docs/gpu.md: "CUDA backend", "GPU check").
 #
 #   scripts/gpu_check.sh pack DIR
 #       On a machine with Go and a C compiler (no CUDA toolkit needed): builds

@@ -1,0 +1,361 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// The tests of this file keep the README and the guides in docs/ true to the repository and
+// to the binary: every relative link names a file (and heading) that exists, and every flag of
+// a distflash command shown in a code block is one the command accepts.
+
+// docFiles are the markdown files the doc tests read: README.md and docs/*.md.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("docs/ holds no .md file")
+	}
+	return append([]string{"README.md"}, files...)
+}
+
+// mdLine is one line of a markdown file: its 1-based number, its text and whether it lies
+// inside a fenced code block (the fence lines themselves count as fenced).
+type mdLine struct {
+	n      int
+	text   string
+	fenced bool
+}
+
+// readMarkdown splits a markdown file into lines, marking those of fenced code blocks (``` or
+// ~~~, closed by a fence of the same character at least as long).
+func readMarkdown(t *testing.T, path string) []mdLine {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []mdLine
+	var fence string // the open fence, "" outside a block
+	for i, text := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimLeft(text, " ")
+		isFence := false
+		for _, c := range []string{"`", "~"} {
+			if n := len(trimmed) - len(strings.TrimLeft(trimmed, c)); n >= 3 {
+				f := strings.Repeat(c, n)
+				switch {
+				case fence == "":
+					fence, isFence = f, true
+				case strings.HasPrefix(f, fence) && strings.TrimSpace(trimmed[n:]) == "":
+					fence, isFence = "", true
+				}
+			}
+		}
+		out = append(out, mdLine{n: i + 1, text: text, fenced: fence != "" || isFence})
+	}
+	return out
+}
+
+var (
+	headingRE = regexp.MustCompile(`^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$`)
+	// a link or image: [text](target) or [text](target "title")
+	linkRE     = regexp.MustCompile(`!?\[([^\[\]]*)\]\(\s*([^()\s]*)(?:\s+"[^"]*")?\s*\)`)
+	codeSpanRE = regexp.MustCompile("(`+)[^`]*?(`+)")
+	schemeRE   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
+)
+
+// slug is the anchor GitHub gives a heading: lower case, each space a '-', every other
+// character dropped unless it is a letter, a digit, '-' or '_'. Links inside the heading count
+// by their text.
+func slug(heading string) string {
+	heading = linkRE.ReplaceAllString(heading, "$1")
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// anchors returns the anchors of the headings of a markdown file, a repeated heading getting
+// GitHub's suffixes -1, -2, ...
+func anchors(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	seen := map[string]int{}
+	for _, l := range readMarkdown(t, path) {
+		if l.fenced {
+			continue
+		}
+		m := headingRE.FindStringSubmatch(l.text)
+		if m == nil {
+			continue
+		}
+		s := slug(m[1])
+		if k := seen[s]; k > 0 {
+			out[fmt.Sprintf("%s-%d", s, k)] = true
+		} else {
+			out[s] = true
+		}
+		seen[s]++
+	}
+	return out
+}
+
+// TestDocsLinks: every relative link of README.md and docs/*.md, [text](path) or
+// [text](path#anchor), names a file or directory of the repository, and an anchor names a
+// heading of the markdown file it points to. A path starting with / is from the repository's
+// root (as GitHub reads it), any other from the file's own directory.
+func TestDocsLinks(t *testing.T) {
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads := map[string]map[string]bool{} // markdown file → its anchors
+	links := 0
+	for _, f := range docFiles(t) {
+		for _, l := range readMarkdown(t, f) {
+			if l.fenced {
+				continue
+			}
+			text := codeSpanRE.ReplaceAllStringFunc(l.text, func(s string) string { return strings.Repeat(" ", len(s)) })
+			for _, m := range linkRE.FindAllStringSubmatch(text, -1) {
+				target := m[2]
+				if target == "" || schemeRE.MatchString(target) {
+					continue // a URL: not a file of the repository
+				}
+				links++
+				where := fmt.Sprintf("%s:%d: link %q", f, l.n, m[0])
+				path, anchor, _ := strings.Cut(target, "#")
+				if p, err := url.PathUnescape(path); err == nil {
+					path = p
+				}
+				var file string
+				switch {
+				case path == "":
+					file = f // #anchor: a heading of this file
+				case strings.HasPrefix(path, "/"):
+					file = filepath.Clean(strings.TrimPrefix(path, "/"))
+				default:
+					file = filepath.Join(filepath.Dir(f), path)
+				}
+				if file == ".." || strings.HasPrefix(file, "../") || filepath.IsAbs(file) {
+					t.Errorf("%s: %s leaves the repository", where, file)
+					continue
+				}
+				fi, err := os.Stat(filepath.Join(root, file))
+				if err != nil {
+					t.Errorf("%s: %s does not exist in the repository", where, file)
+					continue
+				}
+				if anchor == "" {
+					continue
+				}
+				if fi.IsDir() || !strings.HasSuffix(file, ".md") {
+					t.Errorf("%s: an anchor #%s on %s, which is not a markdown file", where, anchor, file)
+					continue
+				}
+				if heads[file] == nil {
+					heads[file] = anchors(t, file)
+				}
+				if !heads[file][anchor] {
+					var have []string
+					for a := range heads[file] {
+						have = append(have, "#"+a)
+					}
+					slices.Sort(have)
+					t.Errorf("%s: %s has no heading #%s (it has %s)", where, file, anchor, strings.Join(have, " "))
+				}
+			}
+		}
+	}
+	t.Logf("%d relative links checked", links)
+	if links < 10 {
+		t.Errorf("found only %d relative links in README.md and docs/: is the link pattern broken?", links)
+	}
+}
+
+// shellWords splits a command line as a shell would, roughly: words separated by blanks,
+// quotes kept together (and removed), a word starting with # ending the line, and ; | &
+// standing alone as separators.
+func shellWords(line string) []string {
+	var words []string
+	var cur strings.Builder
+	inWord := false
+	var quote rune
+	flush := func() {
+		if inWord {
+			words = append(words, cur.String())
+		}
+		cur.Reset()
+		inWord = false
+	}
+	for _, r := range line {
+		switch {
+		case quote != 0:
+			if r == quote {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case r == '\'' || r == '"':
+			quote, inWord = r, true
+		case r == ' ' || r == '\t':
+			flush()
+		case r == '#' && !inWord:
+			flush()
+			return words
+		case r == ';' || r == '|' || r == '&':
+			flush()
+			words = append(words, string(r))
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	flush()
+	return words
+}
+
+// docCommands are the commands whose flags the docs are held to.
+var docCommands = []string{"train", "plan", "eval", "export", "data", "plot"}
+
+// docCommand is one invocation of distflash in a code block.
+type docCommand struct {
+	where string   // file:line
+	help  []string // the arguments that print the command's flags, ending in -h
+	flags []string // the --flags given, without dashes and values
+}
+
+// commandsIn finds the invocations of `distflash CMD` (or .../distflash, as mpirun, srun or a
+// loop would run it) and `go run . CMD` in the words of one command line.
+func commandsIn(where string, words []string) ([]docCommand, error) {
+	var out []docCommand
+	for i := 0; i < len(words); i++ {
+		var rest []string
+		switch {
+		case filepath.Base(words[i]) == "distflash" && i+1 < len(words):
+			rest = words[i+1:]
+		case words[i] == "go" && i+3 < len(words) && words[i+1] == "run" && words[i+2] == ".":
+			rest = words[i+3:]
+		default:
+			continue
+		}
+		if !slices.Contains(docCommands, rest[0]) {
+			continue
+		}
+		c := docCommand{where: where, help: []string{rest[0]}}
+		args := rest[1:]
+		if rest[0] == "data" {
+			if len(args) == 0 || (args[0] != "tokenize" && args[0] != "fetch") {
+				return nil, fmt.Errorf("%s: `data` without its subcommand (tokenize or fetch)", where)
+			}
+			c.help = append(c.help, args[0])
+			args = args[1:]
+			if c.help[1] == "fetch" && len(args) > 0 && args[0] == "c4" {
+				c.help = append(c.help, "c4")
+				args = args[1:]
+			}
+		}
+		c.help = append(c.help, "-h")
+		for _, a := range args {
+			if a == ";" || a == "|" || a == "&" {
+				break
+			}
+			if name, ok := strings.CutPrefix(a, "--"); ok && name != "" {
+				name, _, _ = strings.Cut(name, "=")
+				c.flags = append(c.flags, name)
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// flagLineRE matches a flag in the flag package's usage: "  -name type".
+var flagLineRE = regexp.MustCompile(`(?m)^\s+-([A-Za-z0-9][A-Za-z0-9_.-]*)`)
+
+// helpFlags runs `args` (ending in -h) through run and returns the flags its usage lists.
+func helpFlags(t *testing.T, args []string) map[string]bool {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if err := run(args, &stdout, &stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("run %q: %v\n%s%s", args, err, stdout.String(), stderr.String())
+	}
+	flags := map[string]bool{"h": true, "help": true}
+	for _, m := range flagLineRE.FindAllStringSubmatch(stdout.String()+stderr.String(), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) == 2 {
+		t.Fatalf("run %q listed no flags:\n%s%s", args, stdout.String(), stderr.String())
+	}
+	return flags
+}
+
+// TestDocsFlags: every --flag of a `distflash CMD` or `go run . CMD` command line in a fenced
+// code block of README.md and docs/*.md (also behind mpirun, srun or a path: ./distflash) is
+// one that `CMD -h` lists; `data tokenize` and `data fetch c4` are held to their own flags.
+// A line ending in a backslash goes on in the next.
+func TestDocsFlags(t *testing.T) {
+	help := map[string]map[string]bool{}
+	checked := 0
+	for _, f := range docFiles(t) {
+		lines := readMarkdown(t, f)
+		for i := 0; i < len(lines); i++ {
+			if !lines[i].fenced {
+				continue
+			}
+			start, text := lines[i].n, lines[i].text
+			for strings.HasSuffix(strings.TrimRight(text, " "), `\`) && i+1 < len(lines) && lines[i+1].fenced {
+				i++
+				text = strings.TrimSuffix(strings.TrimRight(text, " "), `\`) + " " + lines[i].text
+			}
+			where := fmt.Sprintf("%s:%d", f, start)
+			cmds, err := commandsIn(where, shellWords(text))
+			if err != nil {
+				t.Error(err)
+				continue
+			}
+			for _, c := range cmds {
+				key := strings.Join(c.help, " ")
+				if help[key] == nil {
+					help[key] = helpFlags(t, c.help)
+				}
+				checked++
+				for _, name := range c.flags {
+					if !help[key][name] {
+						var have []string
+						for h := range help[key] {
+							if h != "h" && h != "help" {
+								have = append(have, "--"+h)
+							}
+						}
+						slices.Sort(have)
+						t.Errorf("%s: --%s is not a flag of `distflash %s` (it has %s)", where, name, strings.TrimSuffix(key, " -h"), strings.Join(have, " "))
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d command lines checked against %d commands' flags", checked, len(help))
+	if checked < 10 {
+		t.Errorf("found only %d distflash command lines in the docs' code blocks: is the pattern broken?", checked)
+	}
+}
