@@ -1,4 +1,4 @@
-package main
+package plan
 
 import (
 	"flag"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"distflash/config"
-	"distflash/plan"
 )
 
 // FuzzLoadConfig feeds config.Load arbitrary TOML: whatever the bytes, it returns, an error
@@ -35,6 +34,6 @@ func FuzzLoadConfig(f *testing.F) {
 		}
 		cfg.Summary()
 		cfg.Requirements()
-		plan.MemoryFor(cfg, 80e9)
+		MemoryFor(cfg, 80e9)
 	})
 }
