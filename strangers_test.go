@@ -252,7 +252,7 @@ func TestSeedsThroughCLI(t *testing.T) {
 			check(t, name, []string{"train", "--config", "configs/tiny.toml", "--progress=false", "--set", "data.train=" + path,
 				"--set", "data.format=tokens", "--set", "training.steps=1", "--set", "run.output_dir=" + t.TempDir()}, path)
 		}},
-		{".", "FuzzLoadConfig", func(t *testing.T, name string, args [][]byte) {
+		{"plan", "FuzzLoadConfig", func(t *testing.T, name string, args [][]byte) {
 			path := filepath.Join(t.TempDir(), "run.toml")
 			write(path, args[0])
 			check(t, name, []string{"plan", "--config", path}, path)
