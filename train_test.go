@@ -313,3 +313,109 @@ func TestDocumentMaskTrainsLikeOneWorker(t *testing.T) {
 		t.Logf("%s, balanced documents: worst relative difference from one worker %.2e", name, worst)
 	}
 }
+
+// TestTrainRefusesWhatDoesNotFit: a data.seq_len whose activations do not fit in this
+// machine's memory is refused before anything is allocated or written, with plan's estimate
+// term by term, the memory available, the longest seq_len that fits and the knobs.
+func TestTrainRefusesWhatDoesNotFit(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"train", "--progress=false", "--set", "data.seq_len=1048576", "--set", "model.max_seq_len=1048576",
+		"--set", "run.output_dir=" + filepath.Join(dir, "runs")}, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("a 1M-token tiny run was not refused")
+	}
+	for _, want := range []string{"training needs", "activations", "available", "The longest data.seq_len that fits is", `checkpoint.activation = "layer"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal lacks %q: %v", want, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "runs")); !os.IsNotExist(err) {
+		t.Errorf("the refused run wrote %s: %v", filepath.Join(dir, "runs"), err)
+	}
+}
+
+// TestTrainRefusesTooSmallCgroup runs the binary inside a new memory cgroup (v1's memory
+// controller, or v2) limited to 160 MiB: a run that plan says needs more is refused before
+// it allocates, naming the cgroup's limit as the memory available, and the default tiny run
+// (about 54 MiB by plan) trains there. Needs root; CI runs it as root.
+func TestTrainRefusesTooSmallCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("making a cgroup needs root; CI runs this as root")
+	}
+	cg := newMemoryCgroup(t, 160<<20)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	inCgroup := func(args ...string) (string, error) {
+		script := `echo $$ > "$0/cgroup.procs" && exec "$@"`
+		out, err := exec.Command("sh", append([]string{"-c", script, cg.dir, bin}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := inCgroup("train", "--progress=false", "--set", "data.seq_len=4096", "--set", "model.max_seq_len=4096",
+		"--set", "run.output_dir="+filepath.Join(dir, "big"))
+	if err == nil || !strings.Contains(out, "training needs") || !strings.Contains(out, cg.limitFile) {
+		t.Errorf("seq_len 4096 in a 160 MiB cgroup: %v; want a refusal naming %s:\n%s", err, cg.limitFile, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "big")); !os.IsNotExist(err) {
+		t.Errorf("the refused run wrote its directory: %v", err)
+	}
+	out, err = inCgroup("train", "--progress=false", "--set", "training.steps=2", "--set", "data.max_bytes=1048576",
+		"--set", "run.output_dir="+filepath.Join(dir, "small"))
+	if err != nil {
+		t.Errorf("the tiny run in a 160 MiB cgroup: %v\n%s", err, out)
+	}
+}
+
+// memoryCgroup is a cgroup made for a test: its directory and the file that holds its limit.
+type memoryCgroup struct{ dir, limitFile string }
+
+// newMemoryCgroup makes a child of this process's memory cgroup (v1's memory controller if
+// mounted, else v2) limited to limit bytes, removed when the test ends.
+func newMemoryCgroup(t *testing.T, limit int64) memoryCgroup {
+	t.Helper()
+	own, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1, v2 string
+	for _, line := range strings.Split(strings.TrimSpace(string(own)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		switch {
+		case len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory"):
+			v1 = f[2]
+		case len(f) == 3 && f[0] == "0" && f[1] == "":
+			v2 = f[2]
+		}
+	}
+	var parent, limitName string
+	switch {
+	case v1 != "" && fileExists("/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+		parent, limitName = filepath.Join("/sys/fs/cgroup/memory", v1), "memory.limit_in_bytes"
+	case v2 != "" && fileExists("/sys/fs/cgroup/cgroup.controllers"):
+		parent, limitName = filepath.Join("/sys/fs/cgroup", v2), "memory.max"
+	default:
+		t.Fatalf("no memory cgroup found (/proc/self/cgroup: %q)", own)
+	}
+	dir := filepath.Join(parent, fmt.Sprintf("distflash-test-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("make a cgroup as root: %v", err)
+	}
+	t.Cleanup(func() {
+		for range 50 { // the processes in it must have exited first
+			if os.Remove(dir) == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	file := filepath.Join(dir, limitName)
+	if err := os.WriteFile(file, []byte(fmt.Sprint(limit)), 0o644); err != nil {
+		t.Fatalf("set the cgroup's limit: %v", err)
+	}
+	return memoryCgroup{dir: dir, limitFile: file}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -3,7 +3,7 @@
 // [checkpoint], [eval], [device]), its defaults (Default), reading a TOML file and --set
 // overrides (Load, Read, Config.Set), validation whose errors name the file, the key, the
 // value and what is allowed (Config.Validate), and the checks that refuse a config before
-// anything is allocated (Config.Requirements, CheckTrainMemory, CheckModelMemory).
+// anything is allocated (Config.Requirements, CheckModelMemory).
 //
 // Layer: config imports kernels, model, parallel and sysmem. Packages plan, evaluate and
 // train and the command import it; it imports none of them.
@@ -90,6 +90,10 @@ type TrainingConfig struct {
 	GradClip       float64 `toml:"grad_clip" json:"grad_clip"`               // global gradient norm limit; 0 = off
 	MixedPrecision string  `toml:"mixed_precision" json:"mixed_precision"`   // fp32 | bf16 | fp16
 	GradAccumSteps int     `toml:"grad_accum_steps" json:"grad_accum_steps"` // micro-batches per optimizer step
+	// LossChunk is how many tokens go through the output head and the loss at a time, so that
+	// the [tokens, vocab] logits exist one chunk at a time (model.Model.LossChunk): -1 lets
+	// LossChunkTokens choose (chunks of at most 256 MiB of logits), 0 takes all at once.
+	LossChunk int `toml:"loss_chunk" json:"loss_chunk"`
 	// fp16 dynamic loss scaling: the loss is multiplied by the scale before backward; a step
 	// whose gradients overflow is skipped and halves it, growth_interval clean steps double it.
 	LossScaleInit           float64 `toml:"loss_scale_init" json:"loss_scale_init"`                       // starting scale (fp16)
@@ -159,7 +163,7 @@ func Default() Config {
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
 			LossScaleInit: 65536, LossScaleGrowthInterval: 2000,
-			GradAccumSteps: 1},
+			GradAccumSteps: 1, LossChunk: -1},
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
 			Attention: "distflash", OverlapComm: true, FSDP: false, UlyssesDegree: 1},
 		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
@@ -602,6 +606,9 @@ func (c *Config) validate(forEval bool) error {
 	atLeast("training.steps", t.Steps, 1)
 	atLeast("training.warmup_steps", t.WarmupSteps, 0)
 	atLeast("training.grad_accum_steps", t.GradAccumSteps, 1)
+	if t.LossChunk < -1 {
+		fail("training.loss_chunk = %d: want -1 (chosen by the vocabulary's size), 0 (all tokens at once) or a number of tokens", t.LossChunk)
+	}
 	if !(t.LR > 0) || !finite(t.LR) {
 		fail("training.lr = %g: must be a positive number", t.LR)
 	}
@@ -689,6 +696,23 @@ func (c Config) Resolved() Config {
 	return c
 }
 
+// lossChunkBytes is the most bytes of float32 logits a loss chunk of LossChunkTokens holds.
+const lossChunkBytes = 256 << 20
+
+// LossChunkTokens is the tokens per loss chunk that training.loss_chunk asks for (0: all at
+// once): for -1, as many as keep a chunk's float32 logits within 256 MiB (at least 1), so a
+// small vocabulary takes its tokens at once and LLaMA-3's 128K vocabulary 523 at a time.
+func (c Config) LossChunkTokens() int {
+	if c.Training.LossChunk >= 0 {
+		return c.Training.LossChunk
+	}
+	return AutoLossChunk(c.Model.VocabSize)
+}
+
+// AutoLossChunk is the loss chunk training.loss_chunk = -1 gives a vocabulary of vocab
+// tokens: as many tokens as keep the chunk's float32 logits within 256 MiB, at least 1.
+func AutoLossChunk(vocab int) int { return max(1, lossChunkBytes/(4*max(vocab, 1))) }
+
 // TokensPerStep is the number of tokens one optimizer step trains on, over all ranks:
 // batch_size × seq_len × grad_accum_steps × (world_size / sequence_parallel_degree).
 func (c Config) TokensPerStep() int64 {
@@ -740,8 +764,8 @@ func Count(n int64) string {
 }
 
 // Bytes per parameter of the model state, in fp32: the weight, its gradient and the two
-// AdamW moments. plan's memory model (plan.MemoryFor), train's check (Requirements,
-// CheckModelMemory) and the checks before a model is loaded in eval, export and
+// AdamW moments. plan's memory model (plan.MemoryFor, which train's check uses),
+// CheckModelMemory and the checks before a model is loaded in eval, export and
 // train --init-from all count with these.
 const (
 	WeightBytesPerParam    = 4
@@ -764,13 +788,14 @@ func CheckModelMemory(what string, mc model.Config, copies, perParam float64) er
 	return sysmem.Check(fmt.Sprintf("%s: %s", what, how), n*perParam*copies)
 }
 
-// memoryNoteBytes is the model-state size above which Requirements mentions it.
+// memoryNoteBytes is the model-state size above which Notes mentions it.
 const memoryNoteBytes = 16 << 30
 
-// Requirements lists, one sentence each, what the config needs that this (CPU) build does not
-// have: the NCCL backend, a GPU build, and the memory of the model state when it exceeds
-// 16 GiB. It is empty for configs/tiny.toml. It reports facts; the caller decides whether to
-// refuse.
+// Requirements lists, one sentence each, what the config needs that this build does not
+// have: the NCCL backend, a GPU build. It is empty for configs/tiny.toml. It reports facts;
+// the caller decides whether to refuse. Whether the config fits in memory is the caller's
+// check too (package train: the per-rank estimate of package plan against the memory the
+// process has).
 func (c Config) Requirements() []string {
 	c = c.Resolved()
 	var reqs []string
@@ -782,35 +807,26 @@ func (c Config) Requirements() []string {
 	if c.Device.Kind != "cpu" && !kernels.CUDABuilt {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))
 	}
-	n := c.Model.NumParams()
-	if state := n * StateBytesPerParam; state > memoryNoteBytes {
-		msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
-			Count(n), GiB(state), StateBytesPerParam)
-		if p.FSDP && p.WorldSize > 1 {
-			msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", GiB(state)/float64(p.WorldSize), p.WorldSize)
-		}
-		reqs = append(reqs, msg)
-	}
 	return reqs
 }
 
-// CheckTrainMemory refuses a config whose model state (stateBytesPerParam a parameter,
-// before activations) does not fit in this process's available memory: every rank's when
-// the ranks are in-process (a full copy each, or a shard each with FSDP), one rank's under
-// MPI.
-func CheckTrainMemory(c Config) error {
+// Notes lists, one sentence each, what a user should know of the config before a long run
+// that does not stop it: the size of the model state when it is above 16 GiB, and per rank
+// with FSDP.
+func (c Config) Notes() []string {
+	c = c.Resolved()
 	p := c.Parallelism
-	w, copies := float64(max(p.WorldSize, 1)), 1.0
-	switch {
-	case p.Backend == "inproc" && !p.FSDP:
-		copies = w
-	case p.Backend != "inproc" && p.FSDP:
-		copies = 1 / w
+	n := c.Model.NumParams()
+	state := n * StateBytesPerParam
+	if state <= memoryNoteBytes {
+		return nil
 	}
-	m := c.Model
-	what := fmt.Sprintf("%s: training the model (model.dim %d, model.ffn_dim %d, model.n_layers %d, model.vocab_size %d; parallelism.world_size %d, fsdp %v)",
-		c.Path, m.Dim, m.FFNDim, m.NLayers, m.VocabSize, p.WorldSize, p.FSDP)
-	return CheckModelMemory(what, m, copies, StateBytesPerParam)
+	msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
+		Count(n), GiB(state), StateBytesPerParam)
+	if p.FSDP && p.WorldSize > 1 {
+		msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", GiB(state)/float64(p.WorldSize), p.WorldSize)
+	}
+	return []string{msg}
 }
 
 // gib converts bytes to GiB.

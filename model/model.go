@@ -98,6 +98,12 @@ type Model struct {
 	// position in its document, p − Docs[b·S+p]; the mask still uses the global order.
 	Docs           []int32
 	ResetPositions bool
+	// LossChunk is how many tokens the final norm's output goes through the output head and
+	// the loss at a time (training.loss_chunk): the [tokens, vocab] logits exist one chunk at a
+	// time, and in ForwardBackward each chunk's head backward runs at once (dlogits → the
+	// final norm's output gradient, and the head's weight gradient added chunk by chunk, in
+	// order). 0 or at least the tokens: all at once. Set it before the first Forward.
+	LossChunk int
 
 	units    []Unit
 	actBytes int64
@@ -115,9 +121,13 @@ type Model struct {
 	xOut  kernels.Buf       // [n, dim] last block's output
 	normF kernels.Buf       // [n, dim] final norm output
 	rstdF kernels.Buf       // [n]
-	logit kernels.Buf       // [n, vocab]; holds dlogits after backward
+	logit kernels.Buf       // [chunk, vocab] (see LossChunk); holds the last chunk's dlogits after backward
 	loss  kernels.Buf       // [n] per-token loss
+	chunk int               // tokens per loss chunk
 	grad  gradScratch
+	// headGrad is the output unit's gradient buffer, taken in the forward (whose loss chunks
+	// add the head's weight gradient into it) and completed in the backward.
+	headGrad []kernels.Buf
 }
 
 // gradScratch holds the backward's temporaries for one micro-batch.
@@ -228,7 +238,11 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		m.work = m.full(n)
 	}
 	m.xOut, m.normF, m.rstdF = be.Alloc(n*c.Dim), be.Alloc(n*c.Dim), be.Alloc(n)
-	m.logit, m.loss = be.Alloc(n*c.VocabSize), be.Alloc(n)
+	m.chunk = n
+	if m.LossChunk > 0 && m.LossChunk < n {
+		m.chunk = m.LossChunk
+	}
+	m.logit, m.loss = be.Alloc(m.chunk*c.VocabSize), be.Alloc(n)
 	m.grad = gradScratch{
 		dx: be.Alloc(n * c.Dim), dnorm: be.Alloc(n * c.Dim), dh: be.Alloc(n * c.Dim),
 		dq: be.Alloc(n * c.QDim()), dattn: be.Alloc(n * c.QDim()),
@@ -403,15 +417,28 @@ func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32
 		m.blockForward(l, layerWeights(m.acquire(1+l)), m.layerActs(l), out, true)
 		m.release(1 + l)
 	}
-	head := m.acquire(c.NLayers + 1)
-	be.RMSNorm(m.normF, m.rstdF, m.xOut, head[0], n, c.Dim, float32(c.NormEps))
-	m.linear(m.logit, m.normF, head[1], n, c.VocabSize, c.Dim)
-	m.release(c.NLayers + 1)
-	var dl kernels.Buf
+	// the final norm, then the head and the loss a chunk of tokens at a time (LossChunk),
+	// with the head's backward for each chunk as soon as its dlogits exist
+	L, D, V := c.NLayers, c.Dim, c.VocabSize
+	head := m.acquire(L + 1)
+	be.RMSNorm(m.normF, m.rstdF, m.xOut, head[0], n, D, float32(c.NormEps))
 	if dscale != 0 {
-		dl = m.logit
+		m.headGrad = m.gradOf(L + 1)
 	}
-	be.CrossEntropy(m.loss, dl, m.logit, targets, c.VocabSize, dscale)
+	for i0 := 0; i0 < n; i0 += m.chunk {
+		rows := min(m.chunk, n-i0)
+		lg, nf := be.Slice(m.logit, 0, rows*V), be.Slice(m.normF, i0*D, rows*D)
+		m.linear(lg, nf, head[1], rows, V, D)
+		var dl kernels.Buf
+		if dscale != 0 {
+			dl = lg
+		}
+		be.CrossEntropy(be.Slice(m.loss, i0, rows), dl, lg, targets[i0:i0+rows], V, dscale)
+		if dscale != 0 { // logits = normF·Headᵀ: dnormF = dlogits·Head, dHead += dlogitsᵀ·normF
+			m.linearBackward(be.Slice(m.grad.dnorm, i0*D, rows*D), m.headGrad[1], lg, nf, head[1], rows, V, D, 0)
+		}
+	}
+	m.release(L + 1)
 	be.Download(m.grad.hostLoss, m.loss)
 	for i, t := range targets {
 		if t >= 0 {
@@ -439,10 +466,10 @@ func (m *Model) ForwardBackward(ids, targets []int32, B int, pos []int32, dscale
 	lossSum, count = m.forward(ids, targets, B, pos, dscale)
 	be, c, s := m.be, m.Cfg, &m.grad
 	n := B * len(pos)
-	// logits = normF·Headᵀ
+	// the head's backward ran in the forward, chunk by chunk; s.dnorm holds dnormF
 	L := c.NLayers
-	head, headGrad := m.acquire(L+1), m.gradOf(L+1)
-	m.linearBackward(s.dnorm, headGrad[1], m.logit, m.normF, head[1], n, c.VocabSize, c.Dim, 0)
+	head, headGrad := m.acquire(L+1), m.headGrad
+	m.headGrad = nil
 	be.Zero(s.dx)
 	be.RMSNormBackward(s.dx, headGrad[0], s.dnorm, m.xOut, head[0], m.rstdF, n, c.Dim)
 	m.release(L + 1)

@@ -171,3 +171,64 @@ func TestConfigResolveErrors(t *testing.T) {
 		t.Fatalf("default config: %v, head_dim %d", err, cfg.HeadDim)
 	}
 }
+
+// TestLossChunks: the head and the loss over chunks of tokens (LossChunk 1, 7, all but one,
+// more than all) give the whole-batch loss bit for bit (each token's loss is its own row), and
+// the same gradients: every one bit for bit but the output head's weight, whose sum over the
+// tokens is added chunk by chunk (within 1e-5 of its largest element), under every checkpoint policy, with an
+// ignored target. The forward alone (Forward) too.
+func TestLossChunks(t *testing.T) {
+	for name, cfg := range testConfigs() {
+		if err := cfg.Resolve(); err != nil {
+			t.Fatal(err)
+		}
+		const B, T = 2, 13
+		r := rand.New(rand.NewPCG(7, 8))
+		ids, tg := randomTokens(r, B*T, cfg.VocabSize), randomTokens(r, B*T, cfg.VocabSize)
+		tg[3] = -1
+		layout := NewLayout(cfg)
+		head := layout.Tensors[len(layout.Tensors)-1]
+		for _, policy := range []Checkpoint{CheckpointNone, CheckpointLayer, CheckpointAttnOutput} {
+			run := func(chunk int, backward bool) (float64, []float32) {
+				m := New(cfg, policy, kernels.NewCPU())
+				m.LossChunk = chunk
+				m.LoadParams(perturbedInit(cfg, m.Layout))
+				m.ZeroGrads()
+				if !backward {
+					l, _ := m.Forward(ids, tg, B, Positions(T))
+					return l, nil
+				}
+				l, _ := m.ForwardBackward(ids, tg, B, Positions(T), 0.01)
+				return l, slices.Clone(kernels.Host(m.Grads.Flat))
+			}
+			wantLoss, want := run(0, true)
+			fwdLoss, _ := run(0, false)
+			for _, chunk := range []int{1, 7, B*T - 1, B*T + 5} {
+				loss, got := run(chunk, true)
+				if loss != wantLoss {
+					t.Errorf("%s %v chunk %d: loss %v, whole %v", name, policy, chunk, loss, wantLoss)
+				}
+				if l, _ := run(chunk, false); l != fwdLoss {
+					t.Errorf("%s %v chunk %d: Forward loss %v, whole %v", name, policy, chunk, l, fwdLoss)
+				}
+				var headMax, headErr float64
+				for i := head.Off; i < head.Off+head.Size(); i++ {
+					headMax = math.Max(headMax, math.Abs(float64(want[i])))
+					headErr = math.Max(headErr, math.Abs(float64(got[i]-want[i])))
+				}
+				// the head's gradient sums B·T terms in another association: float32
+				// rounding, under 1e-5 of its largest element (a chunk left out or added twice
+				// moves it by a sizeable fraction)
+				if !(headErr <= 1e-5*headMax) {
+					t.Errorf("%s %v chunk %d: head weight gradient off by %.3g of its largest element", name, policy, chunk, headErr/headMax)
+				}
+				for i := range got {
+					if (i < head.Off || i >= head.Off+head.Size()) && got[i] != want[i] {
+						t.Errorf("%s %v chunk %d: gradient %d is %v, whole %v", name, policy, chunk, i, got[i], want[i])
+						break
+					}
+				}
+			}
+		}
+	}
+}

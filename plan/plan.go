@@ -31,8 +31,8 @@
 //     block's full set. Activations are float32 (4 B) under every training.mixed_precision, as
 //     the model allocates them (kernels.Buf holds float32; the H200 run of
 //     bench/results/h200-2026-11-26 showed the 2 B this plan assumed before was half the
-//     truth). Logits [n, vocab] fp32 (their gradient reuses the
-//     buffer). Backward scratch: model.gradScratch's buffers, float32 too. Attention working set (an
+//     truth). Logits [min(n, loss chunk), vocab] fp32: one chunk of
+//     training.loss_chunk tokens at a time (their gradient reuses the buffer). Backward scratch: model.gradScratch's buffers, float32 too. Attention working set (an
 //     estimate, not measured): two K/V receive buffers, the partial output, its statistics
 //     and the dQ/dK/dV being accumulated: n × (2·qdim + 4·kvdim) elements + 2·heads fp32 per
 //     token. Communication buffers with fsdp: two gathered blocks of weights (current and
@@ -391,7 +391,11 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	}
 	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
 	a := float64(actElemBytes)
-	mp.Logits = n * (float64(m.VocabSize)*4 + 2*d*a + 4) // logits, last block output, final norm, rstd
+	chunk := n // the logits exist one loss chunk at a time (training.loss_chunk)
+	if c := cfg.LossChunkTokens(); c > 0 {
+		chunk = min(n, float64(c))
+	}
+	mp.Logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4) // logits of a chunk; last block output, final norm, rstd
 	mp.BackwardScratch = n * a * (3*d + 2*q + 2*kv + 3*f)
 	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
 	if p.FSDP && p.WorldSize > 1 {
@@ -405,9 +409,9 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	return mp
 }
 
-// maxTokensPerGPU is the longest tokens per GPU (a multiple of 1024, data.seq_len =
+// MaxTokensPerGPU is the longest tokens per GPU (a multiple of 1024, data.seq_len =
 // tokens × sequence_parallel_degree) whose peak memory fits capacity; 0 if none does.
-func maxTokensPerGPU(cfg config.Config, capacity float64) int {
+func MaxTokensPerGPU(cfg config.Config, capacity float64) int {
 	fits := func(k int) bool {
 		cfg.Data.SeqLen = k * 1024 * cfg.Parallelism.SequenceParallelDegree
 		return MemoryFor(cfg, capacity).Fits
@@ -680,7 +684,7 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 		return refuse(fmt.Errorf("seq_len %d is not a multiple of %d (%s split over %d ranks)", seqLen, l.Divisor(SP), l, SP))
 	}
 	pl.Memory = MemoryFor(cfg, cl.GPU.MemBytes)
-	pl.MaxSeqPerGPU = maxTokensPerGPU(cfg, cl.GPU.MemBytes)
+	pl.MaxSeqPerGPU = MaxTokensPerGPU(cfg, cl.GPU.MemBytes)
 
 	e := elemBytes(cfg)
 	L := float64(m.NLayers)

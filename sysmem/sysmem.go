@@ -11,19 +11,23 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // Available returns the bytes of memory available to new allocations and where the number
-// comes from: on Linux, MemAvailable of /proc/meminfo, lowered to the room left under the
-// cgroup (v2) memory limit when one is set. ok is false where neither can be read (other
-// systems); then only sizes past the address space are refused (see Check).
+// comes from: on Linux, MemAvailable of /proc/meminfo, lowered to the least room left under a
+// memory limit of the process's own cgroup or of any cgroup above it (cgroup v2 memory.max
+// less memory.current, v1 memory.limit_in_bytes less memory.usage_in_bytes; the cgroup is
+// found through /proc/self/cgroup and /proc/self/mountinfo). ok is false where none of these
+// can be read (other systems); then only sizes past the address space are refused (see Check).
 func Available() (bytes int64, source string, ok bool) {
 	bytes, ok = memAvailable("/proc/meminfo")
 	source = "MemAvailable in /proc/meminfo"
-	if limit, ok2 := cgroupRoom("/sys/fs/cgroup"); ok2 && (!ok || limit < bytes) {
-		bytes, source, ok = limit, "the cgroup memory.max less memory.current", true
+	if room, where, ok2 := cgroupLimit("/proc/self/cgroup", "/proc/self/mountinfo"); ok2 && (!ok || room < bytes) {
+		bytes, source, ok = room, where, true
 	}
 	return bytes, source, ok
 }
@@ -50,23 +54,93 @@ func memAvailable(path string) (int64, bool) {
 	return 0, false
 }
 
-// cgroupRoom is memory.max − memory.current of the cgroup v2 mounted at dir, when a limit is
-// set.
-func cgroupRoom(dir string) (int64, bool) {
+// cgroupRoom is the room left under the memory limit of the cgroup directory dir: v2's
+// memory.max less memory.current, or v1's memory.limit_in_bytes less memory.usage_in_bytes.
+// ok is false when dir sets no limit ("max", or v1's page-rounded maximum).
+func cgroupRoom(dir string) (room int64, file string, ok bool) {
 	read := func(name string) (int64, bool) {
-		b, err := os.ReadFile(dir + "/" + name)
+		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			return 0, false
 		}
 		v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 		return v, err == nil // "max" (no limit) does not parse
 	}
-	limit, ok := read("memory.max")
-	if !ok {
-		return 0, false
+	for _, f := range [][2]string{{"memory.max", "memory.current"}, {"memory.limit_in_bytes", "memory.usage_in_bytes"}} {
+		limit, ok := read(f[0])
+		if !ok || limit >= math.MaxInt64/2 { // v1 writes "no limit" as 2^63 rounded down to a page
+			continue
+		}
+		used, _ := read(f[1])
+		return max(limit-used, 0), filepath.Join(dir, f[0]), true
 	}
-	used, _ := read("memory.current")
-	return max(limit-used, 0), true
+	return 0, "", false
+}
+
+// cgroupLimit finds the process's memory cgroup (v2, or v1's memory controller) from the
+// cgroup file (/proc/self/cgroup) and the mount table (/proc/self/mountinfo), and returns the
+// least room under a limit set on it or on any cgroup above it, naming the limit's file.
+func cgroupLimit(cgroupFile, mountinfo string) (room int64, source string, ok bool) {
+	paths := map[string]string{} // "2" (unified) or "memory" → the cgroup's path in its hierarchy
+	b, err := os.ReadFile(cgroupFile)
+	if err != nil {
+		return 0, "", false
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[0] == "0" && f[1] == "":
+			paths["2"] = f[2]
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			paths["memory"] = f[2]
+		}
+	}
+	mi, err := os.ReadFile(mountinfo)
+	if err != nil {
+		return 0, "", false
+	}
+	for _, line := range strings.Split(string(mi), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE SUPEROPTIONS
+		pre, post, found := strings.Cut(line, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !found || len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		root, mount := f[3], f[4]
+		var key string
+		switch {
+		case g[0] == "cgroup2":
+			key = "2"
+		case g[0] == "cgroup" && slices.Contains(strings.Split(g[2], ","), "memory"):
+			key = "memory"
+		default:
+			continue
+		}
+		path, have := paths[key]
+		if !have {
+			continue
+		}
+		rel, inside := strings.CutPrefix(path, root)
+		if !inside && root != "/" {
+			continue // the cgroup lies outside what this mount shows
+		}
+		if root == "/" {
+			rel = path
+		}
+		// the cgroup's own directory, then each one above it up to the mount point
+		for dir := filepath.Join(mount, rel); ; dir = filepath.Dir(dir) {
+			if r, file, limited := cgroupRoom(dir); limited && (!ok || r < room) {
+				room, source, ok = r, "the room under "+file, true
+			}
+			if dir == mount || len(dir) <= len(mount) {
+				break
+			}
+		}
+	}
+	return room, source, ok
 }
 
 // Check returns nil when need bytes fit in the memory Available, and otherwise an error

@@ -33,17 +33,83 @@ func TestMemAvailable(t *testing.T) {
 
 func TestCgroupRoom(t *testing.T) {
 	dir := t.TempDir()
-	if _, ok := cgroupRoom(dir); ok {
+	if _, _, ok := cgroupRoom(dir); ok {
 		t.Error("no cgroup files gave a limit")
 	}
 	os.WriteFile(filepath.Join(dir, "memory.max"), []byte("max\n"), 0o644)
-	if _, ok := cgroupRoom(dir); ok {
+	if _, _, ok := cgroupRoom(dir); ok {
 		t.Error(`memory.max "max" gave a limit`)
 	}
 	os.WriteFile(filepath.Join(dir, "memory.max"), []byte("1000\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "memory.current"), []byte("300\n"), 0o644)
-	if got, ok := cgroupRoom(dir); got != 700 || !ok {
-		t.Errorf("room %d, %v; want 700, true", got, ok)
+	if got, file, ok := cgroupRoom(dir); got != 700 || !ok || file != filepath.Join(dir, "memory.max") {
+		t.Errorf("room %d in %s, %v; want 700 in memory.max, true", got, file, ok)
+	}
+	v1 := t.TempDir()
+	os.WriteFile(filepath.Join(v1, "memory.limit_in_bytes"), []byte("9223372036854771712\n"), 0o644)
+	if _, _, ok := cgroupRoom(v1); ok {
+		t.Error("v1's unlimited value gave a limit")
+	}
+	os.WriteFile(filepath.Join(v1, "memory.limit_in_bytes"), []byte("4096\n"), 0o644)
+	os.WriteFile(filepath.Join(v1, "memory.usage_in_bytes"), []byte("5000\n"), 0o644)
+	if got, _, ok := cgroupRoom(v1); got != 0 || !ok {
+		t.Errorf("v1 over its limit: room %d, %v; want 0, true", got, ok)
+	}
+}
+
+// TestCgroupLimit: the process's cgroup is found through /proc/self/cgroup and the mount
+// table, for v2 and for v1's memory controller, and the least room on the path from it up to
+// the mount point counts: a limit set on a parent holds for the child.
+func TestCgroupLimit(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, text string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v2, v1 := filepath.Join(root, "unified"), filepath.Join(root, "memory")
+	// v2: /a (limit 10000, used 1000) ⊃ /a/b (no limit) ⊃ /a/b/c (limit 50000, used 100)
+	write(filepath.Join(v2, "a", "memory.max"), "10000")
+	write(filepath.Join(v2, "a", "memory.current"), "1000")
+	write(filepath.Join(v2, "a", "b", "memory.max"), "max")
+	write(filepath.Join(v2, "a", "b", "c", "memory.max"), "50000")
+	write(filepath.Join(v2, "a", "b", "c", "memory.current"), "100")
+	// v1: /x (limit 8000, used 500) ⊃ /x/y (limit 3000, used 1000)
+	write(filepath.Join(v1, "x", "memory.limit_in_bytes"), "8000")
+	write(filepath.Join(v1, "x", "memory.usage_in_bytes"), "500")
+	write(filepath.Join(v1, "x", "y", "memory.limit_in_bytes"), "3000")
+	write(filepath.Join(v1, "x", "y", "memory.usage_in_bytes"), "1000")
+	mountinfo := filepath.Join(root, "mountinfo")
+	write(mountinfo, "1 0 0:1 / / rw - ext4 /dev/root rw\n"+
+		"30 1 0:30 / "+v2+" rw,relatime - cgroup2 cgroup2 rw\n"+
+		"31 1 0:31 / "+v1+" rw,relatime - cgroup cgroup rw,memory\n"+
+		"32 1 0:32 / "+filepath.Join(root, "cpu")+" rw - cgroup cgroup rw,cpu\n")
+	for _, c := range []struct {
+		name, cgroup string
+		room         int64
+		file         string
+	}{
+		{"v2 parent's limit", "0::/a/b/c\n", 9000, filepath.Join(v2, "a", "memory.max")},
+		{"v1 own limit", "4:memory:/x/y\n0::/\n", 2000, filepath.Join(v1, "x", "y", "memory.limit_in_bytes")},
+		{"both: the least", "4:memory:/x\n0::/a/b/c\n", 7500, filepath.Join(v1, "x", "memory.limit_in_bytes")},
+		{"no limit anywhere", "4:cpu:/\n0::/\n", -1, ""},
+	} {
+		cg := filepath.Join(root, "cgroup-"+strings.ReplaceAll(c.name, " ", "-"))
+		write(cg, c.cgroup)
+		room, source, ok := cgroupLimit(cg, mountinfo)
+		if c.room < 0 {
+			if ok {
+				t.Errorf("%s: room %d (%s), want none", c.name, room, source)
+			}
+			continue
+		}
+		if !ok || room != c.room || !strings.Contains(source, c.file) {
+			t.Errorf("%s: room %d (%s), %v; want %d under %s", c.name, room, source, ok, c.room, c.file)
+		}
 	}
 }
 

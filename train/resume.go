@@ -297,6 +297,7 @@ var resumeKeys = map[string]int{
 	"parallelism.overlap_comm":             changeExact,
 	"eval":                                 changeExact,
 	"data.eval":                            changeExact,
+	"training.loss_chunk":                  changeRounding, // the head's weight gradient summed in chunks
 	"parallelism.sequence_parallel_degree": changeRounding,
 	"parallelism.attention":                changeRounding,
 	"parallelism.ulysses_degree":           changeRounding,

@@ -225,3 +225,32 @@ func TestMixedPrecisionTrains(t *testing.T) {
 		t.Logf("%v: last-20 mean loss %.4f vs fp32 %.4f (diff %+.4f), %d steps skipped", sets, got, want, got-want, skipped)
 	}
 }
+
+// TestLossChunksTrainLikeWhole: the head and the loss in chunks of 37 tokens (of 256 per
+// rank's micro-batch) train like the whole batch at once, over 5 steps, on every schedule over
+// 4 sequence-parallel ranks and the hybrid, with FSDP, data-parallel replicas and bf16: the loss and the final
+// weights within the summation-order bounds of TestFSDPTrainsLikeOneWorker (only the head's
+// weight gradient is summed in another order; a chunk lost or counted twice misses by far more).
+func TestLossChunksTrainLikeWhole(t *testing.T) {
+	const steps = 5
+	sp4 := []string{"parallelism.world_size=4", "parallelism.sequence_parallel_degree=4", "checkpoint.activation=attn_output"}
+	cases := map[string][]string{
+		"one worker":   nil,
+		"fsdp dp2×sp2": {"parallelism.world_size=4", "parallelism.sequence_parallel_degree=2", "parallelism.fsdp=true"},
+		"bf16":         {"training.mixed_precision=bf16"},
+	}
+	for _, s := range []string{"distflash", "ring", "zigzag", "burst", "ulysses", "attn2d"} {
+		cases["sp4 "+s] = append(append([]string{}, sp4...), "parallelism.attention="+s)
+	}
+	cases["sp4 hybrid ulysses 2 × ring"] = append(append([]string{}, sp4...), "parallelism.attention=ring", "parallelism.ulysses_degree=2")
+	for name, sets := range cases {
+		t.Run(name, func(t *testing.T) {
+			whole, trW := trainSteps(t, steps, append(sets, "training.loss_chunk=0")...)
+			chunked, trC := trainSteps(t, steps, append(sets, "training.loss_chunk=37")...)
+			if trC.ranks[0].model.LossChunk != 37 {
+				t.Fatalf("the model's loss chunk is %d, want 37", trC.ranks[0].model.LossChunk)
+			}
+			compareRuns(t, name, whole, chunked, trW.fullParams(), trC.fullParams(), 1e-6, 1e-5)
+		})
+	}
+}

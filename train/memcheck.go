@@ -1,0 +1,72 @@
+package train
+
+import (
+	"fmt"
+	"strings"
+
+	"distflash/config"
+	"distflash/plan"
+	"distflash/sysmem"
+)
+
+// CheckMemory refuses, before anything is allocated, a config whose ranks in this process do
+// not fit in the memory the process has (sysmem.Available: MemAvailable, or the room under
+// its cgroup's limit): plan's per-rank estimate (plan.MemoryFor: the model state or its FSDP
+// share, the activations the checkpoint policy keeps, the logits, the backward scratch and
+// the attention's working set) times the ranks the process runs (parallelism.world_size
+// in-process, one under MPI). The error says what is needed and available, term by term, the
+// longest data.seq_len that fits and the knobs that shrink what grows with it. On a GPU
+// (device.kind other than cpu) the estimate is of device memory, which this check does not
+// see, so it passes.
+func CheckMemory(cfg config.Config) error {
+	if cfg.Device.Kind != "cpu" {
+		return nil
+	}
+	avail, source, ok := sysmem.Available()
+	if !ok {
+		return nil
+	}
+	p := cfg.Parallelism
+	ranks := 1
+	if p.Backend == "inproc" {
+		ranks = max(p.WorldSize, 1)
+	}
+	perRank := float64(avail) / float64(ranks)
+	m := plan.MemoryFor(cfg, perRank)
+	if m.Fits {
+		return nil
+	}
+	b := func(x float64) string {
+		if x >= 1<<30 {
+			return fmt.Sprintf("%.1f GiB", x/(1<<30))
+		}
+		return fmt.Sprintf("%.0f MiB", x/(1<<20))
+	}
+	state := m.Params + m.Grads + m.Optimizer + m.CommBuffers
+	var msg strings.Builder
+	fmt.Fprintf(&msg, "%s: training needs %s per rank", cfg.Path, b(m.Peak))
+	if ranks > 1 {
+		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, b(m.Peak*float64(ranks)))
+	}
+	fmt.Fprintf(&msg, " (model state %s; growing with data.seq_len × data.batch_size: activations %s, logits %s, backward scratch %s, attention %s), this machine has %s available (%s)",
+		b(state), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(float64(avail)), source)
+	if tokens := plan.MaxTokensPerGPU(cfg, perRank); tokens > 0 {
+		seq := tokens * p.SequenceParallelDegree
+		fmt.Fprintf(&msg, ". The longest data.seq_len that fits is %d (data.batch_size %d)", seq, cfg.Data.BatchSize)
+	} else {
+		msg.WriteString(". Not even 1024 tokens per rank fit: the model state alone is too large")
+	}
+	var knobs []string
+	if cfg.Checkpoint.Activation != "layer" {
+		knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %q)`, cfg.Checkpoint.Activation))
+	}
+	if cfg.Data.BatchSize > 1 {
+		knobs = append(knobs, fmt.Sprintf("a smaller data.batch_size (now %d) with more training.grad_accum_steps", cfg.Data.BatchSize))
+	}
+	if !p.FSDP && p.WorldSize > 1 {
+		knobs = append(knobs, "parallelism.fsdp = true (each rank holds 1/world_size of the model state)")
+	}
+	knobs = append(knobs, "more parallelism.sequence_parallel_degree, with the ranks as MPI processes on more machines (parallelism.backend = \"mpi\")")
+	fmt.Fprintf(&msg, ". To fit: %s", strings.Join(knobs, "; "))
+	return fmt.Errorf("%s", msg.String())
+}
