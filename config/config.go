@@ -94,6 +94,11 @@ type TrainingConfig struct {
 	// the [tokens, vocab] logits exist one chunk at a time (model.Model.LossChunk): -1 lets
 	// LossChunkTokens choose (chunks of at most 256 MiB of logits), 0 takes all at once.
 	LossChunk int `toml:"loss_chunk" json:"loss_chunk"`
+	// MLPTile is how many tokens the SwiGLU MLP runs at a time, in the forward and (recomputing
+	// each tile's gate, up and activation) in the backward, so its [tokens, ffn] tensors exist
+	// one tile at a time (model.Model.MLPTile): -1 lets MLPTileTokens choose (tiles of at most
+	// 256 MiB of those tensors), 0 takes all at once.
+	MLPTile int `toml:"mlp_tile" json:"mlp_tile"`
 	// fp16 dynamic loss scaling: the loss is multiplied by the scale before backward; a step
 	// whose gradients overflow is skipped and halves it, growth_interval clean steps double it.
 	LossScaleInit           float64 `toml:"loss_scale_init" json:"loss_scale_init"`                       // starting scale (fp16)
@@ -163,7 +168,7 @@ func Default() Config {
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
 			LossScaleInit: 65536, LossScaleGrowthInterval: 2000,
-			GradAccumSteps: 1, LossChunk: -1},
+			GradAccumSteps: 1, LossChunk: -1, MLPTile: -1},
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
 			Attention: "distflash", OverlapComm: true, FSDP: false, UlyssesDegree: 1},
 		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
@@ -609,6 +614,9 @@ func (c *Config) validate(forEval bool) error {
 	if t.LossChunk < -1 {
 		fail("training.loss_chunk = %d: want -1 (chosen by the vocabulary's size), 0 (all tokens at once) or a number of tokens", t.LossChunk)
 	}
+	if t.MLPTile < -1 {
+		fail("training.mlp_tile = %d: want -1 (chosen by model.ffn_dim), 0 (all tokens at once) or a number of tokens", t.MLPTile)
+	}
 	if !(t.LR > 0) || !finite(t.LR) {
 		fail("training.lr = %g: must be a positive number", t.LR)
 	}
@@ -712,6 +720,20 @@ func (c Config) LossChunkTokens() int {
 // AutoLossChunk is the loss chunk training.loss_chunk = -1 gives a vocabulary of vocab
 // tokens: as many tokens as keep the chunk's float32 logits within 256 MiB, at least 1.
 func AutoLossChunk(vocab int) int { return max(1, lossChunkBytes/(4*max(vocab, 1))) }
+
+// MLPTileTokens is the tokens per MLP tile that training.mlp_tile asks for (0: all at once):
+// for -1, AutoMLPTile of model.ffn_dim.
+func (c Config) MLPTileTokens() int {
+	if c.Training.MLPTile >= 0 {
+		return c.Training.MLPTile
+	}
+	return AutoMLPTile(c.Model.FFNDim)
+}
+
+// AutoMLPTile is the MLP tile training.mlp_tile = -1 gives an MLP of ffn hidden units: as many
+// tokens as keep the tile's float32 gate, up and activation within 256 MiB, at least 1 (tiny's
+// 352 units: 63550 tokens, all of a laptop batch; LLaMA-3-8B's 14336: 1560).
+func AutoMLPTile(ffn int) int { return max(1, lossChunkBytes/(3*4*max(ffn, 1))) }
 
 // TokensPerStep is the number of tokens one optimizer step trains on, over all ranks:
 // batch_size × seq_len × grad_accum_steps × (world_size / sequence_parallel_degree).

@@ -176,7 +176,7 @@ func NewEvaluator(mc model.Config, par config.ParallelismConfig) (*Evaluator, er
 	for r := 0; r < P; r++ {
 		be := kernels.NewCPU()
 		m := model.New(mc, model.CheckpointLayer, be)
-		m.LossChunk = config.AutoLossChunk(mc.VocabSize) // the logits a chunk at a time, as training's default
+		m.LossChunk, m.MLPTile = config.AutoLossChunk(mc.VocabSize), config.AutoMLPTile(mc.FFNDim) // as training's defaults
 		if P > 1 {
 			a, err := parallel.NewAttention(par.Attention, e.world.Comm(r), be, parallel.Options{Overlap: par.OverlapComm, UlyssesDegree: par.UlyssesDegree})
 			if err != nil {

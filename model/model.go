@@ -104,6 +104,13 @@ type Model struct {
 	// final norm's output gradient, and the head's weight gradient added chunk by chunk, in
 	// order). 0 or at least the tokens: all at once. Set it before the first Forward.
 	LossChunk int
+	// MLPTile is how many tokens the SwiGLU MLP (gate, up, activation, down) runs at a time
+	// (training.mlp_tile): its [tokens, ffn] tensors then exist one tile at a time, in the
+	// forward and in the backward, which recomputes each tile's gate, up and activation from
+	// the saved FFN norm output (two more GEMMs per block where the policy kept them). 0 or at
+	// least the tokens: all at once, the [tokens, ffn] tensors kept as the policy says. Set it
+	// before the first Forward.
+	MLPTile int
 
 	units    []Unit
 	actBytes int64
@@ -124,6 +131,8 @@ type Model struct {
 	logit kernels.Buf       // [chunk, vocab] (see LossChunk); holds the last chunk's dlogits after backward
 	loss  kernels.Buf       // [n] per-token loss
 	chunk int               // tokens per loss chunk
+	tile  int               // tokens per MLP tile; the batch's tokens when not tiled
+	mlp   LayerActs         // the MLP's tile buffers (Gate, Up, Act: [tile, ffn]) when tiled
 	grad  gradScratch
 	// headGrad is the output unit's gradient buffer, taken in the forward (whose loss chunks
 	// add the head's weight gradient into it) and completed in the backward.
@@ -179,14 +188,20 @@ func (m *Model) heads() Heads {
 // full allocates a complete LayerActs for n tokens.
 func (m *Model) full(n int) LayerActs {
 	be, c := m.be, m.Cfg
-	return LayerActs{
+	a := LayerActs{
 		X: be.Alloc(n * c.Dim), Norm1: be.Alloc(n * c.Dim), Rstd1: be.Alloc(n),
 		Q: be.Alloc(n * c.QDim()), K: be.Alloc(n * c.KVDim()), V: be.Alloc(n * c.KVDim()),
 		AttnOut: be.Alloc(n * c.QDim()), Lse: be.Alloc(n * c.NHeads),
 		H: be.Alloc(n * c.Dim), Norm2: be.Alloc(n * c.Dim), Rstd2: be.Alloc(n),
-		Gate: be.Alloc(n * c.FFNDim), Up: be.Alloc(n * c.FFNDim), Act: be.Alloc(n * c.FFNDim),
 	}
+	if !m.tiled() { // tiled, the MLP's tensors live in m.mlp, one tile at a time
+		a.Gate, a.Up, a.Act = be.Alloc(n*c.FFNDim), be.Alloc(n*c.FFNDim), be.Alloc(n*c.FFNDim)
+	}
+	return a
 }
+
+// tiled reports whether the MLP runs in tiles (MLPTile below the batch's tokens).
+func (m *Model) tiled() bool { return m.tile < m.batch*m.seq }
 
 // ensure sizes the activation and scratch buffers for B sequences of T tokens at positions pos.
 func (m *Model) ensure(B, T int, pos []int32) {
@@ -223,6 +238,16 @@ func (m *Model) ensure(B, T int, pos []int32) {
 	}
 	m.batch, m.seq = B, T
 	n, be, c := B*T, m.be, m.Cfg
+	m.tile = n
+	if m.MLPTile > 0 && m.MLPTile < n {
+		m.tile = m.MLPTile
+	}
+	m.mlp = LayerActs{}
+	ff := n * c.FFNDim // the MLP's [tokens, ffn] scratch of the backward: one tile when tiled
+	if m.tiled() {
+		ff = m.tile * c.FFNDim
+		m.mlp = LayerActs{Gate: be.Alloc(ff), Up: be.Alloc(ff), Act: be.Alloc(ff)}
+	}
 	m.acts = make([]LayerActs, c.NLayers)
 	for l := range m.acts {
 		switch m.Policy {
@@ -247,14 +272,14 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		dx: be.Alloc(n * c.Dim), dnorm: be.Alloc(n * c.Dim), dh: be.Alloc(n * c.Dim),
 		dq: be.Alloc(n * c.QDim()), dattn: be.Alloc(n * c.QDim()),
 		dk: be.Alloc(n * c.KVDim()), dv: be.Alloc(n * c.KVDim()),
-		dgate: be.Alloc(n * c.FFNDim), dup: be.Alloc(n * c.FFNDim), dact: be.Alloc(n * c.FFNDim),
+		dgate: be.Alloc(ff), dup: be.Alloc(ff), dact: be.Alloc(ff),
 		hostLoss: make([]float32, n),
 	}
 	m.actBytes = 0
 	for _, a := range m.acts {
 		m.actBytes += a.bytes()
 	}
-	m.actBytes += m.work.bytes()
+	m.actBytes += m.work.bytes() + m.mlp.bytes()
 	for _, b := range []kernels.Buf{m.xOut, m.normF, m.rstdF, m.logit, m.loss} {
 		m.actBytes += int64(b.Len()) * 4
 	}
@@ -322,6 +347,20 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 	m.linear(a.H, a.AttnOut, w.Wo, n, D, Q)
 	be.Add(a.H, a.H, a.X)
 	be.RMSNorm(a.Norm2, a.Rstd2, a.H, w.FFNNorm, n, D, eps)
+	if m.tiled() {
+		// the MLP a tile of tokens at a time; a recompute for the backward (out nil) leaves it
+		// to blockBackward, which recomputes each tile where it needs it
+		if out != nil {
+			for i0 := 0; i0 < n; i0 += m.tile {
+				rows := min(m.tile, n-i0)
+				t := m.mlpTile(w, a.Norm2, i0, rows)
+				o := be.Slice(out, i0*D, rows*D)
+				m.linear(o, t.Act, w.Down, rows, D, F)
+				be.Add(o, o, be.Slice(a.H, i0*D, rows*D))
+			}
+		}
+		return
+	}
 	m.linear(a.Gate, a.Norm2, w.Gate, n, F, D)
 	m.linear(a.Up, a.Norm2, w.Up, n, F, D)
 	be.SwiGLU(a.Act, a.Gate, a.Up)
@@ -329,6 +368,18 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 		m.linear(out, a.Act, w.Down, n, D, F)
 		be.Add(out, out, a.H)
 	}
+}
+
+// mlpTile computes the MLP's gate, up and activation for the rows tokens from row i0 of the
+// FFN norm output norm2 into the tile buffers, and returns them (Gate, Up, Act of the tile).
+func (m *Model) mlpTile(w LayerWeights, norm2 kernels.Buf, i0, rows int) LayerActs {
+	be, D, F := m.be, m.Cfg.Dim, m.Cfg.FFNDim
+	t := LayerActs{Gate: be.Slice(m.mlp.Gate, 0, rows*F), Up: be.Slice(m.mlp.Up, 0, rows*F), Act: be.Slice(m.mlp.Act, 0, rows*F)}
+	x := be.Slice(norm2, i0*D, rows*D)
+	m.linear(t.Gate, x, w.Gate, rows, F, D)
+	m.linear(t.Up, x, w.Up, rows, F, D)
+	be.SwiGLU(t.Act, t.Gate, t.Up)
+	return t
 }
 
 // layerActs returns a complete LayerActs for block l: the block's own under CheckpointNone,
@@ -364,10 +415,23 @@ func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels
 	be, c, s := m.be, m.Cfg, &m.grad
 	n, D, Q, KV, F := m.batch*m.seq, c.Dim, c.QDim(), c.KVDim(), c.FFNDim
 	// out = h + Wdown·act: dh = dout (dx already holds it), dact = dout·Wdown
-	m.linearBackward(s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0)
-	be.SwiGLUBackward(s.dgate, s.dup, s.dact, a.Gate, a.Up)
-	m.linearBackward(s.dnorm, g.Gate, s.dgate, a.Norm2, w.Gate, n, F, D, 0)
-	m.linearBackward(s.dnorm, g.Up, s.dup, a.Norm2, w.Up, n, F, D, 1)
+	if m.tiled() { // a tile at a time, its gate, up and activation recomputed
+		for i0 := 0; i0 < n; i0 += m.tile {
+			rows := min(m.tile, n-i0)
+			t := m.mlpTile(w, a.Norm2, i0, rows)
+			dact, dgate, dup := be.Slice(s.dact, 0, rows*F), be.Slice(s.dgate, 0, rows*F), be.Slice(s.dup, 0, rows*F)
+			dnorm, norm2 := be.Slice(s.dnorm, i0*D, rows*D), be.Slice(a.Norm2, i0*D, rows*D)
+			m.linearBackward(dact, g.Down, be.Slice(dx, i0*D, rows*D), t.Act, w.Down, rows, D, F, 0)
+			be.SwiGLUBackward(dgate, dup, dact, t.Gate, t.Up)
+			m.linearBackward(dnorm, g.Gate, dgate, norm2, w.Gate, rows, F, D, 0)
+			m.linearBackward(dnorm, g.Up, dup, norm2, w.Up, rows, F, D, 1)
+		}
+	} else {
+		m.linearBackward(s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0)
+		be.SwiGLUBackward(s.dgate, s.dup, s.dact, a.Gate, a.Up)
+		m.linearBackward(s.dnorm, g.Gate, s.dgate, a.Norm2, w.Gate, n, F, D, 0)
+		m.linearBackward(s.dnorm, g.Up, s.dup, a.Norm2, w.Up, n, F, D, 1)
+	}
 	be.RMSNormBackward(dx, g.FFNNorm, s.dnorm, a.H, w.FFNNorm, a.Rstd2, n, D) // dx = dh
 	// h = x + Wo·attn: dx = dh, dattn = dh·Wo
 	m.linearBackward(s.dattn, g.Wo, dx, a.AttnOut, w.Wo, n, D, Q, 0)

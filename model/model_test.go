@@ -175,9 +175,30 @@ func TestConfigResolveErrors(t *testing.T) {
 // TestLossChunks: the head and the loss over chunks of tokens (LossChunk 1, 7, all but one,
 // more than all) give the whole-batch loss bit for bit (each token's loss is its own row), and
 // the same gradients: every one bit for bit but the output head's weight, whose sum over the
-// tokens is added chunk by chunk (within 1e-5 of its largest element), under every checkpoint policy, with an
-// ignored target. The forward alone (Forward) too.
+// tokens is added chunk by chunk (within 1e-5 of its largest element), under every checkpoint
+// policy, with an ignored target. The forward alone (Forward) too.
 func TestLossChunks(t *testing.T) {
+	testTokenSplit(t, func(m *Model, n int) { m.LossChunk = n }, func(name string) bool { return name == "lm_head.weight" })
+}
+
+// TestMLPTiles: the SwiGLU MLP over tiles of tokens (MLPTile 1, 7, all but one, more than
+// all; the backward recomputing each tile's gate, up and activation) gives the whole-batch
+// loss bit for bit and the same gradients: bit for bit but the MLP's three weights, whose
+// sums over the tokens are added tile by tile (within 1e-5 of their largest element), under
+// every checkpoint policy. Tiles and loss chunks together too.
+func TestMLPTiles(t *testing.T) {
+	mlp := func(name string) bool { return strings.Contains(name, "mlp.") }
+	testTokenSplit(t, func(m *Model, n int) { m.MLPTile = n }, mlp)
+	testTokenSplit(t, func(m *Model, n int) { m.MLPTile, m.LossChunk = n, n+2 },
+		func(name string) bool { return mlp(name) || name == "lm_head.weight" })
+}
+
+// testTokenSplit runs each test config under every checkpoint policy with the batch's tokens
+// split by set (n tokens at a time) against all at once: the losses (ForwardBackward's and
+// Forward's) bit for bit, the gradients of the tensors reordered names to summation order
+// (1e-5 of their largest element), the others bit for bit.
+func testTokenSplit(t *testing.T, set func(m *Model, n int), reordered func(name string) bool) {
+	t.Helper()
 	for name, cfg := range testConfigs() {
 		if err := cfg.Resolve(); err != nil {
 			t.Fatal(err)
@@ -187,11 +208,10 @@ func TestLossChunks(t *testing.T) {
 		ids, tg := randomTokens(r, B*T, cfg.VocabSize), randomTokens(r, B*T, cfg.VocabSize)
 		tg[3] = -1
 		layout := NewLayout(cfg)
-		head := layout.Tensors[len(layout.Tensors)-1]
 		for _, policy := range []Checkpoint{CheckpointNone, CheckpointLayer, CheckpointAttnOutput} {
-			run := func(chunk int, backward bool) (float64, []float32) {
+			run := func(split int, backward bool) (float64, []float32) {
 				m := New(cfg, policy, kernels.NewCPU())
-				m.LossChunk = chunk
+				set(m, split)
 				m.LoadParams(perturbedInit(cfg, m.Layout))
 				m.ZeroGrads()
 				if !backward {
@@ -203,29 +223,24 @@ func TestLossChunks(t *testing.T) {
 			}
 			wantLoss, want := run(0, true)
 			fwdLoss, _ := run(0, false)
-			for _, chunk := range []int{1, 7, B*T - 1, B*T + 5} {
-				loss, got := run(chunk, true)
+			for _, split := range []int{1, 7, B*T - 1, B*T + 5} {
+				loss, got := run(split, true)
 				if loss != wantLoss {
-					t.Errorf("%s %v chunk %d: loss %v, whole %v", name, policy, chunk, loss, wantLoss)
+					t.Errorf("%s %v split %d: loss %v, whole %v", name, policy, split, loss, wantLoss)
 				}
-				if l, _ := run(chunk, false); l != fwdLoss {
-					t.Errorf("%s %v chunk %d: Forward loss %v, whole %v", name, policy, chunk, l, fwdLoss)
+				if l, _ := run(split, false); l != fwdLoss {
+					t.Errorf("%s %v split %d: Forward loss %v, whole %v", name, policy, split, l, fwdLoss)
 				}
-				var headMax, headErr float64
-				for i := head.Off; i < head.Off+head.Size(); i++ {
-					headMax = math.Max(headMax, math.Abs(float64(want[i])))
-					headErr = math.Max(headErr, math.Abs(float64(got[i]-want[i])))
-				}
-				// the head's gradient sums B·T terms in another association: float32
-				// rounding, under 1e-5 of its largest element (a chunk left out or added twice
-				// moves it by a sizeable fraction)
-				if !(headErr <= 1e-5*headMax) {
-					t.Errorf("%s %v chunk %d: head weight gradient off by %.3g of its largest element", name, policy, chunk, headErr/headMax)
-				}
-				for i := range got {
-					if (i < head.Off || i >= head.Off+head.Size()) && got[i] != want[i] {
-						t.Errorf("%s %v chunk %d: gradient %d is %v, whole %v", name, policy, chunk, i, got[i], want[i])
-						break
+				for _, ts := range layout.Tensors {
+					var most, diff float64
+					for i := ts.Off; i < ts.Off+ts.Size(); i++ {
+						most = math.Max(most, math.Abs(float64(want[i])))
+						diff = math.Max(diff, math.Abs(float64(got[i]-want[i])))
+					}
+					// a reordered sum: float32 rounding, under 1e-5 of the largest element (a
+					// chunk or tile left out or added twice moves it by a sizeable fraction)
+					if reordered(ts.Name) && !(diff <= 1e-5*most) || !reordered(ts.Name) && diff != 0 {
+						t.Errorf("%s %v split %d: gradient of %s off by %.3g (largest element %.3g)", name, policy, split, ts.Name, diff, most)
 					}
 				}
 			}

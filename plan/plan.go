@@ -28,11 +28,14 @@
 //     tokens of a micro-batch, from the fields of model.LayerActs (actFields): policy none
 //     keeps every field of every block; layer keeps X of every block plus one block's full set
 //     (the recompute scratch); attn_output keeps X, AttnOut and Lse of every block plus one
-//     block's full set. Activations are float32 (4 B) under every training.mixed_precision, as
-//     the model allocates them (kernels.Buf holds float32; the H200 run of
-//     bench/results/h200-2026-11-26 showed the 2 B this plan assumed before was half the
-//     truth). Logits [min(n, loss chunk), vocab] fp32: one chunk of
-//     training.loss_chunk tokens at a time (their gradient reuses the buffer). Backward scratch: model.gradScratch's buffers, float32 too. Attention working set (an
+//     block's full set. With the MLP in tiles (training.mlp_tile below the tokens) no block
+//     keeps Gate, Up or Act: one tile of each instead. Activations are float32 (4 B) under
+//     every training.mixed_precision, as the model allocates them (kernels.Buf holds
+//     float32; the H200 run of bench/results/h200-2026-11-26 showed the 2 B this plan
+//     assumed before was half the truth). Logits [min(n, loss chunk), vocab] fp32: one chunk
+//     of training.loss_chunk tokens at a time (their gradient reuses the buffer). Backward
+//     scratch: model.gradScratch's buffers, float32 too (the MLP's three a tile long).
+//     Attention working set (an
 //     estimate, not measured): two K/V receive buffers, the partial output, its statistics
 //     and the dQ/dK/dV being accumulated: n × (2·qdim + 4·kvdim) elements + 2·heads fp32 per
 //     token. Communication buffers with fsdp: two gathered blocks of weights (current and
@@ -382,21 +385,34 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	mp.Optimizer = config.OptimizerBytesPerParam * N / shard
 	n := float64(cfg.Data.BatchSize) * float64(cfg.Data.SeqLen) / float64(p.SequenceParallelDegree)
 	L := float64(m.NLayers)
-	full := actBytesPerToken(cfg, nil)
-	pol := cfg.Checkpoint.Activation
-	if pol == "none" {
-		mp.Activations = n * L * full
-	} else {
-		mp.Activations = n * (L*actBytesPerToken(cfg, keptFields[pol]) + full)
-	}
 	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
 	a := float64(actElemBytes)
+	// The MLP in tiles (training.mlp_tile) keeps no [tokens, ffn] tensor: its gate, up and
+	// activation exist for one tile, in the forward and, recomputed, in the backward.
+	tile := n
+	if t := cfg.MLPTileTokens(); t > 0 {
+		tile = min(n, float64(t))
+	}
+	full := actBytesPerToken(cfg, nil)
+	kept := actBytesPerToken(cfg, keptFields[cfg.Checkpoint.Activation])
+	if tile < n {
+		full -= 3 * f * a
+		if cfg.Checkpoint.Activation == "none" {
+			kept = full
+		}
+		mp.Activations = 3 * tile * f * a
+	}
+	if cfg.Checkpoint.Activation == "none" {
+		mp.Activations += n * L * kept
+	} else {
+		mp.Activations += n * (L*kept + full)
+	}
 	chunk := n // the logits exist one loss chunk at a time (training.loss_chunk)
 	if c := cfg.LossChunkTokens(); c > 0 {
 		chunk = min(n, float64(c))
 	}
 	mp.Logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4) // logits of a chunk; last block output, final norm, rstd
-	mp.BackwardScratch = n * a * (3*d + 2*q + 2*kv + 3*f)
+	mp.BackwardScratch = n*a*(3*d+2*q+2*kv) + tile*a*3*f
 	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
 	if p.FSDP && p.WorldSize > 1 {
 		block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / L

@@ -298,6 +298,7 @@ var resumeKeys = map[string]int{
 	"eval":                                 changeExact,
 	"data.eval":                            changeExact,
 	"training.loss_chunk":                  changeRounding, // the head's weight gradient summed in chunks
+	"training.mlp_tile":                    changeRounding, // the MLP's weight gradients summed in tiles
 	"parallelism.sequence_parallel_degree": changeRounding,
 	"parallelism.attention":                changeRounding,
 	"parallelism.ulysses_degree":           changeRounding,

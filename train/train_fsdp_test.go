@@ -226,11 +226,12 @@ func TestMixedPrecisionTrains(t *testing.T) {
 	}
 }
 
-// TestLossChunksTrainLikeWhole: the head and the loss in chunks of 37 tokens (of 256 per
-// rank's micro-batch) train like the whole batch at once, over 5 steps, on every schedule over
+// TestLossChunksTrainLikeWhole: the head and the loss in chunks of 37 tokens and the MLP in
+// tiles of 29 (of 256 per rank's micro-batch) train like the whole batch at once, over 5 steps, on every schedule over
 // 4 sequence-parallel ranks and the hybrid, with FSDP, data-parallel replicas and bf16: the loss and the final
 // weights within the summation-order bounds of TestFSDPTrainsLikeOneWorker (only the head's
-// weight gradient is summed in another order; a chunk lost or counted twice misses by far more).
+// and MLP weight gradients are summed in another order; a chunk lost or counted twice misses by
+// far more).
 func TestLossChunksTrainLikeWhole(t *testing.T) {
 	const steps = 5
 	sp4 := []string{"parallelism.world_size=4", "parallelism.sequence_parallel_degree=4", "checkpoint.activation=attn_output"}
@@ -245,12 +246,18 @@ func TestLossChunksTrainLikeWhole(t *testing.T) {
 	cases["sp4 hybrid ulysses 2 × ring"] = append(append([]string{}, sp4...), "parallelism.attention=ring", "parallelism.ulysses_degree=2")
 	for name, sets := range cases {
 		t.Run(name, func(t *testing.T) {
-			whole, trW := trainSteps(t, steps, append(sets, "training.loss_chunk=0")...)
-			chunked, trC := trainSteps(t, steps, append(sets, "training.loss_chunk=37")...)
-			if trC.ranks[0].model.LossChunk != 37 {
-				t.Fatalf("the model's loss chunk is %d, want 37", trC.ranks[0].model.LossChunk)
+			whole, trW := trainSteps(t, steps, append(sets, "training.loss_chunk=0", "training.mlp_tile=0")...)
+			chunked, trC := trainSteps(t, steps, append(sets, "training.loss_chunk=37", "training.mlp_tile=29")...)
+			if m := trC.ranks[0].model; m.LossChunk != 37 || m.MLPTile != 29 {
+				t.Fatalf("the model's loss chunk and MLP tile are %d and %d, want 37 and 29", m.LossChunk, m.MLPTile)
 			}
-			compareRuns(t, name, whole, chunked, trW.fullParams(), trC.fullParams(), 1e-6, 1e-5)
+			rel, abs := 1e-6, 1e-5
+			if name == "bf16" {
+				// a last-bit difference in a master weight can round its bf16 compute copy the
+				// other way (2^-8 relative): measured 8.4e-6 on the loss, 1.3e-5 on the weights
+				rel, abs = 1e-4, 1e-4
+			}
+			compareRuns(t, name, whole, chunked, trW.fullParams(), trC.fullParams(), rel, abs)
 		})
 	}
 }
