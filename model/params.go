@@ -108,24 +108,38 @@ func NewWeights(be kernels.Backend, layout Layout, nLayers int, flat kernels.Buf
 // residual stream (o_proj, down_proj) scaled by 1/√(2·n_layers) so the stream's variance does
 // not grow with depth, norm weights 1.
 func InitParams(cfg Config, layout Layout, seed uint64) []float32 {
-	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	out := make([]float32, layout.Size)
+	InitParamsEach(cfg, layout, seed, initBlock, func(off int, vals []float32) { copy(out[off:], vals) })
+	return out
+}
+
+// initBlock is how many values InitParams generates at a time.
+const initBlock = 1 << 20
+
+// InitParamsEach generates the values InitParams returns, in Layout order, block values at a
+// time (a tensor's values are cut into blocks; a block holds one tensor's), calling visit
+// with each block's offset in the flat buffer and its values. The buffer is reused: visit
+// copies what it keeps. It holds one block, never the model, so a rank that keeps a shard
+// (FSDP over MPI) needs only the shard.
+func InitParamsEach(cfg Config, layout Layout, seed uint64, block int, visit func(off int, vals []float32)) {
+	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	buf := make([]float32, block)
 	resid := 0.02 / math.Sqrt(2*float64(cfg.NLayers))
 	for _, t := range layout.Tensors {
-		x := out[t.Off : t.Off+t.Size()]
-		if len(t.Shape) == 1 {
-			for i := range x {
-				x[i] = 1
-			}
-			continue
-		}
 		std := 0.02
 		if strings.HasSuffix(t.Name, "o_proj.weight") || strings.HasSuffix(t.Name, "down_proj.weight") {
 			std = resid
 		}
-		for i := range x {
-			x[i] = float32(r.NormFloat64() * std)
+		for lo := 0; lo < t.Size(); lo += block {
+			x := buf[:min(block, t.Size()-lo)]
+			for i := range x {
+				if len(t.Shape) == 1 {
+					x[i] = 1
+				} else {
+					x[i] = float32(r.NormFloat64() * std)
+				}
+			}
+			visit(t.Off+lo, x)
 		}
 	}
-	return out
 }

@@ -145,6 +145,25 @@ func (f *FSDP) Load(full []float32) {
 	f.be.Upload(f.Master, host)
 }
 
+// LoadEach loads this rank's chunks from a generator of the full parameter vector in Layout
+// order, which each calls with visit for every block (its offset and values, as
+// model.InitParamsEach does), keeping only what this rank owns: the rank never holds the
+// whole model.
+func (f *FSDP) LoadEach(each func(visit func(off int, vals []float32))) {
+	host := make([]float32, f.Master.Len())
+	owned := f.Owned()
+	each(func(off int, vals []float32) {
+		end := off + len(vals)
+		for _, r := range owned {
+			lo, hi := max(off, r.Off), min(end, r.Off+r.N)
+			if lo < hi {
+				copy(host[r.Local+lo-r.Off:r.Local+hi-r.Off], vals[lo-off:hi-off])
+			}
+		}
+	})
+	f.be.Upload(f.Master, host)
+}
+
 // ZeroGrads clears the gradient chunks.
 func (f *FSDP) ZeroGrads() { f.be.Zero(f.MasterGrads) }
 

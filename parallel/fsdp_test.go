@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"distflash/kernels"
@@ -227,5 +228,28 @@ func BenchmarkFSDPPrefetch(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFSDPLoadEach: loading a rank's chunks from the generator (model.InitParamsEach, in
+// blocks smaller than, equal to and larger than the tensors) gives the chunks Load cuts
+// from the whole vector, bit for bit, on every rank of 1 to 5.
+func TestFSDPLoadEach(t *testing.T) {
+	cfg := fsdpConfig()
+	layout := model.NewLayout(cfg)
+	full := model.InitParams(cfg, layout, 9)
+	for P := 1; P <= 5; P++ {
+		w := NewWorld(P)
+		for r := 0; r < P; r++ {
+			for _, block := range []int{7, 1000, 1 << 20} {
+				a := NewFSDP(w.Comm(r), kernels.NewCPU(), layout, FSDPOptions{})
+				b := NewFSDP(w.Comm(r), kernels.NewCPU(), layout, FSDPOptions{})
+				a.Load(full)
+				b.LoadEach(func(visit func(off int, vals []float32)) { model.InitParamsEach(cfg, layout, 9, block, visit) })
+				if !slices.Equal(kernels.Host(a.Master), kernels.Host(b.Master)) {
+					t.Fatalf("P=%d rank %d block %d: LoadEach's chunks differ from Load's", P, r, block)
+				}
+			}
+		}
 	}
 }

@@ -39,7 +39,8 @@
 //     estimate, not measured): two K/V receive buffers, the partial output, its statistics
 //     and the dQ/dK/dV being accumulated: n × (2·qdim + 4·kvdim) elements + 2·heads fp32 per
 //     token. Communication buffers with fsdp: two gathered blocks of weights (current and
-//     prefetched) and one block's fp32 gradients. Peak = the sum; allocator fragmentation and
+//     prefetched) and one block's fp32 gradients. On the CPU (device.kind = "cpu") the Go
+//     collector's headroom: train runs it at GOGC=10, so 10% of the rest. Peak = the sum; allocator fragmentation and
 //     the CUDA context are not modelled, so keep a margin.
 //   - Communication. Attention: measured by running the schedule's own code (package parallel)
 //     on sequence_parallel_degree in-process ranks with the model's heads at two short
@@ -182,6 +183,7 @@ type MemoryPlan struct {
 	BackwardScratch float64 `json:"backward_scratch"` // gradient temporaries of one block
 	AttnWork        float64 `json:"attn_work"`        // attention working set (estimate)
 	CommBuffers     float64 `json:"comm_buffers"`     // fsdp gather/scatter buffers
+	Runtime         float64 `json:"runtime"`          // on the CPU: the Go collector's headroom over the rest
 	Peak            float64 `json:"peak"`
 	Capacity        float64 `json:"capacity"`
 	Margin          float64 `json:"margin"` // capacity − peak (negative: does not fit)
@@ -306,6 +308,10 @@ func elemBytes(cfg config.Config) float64 {
 	return 2
 }
 
+// gcHeadroom is the fraction of the live heap the Go collector lets the heap grow by before a
+// collection under the GOGC of a training run (package train sets 10).
+const gcHeadroom = 0.10
+
 // actElemBytes is the size of one element of the activation, logits, scratch and attention
 // buffers: the model allocates them as kernels.Buf, float32 on every backend, whatever
 // training.mixed_precision.
@@ -419,6 +425,12 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 		mp.CommBuffers = 2*block*e + block*4
 	}
 	mp.Peak = mp.Params + mp.Grads + mp.Optimizer + mp.Activations + mp.Logits + mp.BackwardScratch + mp.AttnWork + mp.CommBuffers
+	if cfg.Device.Kind == "cpu" {
+		// train runs the collector at GOGC=10: the heap grows 10% past what is live before a
+		// collection (device memory has no such headroom)
+		mp.Runtime = gcHeadroom * mp.Peak
+		mp.Peak += mp.Runtime
+	}
 	mp.Capacity = capacity
 	mp.Margin = capacity - mp.Peak
 	mp.Fits = mp.Margin >= 0
@@ -857,10 +869,20 @@ func WriteDetail(w io.Writer, rep Report) {
 	for _, r := range []struct {
 		what string
 		b    float64
-	}{{"parameters", mp.Params}, {"gradients", mp.Grads}, {"optimizer (AdamW)", mp.Optimizer},
-		{"saved activations", mp.Activations}, {"logits + head", mp.Logits}, {"backward scratch", mp.BackwardScratch},
-		{"attention working set", mp.AttnWork}, {"communication buffers", mp.CommBuffers}, {"peak", mp.Peak}} {
-		fmt.Fprintf(w, "  %-22s %10s\n", r.what, gb(r.b))
+		note string
+	}{{"parameters", mp.Params, ""}, {"gradients", mp.Grads, ""}, {"optimizer (AdamW)", mp.Optimizer, ""},
+		{"saved activations", mp.Activations, "grows with the tokens per rank"},
+		{"logits + head", mp.Logits, "one loss chunk of logits, and the final norm's grow with the tokens"},
+		{"backward scratch", mp.BackwardScratch, "grows with the tokens; the MLP's is one tile"},
+		{"attention working set", mp.AttnWork, "grows with the tokens"}, {"communication buffers", mp.CommBuffers, ""},
+		{"collector headroom", mp.Runtime, "the CPU's Go heap: 10% of the rest"}, {"peak", mp.Peak, ""}} {
+		if r.what == "collector headroom" && r.b == 0 {
+			continue
+		}
+		if r.note != "" {
+			r.note = "  (" + r.note + ")"
+		}
+		fmt.Fprintf(w, "  %-22s %10s%s\n", r.what, gb(r.b), r.note)
 	}
 	verdict := "fits"
 	if !mp.Fits {

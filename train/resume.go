@@ -52,18 +52,25 @@ func (t *trainer) runDir() string {
 // pieces returns what rank r saves: its FSDP chunks, or (parameters being replicated) the
 // r-th of size equal parts of every tensor, so that each element is written once.
 func (t *trainer) pieces(r *rank) []ckpt.Piece {
+	// hostOf is b's values in host memory: b itself on the CPU backend (the state does not
+	// change while it is saved, so the save needs no copy of it), else a copy downloaded
+	hostOf := func(b kernels.Buf) []float32 {
+		if kernels.IsHost(b) {
+			return kernels.Host(b)
+		}
+		host := make([]float32, b.Len())
+		r.be.Download(host, b)
+		return host
+	}
 	var out []ckpt.Piece
 	for i, b := range r.stateBufs() {
 		name := StateTensors[i]
 		if r.fsdp == nil { // replicated: only this rank's share leaves the device
 			lo, hi := ckpt.Chunk(int64(b.Len()), t.size, r.id)
-			host := make([]float32, hi-lo)
-			r.be.Download(host, r.be.Slice(b, int(lo), int(hi-lo)))
-			out = append(out, ckpt.Piece{Tensor: name, Off: lo, Data: host})
+			out = append(out, ckpt.Piece{Tensor: name, Off: lo, Data: hostOf(r.be.Slice(b, int(lo), int(hi-lo)))})
 			continue
 		}
-		host := make([]float32, b.Len())
-		r.be.Download(host, b)
+		host := hostOf(b)
 		for _, g := range r.fsdp.Owned() {
 			out = append(out, ckpt.Piece{Tensor: name, Off: int64(g.Off), Data: host[g.Local : g.Local+g.N]})
 		}

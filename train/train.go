@@ -19,6 +19,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -181,10 +183,11 @@ type rank struct {
 	replica int              // data-parallel index: which sequences of the step's batch
 	pos     []int32          // global positions of this rank's tokens in every sequence
 
-	params, grads kernels.Buf // what the optimizer updates: all parameters, or the FSDP chunks
-	stats         []float32   // this rank's statistics of the step (statLen)
-	statBuf       kernels.Buf // the same, on the backend
-	statAll       kernels.Buf // every rank's, gathered
+	params, grads kernels.Buf     // what the optimizer updates: all parameters, or the FSDP chunks
+	segs          []optim.Segment // their tensors' pieces, for the optimizer (weight decay or not)
+	stats         []float32       // this rank's statistics of the step (statLen)
+	statBuf       kernels.Buf     // the same, on the backend
+	statAll       kernels.Buf     // every rank's, gathered
 }
 
 // stepStats are what each rank contributes to a step's metrics, exchanged in one all-gather.
@@ -280,7 +283,12 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*tra
 			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
 		}
 	}
-	params0 := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
+	// The initial weights, whole: the in-process ranks share one copy. An MPI rank with FSDP
+	// generates and keeps only its chunks (newRank), so no process holds the whole model.
+	var params0 []float32
+	if comm == nil || !cfg.Parallelism.FSDP {
+		params0 = model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
+	}
 	if comm != nil {
 		if comm.Size() != tr.size {
 			return nil, fmt.Errorf("%s: parallelism.world_size = %d, but the launcher started %d processes: make them equal (mpirun -np %d)",
@@ -291,17 +299,26 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*tra
 			return nil, fmt.Errorf("%s: rank %d: %w", cfg.Path, comm.Rank(), err)
 		}
 		tr.ranks = []*rank{r}
-		return tr, nil
+	} else {
+		tr.world = parallel.NewWorld(tr.size)
+		tr.ranks = make([]*rank, tr.size)
+		err = tr.world.Run(func(c parallel.Comm) error {
+			r, err := tr.newRank(c, params0)
+			tr.ranks[c.Rank()] = r
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		}
 	}
-	tr.world = parallel.NewWorld(tr.size)
-	tr.ranks = make([]*rank, tr.size)
-	err = tr.world.Run(func(c parallel.Comm) error {
-		r, err := tr.newRank(c, params0)
-		tr.ranks[c.Rank()] = r
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	// The initial weights are in the ranks now: their host copy is freed before the
+	// optimizer's moments are allocated, so the two never take memory together.
+	params0 = nil
+	runtime.GC()
+	tc := cfg.Training
+	for _, r := range tr.ranks {
+		r.opt = optim.NewAdamW(r.be, r.params.Len(), r.segs,
+			optim.Hyper{Beta1: tc.Beta1, Beta2: tc.Beta2, Eps: tc.Eps, WeightDecay: tc.WeightDecay})
 	}
 	return tr, nil
 }
@@ -345,7 +362,13 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	switch {
 	case p.FSDP:
 		r.fsdp = parallel.NewFSDP(c, r.be, mlayout, parallel.FSDPOptions{Precision: t.prec, Prefetch: true})
-		r.fsdp.Load(params0)
+		if params0 != nil {
+			r.fsdp.Load(params0)
+		} else {
+			r.fsdp.LoadEach(func(visit func(off int, vals []float32)) {
+				model.InitParamsEach(cfg.Model, mlayout, cfg.Run.Seed, 1<<20, visit)
+			})
+		}
 		r.model = model.NewWithStore(cfg.Model, policy, r.be, r.fsdp)
 		r.model.LossChunk, r.model.MLPTile = cfg.LossChunkTokens(), cfg.MLPTileTokens()
 		r.params, r.grads = r.fsdp.Master, r.fsdp.MasterGrads
@@ -369,9 +392,7 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 		}
 		r.model.Attn = a
 	}
-	tc := cfg.Training
-	r.opt = optim.NewAdamW(r.be, r.params.Len(), segs,
-		optim.Hyper{Beta1: tc.Beta1, Beta2: tc.Beta2, Eps: tc.Eps, WeightDecay: tc.WeightDecay})
+	r.segs = segs
 	return r, nil
 }
 
@@ -619,6 +640,13 @@ func (e *divergedError) Error() string {
 // directory before the config, the data and the tokenizer are known to be good, and the run
 // directory is locked for the run's lifetime (runDirs).
 func Run(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, opt Options) error {
+	if os.Getenv("GOGC") == "" {
+		// A training process's heap is a few large buffers that live for the whole run; the
+		// collector's default slack (GOGC=100: the heap may double before a collection) would
+		// take as much memory again. 10% keeps the peak near what plan counts, at no speed
+		// measurable here (bench/memory.sh). GOGC in the environment wins.
+		debug.SetGCPercent(10)
+	}
 	leader := opt.Comm == nil || opt.Comm.Rank() == 0
 	if !leader {
 		stdout, stderr, opt.Progress = io.Discard, io.Discard, false
