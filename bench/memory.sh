@@ -3,7 +3,8 @@
 # model (default: a 125M-class LLaMA, dim 768, 12 layers, 12 heads, ffn 2048, vocab 32000) on
 # the CPU, batch 1, attn_output checkpointing, fp32. For each length it prints the peak plan
 # predicts (plan --format json), the total of the memory table train prints (what the model
-# allocated), the process's peak resident set (/usr/bin/time -v) and their ratios, then the
+# allocated: without the attention's working set and the collector's headroom, which plan
+# counts), the process's peak resident set (/usr/bin/time -v) and their ratios, then the
 # saved bytes per token per layer from the slope between the first and last lengths, measured
 # (the memory table's activations) and planned, and plan's longest data.seq_len on this
 # machine (the available memory train's check sees).
@@ -35,12 +36,12 @@ if [[ -z "$bin" ]]; then
 	go build -o "$bin" .
 fi
 mib() { awk -v b="$1" 'BEGIN { printf "%.0f", b / 1048576 }'; }
-echo "| seq_len | plan peak MiB | train's table MiB | peak RSS MiB | table / plan | RSS / plan | activations MiB (table) | activations + logits + scratch + attention MiB (plan) |"
+echo "| seq_len | plan peak MiB | train's table MiB | peak RSS MiB | table / plan | RSS / plan | activations MiB (table) | activations + logits + scratch MiB (plan) |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 first="" last=""
 for T in $lengths; do
 	plan=$("$bin" plan "${sets[@]}" --set data.seq_len="$T" --cluster 1x1xcpu --flops 1e11 --format json)
-	read -r peak acts <<<"$(python3 -c 'import json,sys; m=json.load(sys.stdin)["plans"][0]["memory"]; print(m["peak"], m["activations"]+m["logits"]+m["backward_scratch"]+m["attn_work"])' <<<"$plan")"
+	read -r peak acts <<<"$(python3 -c 'import json,sys; m=json.load(sys.stdin)["plans"][0]["memory"]; print(m["peak"], m["activations"]+m["logits"]+m["backward_scratch"])' <<<"$plan")"
 	out="$work/run-$T"
 	/usr/bin/time -v "$bin" train "${sets[@]}" --set data.seq_len="$T" --set run.output_dir="$out" --progress=false \
 		>"$work/stdout-$T" 2>"$work/stderr-$T" || { cat "$work/stderr-$T" >&2; exit 1; }

@@ -111,6 +111,15 @@ type Model struct {
 	// least the tokens: all at once, the [tokens, ffn] tensors kept as the policy says. Set it
 	// before the first Forward.
 	MLPTile int
+	// ActPrecision is the precision the activations a checkpoint policy keeps are stored in
+	// (training.mixed_precision): under the policies layer and attn_output with BF16 or FP16,
+	// each block's input and attention output are kept for the backward as 16-bit values (two
+	// per element of a buffer, kernels.Backend.PackHalf; the log-sum-exp stays float32). The
+	// forward computes in float32 as ever, so the loss does not change; the backward
+	// recomputes from the 16-bit copies, so the gradients are those at the rounded
+	// activations. FP32 (the zero value), or the policy none: float32. Set it before the first
+	// Forward.
+	ActPrecision kernels.Precision
 
 	units    []Unit
 	actBytes int64
@@ -133,6 +142,7 @@ type Model struct {
 	chunk int               // tokens per loss chunk
 	tile  int               // tokens per MLP tile; the batch's tokens when not tiled
 	mlp   LayerActs         // the MLP's tile buffers (Gate, Up, Act: [tile, ffn]) when tiled
+	xin   [2]kernels.Buf    // with 16-bit kept activations: the forward's block inputs, float32, in turn
 	grad  gradScratch
 	// headGrad is the output unit's gradient buffer, taken in the forward (whose loss chunks
 	// add the head's weight gradient into it) and completed in the backward.
@@ -203,6 +213,10 @@ func (m *Model) full(n int) LayerActs {
 // tiled reports whether the MLP runs in tiles (MLPTile below the batch's tokens).
 func (m *Model) tiled() bool { return m.tile < m.batch*m.seq }
 
+// halfActs reports whether the kept activations are stored in 16 bits (ActPrecision under a
+// recomputing policy).
+func (m *Model) halfActs() bool { return m.ActPrecision != kernels.FP32 && m.Policy != CheckpointNone }
+
 // ensure sizes the activation and scratch buffers for B sequences of T tokens at positions pos.
 func (m *Model) ensure(B, T int, pos []int32) {
 	if len(pos) != T {
@@ -249,14 +263,24 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		m.mlp = LayerActs{Gate: be.Alloc(ff), Up: be.Alloc(ff), Act: be.Alloc(ff)}
 	}
 	m.acts = make([]LayerActs, c.NLayers)
+	kept := func(elems int) kernels.Buf { // a kept activation: float32, or two 16-bit values an element
+		if m.halfActs() {
+			return be.Alloc((elems + 1) / 2)
+		}
+		return be.Alloc(elems)
+	}
+	m.xin = [2]kernels.Buf{}
+	if m.halfActs() {
+		m.xin = [2]kernels.Buf{be.Alloc(n * c.Dim), be.Alloc(n * c.Dim)}
+	}
 	for l := range m.acts {
 		switch m.Policy {
 		case CheckpointNone:
 			m.acts[l] = m.full(n)
 		case CheckpointLayer:
-			m.acts[l] = LayerActs{X: be.Alloc(n * c.Dim)}
+			m.acts[l] = LayerActs{X: kept(n * c.Dim)}
 		case CheckpointAttnOutput:
-			m.acts[l] = LayerActs{X: be.Alloc(n * c.Dim), AttnOut: be.Alloc(n * c.QDim()), Lse: be.Alloc(n * c.NHeads)}
+			m.acts[l] = LayerActs{X: kept(n * c.Dim), AttnOut: kept(n * c.QDim()), Lse: be.Alloc(n * c.NHeads)}
 		}
 	}
 	if m.Policy != CheckpointNone {
@@ -280,6 +304,11 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		m.actBytes += a.bytes()
 	}
 	m.actBytes += m.work.bytes() + m.mlp.bytes()
+	for _, b := range m.xin {
+		if b != nil {
+			m.actBytes += int64(b.Len()) * 4
+		}
+	}
 	for _, b := range []kernels.Buf{m.xOut, m.normF, m.rstdF, m.logit, m.loss} {
 		m.actBytes += int64(b.Len()) * 4
 	}
@@ -343,6 +372,9 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 			m.Attn.Forward(m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads),
 				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.seqs[b], m.heads())
 		}
+		if kept := m.acts[l].AttnOut; kept != nil && m.halfActs() { // kept for the backward in 16 bits
+			be.PackHalf(kept, a.AttnOut, m.ActPrecision)
+		}
 	}
 	m.linear(a.H, a.AttnOut, w.Wo, n, D, Q)
 	be.Add(a.H, a.H, a.X)
@@ -390,6 +422,13 @@ func (m *Model) layerActs(l int) *LayerActs {
 	}
 	kept := &m.acts[l]
 	m.view = m.work
+	if m.halfActs() { // the forward's float32 input; the kept fields are packed
+		m.view.X = m.xin[l%2]
+		if kept.Lse != nil {
+			m.view.Lse = kept.Lse
+		}
+		return &m.view
+	}
 	m.view.X = kept.X
 	if kept.AttnOut != nil {
 		m.view.AttnOut, m.view.Lse = kept.AttnOut, kept.Lse
@@ -402,6 +441,17 @@ func (m *Model) layerActs(l int) *LayerActs {
 // the attention under CheckpointAttnOutput. Recomputation runs the same kernels on the same
 // inputs, so it is bit-identical to what the forward computed.
 func (m *Model) restore(l int, w LayerWeights) *LayerActs {
+	if m.halfActs() { // widen what was kept into the scratch, then recompute the rest
+		kept := &m.acts[l]
+		m.view = m.work
+		m.be.UnpackHalf(m.view.X, kept.X, m.ActPrecision)
+		if kept.AttnOut != nil {
+			m.be.UnpackHalf(m.view.AttnOut, kept.AttnOut, m.ActPrecision)
+			m.view.Lse = kept.Lse
+		}
+		m.blockForward(l, w, &m.view, nil, m.Policy == CheckpointLayer)
+		return &m.view
+	}
 	a := m.layerActs(l)
 	if m.Policy != CheckpointNone {
 		m.blockForward(l, w, a, nil, m.Policy == CheckpointLayer)
@@ -471,15 +521,32 @@ func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32
 	m.ensure(B, T, pos)
 	be, c := m.be, m.Cfg
 	n := B * T
-	be.Embedding(m.acts[0].X, m.acquire(0)[0], ids, c.Dim)
+	// each block's input, kept as the policy says: with 16-bit kept activations it is made in
+	// a float32 buffer (xin), which the forward computes with, and packed into the kept one
+	keep := func(l int, x kernels.Buf) {
+		if m.halfActs() {
+			be.PackHalf(m.acts[l].X, x, m.ActPrecision)
+		}
+	}
+	input := func(l int) kernels.Buf {
+		if m.halfActs() {
+			return m.xin[l%2]
+		}
+		return m.acts[l].X
+	}
+	be.Embedding(input(0), m.acquire(0)[0], ids, c.Dim)
 	m.release(0)
+	keep(0, input(0))
 	for l := 0; l < c.NLayers; l++ {
 		out := m.xOut
 		if l+1 < c.NLayers {
-			out = m.acts[l+1].X
+			out = input(l + 1)
 		}
 		m.blockForward(l, layerWeights(m.acquire(1+l)), m.layerActs(l), out, true)
 		m.release(1 + l)
+		if l+1 < c.NLayers {
+			keep(l+1, out)
+		}
 	}
 	// the final norm, then the head and the loss a chunk of tokens at a time (LossChunk),
 	// with the head's backward for each chunk as soon as its dlogits exist

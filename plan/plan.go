@@ -29,10 +29,11 @@
 //     keeps every field of every block; layer keeps X of every block plus one block's full set
 //     (the recompute scratch); attn_output keeps X, AttnOut and Lse of every block plus one
 //     block's full set. With the MLP in tiles (training.mlp_tile below the tokens) no block
-//     keeps Gate, Up or Act: one tile of each instead. Activations are float32 (4 B) under
-//     every training.mixed_precision, as the model allocates them (kernels.Buf holds
-//     float32; the H200 run of bench/results/h200-2026-11-26 showed the 2 B this plan
-//     assumed before was half the truth). Logits [min(n, loss chunk), vocab] fp32: one chunk
+//     keeps Gate, Up or Act: one tile of each instead. Activations are float32 (4 B), as the
+//     model allocates them (kernels.Buf holds float32; the H200 run of
+//     bench/results/h200-2026-11-26 showed that the 2 B this plan assumed then was half the
+//     truth), except what a recomputing policy keeps under bf16 or fp16: X and AttnOut at
+//     2 B (model.Model.ActPrecision; Lse stays 4 B), with two float32 block inputs besides. Logits [min(n, loss chunk), vocab] fp32: one chunk
 //     of training.loss_chunk tokens at a time (their gradient reuses the buffer). Backward
 //     scratch: model.gradScratch's buffers, float32 too (the MLP's three a tile long).
 //     Attention working set (an
@@ -352,7 +353,7 @@ var keptFields = map[string][]string{
 }
 
 // actBytesPerToken is the bytes per token of the named LayerActs fields (all when names is nil).
-func actBytesPerToken(cfg config.Config, names []string) float64 {
+func actBytesPerToken(cfg config.Config, names []string, elem float64) float64 {
 	if names == nil {
 		for _, f := range reflect.VisibleFields(reflect.TypeFor[model.LayerActs]()) {
 			names = append(names, f.Name)
@@ -364,7 +365,7 @@ func actBytesPerToken(cfg config.Config, names []string) float64 {
 		if !ok {
 			panic("plan: model.LayerActs field " + n + " has no size in actFields")
 		}
-		e := float64(actElemBytes)
+		e := elem
 		if f.fp32 {
 			e = 4
 		}
@@ -399,14 +400,21 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	if t := cfg.MLPTileTokens(); t > 0 {
 		tile = min(n, float64(t))
 	}
-	full := actBytesPerToken(cfg, nil)
-	kept := actBytesPerToken(cfg, keptFields[cfg.Checkpoint.Activation])
+	// Under bf16 or fp16 with a recomputing policy the kept fields are 16-bit (the statistics
+	// stay float32), and the forward makes each block's input in one of two float32 buffers.
+	keptElem := float64(actElemBytes)
+	if cfg.Training.MixedPrecision != "fp32" && cfg.Checkpoint.Activation != "none" {
+		keptElem = 2
+		mp.Activations = 2 * n * d * a
+	}
+	full := actBytesPerToken(cfg, nil, a)
+	kept := actBytesPerToken(cfg, keptFields[cfg.Checkpoint.Activation], keptElem)
 	if tile < n {
 		full -= 3 * f * a
 		if cfg.Checkpoint.Activation == "none" {
 			kept = full
 		}
-		mp.Activations = 3 * tile * f * a
+		mp.Activations += 3 * tile * f * a
 	}
 	if cfg.Checkpoint.Activation == "none" {
 		mp.Activations += n * L * kept

@@ -370,13 +370,13 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 			})
 		}
 		r.model = model.NewWithStore(cfg.Model, policy, r.be, r.fsdp)
-		r.model.LossChunk, r.model.MLPTile = cfg.LossChunkTokens(), cfg.MLPTileTokens()
+		r.model.LossChunk, r.model.MLPTile, r.model.ActPrecision = cfg.LossChunkTokens(), cfg.MLPTileTokens(), t.prec
 		r.params, r.grads = r.fsdp.Master, r.fsdp.MasterGrads
 		segs = r.fsdp.Segments(mlayout)
 	default:
 		r.model = model.New(cfg.Model, policy, r.be)
 		r.model.LoadParams(params0)
-		r.model.LossChunk, r.model.MLPTile = cfg.LossChunkTokens(), cfg.MLPTileTokens()
+		r.model.LossChunk, r.model.MLPTile, r.model.ActPrecision = cfg.LossChunkTokens(), cfg.MLPTileTokens(), t.prec
 		r.params, r.grads = r.model.Params.Flat, r.model.Grads.Flat
 		if t.prec != kernels.FP32 {
 			r.cast = model.NewCastStore(r.be, mlayout, r.params, r.grads, t.prec)

@@ -261,3 +261,33 @@ func TestLossChunksTrainLikeWhole(t *testing.T) {
 		})
 	}
 }
+
+// TestHalfActivationsTrain: tiny trained 50 steps in bf16 under attn_output, its kept
+// activations in 16 bits, stays near the float32 curve: its largest relative deviation at most
+// 1.5× that of bf16 with float32 activations (the bf16 band; measured 0.047 against 0.090 here,
+// batch 2; 0.0186 against 0.0167 with the default batch of 8), and it accounts fewer bytes of
+// activations than float32 training under the same policy.
+func TestHalfActivationsTrain(t *testing.T) {
+	const steps = 50
+	dev := func(a, b []Metrics) float64 {
+		worst := 0.0
+		for i := range a {
+			worst = math.Max(worst, math.Abs(a[i].Loss-b[i].Loss)/b[i].Loss)
+		}
+		return worst
+	}
+	ref, _ := trainSteps(t, steps, "checkpoint.activation=attn_output")
+	band, _ := trainSteps(t, steps, "checkpoint.activation=none", "training.mixed_precision=bf16")
+	half, trH := trainSteps(t, steps, "checkpoint.activation=attn_output", "training.mixed_precision=bf16")
+	if trH.ranks[0].model.ActPrecision != kernels.BF16 {
+		t.Fatalf("bf16 training keeps its activations in %v", trH.ranks[0].model.ActPrecision)
+	}
+	b, h := dev(band, ref), dev(half, ref)
+	t.Logf("bf16 band (float32 activations) %.4f; 16-bit activations %.4f", b, h)
+	if !(h <= 1.5*b) {
+		t.Errorf("16-bit activations deviate %.4g from the float32 curve, over 1.5 × the bf16 band %.4g", h, b)
+	}
+	if got, full := half[0].Memory[0].Activations, ref[0].Memory[0].Activations; !(got < full) {
+		t.Errorf("16-bit activations account %d bytes, float32 ones %d", got, full)
+	}
+}
