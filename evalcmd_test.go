@@ -406,3 +406,29 @@ func TestEvalErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestEvalRefusesWhatDoesNotFit: an evaluation whose samples would not fit in this machine's
+// memory is refused before the model's ranks are built, naming the need, the memory available
+// and the longest --seq-len that fits, and writes no result.
+func TestEvalRefusesWhatDoesNotFit(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"train", "--progress=false", "--set", "training.steps=1", "--set", "model.max_seq_len=100000000",
+		"--set", "data.max_bytes=65536", "--set", "run.output_dir=" + dir}, &stdout, &stderr); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr.String())
+	}
+	out := filepath.Join(dir, "result.json")
+	err := run([]string{"eval", "--model", filepath.Join(dir, "tiny"), "--seq-len", "50000000", "--data", "ckpt/testdata/hf/docs",
+		"--out", out, "--progress=false"}, &stdout, &stderr)
+	if err == nil {
+		t.Fatal("a 50M-token evaluation was not refused")
+	}
+	for _, want := range []string{"needs", "available", "the longest --seq-len that fits is"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal lacks %q: %v", want, err)
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the refused evaluation wrote %s: %v", out, err)
+	}
+}

@@ -45,9 +45,6 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))
 	}
-	for _, n := range cfg.Notes() {
-		fmt.Fprintf(stderr, "note: %s\n", n)
-	}
 	if err := train.CheckMemory(cfg); err != nil {
 		return err
 	}

@@ -4,7 +4,8 @@
 // sequence-parallel ranks (Evaluator) for loss, perplexity and bits per byte; Prepare and Job
 // are the eval command after its flags.
 //
-// Layer: evaluate imports config, ckpt, data, model, parallel and kernels. Package train
+// Layer: evaluate imports config, plan (its memory check), ckpt, data, model, parallel and
+// kernels. Package train
 // (which evaluates during training and starts --init-from runs from the models it loads) and
 // the command import it.
 package evaluate

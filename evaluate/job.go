@@ -8,9 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"distflash/ckpt"
 	"distflash/config"
+	"distflash/plan"
+	"distflash/sysmem"
 )
 
 // Request is what `distflash eval` is asked to do; zero values take the config's defaults.
@@ -91,6 +94,9 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	if bos >= int32(mc.VocabSize) {
 		return nil, fmt.Errorf("eval: BOS token %d is outside the model's vocabulary of %d", bos, mc.VocabSize)
 	}
+	if err := checkMemory(cfg, req.SeqLen); err != nil {
+		return nil, err
+	}
 	ev, err := NewEvaluator(mc, cfg.Parallelism)
 	if err != nil {
 		return nil, err
@@ -152,4 +158,31 @@ func WriteReport(path string, rep Report) error {
 		return fmt.Errorf("eval: write result: %w", err)
 	}
 	return nil
+}
+
+// checkMemory refuses, before the evaluator's ranks are built, an evaluation whose
+// sequence-parallel ranks (all in this process) do not fit in the memory the process has:
+// plan.EvalMemoryFor of a sample of seqLen tokens, times the ranks. The error names what is
+// needed and available and the longest --seq-len that fits.
+func checkMemory(cfg config.Config, seqLen int) error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(10) // as train: a few large buffers live for the whole run
+	}
+	avail, source, ok := sysmem.Available()
+	if !ok {
+		return nil
+	}
+	P := max(cfg.Parallelism.SequenceParallelDegree, 1)
+	cfg.Data.SeqLen = seqLen
+	m := plan.EvalMemoryFor(cfg, float64(avail)/float64(P))
+	if m.Fits {
+		return nil
+	}
+	gib := func(x float64) string { return fmt.Sprintf("%.1f GiB", x/(1<<30)) }
+	msg := fmt.Sprintf("eval: a sample of %d tokens needs %s per rank × %d ranks (the weights %s, activations %s, logits %s, attention %s, collector headroom %s), this machine has %s available (%s)",
+		seqLen, gib(m.Peak), P, gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(float64(avail)), source)
+	if longest := plan.MaxEvalSeqLen(cfg, float64(avail)/float64(P)); longest > 0 {
+		msg += fmt.Sprintf("; the longest --seq-len that fits is %d", longest)
+	}
+	return errors.New(msg)
 }

@@ -150,7 +150,12 @@ func (f *FSDP) Load(full []float32) {
 // model.InitParamsEach does), keeping only what this rank owns: the rank never holds the
 // whole model.
 func (f *FSDP) LoadEach(each func(visit func(off int, vals []float32))) {
-	host := make([]float32, f.Master.Len())
+	host, direct := []float32(nil), kernels.IsHost(f.Master)
+	if direct { // the CPU backend: straight into the chunks, no second copy of them
+		host = kernels.Host(f.Master)
+	} else {
+		host = make([]float32, f.Master.Len())
+	}
 	owned := f.Owned()
 	each(func(off int, vals []float32) {
 		end := off + len(vals)
@@ -161,7 +166,9 @@ func (f *FSDP) LoadEach(each func(visit func(off int, vals []float32))) {
 			}
 		}
 	})
-	f.be.Upload(f.Master, host)
+	if !direct {
+		f.be.Upload(f.Master, host)
+	}
 }
 
 // ZeroGrads clears the gradient chunks.

@@ -3,7 +3,7 @@
 // command prints (Make, WriteDetail, WriteTable).
 //
 // Layer: plan imports config, kernels, model and parallel (it runs the schedules' own code
-// to count their bytes); the command imports it, and nothing in train or evaluate does yet.
+// to count their bytes); train and evaluate import it for their memory checks, and the command.
 //
 // Cluster presets (--cluster NODESxGPUSxTYPE, e.g. 2x8xA100-80GB):
 //

@@ -6,8 +6,8 @@
 // (LoadInitConfig), periodic evaluation and the metrics writer. Run is the train command
 // after its flags.
 //
-// Layer: train imports config, evaluate (its held-out evaluation), ckpt, data, model, optim,
-// parallel, kernels and runplot. Only the command imports it.
+// Layer: train imports config, plan (its memory check), evaluate (its held-out evaluation),
+// ckpt, data, model, optim, parallel, kernels, runplot and sysmem. Only the command imports it.
 package train
 
 import (
@@ -699,6 +699,9 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 		}
 	}
 	fmt.Fprintf(stderr, "%s\n", cfg.Summary())
+	for _, n := range cfg.Notes() {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
 	if opt.Comm != nil {
 		fmt.Fprintf(stderr, "mpi: %d processes; %s\n", opt.Comm.Size(), parallel.MPIInfo())
 	}

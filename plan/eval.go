@@ -1,0 +1,61 @@
+package plan
+
+import (
+	"distflash/config"
+)
+
+// EvalMemoryFor is one sequence-parallel rank's memory in an evaluation (package evaluate) of
+// one sample of data.seq_len tokens: the model's float32 weights, whole on every rank; each
+// block's input and one block's full set (the evaluator's models keep what CheckpointLayer
+// keeps: the forward needs no more); one loss chunk of logits with the final norm's output;
+// the attention's working set; and the Go collector's headroom. No gradients, optimizer or
+// backward scratch.
+func EvalMemoryFor(cfg config.Config, capacity float64) MemoryPlan {
+	m := cfg.Model
+	n := float64(cfg.Data.SeqLen) / float64(max(cfg.Parallelism.SequenceParallelDegree, 1))
+	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
+	a := float64(actElemBytes)
+	var mp MemoryPlan
+	mp.Params = config.WeightBytesPerParam * m.ParamCount()
+	full := actBytesPerToken(cfg, nil, a)
+	if tile := config.AutoMLPTile(m.FFNDim); float64(tile) < n {
+		full -= 3 * f * a
+		mp.Activations = 3 * float64(tile) * f * a
+	}
+	mp.Activations += n * (float64(m.NLayers)*d*a + full)
+	chunk := min(n, float64(config.AutoLossChunk(m.VocabSize)))
+	mp.Logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4)
+	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
+	mp.Peak = mp.Params + mp.Activations + mp.Logits + mp.AttnWork
+	mp.Runtime = gcHeadroom * mp.Peak
+	mp.Peak += mp.Runtime
+	mp.Capacity = capacity
+	mp.Margin = capacity - mp.Peak
+	mp.Fits = mp.Margin >= 0
+	return mp
+}
+
+// MaxEvalSeqLen is the longest sample (a multiple of 1024 tokens per rank, times
+// sequence_parallel_degree) whose EvalMemoryFor fits capacity; 0 if none does.
+func MaxEvalSeqLen(cfg config.Config, capacity float64) int {
+	sp := max(cfg.Parallelism.SequenceParallelDegree, 1)
+	fits := func(k int) bool {
+		cfg.Data.SeqLen = k * 1024 * sp
+		return EvalMemoryFor(cfg, capacity).Fits
+	}
+	if !fits(1) {
+		return 0
+	}
+	lo, hi := 1, 2
+	for fits(hi) && hi < 1<<22 {
+		lo, hi = hi, hi*2
+	}
+	for hi-lo > 1 {
+		if mid := (lo + hi) / 2; fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo * 1024 * sp
+}
