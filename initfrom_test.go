@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -135,8 +136,8 @@ func TestInitFromModelKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := model.Config{Dim: 32, NLayers: 2, NHeads: 4, NKVHeads: 2, HeadDim: 8, FFNDim: 64, VocabSize: 256,
-		NormEps: 1e-5, RopeTheta: 40000, MaxSeqLen: 2048}
-	if cfg.Model != want {
+		NormEps: 1e-5, RopeTheta: 40000, MaxSeqLen: 2048, SlidingWindowLayers: []int{}}
+	if !reflect.DeepEqual(cfg.Model, want) {
 		t.Errorf("[model] %+v\nwant %+v", cfg.Model, want)
 	}
 	agree := filepath.Join(t.TempDir(), "agree.toml")

@@ -419,3 +419,35 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// TestWindowTrainsLikeOneWorker: a tiny model whose layers 0 and 2 attend within a sliding
+// window of 20 tokens (under a quarter rank's 32) follows one worker's loss over 20 steps on 4
+// sequence-parallel ranks, for every schedule and the hybrid, as unwindowed training does, and
+// the window changes the curve.
+func TestWindowTrainsLikeOneWorker(t *testing.T) {
+	window := []string{"checkpoint.activation=attn_output", "model.sliding_window=20", "model.sliding_window_layers=[0, 2]"}
+	want := trainLosses(t, window...)
+	if plain := trainLosses(t, "checkpoint.activation=attn_output"); plain[len(plain)-1] == want[len(want)-1] {
+		t.Fatalf("the window left the loss curve as it was")
+	}
+	cases := map[string][]string{}
+	for _, name := range parallel.Names() {
+		cases[name] = []string{"parallelism.attention=" + name}
+	}
+	cases["hybrid ulysses 2 × ring"] = []string{"parallelism.attention=ring", "parallelism.ulysses_degree=2"}
+	for name, sets := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := trainLosses(t, append(append(append([]string{}, window...), "parallelism.world_size=4",
+				"parallelism.sequence_parallel_degree=4"), sets...)...)
+			worst := 0.0
+			for i := range want {
+				d := math.Abs(got[i]-want[i]) / want[i]
+				worst = math.Max(worst, d)
+				if d > 1e-6 {
+					t.Errorf("step %d: loss %.7f on 4 ranks, %.7f on one (rel diff %.2e)", i+1, got[i], want[i], d)
+				}
+			}
+			t.Logf("worst relative difference from one worker over %d steps: %.2e", len(got), worst)
+		})
+	}
+}

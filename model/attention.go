@@ -23,6 +23,21 @@ type Seq struct {
 	DocStart []int32
 }
 
+// WindowStarts is the Seq.DocStart table of a sequence of seqLen positions under a sliding
+// window of W (W > 0): position p sees the keys from max(p − W + 1, its document's start) up to
+// itself, doc being the document starts (nil: one document). A window is a document that
+// starts W − 1 positions back, so every kernel and schedule that masks documents masks it.
+func WindowStarts(seqLen, W int, doc []int32) []int32 {
+	ws := make([]int32, seqLen)
+	for p := range ws {
+		ws[p] = int32(max(p-W+1, 0))
+		if doc != nil {
+			ws[p] = max(ws[p], doc[p])
+		}
+	}
+	return ws
+}
+
 // Starts returns the document start of each position of pos, or nil when s has no
 // documents: the QStart of an attention block with queries at pos.
 func (s Seq) Starts(pos []int32) []int32 {

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Config is the shape of a LLaMA-family model: the [model] section of a run's TOML file.
@@ -19,6 +20,25 @@ type Config struct {
 	MaxSeqLen int     `toml:"max_seq_len" json:"max_seq_len"`
 	// RopeScaling stretches RoPE to longer contexts, as Hugging Face's rope_scaling does.
 	RopeScaling RopeScaling `toml:"rope_scaling" json:"rope_scaling"`
+	// SlidingWindow is the attention window W of the windowed layers (Mistral's
+	// sliding_window): a key at position j is visible to a query at i iff i − W < j ≤ i (and,
+	// with data.document_mask, in the query's document). 0: no window.
+	SlidingWindow int `toml:"sliding_window" json:"sliding_window,omitempty"`
+	// SlidingWindowLayers lists the windowed layers (0-based), for models that alternate local
+	// and global layers; empty: every layer, when SlidingWindow is set.
+	SlidingWindowLayers []int `toml:"sliding_window_layers" json:"sliding_window_layers,omitempty"`
+}
+
+// Window is the attention window of layer l: SlidingWindow where the layer is windowed, else
+// 0 (the whole causal prefix).
+func (c Config) Window(l int) int {
+	if c.SlidingWindow <= 0 {
+		return 0
+	}
+	if len(c.SlidingWindowLayers) == 0 || slices.Contains(c.SlidingWindowLayers, l) {
+		return c.SlidingWindow
+	}
+	return 0
 }
 
 // RopeScaling is the [model.rope_scaling] table: Hugging Face's rope_scaling, with the same
@@ -41,7 +61,7 @@ type RopeScaling struct {
 // DefaultConfig is the tiny model that trains on a laptop CPU in a minute or two.
 func DefaultConfig() Config {
 	return Config{Dim: 128, NLayers: 4, NHeads: 4, NKVHeads: 2, FFNDim: 352, VocabSize: 256,
-		NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 2048}
+		NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 2048, SlidingWindowLayers: []int{}}
 }
 
 // Resolve fills the derived fields (n_kv_heads, head_dim) and checks that the shape is a valid
@@ -80,6 +100,17 @@ func (c *Config) Resolve() error {
 		return fmt.Errorf("model.rope_theta = %g: must be a number > 1", c.RopeTheta)
 	case c.MaxSeqLen <= 0:
 		return fmt.Errorf("model.max_seq_len = %d: must be > 0", c.MaxSeqLen)
+	case c.SlidingWindow < 0:
+		return fmt.Errorf("model.sliding_window = %d: must be >= 0 (0: no window)", c.SlidingWindow)
+	case c.SlidingWindow == 0 && len(c.SlidingWindowLayers) > 0:
+		return fmt.Errorf("model.sliding_window_layers = %v: the layers need a window, model.sliding_window", c.SlidingWindowLayers)
+	}
+	seen := map[int]bool{}
+	for _, l := range c.SlidingWindowLayers {
+		if l < 0 || l >= c.NLayers || seen[l] {
+			return fmt.Errorf("model.sliding_window_layers = %v: want distinct layers from 0 to model.n_layers − 1 = %d, %d is not", c.SlidingWindowLayers, c.NLayers-1, l)
+		}
+		seen[l] = true
 	}
 	return c.RopeScaling.resolve(c.HeadDim, c.MaxSeqLen)
 }

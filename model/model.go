@@ -130,6 +130,7 @@ type Model struct {
 	pos   []int32
 	rpos  [][]int32         // RoPE positions per sequence (pos, or per document with ResetPositions)
 	seqs  []Seq             // attention placement per sequence
+	wseqs []Seq             // the same, masked by the sliding window (windowed layers; nil without one)
 	rope  kernels.RoPETable // of the current forward (Config.RoPE)
 	acts  []LayerActs       // per block, fields per policy
 	work  LayerActs         // recompute scratch (policies layer and attn_output)
@@ -246,6 +247,14 @@ func (m *Model) ensure(B, T int, pos []int32) {
 			}
 		}
 		m.rpos, m.seqs = append(m.rpos, rp), append(m.seqs, s)
+	}
+	m.wseqs = m.wseqs[:0]
+	if W := m.Cfg.SlidingWindow; W > 0 {
+		// the window as a per-position start, with the documents': a key at kp is visible to a
+		// query at qp iff max(doc start, qp − W + 1) <= kp <= qp (Seq.DocStart)
+		for _, s := range m.seqs {
+			m.wseqs = append(m.wseqs, Seq{Pos: s.Pos, DocStart: WindowStarts(seqLen, W, s.DocStart)})
+		}
 	}
 	if m.batch == B && m.seq == T {
 		return
@@ -370,7 +379,7 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 		m.Stats.AttnForwards++
 		for b := 0; b < m.batch; b++ {
 			m.Attn.Forward(m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads),
-				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.seqs[b], m.heads())
+				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.seqOf(l, b), m.heads())
 		}
 		if kept := m.acts[l].AttnOut; kept != nil && m.halfActs() { // kept for the backward in 16 bits
 			be.PackHalf(kept, a.AttnOut, m.ActPrecision)
@@ -492,7 +501,7 @@ func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels
 		m.Attn.Backward(m.seqSlice(s.dq, b, Q), m.seqSlice(s.dk, b, KV), m.seqSlice(s.dv, b, KV),
 			m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV),
 			m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads), m.seqSlice(s.dattn, b, Q),
-			m.seqs[b], m.heads())
+			m.seqOf(l, b), m.heads())
 		be.RoPE(m.seqSlice(s.dq, b, Q), m.rpos[b], c.NHeads, c.HeadDim, m.rope, true)
 		be.RoPE(m.seqSlice(s.dk, b, KV), m.rpos[b], c.NKVHeads, c.HeadDim, m.rope, true)
 	}
@@ -500,6 +509,15 @@ func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels
 	m.linearBackward(s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1)
 	m.linearBackward(s.dnorm, g.Wv, s.dv, a.Norm1, w.Wv, n, KV, D, 1)
 	be.RMSNormBackward(dx, g.AttnNorm, s.dnorm, a.X, w.AttnNorm, a.Rstd1, n, D)
+}
+
+// seqOf is sequence b's attention placement for layer l: masked by the sliding window when
+// the layer has one (Config.Window).
+func (m *Model) seqOf(l, b int) Seq {
+	if m.Cfg.Window(l) > 0 {
+		return m.wseqs[b]
+	}
+	return m.seqs[b]
 }
 
 // Positions returns 0..T-1, the positions of an unsharded sequence.

@@ -138,6 +138,14 @@ func visibleDoc(be kernels.Backend, qPos, kPos []int32, seq model.Seq) bool {
 	return false
 }
 
+// pairVisible reports whether any key at kPos is visible to any query at qPos under the causal
+// mask and the starts of seq (documents, a sliding window): visibleDoc without counting, for
+// deciding what to send. Every rank holds every rank's positions and the whole sequence's
+// starts, so sender and receiver decide alike.
+func pairVisible(qPos, kPos []int32, seq model.Seq) bool {
+	return visible(qPos, kPos) && (seq.DocStart == nil || docVisible(qPos, kPos, seq.DocStart))
+}
+
 // docVisible reports whether some key position kp and query position qp satisfy
 // doc[qp] <= kp <= qp.
 func docVisible(qPos, kPos, doc []int32) bool {

@@ -20,7 +20,8 @@ import (
 //   - ring (Alg. 1 of papers/distflashattn.txt) and zigzag: by the query's rank, at the step
 //     the key's block arrives, (query rank − key rank) mod P, forward and backward alike;
 //   - burst: forward like ring; backward by the key's rank, at the step the query block
-//     arrives, (key rank − query rank) mod P (BurstAttention Alg. 2: K, V stay, Q travels);
+//     arrives, (query rank − key rank) mod P (BurstAttention Alg. 2: K, V stay, Q travels,
+//     here from rank r to r − 1, burst.go);
 //   - distflash (Alg. 2): a pair of blocks at offset d = query rank − key rank is computed by
 //     the query's rank at step d when d ≤ ⌊P/2⌋, and otherwise by the key's rank as the
 //     helper at step P − d (dfPlan), forward and backward alike;
@@ -132,7 +133,7 @@ func DocumentSteps(docStart []int32, schedule string, P int) (fwd, bwd [][]int64
 			bs, br := fs, fr
 			switch schedule {
 			case "burst":
-				bs, br = (kr-qr+P)%P, kr
+				bs, br = (qr-kr+P)%P, kr
 			case "distflash":
 				if d := qr - kr; d > dfSteps(P) {
 					fs, fr = P-d, kr

@@ -16,10 +16,14 @@ import (
 // (Alg. 1 lines 7–16 are exactly kernels.Backend.AttnForward) and finishes with o = o / l,
 // lse = m + log l (lines 18–19, AttnFinish). Blocks that the causal mask hides entirely are not
 // computed (§3.5: "the local attention operations on these partitions can be skipped
-// directly"); they still travel, because a rank further on may need them.
+// directly"); they still travel, because a rank further on may need them — up to the last step
+// at which some rank sees a block it holds (burstLastStep): under a sliding window or short
+// documents the ring stops there, and the older blocks nobody sees are not sent.
 //
 // Backward (§3.3, Alg. 2): K, V and the dK, dV accumulators stay where they are; what travels
-// is the query side: Q, dO, D = rowsum(dO ∘ O), lse (Alg. 2 line 3) and the query gradient dQ.
+// is the query side: Q, dO, D = rowsum(dO ∘ O), lse (Alg. 2 line 3) and the query gradient dQ,
+// here from rank r to r−1, so that a block meets the keys its queries see first (the later
+// queries see the earlier keys) and the ring can stop after burstLastStep steps.
 // At each step a rank adds the visiting block's contribution to its own dK, dV and to the
 // visiting dQ (lines 8–14, AttnBackward); after the ring is closed every dQ is back at its
 // owner. Per rank and step that is 3·n·H·d + 2·n·H values (Q, dQ, dO, D, lse) against the
@@ -27,7 +31,8 @@ import (
 // against RingAttention's K, V, dK, dV).
 //
 // The dQ accumulator of a query block starts at zero on the rank after its owner, so it needs
-// no transfer for its first hop: it travels P−1 hops, the last one home, like Q, dO, D and lse.
+// no transfer for its first hop: it travels as many hops as the ring has steps, the last one
+// home, like Q, dO, D and lse.
 // Every rank computes its contribution into a zeroed buffer and then adds the dQ it received,
 // in the same order with or without overlap, so the two modes give bit-identical gradients.
 //
@@ -81,7 +86,8 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 	vb := [2]kernels.Buf{b.bufs.get("v0", kvLen), b.bufs.get("v1", kvLen)}
 
 	curK, curV := k, v // line 2: the local K, V enter the ring
-	for s := 0; s < P; s++ {
+	steps := burstLastStep(blocks, seq)
+	for s := 0; s <= steps; s++ {
 		j := (r - s + P) % P // the block held at step s started on rank j
 		nxtK, nxtV := kb[s%2], vb[s%2]
 		var reqs []Request
@@ -90,7 +96,7 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 				c.Isend(curK, next, burstTagK, "burst.fwd.kv"), c.Isend(curV, next, burstTagV, "burst.fwd.kv"),
 				c.Irecv(nxtK, prev, burstTagK, "burst.fwd.kv"), c.Irecv(nxtV, prev, burstTagV, "burst.fwd.kv"))
 		}
-		last := s == P-1
+		last := s == steps
 		if b.opt.Overlap && !last {
 			post()
 		}
@@ -128,7 +134,11 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 	P, r := c.Size(), c.Rank()
 	n := len(pos)
 	blocks := burstBlockPositions(pos, P, r)
-	next, prev := (r+1)%P, (r-1+P)%P
+	// The query side travels backwards, r to r−1: the block held at step s is rank r+s's, so
+	// the later queries, which see this rank's keys, come first, and under a sliding window the
+	// ring stops after the last step at which some rank sees what it holds.
+	next, prev := (r-1+P)%P, (r+1)%P
+	steps := burstLastStep(blocks, seq)
 	qLen, sLen := n*h.N*h.Dim, n*h.N
 
 	// Double buffers for the travelling query-side bundle (Q, dO, D, lse) and for the dQ
@@ -147,8 +157,8 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 	var dqSent [2]Request
 
 	cur := bundle{q, do, d, lse} // line 3: the local query side enters the ring
-	for s := 0; s < P; s++ {
-		j := (r - s + P) % P // the query block held at step s belongs to rank j
+	for s := 0; s <= steps; s++ {
+		j := (r + s) % P // the query block held at step s belongs to rank j
 		nxt := bufs[s%2]
 		var reqs []Request
 		post := func() { // line 16 and line 5 of the next round
@@ -158,7 +168,7 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 				c.Irecv(nxt.q, prev, burstTagQ, "burst.bwd.q"), c.Irecv(nxt.do, prev, burstTagDO, "burst.bwd.do"),
 				c.Irecv(nxt.d, prev, burstTagD, "burst.bwd.stats"), c.Irecv(nxt.lse, prev, burstTagLSE, "burst.bwd.stats"))
 		}
-		last := s == P-1
+		last := s == steps
 		if b.opt.Overlap && !last {
 			post()
 		}
@@ -186,7 +196,11 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 				dqReq.Wait()
 				be.Add(out, out, dqIn)
 			}
-			dqSent[s%2] = c.Isend(out, next, burstTagDQ, "burst.bwd.dq") // on the last step: home to j
+			to := next
+			if last {
+				to = j // the accumulator has visited every rank that sees block j: home
+			}
+			dqSent[s%2] = c.Isend(out, to, burstTagDQ, "burst.bwd.dq")
 		}
 		if !b.opt.Overlap && !last {
 			post()
@@ -196,8 +210,8 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 		}
 		cur = nxt
 	}
-	if P > 1 { // line 17: this rank's dQ is back, with every other rank's contribution
-		c.Irecv(dqIn, prev, burstTagDQ, "burst.bwd.dq").Wait()
+	if steps > 0 { // line 17: this rank's dQ is back, with every other rank's contribution
+		c.Irecv(dqIn, (r-steps+P)%P, burstTagDQ, "burst.bwd.dq").Wait()
 		be.Add(dq, dq, dqIn)
 	}
 	for _, rq := range dqSent {
@@ -205,6 +219,24 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 			rq.Wait()
 		}
 	}
+}
+
+// burstLastStep is the last ring step at which some rank sees a block it holds: rank r holds
+// rank r−s's keys at step s of the forward (and rank r+s's queries at step s of the backward,
+// the same pairs): P−1 under the plain causal mask, fewer when a sliding window or documents
+// hide the older blocks from every rank. Every rank computes it from the whole layout, so all
+// stop together and nothing hidden is sent.
+func burstLastStep(blocks [][]int32, seq model.Seq) int {
+	P, last := len(blocks), 0
+	for s := 1; s < P; s++ {
+		for r := 0; r < P; r++ {
+			if pairVisible(blocks[r], blocks[(r-s+P)%P], seq) {
+				last = s
+				break
+			}
+		}
+	}
+	return last
 }
 
 // burstBlockPositions returns the global positions of every rank's tokens on the Contiguous

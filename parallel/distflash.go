@@ -109,10 +109,38 @@ func dfPlan(P, p, t int) dfStep {
 
 // distFlash is one rank's DistFlashAttn schedule.
 type distFlash struct {
-	c   Comm
-	be  kernels.Backend
-	opt Options
-	sc  *dfScratch
+	c     Comm
+	be    kernels.Backend
+	opt   Options
+	sc    *dfScratch
+	steps []dfStep // this pass's plan of each exchange step (index t), masked by plan
+}
+
+// plan is rank p's dfPlan of every exchange step with the blocks nobody would see left out:
+// a pair of ranks exchanges a block only when some query of the one sees some key of the
+// other under the causal mask and seq's starts (documents, a sliding window). Both ranks of a
+// pair decide from the whole layout and the whole sequence's starts, so they agree, and a
+// block the window hides entirely is neither sent nor computed.
+func (s *distFlash) plan(seq model.Seq) []dfStep {
+	P, p, peer := s.c.Size(), s.c.Rank(), s.sc.peer
+	steps := make([]dfStep, dfSteps(P)+1)
+	for t := 1; t < len(steps); t++ {
+		st := dfPlan(P, p, t)
+		if st.kvFrom >= 0 && !pairVisible(peer[p], peer[st.kvFrom], seq) {
+			st.kvFrom = -1
+		}
+		if st.kvTo >= 0 && !pairVisible(peer[st.kvTo], peer[p], seq) {
+			st.kvTo = -1
+		}
+		if st.qFrom >= 0 && !pairVisible(peer[st.qFrom], peer[p], seq) {
+			st.qFrom = -1
+		}
+		if st.qTo >= 0 && !pairVisible(peer[p], peer[st.qTo], seq) {
+			st.qTo = -1
+		}
+		steps[t] = st
+	}
+	return steps
 }
 
 // newDistFlash builds the DistFlashAttn schedule for one rank.
@@ -212,8 +240,8 @@ type dfFwdXfer struct {
 
 // fwdPost posts step t's k, v and q transfers (Alg. 2 lines 6 and 15, both sides).
 func (s *distFlash) fwdPost(t int, q, k, v kernels.Buf) *dfFwdXfer {
-	P, p, c, sc := s.c.Size(), s.c.Rank(), s.c, s.sc
-	st := dfPlan(P, p, t)
+	c, sc := s.c, s.sc
+	st := s.steps[t]
 	x := &dfFwdXfer{}
 	if st.kvFrom >= 0 {
 		kv := dfSplit(s.be, sc.kv[t%2], k.Len(), v.Len())
@@ -235,10 +263,11 @@ func (s *distFlash) fwdPost(t int, q, k, v kernels.Buf) *dfFwdXfer {
 // Options.Overlap is set.
 func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
-	P, p, be := s.c.Size(), s.c.Rank(), s.be
+	P, be := s.c.Size(), s.be
 	n := len(pos)
 	sc := s.scratch(n, h)
 	S := dfSteps(P)
+	s.steps = s.plan(seq)
 	be.AttnInit(sc.st) // line 1
 
 	var next *dfFwdXfer
@@ -260,7 +289,7 @@ func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.
 		}
 	}
 	for t := 1; t <= S; t++ { // line 3
-		st := dfPlan(P, p, t)
+		st := s.steps[t]
 		cur := next
 		if !s.opt.Overlap {
 			cur = s.fwdPost(t, q, k, v)
@@ -310,8 +339,8 @@ type dfBwdXfer struct {
 
 // bwdPost posts step t's k, v and q, dO, lse, D transfers, both sides.
 func (s *distFlash) bwdPost(t int, q, k, v, do, lse kernels.Buf) *dfBwdXfer {
-	P, p, c, sc, be := s.c.Size(), s.c.Rank(), s.c, s.sc, s.be
-	st := dfPlan(P, p, t)
+	c, sc, be := s.c, s.sc, s.be
+	st := s.steps[t]
 	x := &dfBwdXfer{}
 	if st.kvFrom >= 0 {
 		kv := dfSplit(be, sc.kv[t%2], k.Len(), v.Len())
@@ -351,10 +380,11 @@ func (s *distFlash) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq m
 // backward is Backward once D is in the scratch.
 func (s *distFlash) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
-	P, p, be := s.c.Size(), s.c.Rank(), s.be
+	P, be := s.c.Size(), s.be
 	n := len(pos)
 	sc := s.scratch(n, h)
 	S := dfSteps(P)
+	s.steps = s.plan(seq)
 
 	var next *dfBwdXfer
 	if s.opt.Overlap && S > 0 {
@@ -380,7 +410,7 @@ func (s *distFlash) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model
 		gkv, gq = nil, nil
 	}
 	for t := 1; t <= S; t++ {
-		st := dfPlan(P, p, t)
+		st := s.steps[t]
 		cur := next
 		if !s.opt.Overlap {
 			cur = s.bwdPost(t, q, k, v, do, lse)

@@ -238,8 +238,10 @@ func TestHybridTraffic(t *testing.T) {
 				if tr.String() != w.String() {
 					t.Errorf("rank %d sent\n  %v\nwant\n  %v", r, tr, w)
 				}
-				if m := masked.traffic[r]; m.String() != tr.String() {
-					t.Errorf("rank %d: document masks change the bytes: %v vs %v", r, m, tr)
+				for site, b := range masked.traffic[r] { // documents add no bytes (a ring may send fewer)
+					if b > tr[site] || strings.HasPrefix(site, "hybrid.") && b != tr[site] {
+						t.Errorf("rank %d: %s moves %d bytes with documents, %d without", r, site, b, tr[site])
+					}
 				}
 			}
 			t.Logf("rank 0: inside the group (all-to-all) %d bytes, between groups (%s on %d ranks) %d bytes",

@@ -15,7 +15,11 @@ package parallel
 // r < p is visible; the blocks with r > p (they arrive after the wrap-around) are fully masked,
 // so rank p skips their compute, but as a vanilla ring it still receives and passes them on:
 // rank p computes p+1 blocks while every rank moves P−1 blocks, which is the imbalance of
-// DistFlashAttn Fig. 1(a) — idle fraction (P²−P)/(2P²) (§3.2). With Options.Overlap the
+// DistFlashAttn Fig. 1(a) — idle fraction (P²−P)/(2P²) (§3.2). The ring runs up to the last
+// step L at which some rank sees a key of the block it holds (lastStep: L = P−1 under the
+// causal mask alone): under a sliding window W on the contiguous layout of n tokens a rank,
+// L = ⌈(W−1)/n⌉, so with W ≤ n + 1 each block moves one hop, and the blocks nobody sees are
+// never sent. With Options.Overlap the
 // transfer of step t+1 is posted before step t computes (Eq. (3), Fig. 2); without it each
 // step transfers, waits, then computes. The arithmetic and its order are the same either way.
 //
@@ -30,8 +34,8 @@ package parallel
 // ring-flash-attention); both modes do the same additions in the same order.
 //
 // Communication per rank and layer, with B = (N/P)·KV·hd·4 bytes (one of k, v, dk, dv of a
-// rank, fp32): forward 2·(P−1)·B under "ring.fwd.kv"; backward 2·(P−1)·B under "ring.bwd.kv"
-// plus 2·P·B under "ring.bwd.dkv" (0 when P = 1). Summed over the ranks that is 2·(P−1)/P·N·d
+// rank, fp32): forward 2·L·B under "ring.fwd.kv"; backward 2·L·B under "ring.bwd.kv" plus
+// 2·(L+1)·B under "ring.bwd.dkv" (0 when L = 0); L = P−1 without a window. Summed over the ranks that is 2·(P−1)/P·N·d
 // forward and ≈ 4·N·d backward for d = KV·hd, against DistFlashAttn's causal Nd and 2Nd
 // (App. C): the vanilla ring also moves the blocks nobody needs.
 //
@@ -135,6 +139,25 @@ func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
 	return sc
 }
 
+// lastStep is the last ring step at which some rank's queries see a key of the block it holds
+// (rank p holds rank p−t's block at step t): P−1 under the plain causal mask, fewer when a
+// sliding window or the documents (seq.DocStart) hide the older blocks from every rank. All
+// ranks compute it from the whole layout and the whole sequence's starts, so they agree: the
+// ring stops there, and the blocks nobody would see are never sent.
+func (s *ringAttn) lastStep(seq model.Seq) int {
+	P, sc := s.c.Size(), s.sc
+	last := 0
+	for t := 1; t < P; t++ {
+		for p := 0; p < P; p++ {
+			if pairVisible(sc.peer[p], sc.peer[(p-t+P)%P], seq) {
+				last = t
+				break
+			}
+		}
+	}
+	return last
+}
+
 // ringReqs is a set of outstanding requests.
 type ringReqs []Request
 
@@ -191,7 +214,8 @@ func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.H
 	}
 	curK, curV := k, v
 	var reqs ringReqs
-	for t := 0; t < P; t++ { // step 0 is line 2, steps 1 … P−1 are lines 3–7
+	last := s.lastStep(seq)
+	for t := 0; t <= last; t++ { // step 0 is line 2, steps 1 … P−1 are lines 3–7
 		if t > 0 {
 			if !s.opt.Overlap { // fetch, then compute
 				reqs = s.shift(t, curK, curV, ringTagFwdK, ringTagFwdV, s.site.fwdKV)
@@ -199,7 +223,7 @@ func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.H
 			reqs.wait()
 			curK, curV = sc.k[t%2], sc.v[t%2]
 		}
-		if s.opt.Overlap && t+1 < P { // Eq. (3): fetch block t+1 while block t computes
+		if s.opt.Overlap && t+1 <= last { // Eq. (3): fetch block t+1 while block t computes
 			reqs = s.shift(t+1, curK, curV, ringTagFwdK, ringTagFwdV, s.site.fwdKV)
 		}
 		s.fold(q, curK, curV, pos, sc.peer[(p-t+P)%P], seq, h)
@@ -305,7 +329,8 @@ func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.
 
 	curK, curV := k, v
 	var kvReqs, accIn, accOut ringReqs
-	for t := 0; t < P; t++ {
+	last := s.lastStep(seq)
+	for t := 0; t <= last; t++ {
 		if t > 0 {
 			if !s.opt.Overlap { // fetch block t and its accumulator, then compute
 				kvReqs = s.shift(t, curK, curV, ringTagBwdK, ringTagBwdV, s.site.bwdKV)
@@ -317,7 +342,7 @@ func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.
 			kvReqs.wait()
 			curK, curV = sc.k[t%2], sc.v[t%2]
 		}
-		if s.opt.Overlap && t+1 < P {
+		if s.opt.Overlap && t+1 <= last {
 			kvReqs = s.shift(t+1, curK, curV, ringTagBwdK, ringTagBwdV, s.site.bwdKV)
 		}
 		acc := sc.acc[t%2]
@@ -333,20 +358,25 @@ func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.
 		if computed {
 			be.Add(acc, acc, sc.g)
 		}
-		if P == 1 {
+		if last == 0 {
 			continue
 		}
 		accOut.wait() // acc of step t−1, whose buffer the next receive reuses
-		accOut = ringReqs{s.c.Isend(acc, next, tagDKV, s.site.bwdDKV)}
-		if s.opt.Overlap || t == P-1 { // block t+1's accumulator (after step P−1: our own, home)
-			accIn = ringReqs{s.c.Irecv(sc.acc[(t+1)%2], prev, tagDKV, s.site.bwdDKV)}
+		if t < last {
+			accOut = ringReqs{s.c.Isend(acc, next, tagDKV, s.site.bwdDKV)}
+			if s.opt.Overlap { // block t+1's accumulator
+				accIn = ringReqs{s.c.Irecv(sc.acc[(t+1)%2], prev, tagDKV, s.site.bwdDKV)}
+			}
+		} else { // the last step: the accumulator goes home to its block's rank, ours comes back
+			accOut = ringReqs{s.c.Isend(acc, (p-last+P)%P, tagDKV, s.site.bwdDKV)}
+			accIn = ringReqs{s.c.Irecv(sc.acc[(t+1)%2], (p+last)%P, tagDKV, s.site.bwdDKV)}
 		}
 	}
 	kvReqs.wait()
 	accIn.wait()
 	accOut.wait()
-	home := sc.acc[P%2]
-	if P == 1 {
+	home := sc.acc[(last+1)%2]
+	if last == 0 {
 		home = sc.acc[0]
 	}
 	kn := k.Len()

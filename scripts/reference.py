@@ -30,6 +30,11 @@ Usage
         an explicit block-diagonal causal mask (see "Document masking" below).
         Deterministic.
 
+    /usr/bin/python3 scripts/reference.py window
+        Regenerate model/testdata/window/*.safetensors: sliding-window attention with
+        an explicit banded causal mask (key j visible to query i iff i - W < j <= i),
+        on every layer or some, with and without documents.  Deterministic.
+
     /usr/bin/python3 scripts/reference.py hf
         Regenerate ckpt/testdata/hf/ (deterministic; see "Hugging Face
         fixtures" below).
@@ -584,6 +589,115 @@ def gen_docmask_variant(name, over, reset, seed):
     path = os.path.join(DOCMASK_DIR, name + ".safetensors")
     save_safetensors(path, tensors, meta)
     return path, float(loss), plain
+
+
+WINDOW_DIR = os.path.join(REPO_ROOT, "model", "testdata", "window")
+
+# name, config overrides, window W, windowed layers (None: all), documents, seed
+WINDOW_VARIANTS = [
+    ("mha_w3", dict(dim=32, n_heads=4, n_kv_heads=4, head_dim=8, ffn_dim=64, seq_len=16), 3, None, False, 3001),
+    ("gqa_w5_docs", dict(dim=48, n_heads=6, n_kv_heads=2, head_dim=8, ffn_dim=64, seq_len=16,
+                         rope_theta=500000.0, norm_eps=1e-6), 5, None, True, 3002),
+    ("h33_w4_layer0", dict(dim=132, n_heads=33, n_kv_heads=11, head_dim=4, ffn_dim=48, seq_len=16), 4, [0], False, 3003),
+]
+
+
+def forward_window(c, P, tokens, window, layers, doc_id):
+    """forward() with an explicit banded causal mask: a key at j is visible to the query at i
+    iff i - window < j <= i (and, with doc_id [B, T], in the same document), on the layers
+    listed (all when None); the other layers attend to the whole causal prefix."""
+    B, T = tokens.shape
+    H, K, hd, eps = c["n_heads"], c["n_kv_heads"], c["head_dim"], c["norm_eps"]
+    dtype = P["model.embed_tokens.weight"].dtype
+    t = torch.arange(T)
+    causal = t[None, :] <= t[:, None]                                # [T(i), T(j)]: j <= i
+    band = causal & (t[:, None] - t[None, :] < window)
+    same = torch.ones((B, T, T), dtype=torch.bool) if doc_id is None else doc_id[:, :, None] == doc_id[:, None, :]
+    masks = {True: band[None] & same, False: causal[None] & same}  # [B, T, T]
+    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    ang = t.to(torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat([ang, ang], dim=-1)[None, None]
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def attn(q, k, v, visible):
+        if K != H:
+            k = k.repeat_interleave(H // K, dim=1)
+            v = v.repeat_interleave(H // K, dim=1)
+        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
+        s = s.masked_fill(~visible[:, None], float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    x = P["model.embed_tokens.weight"][tokens]
+    for i in range(c["n_layers"]):
+        p = "model.layers.%d." % i
+        n = rms_norm(x, P[p + "input_layernorm.weight"], eps)
+        q = (n @ P[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
+        k = (n @ P[p + "self_attn.k_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
+        v = (n @ P[p + "self_attn.v_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        windowed = layers is None or i in layers
+        a = attn(q, k, v, masks[windowed]).transpose(1, 2).reshape(B, T, H * hd)
+        h = x + a @ P[p + "self_attn.o_proj.weight"].T
+        n = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
+        x = h + (F.silu(n @ P[p + "mlp.gate_proj.weight"].T) * (n @ P[p + "mlp.up_proj.weight"].T)) @ P[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, P["model.norm.weight"], eps)
+    return x @ P["lm_head.weight"].T
+
+
+def gen_window_variant(name, over, window, layers, docs, seed):
+    c = make_config(over)
+    gen = torch.Generator().manual_seed(seed)
+    P32 = init_params(c, gen)
+    B, T, V = c["batch"], c["seq_len"], c["vocab_size"]
+    tokens = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    targets = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
+    doc_id = None
+    if docs:
+        starts = torch.rand((T,), generator=gen) < 0.2
+        doc_id = torch.zeros((B, T), dtype=torch.int64)
+        doc_id[0] = torch.cumsum(starts.to(torch.int64), 0) - int(starts[0])
+        doc_id[1] = torch.tensor([0 if t < 9 else 1 for t in range(T)])
+
+    P64 = {k: v.to(torch.float64).requires_grad_(True) for k, v in P32.items()}
+    logits = forward_window(c, P64, tokens, window, layers, doc_id)
+    loss = loss_fn(logits, targets)
+    loss.backward()
+    with torch.no_grad():  # the window matters: without it the loss differs
+        plain = float(loss_fn(forward_window(c, P64, tokens, T + 1, layers, doc_id), targets))
+        assert abs(plain - float(loss)) > 1e-4, (name, plain, float(loss))
+
+    tensors = [(k, P32[k].numpy()) for k, _ in param_shapes(c)]
+    tensors.append(("tokens", tokens.to(torch.int32).numpy()))
+    tensors.append(("targets", targets.to(torch.int32).numpy()))
+    if doc_id is not None:
+        tensors.append(("doc_id", doc_id.to(torch.int32).numpy()))
+    tensors.append(("logits", logits.detach().to(torch.float32).numpy()))
+    tensors.append(("loss", loss.detach().to(torch.float32).reshape(1).numpy()))
+    for k, _ in param_shapes(c):
+        tensors.append(("grad." + k, P64[k].grad.to(torch.float32).numpy()))
+    cc = dict(c)
+    cc["sliding_window"] = window
+    cc["sliding_window_layers"] = layers or []
+    meta = {
+        "config": json.dumps(cc, separators=(",", ":")),
+        "generator": "scripts/reference.py",
+        "torch": torch.__version__,
+        "variant": name,
+    }
+    path = os.path.join(WINDOW_DIR, name + ".safetensors")
+    save_safetensors(path, tensors, meta)
+    return path, float(loss), plain
+
+
+def cmd_window(_args):
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(WINDOW_DIR, exist_ok=True)
+    for name, over, window, layers, docs, seed in WINDOW_VARIANTS:
+        path, loss, plain = gen_window_variant(name, over, window, layers, docs, seed)
+        print("%-60s %8d bytes  loss=%.6f  (no window %.6f)" % (
+            os.path.relpath(path, REPO_ROOT), os.path.getsize(path), loss, plain))
 
 
 def cmd_docmask(_args):
@@ -1493,6 +1607,7 @@ def main(argv=None):
     r.add_argument("--samples", type=int, required=True)
     r.add_argument("--out", default="", help="also write the JSON result here")
     sub.add_parser("docmask", help="regenerate model/testdata/docmask (packed documents, block-diagonal causal mask)")
+    sub.add_parser("window", help="regenerate model/testdata/window (sliding windows: an explicit banded causal mask)")
     b = sub.add_parser("bench", help="fp32 training-step throughput")
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--dim", type=int, default=128)
@@ -1514,7 +1629,7 @@ def main(argv=None):
     ba.add_argument("--steps", type=int, default=5)
     ba.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
-    {"golden": cmd_golden, "docmask": cmd_docmask, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn,
+    {"golden": cmd_golden, "docmask": cmd_docmask, "window": cmd_window, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn,
      "read-hf": cmd_read_hf}[a.cmd](a)
 
 
