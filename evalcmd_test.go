@@ -66,16 +66,17 @@ func readHFEvals(t *testing.T) map[string][]hfEval {
 	for name, m := range e.Models {
 		out[name] = m.Evals
 	}
-	if len(out) != 2 {
-		t.Fatalf("expected.json: %d models, want 2", len(out))
+	if len(out) != 3 {
+		t.Fatalf("expected.json: %d models, want 3", len(out))
 	}
 	return out
 }
 
 func relDiff(got, want float64) float64 { return math.Abs(got-want) / math.Abs(want) }
 
-// TestEvalMatchesPyTorch runs the real binary on both PyTorch-written Hugging Face directories
-// (two shards F32 + BF16 with an index; one F16 file with tied embeddings) and checks loss,
+// TestEvalMatchesPyTorch runs the real binary on the PyTorch-written Hugging Face directories
+// (two shards F32 + BF16 with an index; one F16 file with tied embeddings; a Mistral one with a
+// sliding window of 16, which PyTorch applies as an explicit banded mask) and checks loss,
 // perplexity, bits per byte, tokens and bytes against PyTorch, on one worker and on 4
 // sequence-parallel ranks.
 func TestEvalMatchesPyTorch(t *testing.T) {

@@ -58,12 +58,24 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "export: %s (step %d)\n", dir, step)
 	mc := saved.Model
+	arch := "LlamaForCausalLM"
+	if mc.SlidingWindow > 0 {
+		// Mistral's config.json has one window for every layer and no way to say "these
+		// layers only": exporting a model windowed on some layers would give another model
+		for l := range mc.NLayers {
+			if mc.Window(l) == 0 {
+				return fmt.Errorf("export: --model %s: model.sliding_window = %d on model.sliding_window_layers = %v of %d layers: a Hugging Face LLaMA or Mistral config.json has a window on every layer or none; nothing written",
+					dir, mc.SlidingWindow, mc.SlidingWindowLayers, mc.NLayers)
+			}
+		}
+		arch = "MistralForCausalLM"
+	}
 	ex, err := ckpt.ExportLlama(*out, evaluate.HFConfigOf(mc), evaluate.Tensors(mc, params), saved.Data.Tokenizer, st, shardSize)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "export: %s -> %s (LlamaForCausalLM, %s params, %s, %.1f MB): %s\n",
-		*modelPath, *out, config.Count(mc.NumParams()), *dtype, float64(ex.Bytes)/1e6, strings.Join(ex.Files, ", "))
+	fmt.Fprintf(stdout, "export: %s -> %s (%s, %s params, %s, %.1f MB): %s\n",
+		*modelPath, *out, arch, config.Count(mc.NumParams()), *dtype, float64(ex.Bytes)/1e6, strings.Join(ex.Files, ", "))
 	if ex.NoTokFiles {
 		fmt.Fprintf(stdout, "export: the run used the %s tokenizer, which has no Hugging Face tokenizer file: none written (one token per UTF-8 byte, ids 0-255, no BOS/EOS)\n", ex.Tokenizer)
 	}

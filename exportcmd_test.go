@@ -378,3 +378,84 @@ func TestExportRopeScalingRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestExportMistralRoundTrip: a Mistral model (a sliding window on every layer) goes through
+// --init-from, training and export and comes back the same. The run takes the source's window
+// (its first loss is the windowed model's on that batch); the export's config.json is a
+// MistralForCausalLM with the window; the export evaluates to exactly the checkpoint's loss on
+// one rank and to 1e-6 on four, and the same weights without the window give another loss, so
+// the window is what travelled. A model windowed on some layers only is refused, nothing
+// written.
+func TestExportMistralRoundTrip(t *testing.T) {
+	const src = "ckpt/testdata/hf/mistral-window" // sliding_window 16
+	dir := t.TempDir()
+	args := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", src},
+		append(initBase(dir), "--set", "training.steps=2", "--set", "checkpoint.interval=2")...)
+	var stdout, stderr bytes.Buffer
+	if err := run(args, &stdout, &stderr); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "sliding_window = 16") {
+		t.Errorf("init does not say the window came from the source:\n%s", stderr.String())
+	}
+	cfg, _, err := train.LoadInitConfig("configs/tiny.toml", setsOf(args), src, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if want := firstBatchLoss(t, cfg, src); len(ms) != 2 || relDiff(ms[0].Loss, want) > 1e-6 {
+		t.Errorf("metrics %+v: want 2 steps, the first of loss %.9g (the windowed source's)", ms, want)
+	}
+	runDir := filepath.Join(dir, "tiny")
+	saved, _, _, _, err := evaluate.LoadCheckpoint(runDir, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saved.Model.SlidingWindow != 16 || len(saved.Model.SlidingWindowLayers) != 0 {
+		t.Fatalf("checkpoint's [model]: sliding_window %d on %v, want 16 on every layer", saved.Model.SlidingWindow, saved.Model.SlidingWindowLayers)
+	}
+	ref := evalReportOf(t, runDir, 128)
+
+	out := filepath.Join(t.TempDir(), "mistral")
+	if msg := exportTo(t, "--model", runDir, "--out", out); !strings.Contains(msg, "(MistralForCausalLM, ") {
+		t.Errorf("export says %q, want MistralForCausalLM", msg)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hc map[string]any
+	if err := json.Unmarshal(raw, &hc); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := hc["architectures"].([]any); hc["model_type"] != "mistral" || hc["sliding_window"] != 16.0 || len(a) != 1 || a[0] != "MistralForCausalLM" {
+		t.Errorf("config.json: model_type %v, sliding_window %v, architectures %v", hc["model_type"], hc["sliding_window"], hc["architectures"])
+	}
+	if r := evalReportOf(t, out, 128); math.Float64bits(r.Loss) != math.Float64bits(ref.Loss) || r.Tokens != ref.Tokens {
+		t.Errorf("export: loss %.17g over %d tokens, checkpoint %.17g over %d: want bit-identical", r.Loss, r.Tokens, ref.Loss, ref.Tokens)
+	}
+	r4 := evalReportOf(t, out, 128, "--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4")
+	if d := relDiff(r4.Loss, ref.Loss); d > 1e-6 {
+		t.Errorf("export on 4 ranks: loss %.9g, checkpoint %.9g (rel %.1e)", r4.Loss, ref.Loss, d)
+	}
+	// the same weights as a LLaMA, without the window
+	delete(hc, "sliding_window")
+	hc["model_type"], hc["architectures"] = "llama", []string{"LlamaForCausalLM"}
+	js, _ := json.Marshal(hc)
+	if err := os.WriteFile(filepath.Join(out, "config.json"), js, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := evalReportOf(t, out, 128); relDiff(r.Loss, ref.Loss) < 1e-4 {
+		t.Errorf("without the window the loss is %.9g, with it %.9g: the test proves nothing", r.Loss, ref.Loss)
+	}
+
+	layered := tinyCheckpoint(t, "--set", "model.sliding_window=8", "--set", "model.sliding_window_layers=[0]")
+	refused := filepath.Join(t.TempDir(), "out")
+	err = run([]string{"export", "--model", layered, "--out", refused}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "model.sliding_window_layers = [0] of 2 layers") {
+		t.Errorf("export of a model windowed on layer 0 of 2: %v", err)
+	}
+	if _, err := os.Stat(refused); !os.IsNotExist(err) {
+		t.Errorf("the refused export left %s: %v", refused, err)
+	}
+}

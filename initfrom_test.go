@@ -85,6 +85,7 @@ func TestInitFromSources(t *testing.T) {
 	for _, src := range []struct{ kind, path string }{
 		{"hf", "ckpt/testdata/hf/llama-sharded"},
 		{"hf", "ckpt/testdata/hf/llama-tied"},
+		{"hf", "ckpt/testdata/hf/mistral-window"},
 		{"safetensors", sourceSafetensors(t)},
 		{"checkpoint", ckptDir},
 		{"checkpoint", filepath.Join(ckptDir, "step-000003")},
@@ -126,7 +127,7 @@ func TestInitFromSources(t *testing.T) {
 }
 
 // TestInitFromModelKeys: keys left at their defaults come from the source; rope_theta,
-// max_seq_len and rope_scaling may be changed; any other key set otherwise must agree, and a
+// max_seq_len, rope_scaling and the sliding window may be changed; any other key set otherwise must agree, and a
 // disagreement names the key and both values; an agreeing explicit [model] is accepted.
 func TestInitFromModelKeys(t *testing.T) {
 	const src = "ckpt/testdata/hf/llama-sharded" // dim 32, 2 layers, 4/2 heads, ffn 64, vocab 256, 512 positions
@@ -139,6 +140,51 @@ func TestInitFromModelKeys(t *testing.T) {
 		NormEps: 1e-5, RopeTheta: 40000, MaxSeqLen: 2048, SlidingWindowLayers: []int{}}
 	if !reflect.DeepEqual(cfg.Model, want) {
 		t.Errorf("[model] %+v\nwant %+v", cfg.Model, want)
+	}
+	// a window may be added to a LLaMA, and a Mistral's changed or dropped; a LLaMA config
+	// that carries one is read with a note
+	llamaWindow := t.TempDir()
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		b, err := os.ReadFile(filepath.Join("ckpt/testdata/hf/mistral-window", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "config.json" {
+			b = bytes.Replace(b, []byte(`"model_type": "mistral"`), []byte(`"model_type": "llama"`), 1)
+		}
+		os.WriteFile(filepath.Join(llamaWindow, f), b, 0o644)
+	}
+	var notes bytes.Buffer
+	if cfg, _, err := train.LoadInitConfig("configs/tiny.toml", base, llamaWindow, &notes); err != nil || cfg.Model.SlidingWindow != 16 ||
+		!strings.Contains(notes.String(), `init: note: `+filepath.Join(llamaWindow, "config.json")+`: model_type "llama" with sliding_window = 16: the window is applied`) {
+		t.Errorf("a LLaMA config with sliding_window 16: %v, notes:\n%s", err, notes.String())
+	}
+	notes.Reset()
+	if em, err := evaluate.LoadModel(llamaWindow, config.Default(), &notes); err != nil || em.Config.SlidingWindow != 16 || !strings.Contains(notes.String(), "eval: note: ") {
+		t.Errorf("eval of a LLaMA config with sliding_window 16: %v, notes:\n%s", err, notes.String())
+	}
+	for _, c := range []struct {
+		src    string
+		sets   []string
+		window int
+		layers []int
+	}{
+		{src, []string{"model.sliding_window=8", "model.sliding_window_layers=[1]"}, 8, []int{1}},
+		{"ckpt/testdata/hf/mistral-window", nil, 16, []int{}},
+		{"ckpt/testdata/hf/mistral-window", []string{"model.sliding_window=4"}, 4, []int{}},
+		{"ckpt/testdata/hf/mistral-window", []string{"model.sliding_window=0"}, 0, []int{}},
+	} {
+		var notes bytes.Buffer
+		cfg, _, err := train.LoadInitConfig("configs/tiny.toml", append(slices.Clone(base), c.sets...), c.src, &notes)
+		if err != nil {
+			t.Fatalf("%s %v: %v", c.src, c.sets, err)
+		}
+		if cfg.Model.SlidingWindow != c.window || !slices.Equal(cfg.Model.SlidingWindowLayers, c.layers) {
+			t.Errorf("%s %v: window %d on %v, want %d on %v", c.src, c.sets, cfg.Model.SlidingWindow, cfg.Model.SlidingWindowLayers, c.window, c.layers)
+		}
+		if len(c.sets) > 0 && !strings.Contains(notes.String(), "changed by the config: sliding_window") {
+			t.Errorf("%s %v: the change is not reported:\n%s", c.src, c.sets, notes.String())
+		}
 	}
 	agree := filepath.Join(t.TempDir(), "agree.toml")
 	os.WriteFile(agree, []byte("[model]\ndim = 32\nn_heads = 4\nn_kv_heads = 2\nffn_dim = 64\nmax_seq_len = 512\n"), 0o644)
@@ -220,7 +266,6 @@ func TestInitFromBadSources(t *testing.T) {
 		{edit("mlp_bias", true), "mlp_bias = true"},
 		{edit("hidden_act", "relu"), `hidden_act = "relu"`},
 		{edit("num_local_experts", 8), "num_local_experts = 8"},
-		{edit("sliding_window", 4096), "sliding_window = 4096"},
 		{edit("tie_word_embeddings", true), "tie_word_embeddings = true, but"},
 		{notModel, "not a Hugging Face directory"},
 		{"ckpt/testdata/hf/permute.safetensors", "no 2-D model.embed_tokens.weight"},

@@ -54,6 +54,11 @@ type HFConfig struct {
 	TieWordEmbeddings     bool    // tie_word_embeddings: lm_head.weight is embed_tokens.weight
 	TorchDtype            string  // torch_dtype, informational ("bfloat16", "float16", "float32")
 	BOSTokenID            int     // bos_token_id; absent: 1 (LlamaConfig's default); null: -1, none
+	// ModelType is model_type: "llama" or "mistral" (LLaMA with a sliding window).
+	ModelType string
+	// SlidingWindow is sliding_window: a key at j is visible to a query at i iff i − W < j ≤ i.
+	// 0: none (null, or absent for llama); absent for mistral: 4096, MistralConfig's default.
+	SlidingWindow int
 	// RopeScaling is rope_scaling (absent, null or type "default": the zero value), in
 	// distflash's terms (see ReadHFConfig).
 	RopeScaling HFRopeScaling
@@ -101,9 +106,20 @@ const (
 	HFIndexFile  = "model.safetensors.index.json"
 )
 
+// WindowNote returns a note for a LLaMA config that carries a sliding window, "" otherwise:
+// distflash applies the window the file states, while transformers' LlamaForCausalLM attends
+// to the whole causal prefix whatever sliding_window says, so the two would run different
+// models from the same directory.
+func (c HFConfig) WindowNote() string {
+	if c.ModelType != "llama" || c.SlidingWindow == 0 {
+		return ""
+	}
+	return fmt.Sprintf("model_type \"llama\" with sliding_window = %d: the window is applied (transformers' LlamaForCausalLM ignores it; set sliding_window to null to attend to the whole prefix, or model_type to \"mistral\" for transformers to apply it too)", c.SlidingWindow)
+}
+
 // ReadHFConfig reads a Hugging Face LLaMA config.json. A required key that is missing, a
 // value of the wrong type or out of range, and a setting distflash's LLaMA does not
-// implement (model_type other than "llama", hidden_act other than "silu", a rope_scaling
+// implement (model_type other than "llama" or "mistral", hidden_act other than "silu", a rope_scaling
 // type or key other than those below, attention_bias or mlp_bias true) is an error naming
 // the file, the key and the value.
 //
@@ -141,8 +157,22 @@ func ReadHFConfig(path string) (HFConfig, error) {
 		TorchDtype:            r.string("torch_dtype", ""),
 		BOSTokenID:            r.int("bos_token_id", 1),
 	}
-	if mt := r.string("model_type", "llama"); mt != "llama" {
-		r.fail("model_type = %q: distflash implements LLaMA (model_type \"llama\")", mt)
+	switch c.ModelType = r.string("model_type", "llama"); c.ModelType {
+	case "llama": // some LLaMA configs carry a window (see WindowNote)
+		c.SlidingWindow = r.int("sliding_window", 0)
+		if c.SlidingWindow < 0 {
+			r.fail("sliding_window = %d: want a positive window, or null for none", c.SlidingWindow)
+		}
+	case "mistral": // LLaMA's architecture with a sliding window on every layer
+		c.SlidingWindow = r.int("sliding_window", 4096)
+		if c.SlidingWindow < 0 {
+			r.fail("sliding_window = %d: want a positive window, or null for none", c.SlidingWindow)
+		}
+	default:
+		r.fail("model_type = %q: distflash implements LLaMA (model_type \"llama\") and Mistral (\"mistral\")", c.ModelType)
+	}
+	if v, ok := m["sliding_window"]; ok && isNull(v) {
+		c.SlidingWindow = 0
 	}
 	act := r.string("hidden_act", "silu")
 	if act != "silu" {

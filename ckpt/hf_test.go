@@ -41,13 +41,13 @@ func readHFExpected(t *testing.T) hfExpected {
 	if err := json.Unmarshal(raw, &e); err != nil {
 		t.Fatal(err)
 	}
-	if len(e.Models) != 2 {
-		t.Fatalf("expected.json has %d models, want 2", len(e.Models))
+	if len(e.Models) != 3 {
+		t.Fatalf("expected.json has %d models, want 3", len(e.Models))
 	}
 	return e
 }
 
-// TestOpenHFFixtures loads both PyTorch-written directories and checks every tensor against
+// TestOpenHFFixtures loads the PyTorch-written directories and checks every tensor against
 // the checksums PyTorch computed from the stored values (F32, BF16, F16 converted exactly, so
 // the sums agree to float64 rounding), the config against the shape PyTorch used, and the
 // tied head against the embedding.
@@ -63,7 +63,7 @@ func TestOpenHFFixtures(t *testing.T) {
 			got := map[string]float64{"dim": float64(c.HiddenSize), "n_layers": float64(c.NumHiddenLayers),
 				"n_heads": float64(c.NumAttentionHeads), "n_kv_heads": float64(c.NumKeyValueHeads),
 				"head_dim": float64(c.HeadDim), "ffn_dim": float64(c.IntermediateSize), "vocab_size": float64(c.VocabSize),
-				"norm_eps": c.RMSNormEps, "rope_theta": c.RopeTheta}
+				"norm_eps": c.RMSNormEps, "rope_theta": c.RopeTheta, "sliding_window": float64(c.SlidingWindow)}
 			for k, v := range want.Config {
 				if got[k] != v {
 					t.Errorf("config %s = %v, PyTorch used %v", k, got[k], v)
@@ -151,7 +151,7 @@ func TestReadHFConfigDefaults(t *testing.T) {
 	}
 	want := HFConfig{HiddenSize: 64, IntermediateSize: 128, NumHiddenLayers: 2, NumAttentionHeads: 4,
 		NumKeyValueHeads: 4, HeadDim: 16, VocabSize: 300, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 2048, BOSTokenID: 1}
+		MaxPositionEmbeddings: 2048, BOSTokenID: 1, ModelType: "llama"}
 	if c != want {
 		t.Errorf("got %+v\nwant %+v", c, want)
 	}
@@ -224,7 +224,7 @@ func TestReadHFConfigErrors(t *testing.T) {
 		{"hidden_act", `"gelu"`, []string{`hidden_act = "gelu"`, "silu"}},
 		{"attention_bias", "true", []string{"attention_bias = true"}},
 		{"mlp_bias", "true", []string{"mlp_bias = true"}},
-		{"model_type", `"mistral"`, []string{`model_type = "mistral"`}},
+		{"model_type", `"gemma"`, []string{`model_type = "gemma"`}},
 		{"num_key_value_heads", "3", []string{"num_attention_heads = 4", "num_key_value_heads = 3"}},
 		{"head_dim", "8", []string{"head_dim = 8", "hidden_size = 64"}},
 		{"rms_norm_eps", "-1", []string{"rms_norm_eps = -1"}},

@@ -25,7 +25,6 @@ var unsupportedHFKeys = []struct{ key, what string }{
 	{"n_routed_experts", "mixture-of-experts MLPs (DeepSeek)"},
 	{"num_experts_per_tok", "mixture-of-experts routing"},
 	{"moe_intermediate_size", "mixture-of-experts MLPs"},
-	{"sliding_window", "sliding-window attention (Mistral); distflash attends to the whole causal prefix"},
 	{"use_sliding_window", "sliding-window attention (Qwen2)"},
 	{"quantization_config", "quantized weights (GPTQ, AWQ, bitsandbytes…); export the model in float16, bfloat16 or float32"},
 	{"attn_logit_softcapping", "attention logit soft-capping"},

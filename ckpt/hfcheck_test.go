@@ -23,10 +23,10 @@ func TestHFUnsupportedArchitecture(t *testing.T) {
 		{"num_local_experts", 8, "num_local_experts = 8: mixture-of-experts"},
 		{"num_experts_per_tok", 2, "num_experts_per_tok = 2"},
 		{"n_routed_experts", 64, "n_routed_experts = 64"},
-		{"sliding_window", 4096, "sliding_window = 4096: sliding-window attention"},
 		{"use_sliding_window", true, "use_sliding_window = true"},
 		{"quantization_config", map[string]any{"quant_method": "gptq", "bits": 4}, `quantization_config = {"bits":4,"quant_method":"gptq"}`},
-		{"model_type", "mistral", `model_type = "mistral"`},
+		{"model_type", "qwen2", `model_type = "qwen2"`},
+		{"sliding_window", -1, "sliding_window = -1"},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			dir := copyDir(t, src)
@@ -96,5 +96,51 @@ func TestHFTiedMismatch(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), `no tensor "lm_head.weight"`) || !strings.Contains(err.Error(), "tie_word_embeddings is false") {
 		t.Errorf("untied config without a head: %v", err)
+	}
+}
+
+// TestHFSlidingWindow: sliding_window is read for llama (absent: none) and mistral (absent:
+// MistralConfig's 4096); null turns it off.
+func TestHFSlidingWindow(t *testing.T) {
+	src := "testdata/hf/llama-sharded"
+	for _, c := range []struct {
+		edit map[string]any
+		want int
+		err  string // "": opens
+	}{
+		{map[string]any{}, 0, ""},
+		{map[string]any{"sliding_window": nil}, 0, ""},
+		{map[string]any{"sliding_window": 0}, 0, ""},
+		{map[string]any{"sliding_window": 64}, 64, ""},
+		{map[string]any{"sliding_window": -1}, 0, "sliding_window = -1: want a positive window"},
+		{map[string]any{"model_type": "mistral"}, 4096, ""},
+		{map[string]any{"model_type": "mistral", "sliding_window": 32}, 32, ""},
+		{map[string]any{"model_type": "mistral", "sliding_window": nil}, 0, ""},
+		{map[string]any{"model_type": "mistral", "sliding_window": -3}, 0, "sliding_window = -3: want a positive window"},
+		{map[string]any{"model_type": "mistral", "sliding_window": 2.5}, 0, "sliding_window = 2.5: want an integer"},
+	} {
+		dir := copyDir(t, src)
+		editJSON(t, filepath.Join(dir, HFConfigFile), func(m map[string]any) {
+			for k, v := range c.edit {
+				m[k] = v
+			}
+		})
+		h, err := OpenHF(dir)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), HFConfigFile) {
+				t.Errorf("%v: %v, want an error naming %s and %q", c.edit, err, HFConfigFile, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", c.edit, err)
+		}
+		if h.Config.SlidingWindow != c.want {
+			t.Errorf("%v: sliding window %d, want %d", c.edit, h.Config.SlidingWindow, c.want)
+		}
+		// a LLaMA with a window is noted (transformers would ignore it), a Mistral is not
+		if note := h.Config.WindowNote(); (note != "") != (c.want > 0 && h.Config.ModelType == "llama") {
+			t.Errorf("%v: note %q", c.edit, note)
+		}
 	}
 }

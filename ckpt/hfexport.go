@@ -38,6 +38,7 @@ type hfConfigJSON struct {
 	BOSTokenID            *int32         `json:"bos_token_id"`
 	EOSTokenID            *int32         `json:"eos_token_id"`
 	TorchDtype            string         `json:"torch_dtype"`
+	SlidingWindow         int            `json:"sliding_window,omitempty"` // Mistral's window
 }
 
 // exportRopeScaling is config.json's rope_scaling for rs (nil: none) with only the keys
@@ -71,12 +72,13 @@ func exportRopeScaling(rs HFRopeScaling, maxSeqLen int) (map[string]any, int) {
 }
 
 // ExportConfig is the config.json of a model of shape c stored as dtype, with BOS and EOS
-// token ids (null where negative). c is in distflash's terms: MaxPositionEmbeddings is the
+// token ids (null where negative): LlamaForCausalLM, or MistralForCausalLM with its
+// sliding_window when c has a window (on every layer: the caller refuses a window on some). c is in distflash's terms: MaxPositionEmbeddings is the
 // model's context (model.max_seq_len), and the file's max_position_embeddings follows
 // rope_scaling (exportRopeScaling); BOSTokenID and TorchDtype are not read.
 func ExportConfig(c HFConfig, dtype string, bos, eos int32) ([]byte, error) {
 	j := hfConfigJSON{
-		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama",
+		Architectures: []string{"LlamaForCausalLM"}, ModelType: "llama", SlidingWindow: c.SlidingWindow,
 		HiddenSize: c.HiddenSize, IntermediateSize: c.IntermediateSize, NumHiddenLayers: c.NumHiddenLayers,
 		NumAttentionHeads: c.NumAttentionHeads, NumKeyValueHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
 		HiddenAct: "silu", RMSNormEps: c.RMSNormEps,
@@ -84,6 +86,9 @@ func ExportConfig(c HFConfig, dtype string, bos, eos int32) ([]byte, error) {
 		UseCache: true, TorchDtype: map[string]string{DTypeF32: "float32", DTypeBF16: "bfloat16"}[dtype],
 	}
 	j.RopeScaling, j.MaxPositionEmbeddings = exportRopeScaling(c.RopeScaling, c.MaxPositionEmbeddings)
+	if c.SlidingWindow > 0 { // a window on every layer: Mistral, which transformers masks so
+		j.Architectures, j.ModelType = []string{"MistralForCausalLM"}, "mistral"
+	}
 	if bos >= 0 {
 		j.BOSTokenID = &bos
 	}

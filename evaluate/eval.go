@@ -298,7 +298,7 @@ func LoadModel(path string, cfg config.Config, stderr io.Writer) (Model, error) 
 	}
 	switch {
 	case fi.IsDir() && ckpt.IsHFDir(path):
-		return loadHFModel(path, cfg)
+		return loadHFModel(path, cfg, stderr)
 	case fi.IsDir():
 		saved, params, dir, step, err := LoadCheckpoint(path, stderr)
 		if err != nil {
@@ -386,7 +386,8 @@ func ConfigTokenizer(cfg config.Config) (data.Tokenizer, error) {
 func HFModelConfig(h ckpt.HFConfig) model.Config {
 	return model.Config{Dim: h.HiddenSize, NLayers: h.NumHiddenLayers, NHeads: h.NumAttentionHeads,
 		NKVHeads: h.NumKeyValueHeads, HeadDim: h.HeadDim, FFNDim: h.IntermediateSize, VocabSize: h.VocabSize,
-		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.ContextLength(), RopeScaling: model.RopeScaling(h.RopeScaling)}
+		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.ContextLength(), RopeScaling: model.RopeScaling(h.RopeScaling),
+		SlidingWindow: h.SlidingWindow, SlidingWindowLayers: []int{}}
 }
 
 // HFConfigOf is the Hugging Face config of model mc, in ckpt.ExportConfig's terms (the
@@ -395,7 +396,7 @@ func HFConfigOf(mc model.Config) ckpt.HFConfig {
 	return ckpt.HFConfig{HiddenSize: mc.Dim, IntermediateSize: mc.FFNDim, NumHiddenLayers: mc.NLayers,
 		NumAttentionHeads: mc.NHeads, NumKeyValueHeads: mc.NKVHeads, HeadDim: mc.HeadDim, VocabSize: mc.VocabSize,
 		RMSNormEps: mc.NormEps, RopeTheta: mc.RopeTheta, MaxPositionEmbeddings: mc.MaxSeqLen,
-		RopeScaling: ckpt.HFRopeScaling(mc.RopeScaling)}
+		RopeScaling: ckpt.HFRopeScaling(mc.RopeScaling), SlidingWindow: mc.SlidingWindow}
 }
 
 // Tensors are the parameters of model mc (params in model.NewLayout order) as the tensors
@@ -418,10 +419,13 @@ func HFShape(dir string, c ckpt.HFConfig) string {
 // loadHFModel loads a Hugging Face LLaMA directory: the shape from config.json, the weights
 // as they are (HF's q/k layout is distflash's, see package ckpt), the directory's tokenizer
 // when it has one (else data.tokenizer), and config.json's bos_token_id.
-func loadHFModel(dir string, cfg config.Config) (Model, error) {
+func loadHFModel(dir string, cfg config.Config, stderr io.Writer) (Model, error) {
 	h, err := ckpt.OpenHF(dir)
 	if err != nil {
 		return Model{}, err
+	}
+	if note := h.Config.WindowNote(); note != "" {
+		fmt.Fprintf(stderr, "eval: note: %s: %s\n", filepath.Join(dir, ckpt.HFConfigFile), note)
 	}
 	mc := HFModelConfig(h.Config)
 	if err := mc.Resolve(); err != nil {

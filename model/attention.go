@@ -11,47 +11,51 @@ type Heads struct {
 	N, KV, Dim int // query heads, key/value heads, head dimension
 }
 
-// Seq places one rank's tokens of one sequence: their global positions, and the documents
-// of the whole sequence when documents are packed and masked.
+// Seq places one rank's tokens of one sequence: their global positions, the documents of
+// the whole sequence when documents are packed and masked, and the sliding window.
 type Seq struct {
 	Pos []int32 // global positions of this rank's tokens
 	// DocStart, when not nil, masks attention by document: DocStart[p] is the global
 	// position at which the document holding position p starts, for every position of the
-	// whole sequence (so every rank can mask any block without exchanging document ids). A
-	// key at kp is visible to a query at qp iff DocStart[qp] <= kp <= qp: documents are
-	// intervals of positions, so that is "same document and causal".
+	// whole sequence (so every rank can mask any block without exchanging document ids).
+	// Positions past its end (an evaluator's padding) start at 0.
 	DocStart []int32
+	// Window, when positive, is the sliding window: a query at qp sees the keys from
+	// qp − Window + 1 up to itself.
+	Window int
 }
 
-// WindowStarts is the Seq.DocStart table of a sequence of seqLen positions under a sliding
-// window of W (W > 0): position p sees the keys from max(p − W + 1, its document's start) up to
-// itself, doc being the document starts (nil: one document). A window is a document that
-// starts W − 1 positions back, so every kernel and schedule that masks documents masks it.
-func WindowStarts(seqLen, W int, doc []int32) []int32 {
-	ws := make([]int32, seqLen)
-	for p := range ws {
-		ws[p] = int32(max(p-W+1, 0))
-		if doc != nil {
-			ws[p] = max(ws[p], doc[p])
-		}
-	}
-	return ws
-}
+// Masked reports whether s masks more than causally (documents or a window).
+func (s Seq) Masked() bool { return s.DocStart != nil || s.Window > 0 }
 
-// Starts returns the document start of each position of pos, or nil when s has no
-// documents: the QStart of an attention block with queries at pos.
-func (s Seq) Starts(pos []int32) []int32 {
-	if s.DocStart == nil {
-		return nil
+// Start returns the first key position a query at qp sees: a key at kp is visible iff
+// Start(qp) <= kp <= qp. Documents are intervals of positions and the window one more
+// interval ending at qp, so that is "same document, within the window, and causal".
+func (s Seq) Start(qp int32) int32 {
+	var st int32
+	if int(qp) < len(s.DocStart) {
+		st = s.DocStart[qp]
 	}
-	st := make([]int32, len(pos))
-	for i, p := range pos {
-		st[i] = s.DocStart[p]
+	if s.Window > 0 {
+		st = max(st, qp-int32(s.Window)+1)
 	}
 	return st
 }
 
-// Attention computes causal self-attention (masked by document when seq.DocStart is set) for the
+// Starts returns Start of each position of pos, or nil when s masks only causally: the
+// QStart of an attention block with queries at pos.
+func (s Seq) Starts(pos []int32) []int32 {
+	if !s.Masked() {
+		return nil
+	}
+	st := make([]int32, len(pos))
+	for i, p := range pos {
+		st[i] = s.Start(p)
+	}
+	return st
+}
+
+// Attention computes causal self-attention (masked by document and window as seq says) for the
 // tokens one rank holds of one sequence.
 // The local implementation sees the whole sequence; the sequence-parallel schedules of
 // package parallel (DistFlashAttn, ring, zig-zag, Burst, Ulysses, Attention2D) implement the

@@ -250,10 +250,9 @@ func (m *Model) ensure(B, T int, pos []int32) {
 	}
 	m.wseqs = m.wseqs[:0]
 	if W := m.Cfg.SlidingWindow; W > 0 {
-		// the window as a per-position start, with the documents': a key at kp is visible to a
-		// query at qp iff max(doc start, qp − W + 1) <= kp <= qp (Seq.DocStart)
 		for _, s := range m.seqs {
-			m.wseqs = append(m.wseqs, Seq{Pos: s.Pos, DocStart: WindowStarts(seqLen, W, s.DocStart)})
+			s.Window = W
+			m.wseqs = append(m.wseqs, s)
 		}
 	}
 	if m.batch == B && m.seq == T {

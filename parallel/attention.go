@@ -109,7 +109,7 @@ func NewAttention(name string, c Comm, be kernels.Backend, opt Options) (Schedul
 
 // blockShape is the attention-primitive shape of queries at qPos against keys at kPos, masked
 // by the documents of seq when it has them. Every rank holds the whole sequence's document
-// starts (model.Seq.DocStart), so no document ids travel with the blocks.
+// starts (model.Seq.DocStart) and the window, so no document ids travel with the blocks.
 func blockShape(qPos, kPos []int32, seq model.Seq, h model.Heads) kernels.AttnShape {
 	return kernels.AttnShape{NQ: len(qPos), NK: len(kPos), Heads: h.N, KVHeads: h.KV, HeadDim: h.Dim,
 		Causal: true, Scale: float32(1 / math.Sqrt(float64(h.Dim))), QPos: qPos, KPos: kPos,
@@ -131,7 +131,7 @@ func visibleDoc(be kernels.Backend, qPos, kPos []int32, seq model.Seq) bool {
 	if !visible(qPos, kPos) {
 		return false
 	}
-	if seq.DocStart == nil || docVisible(qPos, kPos, seq.DocStart) {
+	if !seq.Masked() || docVisible(qPos, kPos, seq) {
 		return true
 	}
 	be.Counters().AttnDocSkipped.Add(1)
@@ -143,16 +143,16 @@ func visibleDoc(be kernels.Backend, qPos, kPos []int32, seq model.Seq) bool {
 // deciding what to send. Every rank holds every rank's positions and the whole sequence's
 // starts, so sender and receiver decide alike.
 func pairVisible(qPos, kPos []int32, seq model.Seq) bool {
-	return visible(qPos, kPos) && (seq.DocStart == nil || docVisible(qPos, kPos, seq.DocStart))
+	return visible(qPos, kPos) && (!seq.Masked() || docVisible(qPos, kPos, seq))
 }
 
 // docVisible reports whether some key position kp and query position qp satisfy
-// doc[qp] <= kp <= qp.
-func docVisible(qPos, kPos, doc []int32) bool {
+// seq.Start(qp) <= kp <= qp.
+func docVisible(qPos, kPos []int32, seq model.Seq) bool {
 	ks := slices.Clone(kPos)
 	slices.Sort(ks)
 	for _, qp := range qPos {
-		i, _ := slices.BinarySearch(ks, doc[qp]) // first key at or after the document start
+		i, _ := slices.BinarySearch(ks, seq.Start(qp)) // first key at or after the document start
 		if i < len(ks) && ks[i] <= qp {
 			return true
 		}

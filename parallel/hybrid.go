@@ -250,7 +250,7 @@ func (s *hybrid) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 	vo := s.rows("v", in.toHeads("v", v, n, h.KV, h.Dim, hs.kvp, hs.kvStart, "hybrid.fwd.v"), hl.KV*h.Dim, geo, true)
 
 	oo, lo := s.bufs.get("o", m*hl.N*h.Dim), s.bufs.get("lse", hl.N*m)
-	s.outer.Forward(oo, lo, qo, ko, vo, model.Seq{Pos: geo.outer, DocStart: seq.DocStart}, hl)
+	s.outer.Forward(oo, lo, qo, ko, vo, model.Seq{Pos: geo.outer, DocStart: seq.DocStart, Window: seq.Window}, hl)
 
 	in.fromHeads(o, s.rows("o.g", oo, hl.N*h.Dim, geo, false), "o", n, h.N, h.Dim, hs.hp, hs.qStart, false, "hybrid.fwd.o")
 	in.statsToTokens(lse, s.cols("lse.g", lo, hl.N, m, geo, false), n, hs.hp, "hybrid.fwd.lse")
@@ -282,7 +282,7 @@ func (s *hybrid) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	be.Zero(dqo)
 	be.Zero(dko)
 	be.Zero(dvo)
-	s.outer.backwardD(dqo, dko, dvo, qo, ko, vo, do2, lo, doo, model.Seq{Pos: geo.outer, DocStart: seq.DocStart}, hl)
+	s.outer.backwardD(dqo, dko, dvo, qo, ko, vo, do2, lo, doo, model.Seq{Pos: geo.outer, DocStart: seq.DocStart, Window: seq.Window}, hl)
 
 	in.fromHeads(dq, s.rows("dq.g", dqo, qw, geo, false), "dq", n, h.N, h.Dim, hs.hp, hs.qStart, true, "hybrid.bwd.dq")
 	in.fromHeads(dk, s.rows("dk.g", dko, kw, geo, false), "dk", n, h.KV, h.Dim, hs.kvp, hs.kvStart, true, "hybrid.bwd.dk")

@@ -26,10 +26,13 @@ type attnInputs struct {
 	h           model.Heads
 	q, k, v, do []float32
 	docs        []int32 // document start of every position (model.Seq.DocStart); nil: one document
+	window      int     // sliding window (model.Seq.Window); 0: none
 }
 
-// seq is the placement of the tokens at pos, with the inputs' documents.
-func (in attnInputs) seq(pos []int32) model.Seq { return model.Seq{Pos: pos, DocStart: in.docs} }
+// seq is the placement of the tokens at pos, with the inputs' documents and window.
+func (in attnInputs) seq(pos []int32) model.Seq {
+	return model.Seq{Pos: pos, DocStart: in.docs, Window: in.window}
+}
 
 func newInputs(T int, h model.Heads, seed uint64) attnInputs {
 	r := rand.New(rand.NewPCG(seed, 99))
@@ -343,8 +346,7 @@ func TestDocumentMaskShipsNoMoreBytes(t *testing.T) {
 
 // TestSchedulesExactWindows: every schedule × P ∈ {1,2,3,4,8} × {MHA, GQA, 33 heads} × sliding
 // windows {1, 5, T/P, T/P + 1, larger than T} × {one document, short documents} gives the
-// output, lse and dQ, dK, dV of single-worker windowed attention (the window as the per-query
-// start model.WindowStarts makes).
+// output, lse and dQ, dK, dV of single-worker windowed attention (model.Seq.Window).
 func TestSchedulesExactWindows(t *testing.T) {
 	const T = 48
 	for _, name := range Names() {
@@ -357,7 +359,7 @@ func TestSchedulesExactWindows(t *testing.T) {
 					for dn, docs := range map[string][]int32{"onedoc": nil, "short": docTables(T, P, uint64(P))["short"]} {
 						t.Run(fmt.Sprintf("%s/P%d/%s/W%d/%s", name, P, hn, W, dn), func(t *testing.T) {
 							in := newInputs(T, h, uint64(P*100+h.N+W))
-							in.docs = model.WindowStarts(T, W, docs)
+							in.docs, in.window = docs, W
 							want := in.reference()
 							got, err := in.run(name, P, Options{Overlap: P%2 == 0})
 							if err != nil {
@@ -377,11 +379,11 @@ func TestSchedulesExactWindows(t *testing.T) {
 func TestWindowDiffers(t *testing.T) {
 	in := newInputs(48, model.Heads{N: 4, KV: 2, Dim: 8}, 5)
 	plain := in.reference()
-	in.docs = model.WindowStarts(48, 7, nil)
+	in.window = 7
 	if slices.Equal(in.reference().o, plain.o) {
 		t.Error("a window of 7 left the output as it was")
 	}
-	in.docs = model.WindowStarts(48, 48, nil)
+	in.window = 48
 	if !slices.Equal(in.reference().o, plain.o) {
 		t.Error("a window as long as the sequence changed the output")
 	}
@@ -409,7 +411,7 @@ func TestWindowTraffic(t *testing.T) {
 		L := int64(min(P-1, (W-1+n-1)/n))
 		for _, name := range Names() {
 			in := newInputs(T, h, 3)
-			in.docs = model.WindowStarts(T, W, nil)
+			in.window = W
 			got, err := in.run(name, P, Options{Overlap: true})
 			if err != nil {
 				t.Fatal(err)

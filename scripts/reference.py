@@ -1179,6 +1179,15 @@ HF_MODELS = [
      3002, True,
      [("model.safetensors", torch.float16, lambda n: True)],
      {"torch_dtype": "float16", "head_dim": 8}),
+    # Mistral: LLaMA with a sliding window on every layer (key j visible to query i iff
+    # i - 16 < j <= i), which its evals apply with an explicit banded mask
+    ("mistral-window",
+     dict(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, ffn_dim=64, vocab_size=256,
+          norm_eps=1e-5, rope_theta=10000.0),
+     3003, False,
+     [("model.safetensors", torch.float32, lambda n: True)],
+     {"torch_dtype": "float32", "model_type": "mistral", "architectures": ["MistralForCausalLM"],
+      "sliding_window": 16}),
 ]
 
 
@@ -1211,9 +1220,10 @@ def hf_config_json(c, tied, extra):
     return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
 
 
-def hf_eval(c, P64, seq_len, samples):
+def hf_eval(c, P64, seq_len, samples, window=None):
     """Mean next-token cross-entropy over the first `samples` documents, each tokenized as
-    [BOS] + UTF-8 bytes and cut to seq_len + 1 tokens (seq_len inputs, seq_len targets)."""
+    [BOS] + UTF-8 bytes and cut to seq_len + 1 tokens (seq_len inputs, seq_len targets),
+    attending within a sliding window of `window` tokens on every layer when it is set."""
     V = c["vocab_size"]
     sums, counts = [], []
     for doc in HF_DOCS[:samples]:
@@ -1221,7 +1231,10 @@ def hf_eval(c, P64, seq_len, samples):
         inp = torch.tensor([ids[:-1]], dtype=torch.int64)
         tgt = torch.tensor([ids[1:]], dtype=torch.int64)
         with torch.no_grad():
-            logits = forward(c, P64, inp)
+            if window:
+                logits = forward_window(c, P64, inp, window, None, None)
+            else:
+                logits = forward(c, P64, inp)
             s = F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1), reduction="sum")
         sums.append(float(s))
         counts.append(len(ids) - 1)
@@ -1292,8 +1305,8 @@ def gen_hf_model(name, over, seed, tied, shards, extra):
                       "sum": float(w.sum()), "sum_sq": float((w * w).sum()),
                       "head": [float(x) for x in w.reshape(-1)[:3]]}
     return {
-        "config": c, "tie_word_embeddings": tied,
-        "evals": [hf_eval(c, P64, L, S) for L, S in HF_EVALS],
+        "config": dict(c, sliding_window=extra.get("sliding_window", 0)), "tie_word_embeddings": tied,
+        "evals": [hf_eval(c, P64, L, S, extra.get("sliding_window")) for L, S in HF_EVALS],
         "tensors": tensors,
     }
 

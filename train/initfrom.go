@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"distflash/ckpt"
@@ -25,8 +27,9 @@ import (
 // (model.DefaultConfig; configs/tiny.toml writes them out; 0 for head_dim and n_kv_heads,
 // "derive") and that no --set names is taken from the source. A key with another value, or
 // one named by --set, must agree with the source, and a disagreement is an error naming the
-// key and both values; except rope_theta, max_seq_len and rope_scaling, which a run may change
-// (that is how a context is extended): the config's value is used and the change printed.
+// key and both values; except rope_theta, max_seq_len, rope_scaling, sliding_window and
+// sliding_window_layers, which a run may change (that is how a context is extended, or a window
+// added or moved): the config's value is used and the change printed.
 // A .safetensors file carries no config, so only the shapes it implies (dim, n_layers, ffn_dim,
 // vocab_size) come from it; the head layout and the rest come from the config.
 //
@@ -46,7 +49,7 @@ type initSource struct {
 
 // loadInitSource loads path (see the file comment). mc is the config's [model], which a
 // .safetensors file needs for what its shapes do not say.
-func loadInitSource(path string, mc model.Config) (*initSource, error) {
+func loadInitSource(path string, mc model.Config, stderr io.Writer) (*initSource, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("--init-from: %w", err)
@@ -56,6 +59,9 @@ func loadInitSource(path string, mc model.Config) (*initSource, error) {
 		h, err := ckpt.OpenHF(path)
 		if err != nil {
 			return nil, fmt.Errorf("--init-from: %w", err)
+		}
+		if note := h.Config.WindowNote(); note != "" {
+			fmt.Fprintf(stderr, "init: note: %s: %s\n", filepath.Join(path, ckpt.HFConfigFile), note)
 		}
 		src := &initSource{path: path, kind: "hf", model: evaluate.HFModelConfig(h.Config), tokenizer: h.Tokenizer}
 		if err := src.model.Resolve(); err != nil {
@@ -148,6 +154,9 @@ var modelKeys = []modelKey{
 	{"rope_theta", func(c *model.Config) any { return c.RopeTheta }, func(d, s *model.Config) { d.RopeTheta = s.RopeTheta }, true},
 	{"max_seq_len", func(c *model.Config) any { return c.MaxSeqLen }, func(d, s *model.Config) { d.MaxSeqLen = s.MaxSeqLen }, true},
 	{"rope_scaling", func(c *model.Config) any { return normRope(c.RopeScaling) }, func(d, s *model.Config) { d.RopeScaling = s.RopeScaling }, true},
+	{"sliding_window", func(c *model.Config) any { return c.SlidingWindow }, func(d, s *model.Config) { d.SlidingWindow = s.SlidingWindow }, true},
+	{"sliding_window_layers", func(c *model.Config) any { return fmt.Sprint(c.SlidingWindowLayers) }, // a slice: compared as text
+		func(d, s *model.Config) { d.SlidingWindowLayers = slices.Clone(s.SlidingWindowLayers) }, true},
 }
 
 // normRope makes "none" and "" the same (no scaling).
@@ -249,7 +258,7 @@ func LoadInitConfig(path string, sets []string, from string, stderr io.Writer) (
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	src, err := loadInitSource(from, cfg.Model)
+	src, err := loadInitSource(from, cfg.Model, stderr)
 	if err != nil {
 		return config.Config{}, nil, err
 	}
