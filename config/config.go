@@ -754,6 +754,12 @@ func (c Config) Summary() string {
 	if m.NKVHeads != m.NHeads {
 		heads += fmt.Sprintf(" (%d kv)", m.NKVHeads)
 	}
+	if m.SlidingWindow > 0 {
+		heads += fmt.Sprintf(", sliding window %d", m.SlidingWindow)
+		if len(m.SlidingWindowLayers) > 0 {
+			heads += fmt.Sprintf(" on layers %v", m.SlidingWindowLayers)
+		}
+	}
 	world := fmt.Sprintf("world %d (%s", p.WorldSize, p.Backend)
 	if p.WorldSize > 1 {
 		world += fmt.Sprintf(", sequence parallel %d, attention %s", p.SequenceParallelDegree, p.Attention)
@@ -834,21 +840,29 @@ func (c Config) Requirements() []string {
 
 // Notes lists, one sentence each, what a user should know of the config before a long run
 // that does not stop it: the size of the model state when it is above 16 GiB, and per rank
-// with FSDP.
+// with FSDP; a schedule that gains nothing from the sliding window.
 func (c Config) Notes() []string {
 	c = c.Resolved()
 	p := c.Parallelism
+	var notes []string
 	n := c.Model.NumParams()
-	state := n * StateBytesPerParam
-	if state <= memoryNoteBytes {
-		return nil
+	if state := n * StateBytesPerParam; state > memoryNoteBytes {
+		msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
+			Count(n), GiB(state), StateBytesPerParam)
+		if p.FSDP && p.WorldSize > 1 {
+			msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", GiB(state)/float64(p.WorldSize), p.WorldSize)
+		}
+		notes = append(notes, msg)
 	}
-	msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
-		Count(n), GiB(state), StateBytesPerParam)
-	if p.FSDP && p.WorldSize > 1 {
-		msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", GiB(state)/float64(p.WorldSize), p.WorldSize)
+	if w, sp := c.Model.SlidingWindow, p.SequenceParallelDegree; w > 0 && sp > 1 && w < c.Data.SeqLen {
+		switch p.Attention {
+		case "zigzag":
+			notes = append(notes, fmt.Sprintf("parallelism.attention = \"zigzag\" under model.sliding_window = %d sends every block it sends without the window, and its layout, balanced for the causal triangle, is not for a window shorter than seq_len/%d; ring, burst and distflash send only the blocks the window reaches (distflash plan prices each)", w, sp))
+		case "ulysses", "attn2d":
+			notes = append(notes, fmt.Sprintf("parallelism.attention = %q under model.sliding_window = %d sends every block it sends without the window; ring, burst and distflash send only the blocks the window reaches (distflash plan prices each)", p.Attention, w))
+		}
 	}
-	return []string{msg}
+	return notes
 }
 
 // gib converts bytes to GiB.

@@ -427,6 +427,28 @@ func TestConfigNotes(t *testing.T) {
 	if n := tiny.Notes(); len(n) != 0 {
 		t.Errorf("tiny: notes %q, want none", n)
 	}
+	// a sliding window under a schedule that sends every block anyway
+	for _, c := range []struct {
+		attention string
+		window    string
+		want      string // "": no note
+	}{
+		{"zigzag", "32", `"zigzag" under model.sliding_window = 32 sends every block`},
+		{"ulysses", "32", `"ulysses" under model.sliding_window = 32 sends every block`},
+		{"attn2d", "32", `"attn2d" under model.sliding_window = 32`},
+		{"ring", "32", ""},
+		{"distflash", "32", ""},
+		{"zigzag", "128", ""}, // no shorter than the sequence: nothing hidden
+	} {
+		cfg, err := Load("configs/tiny-sp4.toml", []string{"parallelism.attention=" + c.attention, "model.sliding_window=" + c.window})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := strings.Join(cfg.Notes(), "\n")
+		if c.want == "" && all != "" || !strings.Contains(all, c.want) {
+			t.Errorf("%s, window %s: notes %q, want %q", c.attention, c.window, all, c.want)
+		}
+	}
 }
 
 func TestConfigSummary(t *testing.T) {

@@ -184,6 +184,86 @@ func TestAttnDocumentMaskMatchesNaive(t *testing.T) {
 	}
 }
 
+// TestAttnWindowMatchesNaive checks sliding windows, given to the kernel as per-query starts
+// (QStart = max(document start, position − W + 1), as model.Seq.Start makes them), against
+// naive attention with the band written out: windows of 1 (only itself), 3, a quarter of the
+// positions and longer than all of them, alone and with short documents, under every layout.
+func TestAttnWindowMatchesNaive(t *testing.T) {
+	heads := []struct{ h, kv, hd int }{{2, 2, 8}, {4, 1, 8}, {33, 3, 4}}
+	for _, hc := range heads {
+		for _, n := range []int{7, 150, 300} {
+			r := rand.New(rand.NewPCG(uint64(hc.h*1000+n), 11))
+			docs := docTables(n, r)["short"]
+			for name, pos := range layouts(n, r) {
+				for _, W := range []int{1, 3, max(n/4, 1) + 1, 2 * n} {
+					for dn, doc := range map[string][]int32{"window": nil, "window+docs": docs} {
+						start := windowTable(n, W, doc)
+						t.Run(fmt.Sprintf("H%d_KV%d_n%d_%s_W%d_%s", hc.h, hc.kv, n, name, W, dn), func(t *testing.T) {
+							checkBlocks(t, r, hc.h, hc.kv, hc.hd, pos, start, true)
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// windowTable is the start table (indexed by position) of a sliding window of W over n
+// positions, with the document starts doc (nil: none): max(doc[p], p − W + 1).
+func windowTable(n, W int, doc []int32) []int32 {
+	start := make([]int32, n)
+	for p := range start {
+		start[p] = int32(max(0, p-W+1))
+		if doc != nil {
+			start[p] = max(start[p], doc[p])
+		}
+	}
+	return start
+}
+
+// TestAttnWindowSkipsTiles: with a window the kernel computes only the tiles that hold a
+// visible pair, and its FLOPs counters say so: at T = 4096 and W = 256 the forward and backward
+// count at least the band's pairs (T·W − W(W−1)/2, 4·hd·H and 10·hd·H FLOPs each) and at most
+// the tiles the band touches, far below the causal count.
+func TestAttnWindowSkipsTiles(t *testing.T) {
+	const T, W, H, hd = 4096, 256, 1, 16
+	be := NewCPU()
+	pos, start := make([]int32, T), make([]int32, T)
+	for p := range pos {
+		pos[p], start[p] = int32(p), int32(max(0, p-W+1))
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	up := func(x []float32) Buf { b := be.Alloc(len(x)); be.Upload(b, x); return b }
+	q, k, v, do := up(randVec(r, T*H*hd, 1)), up(randVec(r, T*H*hd, 1)), up(randVec(r, T*H*hd, 1)), up(randVec(r, T*H*hd, 1))
+	flops := func(qstart []int32) (fwd, bwd int64) {
+		sh := AttnShape{NQ: T, NK: T, Heads: H, KVHeads: H, HeadDim: hd, Causal: true, Scale: 0.25, QPos: pos, KPos: pos, QStart: qstart}
+		st := AttnState{O: be.Alloc(T * H * hd), M: be.Alloc(H * T), L: be.Alloc(H * T)}
+		be.AttnInit(st)
+		before := be.Counters().Snapshot()
+		be.AttnForward(st, q, k, v, sh)
+		o, lse := be.Alloc(T*H*hd), be.Alloc(H*T)
+		be.AttnFinish(o, lse, st, T, H, hd)
+		d := be.Alloc(H * T)
+		be.AttnBackwardPrep(d, o, do, T, H, hd)
+		dq, dk, dv := be.Alloc(T*H*hd), be.Alloc(T*H*hd), be.Alloc(T*H*hd)
+		be.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh)
+		after := be.Counters().Snapshot()
+		return after.AttnFwdFLOPs - before.AttnFwdFLOPs, after.AttnBwdFLOPs - before.AttnBwdFLOPs
+	}
+	cf, cb := flops(nil)
+	wf, wb := flops(start)
+	band := int64(T*W - W*(W-1)/2)
+	if wf < 4*hd*H*band || wb < 10*hd*H*band {
+		t.Errorf("window: %d forward / %d backward FLOPs count fewer than the band's %d pairs", wf, wb, band)
+	}
+	// the band touches, per query tile, at most ⌈(W + tile)/key tile⌉ + 1 key tiles
+	if r := float64(wf) / float64(cf); r > 0.25 || float64(wb)/float64(cb) > 0.25 {
+		t.Errorf("window of %d in %d tokens: forward %.3f, backward %.3f of the causal FLOPs, want ≤ 0.25 (tiles outside the band skipped)", W, T, r, float64(wb)/float64(cb))
+	}
+	t.Logf("T %d, W %d: forward %.4f, backward %.4f of the causal FLOPs; the band is %.4f of the causal pairs", T, W,
+		float64(wf)/float64(cf), float64(wb)/float64(cb), float64(band)/float64(T*(T+1)/2))
+}
+
 // checkBlocks runs attention over pos in random key blocks (doc, when not nil, is the
 // document-start table of the positions) and compares it with naiveAttn.
 func checkBlocks(t *testing.T, r *rand.Rand, H, K, hd int, pos, doc []int32, causal bool) {

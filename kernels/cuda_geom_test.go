@@ -180,7 +180,8 @@ func TestCUDAHostTileBounds(t *testing.T) {
 	}
 }
 
-// TestCUDAHostTileBoundsDocuments checks the skip rule under a document mask against brute
+// TestCUDAHostTileBoundsDocuments checks the skip rule under a document mask, and under
+// sliding windows (start tables of the same kind, alone and with documents), against brute
 // force: a tile skipped (max qpos < min kpos, or min qstart > max kpos) holds no visible
 // pair, a tile wholly visible by the kernels' test (min qpos ≥ max kpos and max qstart ≤
 // min kpos) holds only visible pairs, and visiblePairs counts the pairs of the kept tiles;
@@ -189,8 +190,11 @@ func TestCUDAHostTileBoundsDocuments(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	hiddenByDocs := 0
 	for _, n := range []int{1, 31, 64, 100, 257} {
+		tables := docTables(n, r)
+		tables["window5"] = windowTable(n, 5, nil)
+		tables["window40+short"] = windowTable(n, 40, tables["short"])
 		for name, pos := range layouts(n, r) {
-			for dn, doc := range docTables(n, r) {
+			for dn, doc := range tables {
 				for _, nk := range []int{1, 33, n} {
 					kpos := pos
 					if nk != n {

@@ -49,7 +49,9 @@
 //     tokens per rank: K/V/Q/dO blocks ∝ tokens·head_dim, statistics ∝ tokens·heads), so plan
 //     and schedules cannot drift apart. The in-process world sends fp32; plan scales by the
 //     compute precision's size (statistics too, a small overestimate under bf16). Per layer
-//     forward + backward, × n_layers, with a second forward under checkpoint layer. FSDP:
+//     forward + backward, × n_layers, with a second forward under checkpoint layer, for the
+//     rank that sends the most in them (train's metrics attn_bytes is the same count). Under
+//     a sliding window the windowed layers' bytes are measured with the window (planwindow.go). FSDP:
 //     all-gather of the parameters twice (forward, backward) and a reduce-scatter of the
 //     gradients, each (P−1)/P × parameter bytes per micro-batch, P = world_size. Without fsdp on
 //     more than one rank: one gradient all-reduce, 2(P−1)/P × parameter bytes.
@@ -60,7 +62,10 @@
 //     idle fraction (DistFlashAttn §3.2): ring and burst (P²−P)/(2P²), distflash 1/(2P) for even
 //     P and 0 for odd P, zigzag, attn2d and ulysses 0; under document masking
 //     (data.document_mask, --doc-len) the attention FLOPs scale by the visible fraction of the
-//     pairs and the idle fraction is the documents' (plandocs.go in this package). Compute time = dense FLOPs /
+//     pairs and the idle fraction is the documents' (plandocs.go in this package); under a
+//     sliding window (model.sliding_window) a windowed layer's FLOPs scale by the pairs the
+//     window leaves and its idle is the schedule's under the window (planwindow.go), each
+//     class of layers stretched by its own idle. Compute time = dense FLOPs /
 //     (peak × mfu) + attention FLOPs / (peak × attn_mfu), each fraction the GPU type's measured
 //     one (hopperMFU) unless --mfu / --attn-mfu say otherwise.
 //     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
@@ -218,20 +223,22 @@ type TimePlan struct {
 
 // Plan is the prediction for one config, schedule and sequence length on a cluster.
 type Plan struct {
-	Attention    string     `json:"attention"`
-	SeqLen       int        `json:"seq_len"`
-	TokensPerGPU int        `json:"tokens_per_gpu"` // per micro-batch
-	Refused      string     `json:"refused,omitempty"`
-	Memory       MemoryPlan `json:"memory"`
-	Comm         CommPlan   `json:"comm"`
-	Time         TimePlan   `json:"time"`
-	MaxSeqPerGPU int        `json:"max_seq_per_gpu"`     // longest tokens per GPU that fit, multiple of 1024
-	Docs         *DocPlan   `json:"documents,omitempty"` // document masking (data.document_mask, --doc-len)
+	Attention    string      `json:"attention"`
+	SeqLen       int         `json:"seq_len"`
+	TokensPerGPU int         `json:"tokens_per_gpu"` // per micro-batch
+	Refused      string      `json:"refused,omitempty"`
+	Memory       MemoryPlan  `json:"memory"`
+	Comm         CommPlan    `json:"comm"`
+	Time         TimePlan    `json:"time"`
+	MaxSeqPerGPU int         `json:"max_seq_per_gpu"`     // longest tokens per GPU that fit, multiple of 1024
+	Docs         *DocPlan    `json:"documents,omitempty"` // document masking (data.document_mask, --doc-len)
+	Window       *WindowPlan `json:"window,omitempty"`    // the sliding window (model.sliding_window)
 }
 
 // Report is what plan prints: the config, the cluster and one plan per row.
 type Report struct {
 	Config  string  `json:"config"`
+	Layers  int     `json:"n_layers"` // the model's layers`
 	Summary string  `json:"summary"`
 	Cluster Cluster `json:"cluster"`
 	Plans   []Plan  `json:"plans"`
@@ -494,10 +501,10 @@ func IdleFraction(name string, P int) float64 {
 const maxTrafficRanks = 64
 
 // traffic is one schedule's measured bytes (fp32, as the in-process world sends them) for one
-// layer and one sequence of T tokens: bytes(T) = a·T + b for the busiest rank and summed over
-// ranks, forward and backward apart.
+// layer and one sequence of T tokens: bytes(T) = a·T + b for each rank and summed over ranks,
+// forward and backward apart.
 type traffic struct {
-	fwdA, fwdB, bwdA, bwdB             float64 // busiest rank
+	fwd, bwd                           []line  // each rank's
 	fwdTotA, fwdTotB, bwdTotA, bwdTotB float64 // all ranks
 	// peer[r][d] is the bytes rank r sent to rank d point to point (Isend) at the longer
 	// sequence, other the bytes sent by collectives, whose peers the schedule does not name.
@@ -542,9 +549,25 @@ func (p *peerCounter) Isend(buf kernels.Buf, dst, tag int, site string) parallel
 	return p.Comm.Isend(buf, dst, tag, site)
 }
 
-// at evaluates the busiest rank's forward and backward bytes and the all-rank sum of both at T.
-func (t traffic) at(T float64) (fwd, bwd, total float64) {
-	return t.fwdA*T + t.fwdB, t.bwdA*T + t.bwdB, (t.fwdTotA+t.bwdTotA)*T + t.fwdTotB + t.bwdTotB
+// line is bytes(T) = A·T + B.
+type line struct{ A, B float64 }
+
+// at is the line at T.
+func (l line) at(T float64) float64 { return l.A*T + l.B }
+
+// at evaluates, at T, the forward and backward bytes of the busiest rank of a layer whose
+// forward runs fwdPasses times (2 under checkpoint.activation = "layer"): the rank that sends
+// the most in fwdPasses forwards and one backward, since every layer and sequence puts the
+// same tokens on the same rank. total is the sum over the ranks of one forward and backward.
+func (t traffic) at(T, fwdPasses float64) (fwd, bwd, total float64) {
+	best := -1.0
+	for r := range t.fwd {
+		f, b := t.fwd[r].at(T), t.bwd[r].at(T)
+		if x := fwdPasses*f + b; x > best {
+			best, fwd, bwd = x, f, b
+		}
+	}
+	return fwd, bwd, (t.fwdTotA+t.bwdTotA)*T + t.fwdTotB + t.bwdTotB
 }
 
 var (
@@ -553,14 +576,10 @@ var (
 )
 
 // measureTraffic runs schedule name on P in-process ranks with heads h at T = 2·div and
-// 4·div tokens (div: the layout's divisor) and fits bytes(T) = a·T + b. Results are cached.
-func measureTraffic(name string, h model.Heads, P int) (traffic, error) {
-	key := fmt.Sprintf("%s/%d/%d/%d/%d", name, h.N, h.KV, h.Dim, P)
-	trafficMu.Lock()
-	defer trafficMu.Unlock()
-	if t, ok := trafficCache[key]; ok {
-		return t, nil
-	}
+// 4·div tokens (div: the layout's divisor) and fits bytes(T) = a·T + b. Under a sliding
+// window of W tokens at seq_len T, the short runs get the window that hides the same blocks
+// (windowReach), so the fit is that of the windowed schedule at T. Results are cached.
+func measureTraffic(name string, h model.Heads, P, T, W int) (traffic, error) {
 	if P > maxTrafficRanks {
 		return traffic{}, fmt.Errorf("plan simulates at most %d sequence-parallel ranks to measure a schedule's traffic, not %d", maxTrafficRanks, P)
 	}
@@ -568,57 +587,79 @@ func measureTraffic(name string, h model.Heads, P int) (traffic, error) {
 	if err != nil {
 		return traffic{}, err
 	}
+	D := windowReach(l, P, T, W)
+	key := fmt.Sprintf("%s/%d/%d/%d/%d/%d", name, h.N, h.KV, h.Dim, P, D)
+	trafficMu.Lock()
+	defer trafficMu.Unlock()
+	if t, ok := trafficCache[key]; ok {
+		return t, nil
+	}
 	T1, T2 := 2*l.Divisor(P), 4*l.Divisor(P)
-	f1, b1, ft1, bt1, _, err := runScheduleOnce(name, h, P, T1)
+	f1, b1, _, err := runScheduleOnce(name, h, P, T1, reachWindow(D, 2))
 	if err != nil {
 		return traffic{}, err
 	}
-	f2, b2, ft2, bt2, peer, err := runScheduleOnce(name, h, P, T2)
+	f2, b2, peer, err := runScheduleOnce(name, h, P, T2, reachWindow(D, 4))
 	if err != nil {
 		return traffic{}, err
 	}
-	fit := func(y1, y2 float64) (a, b float64) {
-		a = (y2 - y1) / float64(T2-T1)
-		return a, y1 - a*float64(T1)
+	fit := func(y1, y2 float64) line {
+		a := (y2 - y1) / float64(T2-T1)
+		return line{a, y1 - a*float64(T1)}
 	}
-	t := traffic{peer: peer, other: ft2 + bt2}
+	t := traffic{peer: peer}
+	var ft1, bt1, ft2, bt2 float64
+	for r := range P {
+		t.fwd, t.bwd = append(t.fwd, fit(f1[r], f2[r])), append(t.bwd, fit(b1[r], b2[r]))
+		ft1, bt1, ft2, bt2 = ft1+f1[r], bt1+b1[r], ft2+f2[r], bt2+b2[r]
+	}
+	t.other = ft2 + bt2
 	for _, row := range peer {
 		for _, b := range row {
 			t.other -= b
 		}
 	}
-	t.fwdA, t.fwdB = fit(f1, f2)
-	t.bwdA, t.bwdB = fit(b1, b2)
-	t.fwdTotA, t.fwdTotB = fit(ft1, ft2)
-	t.bwdTotA, t.bwdTotB = fit(bt1, bt2)
+	ft, bt := fit(ft1, ft2), fit(bt1, bt2)
+	t.fwdTotA, t.fwdTotB, t.bwdTotA, t.bwdTotB = ft.A, ft.B, bt.A, bt.B
 	trafficCache[key] = t
 	return t, nil
 }
 
+// attnTraffic is one layer's attention bytes per rank (fp32) for schedule name on SP ranks,
+// U-way Ulysses groups inside (1: none), nodes of gpn ranks, at seq_len T under a sliding
+// window of W (0: none), the forward run fwdPasses times: the busiest rank's forward and
+// backward (traffic.at), the sum over the ranks, and the fraction that crosses between nodes.
+func attnTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses float64) (fwd, bwd, total, cross float64, err error) {
+	if U > 1 { // Ulysses groups and the schedule between them (plan_hybrid.go)
+		return hybridTraffic(name, h, SP, U, gpn, T, W, fwdPasses)
+	}
+	t, err := measureTraffic(name, h, SP, T, W)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	fwd, bwd, total = t.at(float64(T), fwdPasses)
+	return fwd, bwd, total, t.crossFraction(gpn), nil
+}
+
 // runScheduleOnce runs one forward and backward of schedule name over a sequence of T tokens
-// on P in-process ranks and returns the bytes sent: the busiest rank's forward and backward,
-// and the sums over the ranks, and the point-to-point bytes from each rank to each.
-func runScheduleOnce(name string, h model.Heads, P, T int) (fwd, bwd, fwdTotal, bwdTotal float64, peer [][]float64, err error) {
-	fw, bw := make([]int64, P), make([]int64, P)
+// (under a sliding window of W, 0: none) on P in-process ranks and returns the bytes each rank
+// sent in the forward and in the backward, and the point-to-point bytes from each rank to each.
+func runScheduleOnce(name string, h model.Heads, P, T, W int) (fwd, bwd []float64, peer [][]float64, err error) {
+	fwd, bwd = make([]float64, P), make([]float64, P)
 	peer = make([][]float64, P)
-	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T,
+	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T, Window: W,
 		Wrap: func(c parallel.Comm) parallel.Comm {
 			pc := &peerCounter{Comm: c, peer: make([]float64, P)}
 			peer[c.Rank()] = pc.peer
 			return pc
 		},
-		Forward:  func(c parallel.Comm, _ kernels.Backend) { fw[c.Rank()] = c.Traffic().Total() },
-		Backward: func(c parallel.Comm, _ kernels.Backend) { bw[c.Rank()] = c.Traffic().Total() - fw[c.Rank()] },
+		Forward:  func(c parallel.Comm, _ kernels.Backend) { fwd[c.Rank()] = float64(c.Traffic().Total()) },
+		Backward: func(c parallel.Comm, _ kernels.Backend) { bwd[c.Rank()] = float64(c.Traffic().Total()) - fwd[c.Rank()] },
 	}
 	if err := pass.run(); err != nil {
-		return 0, 0, 0, 0, nil, err
+		return nil, nil, nil, err
 	}
-	for r := range P {
-		fwd, bwd = max(fwd, float64(fw[r])), max(bwd, float64(bw[r]))
-		fwdTotal += float64(fw[r])
-		bwdTotal += float64(bw[r])
-	}
-	return fwd, bwd, fwdTotal, bwdTotal, peer, nil
+	return fwd, bwd, peer, nil
 }
 
 // schedulePass is one forward and backward of a sequence-parallel attention schedule on P
@@ -630,6 +671,7 @@ type schedulePass struct {
 	Heads    model.Heads
 	P, T     int
 	DocStart []int32                              // the document mask's start table (nil: causal)
+	Window   int                                  // the sliding window (0: none)
 	Wrap     func(parallel.Comm) parallel.Comm    // wraps each rank's Comm (nil: as it is)
 	Forward  func(parallel.Comm, kernels.Backend) // called on each rank after the forward
 	Backward func(parallel.Comm, kernels.Backend) // called on each rank after the backward
@@ -664,7 +706,7 @@ func (p schedulePass) run() error {
 		q, k, v, do := buf(n*h.N*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.KV*h.Dim), buf(n*h.N*h.Dim)
 		o, lse := be.Alloc(q.Len()), be.Alloc(h.N*n)
 		dq, dk, dv := be.Alloc(q.Len()), be.Alloc(k.Len()), be.Alloc(v.Len())
-		seq := model.Seq{Pos: pos, DocStart: p.DocStart}
+		seq := model.Seq{Pos: pos, DocStart: p.DocStart, Window: p.Window}
 		s.Forward(o, lse, q, k, v, seq, h)
 		if p.Forward != nil {
 			p.Forward(c, be)
@@ -726,29 +768,54 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	L := float64(m.NLayers)
 	B, accum := float64(cfg.Data.BatchSize), float64(cfg.Training.GradAccumSteps)
 	layerPolicy := cfg.Checkpoint.Activation == "layer"
+	// The layers with the window and those without (model.sliding_window_layers).
+	type layerClass struct{ n, W int }
+	var classes []layerClass
+	windowed := 0
+	for l := range m.NLayers {
+		if m.Window(l) > 0 {
+			windowed++
+		}
+	}
+	if windowed < m.NLayers {
+		classes = append(classes, layerClass{m.NLayers - windowed, 0})
+	}
+	if windowed > 0 {
+		classes = append(classes, layerClass{windowed, m.SlidingWindow})
+		pl.Window = &WindowPlan{Window: m.SlidingWindow, Layers: windowed, Visible: windowVisible(seqLen, m.SlidingWindow),
+			CausalIdle: IdleFraction(name, SP/U), BytesRatio: 1}
+	}
 	if SP > 1 {
-		var fwd, bwd, total, cross float64
-		if U > 1 { // Ulysses groups and the schedule between them (plan_hybrid.go)
-			fwd, bwd, total, cross, err = hybridTraffic(name, h, SP, U, cl.GPUsPerNode, float64(seqLen))
-		} else {
-			var t traffic
-			if t, err = measureTraffic(name, h, SP); err == nil {
-				fwd, bwd, total = t.at(float64(seqLen))
-				cross = t.crossFraction(cl.GPUsPerNode)
-			}
-		}
-		if err != nil {
-			return refuse(err)
-		}
 		scale := e / 4 // the in-process world sends fp32
 		fwdPasses := 1.0
 		if layerPolicy {
 			fwdPasses = 2
 		}
-		pl.Comm.AttnPerLayer = B * (fwd + bwd) * scale
-		pl.Comm.AttnTotalLayer = B * total * scale
-		pl.Comm.Attention = accum * L * B * (fwdPasses*fwd + bwd) * scale
-		pl.Comm.AttnInterNode = pl.Comm.Attention * cross
+		plain := 0.0 // an unwindowed layer's forward + backward bytes, busiest rank
+		for _, c := range classes {
+			fwd, bwd, total, cross, err := attnTraffic(name, h, SP, U, cl.GPUsPerNode, seqLen, c.W, fwdPasses)
+			if err != nil {
+				return refuse(err)
+			}
+			n := float64(c.n)
+			pl.Comm.AttnPerLayer += n / L * B * (fwd + bwd) * scale // averaged over the layers
+			pl.Comm.AttnTotalLayer += n / L * B * total * scale
+			a := accum * n * B * (fwdPasses*fwd + bwd) * scale
+			pl.Comm.Attention += a
+			pl.Comm.AttnInterNode += a * cross
+			if c.W == 0 {
+				plain = fwd + bwd
+			} else {
+				if plain == 0 {
+					f0, b0, _, _, err := attnTraffic(name, h, SP, U, cl.GPUsPerNode, seqLen, 0, fwdPasses)
+					if err != nil {
+						return refuse(err)
+					}
+					plain = f0 + b0
+				}
+				pl.Window.BytesRatio = (fwd + bwd) / plain
+			}
+		}
 	}
 	N := float64(m.NumParams())
 	Pw := float64(world)
@@ -772,22 +839,42 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	if layerPolicy {
 		attnPasses = 4.5
 	}
+	// Attention: each class of layers its FLOPs (the visible pairs) and its idle stretch.
 	T := float64(seqLen)
-	tm.AttnFLOPs = accum * B * L * (4 * T * T * float64(m.QDim()) / 2) * attnPasses / float64(SP)
-	tm.IdleFraction = IdleFraction(name, SP/U) // a hybrid's groups: the outer schedule's balance
-	if docs != nil {
-		dp, err := planDocuments(*docs, name, SP/U, seqLen, p.BalanceDocuments)
-		if err != nil {
-			return refuse(err)
+	layerFLOPs := accum * B * (4 * T * T * float64(m.QDim()) / 2) * attnPasses / float64(SP)
+	stretched := 0.0 // attention FLOPs / (1 − idle), summed over the layers
+	for _, c := range classes {
+		visible, idle := 1.0, IdleFraction(name, SP/U) // a hybrid's groups: the outer schedule's balance
+		if docs != nil {
+			dp, err := planDocuments(*docs, name, SP/U, seqLen, c.W, p.BalanceDocuments)
+			if err != nil {
+				return refuse(err)
+			}
+			if pl.Docs == nil || c.W == 0 { // the documents of an unwindowed layer when there is one
+				pl.Docs = &dp
+			}
+			visible, idle = dp.Visible, dp.Idle
+			if dp.Balanced {
+				idle = dp.IdleBalanced
+			}
+		} else if c.W > 0 {
+			visible = windowVisible(seqLen, c.W)
+			if idle, err = windowIdle(name, SP/U, seqLen, c.W); err != nil {
+				return refuse(err)
+			}
 		}
-		pl.Docs = &dp
-		tm.AttnFLOPs *= dp.Visible
-		tm.IdleFraction = dp.Idle
-		if dp.Balanced {
-			tm.IdleFraction = dp.IdleBalanced
+		if c.W > 0 {
+			pl.Window.Idle = idle
 		}
+		f := float64(c.n) * layerFLOPs * visible
+		tm.AttnFLOPs += f
+		stretched += f / (1 - idle)
 	}
-	tm.Compute = tm.DenseFLOPs/(cl.GPU.FLOPS*cl.MFU) + tm.AttnFLOPs/(cl.GPU.FLOPS*cl.AttnMFU)/(1-tm.IdleFraction)
+	tm.IdleFraction = IdleFraction(name, SP/U)
+	if stretched > 0 {
+		tm.IdleFraction = 1 - tm.AttnFLOPs/stretched
+	}
+	tm.Compute = tm.DenseFLOPs/(cl.GPU.FLOPS*cl.MFU) + stretched/(cl.GPU.FLOPS*cl.AttnMFU)
 	tm.AttnLinkBW = cl.GPU.IntraBW
 	if SP > cl.GPUsPerNode {
 		tm.AttnLinkBW = cl.GPU.InterBW
@@ -925,6 +1012,10 @@ func WriteDetail(w io.Writer, rep Report) {
 	} else {
 		fmt.Fprintf(w, "  idle fraction          %.3f\n", t.IdleFraction)
 	}
+	if wp := pl.Window; wp != nil {
+		fmt.Fprintf(w, "  sliding window         %d tokens on %d of %d layers: a windowed layer computes %.4f of the causal pairs and sends %.3f of an unwindowed layer's attention bytes; its idle %.3f (causal %.3f)\n",
+			wp.Window, wp.Layers, rep.Layers, wp.Visible, wp.BytesRatio, wp.Idle, wp.CausalIdle)
+	}
 	fmt.Fprintf(w, "  compute                %8.2f s\n", t.Compute)
 	fmt.Fprintf(w, "  communication          %8.2f s  (attention inside a node at %.3g GB/s, between nodes at %.3g GB/s; fsdp/dp at %.3g GB/s)\n",
 		t.Comm, rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9, t.WorldLinkBW/1e9)
@@ -962,6 +1053,7 @@ func WriteTable(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "\n%s\n", r)
 	}
 	writeDocTable(w, rep)
+	writeWindowTable(w, rep)
 }
 
 // writeDocTable prints, under plan's table, what document masking does to each plan: the

@@ -9,9 +9,9 @@ import (
 
 // hybridTraffic predicts one layer's attention bytes per rank (fp32, as the in-process world
 // sends them) for the hybrid of parallelism.ulysses_degree = U (parallel/hybrid.go) on SP
-// sequence-parallel ranks with T tokens, nodes of gpn ranks: the busiest rank's forward and
-// backward bytes, the sum over the SP ranks, and the fraction of them that crosses between
-// nodes.
+// sequence-parallel ranks with T tokens under a sliding window of W (0: none), nodes of gpn
+// ranks, the forward run fwdPasses times: the busiest rank's forward and backward bytes, the sum
+// over the SP ranks, and the fraction of them that crosses between nodes.
 //
 // Inside a group of U consecutive ranks (one node when U divides gpn: mpirun's by-slot
 // mapping) the all-to-alls send, per rank with n = T/SP tokens, hp = H/U query heads and kvp
@@ -24,13 +24,13 @@ import (
 // heads over all T tokens (U of them side by side, rank i of every group in ring i): its bytes
 // are measured like a plain schedule's (measureTraffic), and which of them cross between nodes
 // follows from outer rank g of ring i being rank g·U+i.
-func hybridTraffic(name string, h model.Heads, SP, U, gpn int, T float64) (fwd, bwd, total, cross float64, err error) {
+func hybridTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses float64) (fwd, bwd, total, cross float64, err error) {
 	if SP%U != 0 || h.N%U != 0 {
 		return 0, 0, 0, 0, fmt.Errorf("plan: ulysses_degree %d on %d ranks with %d heads", U, SP, h.N)
 	}
 	hp, kvp := h.N/U, max(h.KV/U, 1)
 	G := SP / U
-	n, u1 := T/float64(SP), float64(U-1)
+	n, u1 := float64(T)/float64(SP), float64(U-1)
 	inFwd := u1 * n * float64(2*hp*h.Dim+2*kvp*h.Dim+hp) * 4
 	inBwd := u1 * n * float64(3*hp*h.Dim+4*kvp*h.Dim+2*hp) * 4
 	// the all-to-all's pairs in a group that sit on different nodes (none when U divides gpn)
@@ -53,11 +53,11 @@ func hybridTraffic(name string, h model.Heads, SP, U, gpn int, T float64) (fwd, 
 	inAll := float64(SP) * (inFwd + inBwd)
 	total, cross = inAll, inAll*inCross
 	if G > 1 {
-		t, err := measureTraffic(name, model.Heads{N: hp, KV: kvp, Dim: h.Dim}, G)
+		t, err := measureTraffic(name, model.Heads{N: hp, KV: kvp, Dim: h.Dim}, G, T, W)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}
-		oFwd, oBwd, oTot := t.at(T)
+		oFwd, oBwd, oTot := t.at(float64(T), fwdPasses)
 		fwd, bwd = fwd+oFwd, bwd+oBwd
 		oAll := float64(U) * oTot
 		total += oAll

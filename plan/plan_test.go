@@ -74,11 +74,11 @@ func TestPlanAppendixCCommunication(t *testing.T) {
 	const P = 16
 	h := model.Heads{N: 32, KV: 32, Dim: 128}
 	N, d := float64(512<<10), float64(h.N*h.Dim)
-	tr, err := measureTraffic("distflash", h, P)
+	tr, err := measureTraffic("distflash", h, P, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fwd, bwd, total := tr.at(N)
+	fwd, bwd, total := tr.at(N, 1)
 	perWorker := total / 4 / P // fp32 bytes → elements, sum over ranks → per worker
 	busiest := (fwd + bwd) / 4
 	want := distflashPaperCommElems(N, d) * (P - 1) / P
@@ -101,7 +101,7 @@ func TestPlanAppendixCCommunication(t *testing.T) {
 func TestPlanBurstTable1(t *testing.T) {
 	const P = 8
 	h := model.Heads{N: 8, KV: 8, Dim: 64}
-	tr, err := measureTraffic("burst", h, P)
+	tr, err := measureTraffic("burst", h, P, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,11 +272,11 @@ func TestPlanDocumentsMatchParallel(t *testing.T) {
 			fr = append(fr, pairs/(T*(T+1)/2))
 		}
 		mean, se := meanSE(fr)
-		vis := d.VisibleFraction(T)
+		vis := d.VisibleFraction(T, 0)
 		if tol := 3*se + 0.02*mean; math.Abs(vis-mean) > tol {
 			t.Errorf("%v: plan's visible fraction %.5f, loader windows %.5f ± %.5f (tolerance %.5f)", d, vis, mean, se, tol)
 		}
-		t.Logf("%v: visible %.5f plan, %.5f ± %.5f loader windows (fixed length: %.5f)", d, vis, mean, se, DocLengths{Dist: "fixed", Mean: d.Mean}.VisibleFraction(T))
+		t.Logf("%v: visible %.5f plan, %.5f ± %.5f loader windows (fixed length: %.5f)", d, vis, mean, se, DocLengths{Dist: "fixed", Mean: d.Mean}.VisibleFraction(T, 0))
 		for _, name := range []string{"ring", "zigzag", "burst", "attn2d", "distflash"} {
 			var sum, worst, sumB, worstB float64
 			for i, w := range ws {
@@ -296,7 +296,7 @@ func TestPlanDocumentsMatchParallel(t *testing.T) {
 				sumB, worstB = sumB+float64(busyB)/P, worstB+float64(spanB)
 			}
 			idle, idleB := 1-sum/worst, 1-sumB/worstB
-			dp, err := planDocuments(d, name, P, T, false)
+			dp, err := planDocuments(d, name, P, T, 0, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -317,7 +317,7 @@ func TestPlanDocumentsMatchParallel(t *testing.T) {
 	if docs.Docs == nil || !docs.Docs.Balanced || docs.Time.IdleFraction != docs.Docs.IdleBalanced {
 		t.Fatalf("balance_documents on: plan uses idle %g, documents %+v", docs.Time.IdleFraction, docs.Docs)
 	}
-	if got, want := docs.Time.AttnFLOPs/causal.Time.AttnFLOPs, d.VisibleFraction(T); math.Abs(got/want-1) > 1e-12 {
+	if got, want := docs.Time.AttnFLOPs/causal.Time.AttnFLOPs, d.VisibleFraction(T, 0); math.Abs(got/want-1) > 1e-12 {
 		t.Errorf("attention FLOPs scaled by %g, want the visible fraction %g", got, want)
 	}
 	rate, attnRate := cl.GPU.FLOPS*cl.MFU, cl.GPU.FLOPS*cl.AttnMFU

@@ -106,10 +106,16 @@ func (d DocLengths) survival(a float64) float64 {
 func phi(x float64) float64 { return 0.5 * math.Erfc(-x/math.Sqrt2) }
 
 // VisibleFraction is the expected share of the causal score pairs T(T+1)/2 that the document
-// mask leaves visible in a window of T tokens (the file comment derives it).
-func (d DocLengths) VisibleFraction(T int) float64 {
+// mask leaves visible in a window of T tokens (the file comment derives it), under a sliding
+// window of W tokens too when W > 0 (a token then sees min(A, p, W − 1) + 1 keys: the sum
+// stops at W; planwindow.go).
+func (d DocLengths) VisibleFraction(T, W int) float64 {
+	end := T
+	if W > 0 {
+		end = min(T, W)
+	}
 	v := float64(T)
-	for a := 1; a < T; a++ {
+	for a := 1; a < end; a++ {
 		s := d.survival(float64(a))
 		if s < 1e-12 {
 			break
@@ -193,15 +199,16 @@ var (
 )
 
 // planDocuments measures document masking with lengths d for schedule name on P ranks and
-// windows of T tokens. Results are cached.
-func planDocuments(d DocLengths, name string, P, T int, balanced bool) (DocPlan, error) {
-	key := fmt.Sprintf("%s/%g/%s/%d/%d", d.Dist, d.Mean, name, P, T)
+// windows of T tokens, in a layer with a sliding window of W tokens (0: none). Results are
+// cached.
+func planDocuments(d DocLengths, name string, P, T, W int, balanced bool) (DocPlan, error) {
+	key := fmt.Sprintf("%s/%g/%s/%d/%d/%d", d.Dist, d.Mean, name, P, T, W)
 	docMu.Lock()
 	defer docMu.Unlock()
 	dp, ok := docCache[key]
 	if !ok {
 		var err error
-		if dp, err = measureDocuments(d, name, P, T); err != nil {
+		if dp, err = measureDocuments(d, name, P, T, W); err != nil {
 			return DocPlan{}, err
 		}
 		docCache[key] = dp
@@ -211,19 +218,24 @@ func planDocuments(d DocLengths, name string, P, T int, balanced bool) (DocPlan,
 }
 
 // measureDocuments computes a DocPlan: the closed-form visible fraction and the sampled
-// idle fractions, with and without BalanceDocuments.
-func measureDocuments(d DocLengths, name string, P, T int) (DocPlan, error) {
+// idle fractions, with and without BalanceDocuments, under a sliding window of W (0: none)
+// applied to the documents as packed and as balanced (windowStarts).
+func measureDocuments(d DocLengths, name string, P, T, W int) (DocPlan, error) {
 	if T > maxDocWindow {
 		return DocPlan{}, fmt.Errorf("plan samples documents in windows of at most %d tokens to measure the imbalance, not seq_len %d", maxDocWindow, T)
 	}
 	dp := DocPlan{
-		DocLengths: d, Visible: d.VisibleFraction(T), FixedVisible: DocLengths{Dist: "fixed", Mean: d.Mean}.VisibleFraction(T),
+		DocLengths: d, Visible: d.VisibleFraction(T, W), FixedVisible: DocLengths{Dist: "fixed", Mean: d.Mean}.VisibleFraction(T, W),
 		CausalIdle: IdleFraction(name, P), Windows: docWindows(T), WindowsSeed: docSeed,
 	}
 	r := rand.New(rand.NewPCG(docSeed, uint64(T)))
 	var pairs, sum, worst, sumB, worstB float64
 	for i := range dp.Windows {
-		starts := d.sampleWindow(r, T)
+		docs := d.sampleWindow(r, T)
+		starts := docs
+		if W > 0 {
+			starts = windowStarts(T, W, docs)
+		}
 		for p, s := range starts {
 			pairs += float64(p - int(s) + 1)
 		}
@@ -234,9 +246,12 @@ func measureDocuments(d DocLengths, name string, P, T int) (DocPlan, error) {
 		if err != nil {
 			return DocPlan{}, fmt.Errorf("plan: documents on %s: %w", name, err)
 		}
-		_, bal, err := parallel.BalanceDocuments(starts, name, P, uint64(i))
+		_, bal, err := parallel.BalanceDocuments(docs, name, P, uint64(i))
 		if err != nil {
 			return DocPlan{}, fmt.Errorf("plan: balancing documents for %s: %w", name, err)
+		}
+		if W > 0 {
+			bal = windowStarts(T, W, bal)
 		}
 		spanB, busyB, err := parallel.DocumentTime(bal, name, P)
 		if err != nil {

@@ -103,7 +103,7 @@ func Make(cfg config.Config, req Request) (Report, error) {
 		}
 		names = []string{req.Attention}
 	}
-	rep := Report{Config: cfg.Path, Summary: cfg.Summary(), Cluster: cl}
+	rep := Report{Config: cfg.Path, Summary: cfg.Summary(), Layers: cfg.Model.NLayers, Cluster: cl}
 	for _, s := range seqs {
 		for _, n := range names {
 			rep.Plans = append(rep.Plans, PlanWithDocs(cfg, cl, n, s, docs))

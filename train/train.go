@@ -48,6 +48,7 @@ type Metrics struct {
 	Tokens       int64    `json:"tokens"`
 	ElapsedSec   float64  `json:"elapsed_s"`
 	AttnForwards int64    `json:"attn_forwards"`
+	AttnBytes    int64    `json:"attn_bytes"`           // the bytes the busiest rank sent for attention (sequence-parallel blocks, statistics, all-to-alls)
 	Skipped      bool     `json:"skipped,omitempty"`    // fp16: gradients overflowed, the update was skipped
 	LossScale    float64  `json:"loss_scale,omitempty"` // fp16: the scale this step's loss was multiplied by
 	Memory       []Memory `json:"memory"`               // per rank
@@ -203,7 +204,8 @@ const (
 	statCompute = 13
 	statActs    = 15
 	statStop    = 17 // 1 slot: 1 when this rank was asked to stop (a signal)
-	statLen     = 18
+	statAttn    = 18 // 2 slots: the bytes this rank sent for attention in the step
+	statLen     = 20
 )
 
 func putStat(s []float32, at int, v float64) {
@@ -486,11 +488,13 @@ func (t *trainer) step(step int) (Metrics, error) {
 	lr := t.sched.At(step)
 	var out Metrics
 	err := t.run(func(r *rank) error {
+		sent := attnBytes(r.Comm.Traffic())
 		lossSum, count := t.gradients(r, batches, float32(dscale*scale))
+		sent = attnBytes(r.Comm.Traffic()) - sent
 		if t.beforeUpdate != nil {
 			t.beforeUpdate(step, r)
 		}
-		st := t.gatherStats(r, lossSum, count)
+		st := t.gatherStats(r, lossSum, count, sent)
 		norm := math.Sqrt(st.sumsq) / scale
 		if !st.bad {
 			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
@@ -501,7 +505,7 @@ func (t *trainer) step(step int) (Metrics, error) {
 		}
 		if r == t.ranks[0] {
 			out = Metrics{Step: step + 1, Loss: st.loss / st.tokens, LR: lr, GradNorm: norm, Tokens: int64(st.tokens),
-				AttnForwards: r.model.Stats.AttnForwards, Skipped: st.bad && t.scaler != nil, Memory: st.mems, stop: st.stop,
+				AttnForwards: r.model.Stats.AttnForwards, AttnBytes: st.attnBytes, Skipped: st.bad && t.scaler != nil, Memory: st.mems, stop: st.stop,
 				diverged: st.bad && t.scaler == nil}
 		}
 		return nil
@@ -557,12 +561,20 @@ type stepStats struct {
 	loss, tokens, sumsq float64
 	bad, stop           bool
 	mems                []Memory
+	attnBytes           int64 // the busiest rank's
+}
+
+// attnBytes is what a rank's traffic holds of attention: everything but the gradients'
+// all-reduce, FSDP's collectives and the step's statistics.
+func attnBytes(tr parallel.Traffic) int64 {
+	return tr.Total() - tr.Sum("grad.") - tr.Sum("fsdp.") - tr.Sum("stats")
 }
 
 // gatherStats all-gathers rank r's loss, target count, squared gradient norm (every rank's
-// share with FSDP; rank 0's whole sum without), finiteness, stop request and memory, and sums
-// them in rank order, so every rank reaches the same numbers.
-func (t *trainer) gatherStats(r *rank, lossSum float64, count int) stepStats {
+// share with FSDP; rank 0's whole sum without), finiteness, stop request, memory and attention
+// bytes, and sums them in rank order (the bytes: the largest), so every rank reaches the same
+// numbers.
+func (t *trainer) gatherStats(r *rank, lossSum float64, count int, attn int64) stepStats {
 	s := r.stats
 	clear(s)
 	putStat(s, statLoss, lossSum)
@@ -582,6 +594,7 @@ func (t *trainer) gatherStats(r *rank, lossSum float64, count int) stepStats {
 	putStat(s, statOptim, float64(mem.Optimizer))
 	putStat(s, statCompute, float64(mem.Compute))
 	putStat(s, statActs, float64(mem.Activations))
+	putStat(s, statAttn, float64(attn))
 	r.be.Upload(r.statBuf, s)
 	r.Comm.AllGather(r.statAll, r.statBuf, "stats")
 	all := make([]float32, statLen*t.size)
@@ -594,6 +607,7 @@ func (t *trainer) gatherStats(r *rank, lossSum float64, count int) stepStats {
 		out.sumsq += getStat(st, statSumSq)
 		out.bad = out.bad || st[statBad] != 0
 		out.stop = out.stop || st[statStop] != 0
+		out.attnBytes = max(out.attnBytes, int64(getStat(st, statAttn)))
 		out.mems[q] = Memory{Params: int64(getStat(st, statParams)), Grads: int64(getStat(st, statGrads)),
 			Optimizer: int64(getStat(st, statOptim)), Compute: int64(getStat(st, statCompute)),
 			Activations: int64(getStat(st, statActs))}

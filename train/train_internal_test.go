@@ -53,7 +53,8 @@ func BenchmarkTrainStep(b *testing.B) {
 // TestRematAwareSavesForwardAndItsCommunication: under checkpoint.activation = "layer" the
 // backward re-runs every block's attention forward, and with it the schedule's forward
 // communication; under "attn_output" (DistFlashAttn §3.3) neither is repeated. Counted per
-// step on 4 ranks for every schedule (Ulysses with the tiny model's 2 kv heads replicated).
+// step on 4 ranks for every schedule (Ulysses with the tiny model's 2 kv heads replicated); the
+// metrics' attn_bytes is the busiest rank's bytes under the schedule's call sites.
 func TestRematAwareSavesForwardAndItsCommunication(t *testing.T) {
 	for _, name := range parallel.Names() {
 		P := 4
@@ -85,8 +86,13 @@ func TestRematAwareSavesForwardAndItsCommunication(t *testing.T) {
 				if m.AttnForwards != want {
 					t.Errorf("%s: %d attention forwards per step, want %d", policy, m.AttnForwards, want)
 				}
+				var busiest int64 // the step's attention bytes: every site the schedule names
 				for r := 0; r < P; r++ {
 					fwdBytes[policy] += tr.world.Traffic(r).Sum(name + ".fwd")
+					busiest = max(busiest, tr.world.Traffic(r).Sum(name+"."))
+				}
+				if m.AttnBytes != busiest || m.AttnBytes == 0 {
+					t.Errorf("%s: metrics attn_bytes %d, the busiest rank's %s.* sites %d", policy, m.AttnBytes, name, busiest)
 				}
 			}
 			if fwdBytes["none"] == 0 || fwdBytes["attn_output"] != fwdBytes["none"] || fwdBytes["layer"] != 2*fwdBytes["none"] {
