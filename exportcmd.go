@@ -62,11 +62,15 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	if mc.SlidingWindow > 0 {
 		// Mistral's config.json has one window for every layer and no way to say "these
 		// layers only": exporting a model windowed on some layers would give another model
+		var global []int
 		for l := range mc.NLayers {
 			if mc.Window(l) == 0 {
-				return fmt.Errorf("export: --model %s: model.sliding_window = %d on model.sliding_window_layers = %v of %d layers: a Hugging Face LLaMA or Mistral config.json has a window on every layer or none; nothing written",
-					dir, mc.SlidingWindow, mc.SlidingWindowLayers, mc.NLayers)
+				global = append(global, l)
 			}
+		}
+		if len(global) > 0 {
+			return fmt.Errorf("export: --model %s: model.sliding_window = %d leaves layers %v of %d without the window (model.sliding_window_layers = %v, model.sliding_window_pattern = %d): a Hugging Face LLaMA or Mistral config.json has a window on every layer or none; nothing written",
+				dir, mc.SlidingWindow, global, mc.NLayers, mc.SlidingWindowLayers, mc.SlidingWindowPattern)
 		}
 		arch = "MistralForCausalLM"
 	}

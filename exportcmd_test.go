@@ -452,7 +452,7 @@ func TestExportMistralRoundTrip(t *testing.T) {
 	layered := tinyCheckpoint(t, "--set", "model.sliding_window=8", "--set", "model.sliding_window_layers=[0]")
 	refused := filepath.Join(t.TempDir(), "out")
 	err = run([]string{"export", "--model", layered, "--out", refused}, &stdout, &stderr)
-	if err == nil || !strings.Contains(err.Error(), "model.sliding_window_layers = [0] of 2 layers") {
+	if err == nil || !strings.Contains(err.Error(), "model.sliding_window = 8 leaves layers [1] of 2 without the window") {
 		t.Errorf("export of a model windowed on layer 0 of 2: %v", err)
 	}
 	if _, err := os.Stat(refused); !os.IsNotExist(err) {

@@ -759,6 +759,9 @@ func (c Config) Summary() string {
 		if len(m.SlidingWindowLayers) > 0 {
 			heads += fmt.Sprintf(" on layers %v", m.SlidingWindowLayers)
 		}
+		if m.SlidingWindowPattern > 0 {
+			heads += fmt.Sprintf(", every %d-th layer global", m.SlidingWindowPattern)
+		}
 	}
 	world := fmt.Sprintf("world %d (%s", p.WorldSize, p.Backend)
 	if p.WorldSize > 1 {

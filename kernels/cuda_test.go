@@ -575,7 +575,12 @@ func docAttnCases(r *rand.Rand, hd int) []attnCase {
 		attnCase{name: fmt.Sprintf("hd%d_docs_short_300", hd), nq: 300, nk: 300, h: 2, kv: 1, hd: hd, causal: true,
 			qpos: long, kpos: long, qstart: docStarts(long, docTables(300, r)["short"])},
 		attnCase{name: fmt.Sprintf("hd%d_docs_halves_300", hd), nq: 300, nk: 300, h: 2, kv: 1, hd: hd, causal: true,
-			qpos: long, kpos: long, qstart: docStarts(long, halves)})
+			qpos: long, kpos: long, qstart: docStarts(long, halves)},
+		// sliding windows: a band narrower than a tile, one of several tiles, with documents
+		attnCase{name: fmt.Sprintf("hd%d_docs_window17_300", hd), nq: 300, nk: 300, h: 2, kv: 1, hd: hd, causal: true,
+			qpos: long, kpos: long, qstart: docStarts(long, windowTable(300, 17, nil))},
+		attnCase{name: fmt.Sprintf("hd%d_docs_window100_short_300", hd), nq: 300, nk: 300, h: 4, kv: 2, hd: hd, causal: true,
+			qpos: long, kpos: long, qstart: docStarts(long, windowTable(300, 100, docTables(300, r)["short"]))})
 	// Queries at 100..169 against keys at 0..119, documents starting at 0, 50, 95, 110, 111
 	// and 140: the queries from 140 on see no key, and keys 0..39 (the first block of
 	// attnRun) no query.

@@ -27,13 +27,23 @@ type Config struct {
 	// SlidingWindowLayers lists the windowed layers (0-based), for models that alternate local
 	// and global layers; empty: every layer, when SlidingWindow is set.
 	SlidingWindowLayers []int `toml:"sliding_window_layers" json:"sliding_window_layers,omitempty"`
+	// SlidingWindowPattern, when N > 0, windows every layer but each N-th (layers N−1, 2N−1, …
+	// attend to the whole prefix), as Gemma 3's and Cohere 2's sliding_window_pattern: the
+	// interleaved local and global layers as one number. 0: SlidingWindowLayers says.
+	SlidingWindowPattern int `toml:"sliding_window_pattern" json:"sliding_window_pattern,omitempty"`
 }
 
 // Window is the attention window of layer l: SlidingWindow where the layer is windowed, else
 // 0 (the whole causal prefix).
 func (c Config) Window(l int) int {
-	if c.SlidingWindow <= 0 {
+	switch {
+	case c.SlidingWindow <= 0:
 		return 0
+	case c.SlidingWindowPattern > 0:
+		if (l+1)%c.SlidingWindowPattern == 0 {
+			return 0
+		}
+		return c.SlidingWindow
 	}
 	if len(c.SlidingWindowLayers) == 0 || slices.Contains(c.SlidingWindowLayers, l) {
 		return c.SlidingWindow
@@ -104,6 +114,12 @@ func (c *Config) Resolve() error {
 		return fmt.Errorf("model.sliding_window = %d: must be >= 0 (0: no window)", c.SlidingWindow)
 	case c.SlidingWindow == 0 && len(c.SlidingWindowLayers) > 0:
 		return fmt.Errorf("model.sliding_window_layers = %v: the layers need a window, model.sliding_window", c.SlidingWindowLayers)
+	case c.SlidingWindowPattern < 0:
+		return fmt.Errorf("model.sliding_window_pattern = %d: must be >= 0 (N: every N-th layer global, the others windowed; 0: none)", c.SlidingWindowPattern)
+	case c.SlidingWindowPattern > 0 && c.SlidingWindow == 0:
+		return fmt.Errorf("model.sliding_window_pattern = %d: the windowed layers need a window, model.sliding_window", c.SlidingWindowPattern)
+	case c.SlidingWindowPattern > 0 && len(c.SlidingWindowLayers) > 0:
+		return fmt.Errorf("model.sliding_window_pattern = %d and model.sliding_window_layers = %v: set one of the two", c.SlidingWindowPattern, c.SlidingWindowLayers)
 	}
 	seen := map[int]bool{}
 	for _, l := range c.SlidingWindowLayers {

@@ -61,26 +61,34 @@ func TestWindowParity(t *testing.T) {
 func TestConfigWindow(t *testing.T) {
 	base := DefaultConfig()
 	for _, c := range []struct {
-		w      int
-		layers []int
-		want   []int  // Window(l) for l = 0..3
-		err    string // a Resolve error containing this, or ""
+		w       int
+		layers  []int
+		pattern int
+		want    []int  // Window(l) for l = 0..3
+		err     string // a Resolve error containing this, or ""
 	}{
-		{0, nil, []int{0, 0, 0, 0}, ""},
-		{8, nil, []int{8, 8, 8, 8}, ""},
-		{8, []int{}, []int{8, 8, 8, 8}, ""},
-		{8, []int{0, 2}, []int{8, 0, 8, 0}, ""},
-		{-1, nil, nil, "model.sliding_window = -1"},
-		{0, []int{1}, nil, "the layers need a window"},
-		{8, []int{4}, nil, "want distinct layers from 0 to model.n_layers − 1 = 3"},
-		{8, []int{1, 1}, nil, "want distinct layers"},
+		{0, nil, 0, []int{0, 0, 0, 0}, ""},
+		{8, nil, 0, []int{8, 8, 8, 8}, ""},
+		{8, []int{}, 0, []int{8, 8, 8, 8}, ""},
+		{8, []int{0, 2}, 0, []int{8, 0, 8, 0}, ""},
+		{8, nil, 2, []int{8, 0, 8, 0}, ""}, // every 2nd layer global
+		{8, nil, 4, []int{8, 8, 8, 0}, ""},
+		{8, nil, 1, []int{0, 0, 0, 0}, ""}, // every layer global
+		{8, nil, 6, []int{8, 8, 8, 8}, ""}, // the pattern's global layer past the model
+		{-1, nil, 0, nil, "model.sliding_window = -1"},
+		{0, []int{1}, 0, nil, "the layers need a window"},
+		{8, []int{4}, 0, nil, "want distinct layers from 0 to model.n_layers − 1 = 3"},
+		{8, []int{1, 1}, 0, nil, "want distinct layers"},
+		{8, nil, -2, nil, "model.sliding_window_pattern = -2"},
+		{0, nil, 2, nil, "model.sliding_window_pattern = 2: the windowed layers need a window"},
+		{8, []int{1}, 2, nil, "set one of the two"},
 	} {
 		cfg := base
-		cfg.SlidingWindow, cfg.SlidingWindowLayers = c.w, c.layers
+		cfg.SlidingWindow, cfg.SlidingWindowLayers, cfg.SlidingWindowPattern = c.w, c.layers, c.pattern
 		err := cfg.Resolve()
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
-				t.Errorf("window %d layers %v: %v, want an error with %q", c.w, c.layers, err, c.err)
+				t.Errorf("window %d layers %v pattern %d: %v, want an error with %q", c.w, c.layers, c.pattern, err, c.err)
 			}
 			continue
 		}
@@ -89,7 +97,7 @@ func TestConfigWindow(t *testing.T) {
 		}
 		for l, w := range c.want {
 			if got := cfg.Window(l); got != w {
-				t.Errorf("window %d layers %v: Window(%d) = %d, want %d", c.w, c.layers, l, got, w)
+				t.Errorf("window %d layers %v pattern %d: Window(%d) = %d, want %d", c.w, c.layers, c.pattern, l, got, w)
 			}
 		}
 	}

@@ -27,8 +27,8 @@ import (
 // (model.DefaultConfig; configs/tiny.toml writes them out; 0 for head_dim and n_kv_heads,
 // "derive") and that no --set names is taken from the source. A key with another value, or
 // one named by --set, must agree with the source, and a disagreement is an error naming the
-// key and both values; except rope_theta, max_seq_len, rope_scaling, sliding_window and
-// sliding_window_layers, which a run may change (that is how a context is extended, or a window
+// key and both values; except rope_theta, max_seq_len, rope_scaling and the sliding window's
+// keys, which a run may change (that is how a context is extended, or a window
 // added or moved): the config's value is used and the change printed.
 // A .safetensors file carries no config, so only the shapes it implies (dim, n_layers, ffn_dim,
 // vocab_size) come from it; the head layout and the rest come from the config.
@@ -157,6 +157,7 @@ var modelKeys = []modelKey{
 	{"sliding_window", func(c *model.Config) any { return c.SlidingWindow }, func(d, s *model.Config) { d.SlidingWindow = s.SlidingWindow }, true},
 	{"sliding_window_layers", func(c *model.Config) any { return fmt.Sprint(c.SlidingWindowLayers) }, // a slice: compared as text
 		func(d, s *model.Config) { d.SlidingWindowLayers = slices.Clone(s.SlidingWindowLayers) }, true},
+	{"sliding_window_pattern", func(c *model.Config) any { return c.SlidingWindowPattern }, func(d, s *model.Config) { d.SlidingWindowPattern = s.SlidingWindowPattern }, true},
 }
 
 // normRope makes "none" and "" the same (no scaling).
