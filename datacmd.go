@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,24 +10,31 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 
+	"distflash/ckpt"
 	"distflash/config"
 	"distflash/data"
+	"distflash/evaluate"
+	"distflash/plan"
 )
 
 const dataUsage = `Usage:
   distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
   distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR] [--base-url URL]
+  distflash data passkey --out FILE.jsonl --docs N --chars MIN..MAX [--seed S]
 
 Subcommands:
   tokenize  encode data.train (format text, jsonl or c4) with data.tokenizer into token shards,
             which train reads with --set data.format=tokens --set data.train=DIR
   fetch c4  download files of the C4 "en" dataset (allenai/c4 on the Hugging Face Hub),
             resuming interrupted downloads
+  passkey   write synthetic passkey-retrieval documents (eval --task passkey's prompt and its
+            answer) as jsonl, to mix into training data
 
 Run 'distflash data SUBCOMMAND -h' for its flags.
 `
@@ -44,12 +52,14 @@ func runData(args []string, stdout, stderr io.Writer) error {
 		return runTokenize(ctx, args[1:], stdout, stderr)
 	case "fetch":
 		return runFetch(ctx, args[1:], stdout, stderr)
+	case "passkey":
+		return runPasskeyDocs(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, dataUsage)
 		return nil
 	}
 	fmt.Fprint(stderr, dataUsage)
-	return fmt.Errorf("data: unknown subcommand %q: want tokenize or fetch", args[0])
+	return fmt.Errorf("data: unknown subcommand %q: want tokenize, fetch or passkey", args[0])
 }
 
 // progressLogInterval is how often a command without a progress bar logs a line.
@@ -260,4 +270,47 @@ func baseOf(base string) string {
 		return data.C4BaseURL
 	}
 	return base
+}
+
+// runPasskeyDocs is `distflash data passkey`.
+func runPasskeyDocs(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("data passkey", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "the .jsonl file to write, one {\"text\": ...} document a line (required; must not exist)")
+	docs := fs.Int("docs", 1000, "documents to write")
+	chars := fs.String("chars", "", "MIN..MAX: each document's length in characters, drawn uniformly (required; K = 1024)")
+	seed := fs.Uint64("seed", 1, "seed of the lengths, keys and depths")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	lo, hi, ok := strings.Cut(*chars, "..")
+	minC, err1 := plan.ParseTokens(lo)
+	maxC, err2 := plan.ParseTokens(hi)
+	if !ok || err1 != nil || err2 != nil {
+		return fmt.Errorf("data passkey: --chars %q: want MIN..MAX, e.g. 400..2K", *chars)
+	}
+	if *out == "" || !strings.HasSuffix(*out, ".jsonl") || *docs < 1 {
+		return fmt.Errorf("data passkey: --out FILE.jsonl and --docs N >= 1 are required (got %q, %d)", *out, *docs)
+	}
+	if _, err := os.Stat(*out); err == nil {
+		return fmt.Errorf("data passkey: --out %s exists: choose a new file", *out)
+	}
+	texts, err := evaluate.PasskeyDocuments(*docs, minC, maxC, *seed)
+	if err != nil {
+		return fmt.Errorf("data passkey: %w", err)
+	}
+	var b strings.Builder
+	for _, t := range texts {
+		line, err := json.Marshal(map[string]string{"text": t})
+		if err != nil {
+			return err
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := ckpt.WriteFileAtomic(*out, []byte(b.String())); err != nil {
+		return fmt.Errorf("data passkey: %w", err)
+	}
+	fmt.Fprintf(stdout, "data passkey: wrote %d documents of %d to %d characters to %s\n", *docs, minC, maxC, *out)
+	return nil
 }

@@ -235,7 +235,7 @@ func shellWords(line string) []string {
 }
 
 // docCommands are the commands whose flags the docs are held to.
-var docCommands = []string{"train", "plan", "eval", "export", "data", "plot"}
+var docCommands = []string{"train", "plan", "eval", "generate", "export", "data", "plot"}
 
 // docCommand is one invocation of distflash in a code block.
 type docCommand struct {
@@ -264,8 +264,8 @@ func commandsIn(where string, words []string) ([]docCommand, error) {
 		c := docCommand{where: where, help: []string{rest[0]}}
 		args := rest[1:]
 		if rest[0] == "data" {
-			if len(args) == 0 || (args[0] != "tokenize" && args[0] != "fetch") {
-				return nil, fmt.Errorf("%s: `data` without its subcommand (tokenize or fetch)", where)
+			if len(args) == 0 || !slices.Contains([]string{"tokenize", "fetch", "passkey"}, args[0]) {
+				return nil, fmt.Errorf("%s: `data` without its subcommand (tokenize, fetch or passkey)", where)
 			}
 			c.help = append(c.help, args[0])
 			args = args[1:]
@@ -311,7 +311,7 @@ func helpFlags(t *testing.T, args []string) map[string]bool {
 
 // TestDocsFlags: every --flag of a `distflash CMD` or `go run . CMD` command line in a fenced
 // code block of README.md and docs/*.md (also behind mpirun, srun or a path: ./distflash) is
-// one that `CMD -h` lists; `data tokenize` and `data fetch c4` are held to their own flags.
+// one that `CMD -h` lists; `data tokenize`, `data fetch c4` and `data passkey` are held to their own flags.
 // A line ending in a backslash goes on in the next.
 func TestDocsFlags(t *testing.T) {
 	help := map[string]map[string]bool{}

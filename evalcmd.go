@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"distflash/evaluate"
+	"distflash/runplot"
 )
 
 // runEval is `distflash eval`.
@@ -24,6 +25,15 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "JSON result file (default: beside the model: <step directory>.eval.json for a checkpoint, <model>.eval.json otherwise)")
 	bosFlag := fs.String("bos", "auto", "BOS token prepended to each sample: auto (a Hugging Face model's bos_token_id; none for distflash's own models, which train without one), none, or an id")
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
+	task := fs.String("task", "loss", "loss (loss, perplexity and bits per byte of --data) or passkey (retrieval of a key hidden in filler, Landmark Attention's protocol; no --data)")
+	positions := fs.Bool("positions", false, "loss task: also the mean loss by token position, in buckets [0,64), [64,128), [128,256)…")
+	window := fs.Int("sliding-window", 0, "loss task: score each sample in windows of this many tokens every --stride tokens, each scoring only its new targets (0: one forward per sample)")
+	stride := fs.Int("stride", 0, "loss task: the sliding windows' stride (with --sliding-window; default: a quarter of the window)")
+	lengths := fs.String("lengths", "1K,2K,4K", "passkey: sequence lengths in tokens (the prompt and the 10 generated tokens), comma-separated (K = 1024)")
+	trials := fs.Int("trials", 20, "passkey: trials per length")
+	depthBins := fs.Int("depth-bins", 5, "passkey: depth bins of the accuracy table and heat map")
+	seed := fs.Uint64("seed", 1, "passkey: seed of the keys and their depths")
+	plotOut := fs.String("plot", "", "also draw the result: FILE.png or FILE.svg (passkey: accuracy by length and depth; --positions: loss by position)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -32,15 +42,38 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("eval: unexpected arguments %q", fs.Args())
 	}
-	job, err := evaluate.Prepare(evaluate.Request{ConfigPath: *configPath, Sets: sets, Model: *modelPath, Data: *dataPath,
-		Samples: *samples, SeqLen: *seqLen, BOS: *bosFlag, Out: *out}, stderr)
+	req := evaluate.Request{ConfigPath: *configPath, Sets: sets, Model: *modelPath, Data: *dataPath,
+		Samples: *samples, SeqLen: *seqLen, BOS: *bosFlag, Out: *out, Task: *task,
+		Scoring: evaluate.EvalOptions{Positions: *positions, Window: *window, Stride: *stride}}
+	if *window > 0 && *stride == 0 {
+		req.Scoring.Stride = max(*window/4, 1)
+	}
+	if *plotOut != "" {
+		if _, err := runplot.Format(*plotOut); err != nil {
+			return fmt.Errorf("eval: --plot: %w", err)
+		}
+		if *task != "passkey" && !*positions {
+			return fmt.Errorf("eval: --plot draws --task passkey or --positions; the loss task alone has one number")
+		}
+	}
+	if *task == "passkey" {
+		ls, err := evaluate.ParseLengths(*lengths)
+		if err != nil {
+			return err
+		}
+		req.Passkey = evaluate.PasskeyOptions{Lengths: ls, Trials: *trials, DepthBins: *depthBins, Seed: *seed}
+	}
+	job, err := evaluate.Prepare(req, stderr)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(stderr, job.Describe())
-	bar := newBar(stderr, int64(len(job.Samples)), "", false, *progress)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if job.Req.Task == "passkey" {
+		return runPasskey(ctx, job, *plotOut, *progress, stdout, stderr)
+	}
+	bar := newBar(stderr, int64(len(job.Samples)), "", false, *progress)
 	rep, err := job.Run(ctx, func(done int, loss float64) {
 		bar.Describe(fmt.Sprintf("loss %.4f", loss))
 		_ = bar.Add(1)
@@ -53,9 +86,62 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	res := rep.Result
 	fmt.Fprintf(stdout, "eval: %s: loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples in %.1fs (%.0f tokens/s)\n",
 		job.Model.Describe(), res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens, res.Bytes, res.Samples, res.ElapsedSec, res.TokensPerSec)
+	if p := rep.Positions; p != nil {
+		for i := range p.Lo {
+			fmt.Fprintf(stdout, "eval: positions [%d, %d): loss %.4f over %d tokens\n", p.Lo[i], p.Hi[i], p.Loss[i], p.Tokens[i])
+		}
+	}
 	if err := evaluate.WriteReport(job.Req.Out, rep); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "eval: wrote %s\n", job.Req.Out)
+	if *plotOut != "" {
+		title := fmt.Sprintf("loss by position: %d samples of %s, %s", res.Samples, job.Req.Data, rep.Scoring)
+		if err := runplot.WritePositions(*plotOut, title, []runplot.PositionSeries{positionSeries(job.Model.Describe(), rep)}); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "eval: wrote %s\n", *plotOut)
+	}
 	return nil
+}
+
+// positionSeries is an eval report's loss by position as a line of the position plot.
+func positionSeries(name string, rep evaluate.Report) runplot.PositionSeries {
+	p := rep.Positions
+	return runplot.PositionSeries{Name: name, Lo: p.Lo, Hi: p.Hi, Loss: p.Loss, Tokens: p.Tokens, TrainLen: rep.TrainSeqLen}
+}
+
+// runPasskey runs and reports `eval --task passkey`.
+func runPasskey(ctx context.Context, job *evaluate.Job, plotOut string, progress bool, stdout, stderr io.Writer) error {
+	p := job.Req.Passkey
+	bar := newBar(stderr, int64(len(p.Lengths)*p.Trials), "", false, progress)
+	rep, err := job.RunPasskey(ctx, func(done, total int) { _ = bar.Add(1) })
+	_ = bar.Finish()
+	if err != nil {
+		return err
+	}
+	r := rep.Passkey
+	for i, l := range r.Lengths {
+		fmt.Fprintf(stdout, "eval: passkey %d tokens: generated %.2f, teacher-forced %.2f over %d trials\n",
+			l, r.Generated.Accuracy[i], r.Forced.Accuracy[i], r.Trials)
+	}
+	if err := evaluate.WriteReport(job.Req.Out, rep); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "eval: wrote %s\n", job.Req.Out)
+	if plotOut != "" {
+		if err := runplot.WritePasskey(plotOut, "passkey retrieval: "+job.Model.Describe(), passkeyGrids(r)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "eval: wrote %s\n", plotOut)
+	}
+	return nil
+}
+
+// passkeyGrids are a passkey result's two scorings as heat-map panels.
+func passkeyGrids(r evaluate.PasskeyResult) []runplot.PasskeyGrid {
+	return []runplot.PasskeyGrid{
+		{Title: "generated (greedy)", Lengths: r.Lengths, Depths: r.Depths, Correct: r.Generated.Correct, Trials: r.Generated.Trials},
+		{Title: "teacher-forced", Lengths: r.Lengths, Depths: r.Depths, Correct: r.Forced.Correct, Trials: r.Forced.Trials},
+	}
 }

@@ -6,7 +6,9 @@
 //
 //	distflash train --config configs/tiny.toml [--set section.key=value ...]
 //	distflash plan --config configs/llama7b-512k.toml [--cluster 2x8xA100-80GB] [--sweep seq_len=8K..512K] [--attention all]
-//	distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048]
+//	distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--positions]
+//	distflash eval --model PATH --task passkey [--lengths 1K,2K,4K] [--trials 20] [--plot FILE.png]
+//	distflash generate --model PATH --prompt TEXT [--max-new-tokens 128] [--temperature T] [--top-k K] [--top-p P]
 //	distflash train --config FILE --init-from HF-DIR|FILE.safetensors|CHECKPOINT
 //	distflash export --model CHECKPOINT --out DIR [--dtype f32|bf16] [--max-shard-size 5GB]
 //	distflash plot RUN [RUN...] --out FILE.png|FILE.svg
@@ -32,16 +34,23 @@ Usage:
   distflash plan --config FILE [--set k=v ...] [--cluster 2x8xA100-80GB] [--format text|json]
                  [--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu F] [--attn-mfu F]
   distflash eval --model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]
+                 [--positions] [--sliding-window W --stride S] [--plot FILE.png]
+  distflash eval --model PATH --task passkey [--lengths 1K,2K,4K] [--trials 20] [--plot FILE.png]
+  distflash generate --model PATH --prompt TEXT|--prompt-file FILE [--max-new-tokens 128]
+                 [--temperature T] [--top-k K] [--top-p P] [--seed S] [--samples N]
   distflash export --model CHECKPOINT --out DIR [--dtype f32|bf16] [--max-shard-size 5GB]
   distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
   distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR]
   distflash plot RUN [RUN...] --out FILE.png|FILE.svg
+  distflash plot --positions EVAL.json [EVAL.json...] --out FILE.png
   distflash version
 
 Commands:
   train   train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)
   plan    predict memory, communication and step time of a config on a GPU cluster
-  eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text
+  eval    loss, perplexity and bits per byte of a model (Hugging Face LLaMA or distflash's) on text,
+          by position; passkey retrieval at long context
+  generate  continue a prompt with a model (KV cache, greedy or sampled; sequence-parallel)
   data    tokenize data.train into token shards; download C4
   export  write a checkpoint as a Hugging Face LLaMA directory (config.json, safetensors, tokenizer)
   plot    draw loss, eval loss, learning rate, gradient norm and tokens/s of runs, overlaid
@@ -73,6 +82,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return runPlan(args[1:], stdout, stderr)
 	case "eval":
 		return runEval(args[1:], stdout, stderr)
+	case "generate":
+		return runGenerate(args[1:], stdout, stderr)
 	case "data":
 		return runData(args[1:], stdout, stderr)
 	case "export":

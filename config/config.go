@@ -138,6 +138,12 @@ type EvalConfig struct {
 	Samples  int `toml:"samples" json:"samples"`   // sequences evaluated
 	SeqLen   int `toml:"seq_len" json:"seq_len"`   // 0 = data.seq_len
 	Interval int `toml:"interval" json:"interval"` // steps between evaluations during training; 0 = off
+	// SampleInterval is the steps between samples of text during training (rank 0 continues
+	// SamplePrompt greedily by SampleTokens tokens, printed and kept in the run's
+	// samples.jsonl); 0 = off.
+	SampleInterval int    `toml:"sample_interval" json:"sample_interval"`
+	SamplePrompt   string `toml:"sample_prompt" json:"sample_prompt"`
+	SampleTokens   int    `toml:"sample_tokens" json:"sample_tokens"`
 }
 
 // DeviceConfig is the [device] section: where the kernels run.
@@ -172,7 +178,7 @@ func Default() Config {
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
 			Attention: "distflash", OverlapComm: true, FSDP: false, UlyssesDegree: 1},
 		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
-		Eval:       EvalConfig{Samples: 100, SeqLen: 0, Interval: 0},
+		Eval:       EvalConfig{Samples: 100, SeqLen: 0, Interval: 0, SampleInterval: 0, SamplePrompt: "\n", SampleTokens: 64},
 		Device:     DeviceConfig{Kind: "cpu"},
 	}
 }
@@ -689,6 +695,13 @@ func (c *Config) validate(forEval bool) error {
 	}
 	if modelOK && e.SeqLen > c.Model.MaxSeqLen && !forEval {
 		fail("eval.seq_len = %d exceeds model.max_seq_len = %d", e.SeqLen, c.Model.MaxSeqLen)
+	}
+	atLeast("eval.sample_interval", e.SampleInterval, 0)
+	if e.SampleInterval > 0 {
+		atLeast("eval.sample_tokens", e.SampleTokens, 1)
+		if modelOK && len(e.SamplePrompt)+e.SampleTokens > c.Model.MaxSeqLen && !forEval {
+			fail("eval.sample_prompt (%d bytes) and eval.sample_tokens = %d exceed model.max_seq_len = %d", len(e.SamplePrompt), e.SampleTokens, c.Model.MaxSeqLen)
+		}
 	}
 
 	// [device]

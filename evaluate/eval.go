@@ -14,16 +14,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"distflash/ckpt"
 	"distflash/config"
@@ -203,73 +200,87 @@ func (e *Evaluator) Load(params []float32) error {
 
 // Score returns the summed loss of one sample's targets and their count.
 func (e *Evaluator) Score(s Sample) (lossSum float64, count int, err error) {
-	n := len(s.IDs)
-	if e.P == 1 {
-		lossSum, count = e.models[0].Forward(s.IDs, s.Targets, 1, model.Positions(n))
-		return lossSum, count, nil
+	losses, _, err := e.Forward(s.IDs, s.Targets, nil)
+	if err != nil {
+		return 0, 0, err
 	}
-	d := e.layout.Divisor(e.P)
-	T := (n + d - 1) / d * d
-	ids := make([]int32, T) // padding: token 0, target -1 (ignored)
-	targets := slices.Repeat([]int32{-1}, T)
-	copy(ids, s.IDs)
-	copy(targets, s.Targets)
-	sums := make([]float64, e.P)
-	counts := make([]int, e.P)
-	err = e.world.Run(func(c parallel.Comm) error {
-		r := c.Rank()
-		pos, err := e.layout.Positions(T, e.P, r)
-		if err != nil {
-			return err
+	for i, t := range s.Targets { // in sequence order: the same sum on any number of ranks
+		if t >= 0 {
+			lossSum += float64(losses[i])
+			count++
 		}
-		e.models[r].SeqLen = n // the sample's length, not the padded T nor the rank's slice (dynamic RoPE)
-		sums[r], counts[r] = e.models[r].Forward(parallel.Shard(ids, 1, T, 1, pos), parallel.Shard(targets, 1, T, 1, pos), 1, pos)
-		return nil
-	})
-	for r := range sums { // in rank order: deterministic
-		lossSum += sums[r]
-		count += counts[r]
 	}
-	return lossSum, count, err
+	return lossSum, count, nil
 }
 
-// evaluate runs every sample and returns the result; progress, when not nil, is called after
-// each sample with the number done and the running mean loss. A cancelled ctx stops it between
-// samples with an error.
+// Forward runs one forward of the sequence ids (one sample, positions from 0) on the ranks,
+// with next-token targets (negative: not scored), and returns each position's loss (0 where
+// the target is negative) in sequence order, and the argmax of the logits at each position of
+// at (ties: the lowest id), for a teacher-forced check of what the model predicts there.
+func (e *Evaluator) Forward(ids, targets []int32, at []int) (losses []float32, argmaxAt []int32, err error) {
+	n := len(ids)
+	if len(targets) != n {
+		return nil, nil, fmt.Errorf("eval: %d tokens and %d targets", n, len(targets))
+	}
+	losses, argmaxAt = make([]float32, n), make([]int32, len(at))
+	want := map[int32]int{} // position → index in at
+	for i, p := range at {
+		if p < 0 || p >= n {
+			return nil, nil, fmt.Errorf("eval: argmax at position %d of %d", p, n)
+		}
+		want[int32(p)] = i
+	}
+	T := n
+	if e.P > 1 {
+		d := e.layout.Divisor(e.P)
+		T = (n + d - 1) / d * d
+	}
+	ids2 := make([]int32, T) // padding: token 0, target -1 (ignored), after the sample
+	tg2 := slices.Repeat([]int32{-1}, T)
+	copy(ids2, ids)
+	copy(tg2, targets)
+	V := e.Config.VocabSize
+	err = e.world.Run(func(c parallel.Comm) error {
+		r := c.Rank()
+		pos := model.Positions(T)
+		if e.P > 1 {
+			var err error
+			if pos, err = e.layout.Positions(T, e.P, r); err != nil {
+				return err
+			}
+		}
+		m := e.models[r]
+		m.SeqLen = n // the sample's length, not the padded T nor the rank's slice (dynamic RoPE)
+		if len(at) > 0 {
+			row := make([]float32, V)
+			be := m.Backend()
+			m.RowHook = func(row0 int, lg kernels.Buf, rows int) {
+				for i := row0; i < row0+rows; i++ {
+					if j, ok := want[pos[i]]; ok {
+						be.Download(row, be.Slice(lg, (i-row0)*V, V))
+						argmaxAt[j] = argmax(row)
+					}
+				}
+			}
+			defer func() { m.RowHook = nil }()
+		}
+		m.Forward(parallel.Shard(ids2, 1, T, 1, pos), parallel.Shard(tg2, 1, T, 1, pos), 1, pos)
+		for i, l := range m.TokenLosses() {
+			if p := int(pos[i]); p < n {
+				losses[p] = l // each rank its own positions
+			}
+		}
+		return nil
+	})
+	return losses, argmaxAt, err
+}
+
+// Evaluate runs every sample (one forward each, every target scored) and returns the result;
+// progress, when not nil, is called after each sample with the number done and the running
+// mean loss. A cancelled ctx stops it between samples with an error.
 func (e *Evaluator) Evaluate(ctx context.Context, samples []Sample, progress func(done int, loss float64)) (Result, error) {
-	start := time.Now()
-	var lossSum float64
-	var tokens, nbytes int64
-	for i, s := range samples {
-		if err := ctx.Err(); err != nil {
-			return Result{}, fmt.Errorf("eval: stopped after %d of %d samples: %w", i, len(samples), err)
-		}
-		l, n, err := e.Score(s)
-		if err != nil {
-			return Result{}, fmt.Errorf("eval: sample %d: %w", i+1, err)
-		}
-		if n != len(s.Targets) {
-			return Result{}, fmt.Errorf("eval: sample %d: %d targets scored, want %d", i+1, n, len(s.Targets))
-		}
-		lossSum += l
-		tokens += int64(n)
-		nbytes += int64(s.Bytes)
-		if progress != nil {
-			progress(i+1, lossSum/float64(tokens))
-		}
-	}
-	if tokens == 0 {
-		return Result{}, errors.New("eval: no tokens to evaluate")
-	}
-	elapsed := time.Since(start).Seconds()
-	loss := lossSum / float64(tokens)
-	r := Result{Loss: loss, Perplexity: math.Exp(loss), Tokens: tokens, Bytes: nbytes,
-		Samples: len(samples), SequenceParallel: e.P, Attention: e.Attn,
-		ElapsedSec: elapsed, TokensPerSec: float64(tokens) / elapsed}
-	if nbytes > 0 {
-		r.BitsPerByte = lossSum / math.Ln2 / float64(nbytes)
-	}
-	return r, nil
+	r, _, err := e.EvaluateWith(ctx, samples, EvalOptions{}, progress)
+	return r, err
 }
 
 // SeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
@@ -494,6 +505,13 @@ type Report struct {
 	Tokenizer string `json:"tokenizer"`
 	BOS       int32  `json:"bos_token_id"` // -1: none
 	Params    int64  `json:"params"`
+	// Scoring is how long samples are scored: "truncate" (one forward each) or
+	// "sliding_window" (Window tokens every Stride; positions.go).
+	Scoring     string          `json:"scoring"`
+	Window      int             `json:"window,omitempty"`
+	Stride      int             `json:"stride,omitempty"`
+	TrainSeqLen int             `json:"train_seq_len,omitempty"` // a checkpoint's data.seq_len
+	Positions   *PositionResult `json:"positions,omitempty"`     // the loss by position (--positions)
 }
 
 // LoadConfig reads the config file at path (the built-in defaults when path is "") with

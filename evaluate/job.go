@@ -9,9 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
+	"time"
 
 	"distflash/ckpt"
 	"distflash/config"
+	"distflash/data"
 	"distflash/plan"
 	"distflash/sysmem"
 )
@@ -21,44 +24,136 @@ type Request struct {
 	ConfigPath string   // TOML config file; "" = the built-in defaults
 	Sets       []string // overrides, section.key=value
 	Model      string   // Hugging Face directory, checkpoint directory or .safetensors file
-	Data       string   // evaluation data; "" = data.eval
+	Data       string   // evaluation data; "" = data.eval (the loss task)
 	Samples    int      // documents; 0 = eval.samples
 	SeqLen     int      // tokens per sample at most; 0 = eval.seq_len, else data.seq_len
 	BOS        string   // auto, none or a token id (ParseBOS); "" = auto
-	Out        string   // JSON result file; "" = beside the model (<model>.eval.json)
+	Out        string   // JSON result file; "" = beside the model (<model>.eval.json, <model>.passkey.json)
+	Task       string   // "loss" (the default: loss, perplexity, bits per byte) or "passkey"
+	Scoring    EvalOptions
+	Passkey    PasskeyOptions
 }
 
 // Job is an evaluation ready to run: the request with every default filled in, the config
-// it runs under, the model loaded into the evaluator's ranks and the samples tokenized.
+// it runs under, the model loaded into the evaluator's ranks and, for the loss task, the
+// samples tokenized.
 type Job struct {
 	Req       Request
 	Config    config.Config
 	Model     Model // Params released once loaded into Evaluator
 	BOS       int32
+	Stop      []int32 // the tokens that end a generation: the tokenizer's EOS
 	Evaluator *Evaluator
 	Samples   []Sample
 }
 
-// Prepare loads the config, the model and the samples of req and checks that they fit
-// together (sequence length, vocabulary, BOS). A short data set is reported on stderr.
-func Prepare(req Request, stderr io.Writer) (*Job, error) {
-	if req.Model == "" {
-		return nil, errors.New("eval: --model is required: a Hugging Face LLaMA directory, a checkpoint directory or a .safetensors file")
+// loaded is a model on an evaluator's ranks under its config: what eval, generate and their
+// tasks share.
+type loaded struct {
+	cfg  config.Config
+	em   Model
+	bos  int32
+	stop []int32
+	ev   *Evaluator
+}
+
+// loadModel reads the config and the model of an eval or generate request (the config a
+// checkpoint brings, see ConfigFor) and checks that the tokenizer and BOS fit the model.
+func loadModel(configPath string, sets []string, modelPath, bosFlag, what string, stderr io.Writer) (loaded, error) {
+	if modelPath == "" {
+		return loaded{}, fmt.Errorf("%s: --model is required: a Hugging Face LLaMA directory, a checkpoint directory or a .safetensors file", what)
 	}
-	cfg, err := LoadConfig(req.ConfigPath, req.Sets)
+	cfg, err := LoadConfig(configPath, sets)
 	if err != nil {
-		return nil, err
+		return loaded{}, err
 	}
-	em, err := LoadModel(req.Model, cfg, stderr)
+	em, err := LoadModel(modelPath, cfg, stderr)
 	if err != nil {
-		return nil, err
+		return loaded{}, err
 	}
-	if cfg, err = ConfigFor(cfg, em, req.ConfigPath, req.Sets); err != nil {
-		return nil, err
+	if cfg, err = ConfigFor(cfg, em, configPath, sets); err != nil {
+		return loaded{}, err
 	}
 	if cfg.Device.Kind != "cpu" {
-		return nil, fmt.Errorf("eval: device.kind = %q needs a build with -tags %s (this build runs on the CPU)", cfg.Device.Kind, cfg.Device.Kind)
+		return loaded{}, fmt.Errorf("%s: device.kind = %q needs a build with -tags %s (this build runs on the CPU)", what, cfg.Device.Kind, cfg.Device.Kind)
 	}
+	if bosFlag == "" {
+		bosFlag = "auto"
+	}
+	bos, err := ParseBOS(bosFlag, em.BOS)
+	if err != nil {
+		return loaded{}, err
+	}
+	mc := em.Config
+	if v := em.Tokenizer.VocabSize(); v > mc.VocabSize {
+		return loaded{}, fmt.Errorf("%s: tokenizer %s has %d tokens, the model's vocabulary only %d", what, em.Tokenizer.Name(), v, mc.VocabSize)
+	}
+	if bos >= int32(mc.VocabSize) {
+		return loaded{}, fmt.Errorf("%s: BOS token %d is outside the model's vocabulary of %d", what, bos, mc.VocabSize)
+	}
+	var stop []int32
+	if sp, ok := em.Tokenizer.(data.SpecialTokens); ok {
+		if _, eos := sp.Specials(); eos >= 0 {
+			stop = []int32{eos}
+		}
+	}
+	return loaded{cfg: cfg, em: em, bos: bos, stop: stop}, nil
+}
+
+// build checks that sequences of tokens tokens fit the model and the memory its ranks have,
+// then loads the weights into an evaluator's ranks (and drops the host copy).
+func (l *loaded) build(tokens int, what string) error {
+	if longest := l.em.Config.MaxSeqLen; tokens > longest {
+		return fmt.Errorf("%s: %d tokens exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)", what, tokens, longest)
+	}
+	if err := checkMemory(l.cfg, tokens); err != nil {
+		return err
+	}
+	ev, err := NewEvaluator(l.em.Config, l.cfg.Parallelism)
+	if err != nil {
+		return err
+	}
+	if err := ev.Load(l.em.Params); err != nil {
+		return err
+	}
+	l.em.Params, l.ev = nil, ev
+	return nil
+}
+
+// Prepare loads the config, the model and (for the loss task) the samples of req and checks
+// that they fit together (sequence length, vocabulary, BOS, the task's options). A short data
+// set is reported on stderr.
+func Prepare(req Request, stderr io.Writer) (*Job, error) {
+	switch req.Task {
+	case "", "loss":
+		req.Task = "loss"
+		if err := req.Scoring.Validate(); err != nil {
+			return nil, err
+		}
+	case "passkey":
+		if req.Scoring != (EvalOptions{}) {
+			return nil, errors.New("eval: --positions, --sliding-window and --stride belong to the loss task, not --task passkey")
+		}
+	default:
+		return nil, fmt.Errorf("eval: --task %q: want loss or passkey", req.Task)
+	}
+	l, err := loadModel(req.ConfigPath, req.Sets, req.Model, req.BOS, "eval", stderr)
+	if err != nil {
+		return nil, err
+	}
+	if req.Task == "passkey" {
+		if err := req.Passkey.Validate(l.em.Config.MaxSeqLen); err != nil {
+			return nil, err
+		}
+		if err := l.build(req.Passkey.Lengths[len(req.Passkey.Lengths)-1], "eval"); err != nil {
+			return nil, err
+		}
+		if req.Out == "" {
+			req.Out = filepath.Clean(l.em.Path) + ".passkey.json"
+		}
+		return &Job{Req: req, Config: l.cfg, Model: l.em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev}, nil
+	}
+	cfg, em := l.cfg, l.em
 	if req.Data == "" {
 		req.Data = cfg.Data.Eval
 	}
@@ -77,42 +172,24 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	if req.Out == "" {
 		req.Out = filepath.Clean(em.Path) + ".eval.json"
 	}
-	if req.BOS == "" {
-		req.BOS = "auto"
+	longest := req.SeqLen // the longest forward: a sample, or a window of the sliding scoring
+	if w := req.Scoring.Window; w > 0 {
+		longest = min(longest, w)
 	}
-	bos, err := ParseBOS(req.BOS, em.BOS)
-	if err != nil {
+	if req.SeqLen > em.Config.MaxSeqLen && req.Scoring.Window == 0 {
+		return nil, fmt.Errorf("eval: --seq-len %d exceeds the model's longest sequence, %d (max_seq_len / max_position_embeddings); --sliding-window W scores longer samples in windows of W", req.SeqLen, em.Config.MaxSeqLen)
+	}
+	if err := l.build(longest, "eval"); err != nil {
 		return nil, err
 	}
-	mc := em.Config
-	if req.SeqLen > mc.MaxSeqLen {
-		return nil, fmt.Errorf("eval: --seq-len %d exceeds the model's longest sequence, %d (max_seq_len / max_position_embeddings)", req.SeqLen, mc.MaxSeqLen)
-	}
-	if v := em.Tokenizer.VocabSize(); v > mc.VocabSize {
-		return nil, fmt.Errorf("eval: tokenizer %s has %d tokens, the model's vocabulary only %d", em.Tokenizer.Name(), v, mc.VocabSize)
-	}
-	if bos >= int32(mc.VocabSize) {
-		return nil, fmt.Errorf("eval: BOS token %d is outside the model's vocabulary of %d", bos, mc.VocabSize)
-	}
-	if err := checkMemory(cfg, req.SeqLen); err != nil {
-		return nil, err
-	}
-	ev, err := NewEvaluator(mc, cfg.Parallelism)
-	if err != nil {
-		return nil, err
-	}
-	if err := ev.Load(em.Params); err != nil {
-		return nil, err
-	}
-	em.Params = nil
-	ss, err := LoadSamples(req.Data, cfg.Data, em.Tokenizer, bos, req.SeqLen, mc.VocabSize, req.Samples)
+	ss, err := LoadSamples(req.Data, cfg.Data, em.Tokenizer, l.bos, req.SeqLen, em.Config.VocabSize, req.Samples)
 	if err != nil {
 		return nil, err
 	}
 	if len(ss) < req.Samples {
 		fmt.Fprintf(stderr, "eval: %s has %d documents to evaluate, fewer than --samples %d\n", req.Data, len(ss), req.Samples)
 	}
-	return &Job{Req: req, Config: cfg, Model: em, BOS: bos, Evaluator: ev, Samples: ss}, nil
+	return &Job{Req: req, Config: cfg, Model: em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev, Samples: ss}, nil
 }
 
 // Describe is the line that says what the job evaluates, on what and how.
@@ -122,21 +199,48 @@ func (j *Job) Describe() string {
 	if ev.P > 1 {
 		world = fmt.Sprintf("%d sequence-parallel ranks (%s)", ev.P, ev.Attn)
 	}
-	return fmt.Sprintf("eval: %s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d) on %d samples of %s, seq_len %d, %s; tokenizer %s",
-		j.Model.Describe(), j.Model.Source, config.Count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize,
-		len(j.Samples), j.Req.Data, j.Req.SeqLen, world, j.Model.Tokenizer.Name())
+	what := fmt.Sprintf("%s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d)",
+		j.Model.Describe(), j.Model.Source, config.Count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize)
+	if j.Req.Task == "passkey" {
+		p := j.Req.Passkey
+		return fmt.Sprintf("eval: passkey retrieval of %s: %d trials at each of %s tokens, %d depth bins, seed %d, %s; tokenizer %s",
+			what, p.Trials, lengthList(p.Lengths), p.DepthBins, p.Seed, world, j.Model.Tokenizer.Name())
+	}
+	scoring := ""
+	if o := j.Req.Scoring; o.Window > 0 {
+		scoring = fmt.Sprintf(", sliding windows of %d every %d", o.Window, o.Stride)
+	}
+	return fmt.Sprintf("eval: %s on %d samples of %s, seq_len %d%s, %s; tokenizer %s",
+		what, len(j.Samples), j.Req.Data, j.Req.SeqLen, scoring, world, j.Model.Tokenizer.Name())
+}
+
+// lengthList writes lengths as 1K,2K,4K.
+func lengthList(ls []int) string {
+	var s []string
+	for _, l := range ls {
+		if l >= 1024 && l%1024 == 0 {
+			s = append(s, fmt.Sprintf("%dK", l/1024))
+		} else {
+			s = append(s, fmt.Sprint(l))
+		}
+	}
+	return strings.Join(s, ",")
 }
 
 // Run evaluates the samples (progress is called after each) and returns the report eval
 // writes. A cancelled ctx stops it between samples with an error.
 func (j *Job) Run(ctx context.Context, progress func(done int, loss float64)) (Report, error) {
-	res, err := j.Evaluator.Evaluate(ctx, j.Samples, progress)
+	res, pos, err := j.Evaluator.EvaluateWith(ctx, j.Samples, j.Req.Scoring, progress)
 	if err != nil {
 		return Report{}, err
 	}
 	res.SeqLen = j.Req.SeqLen
 	rep := Report{Result: res, Model: j.Req.Model, Source: j.Model.Source, Evaluated: j.Model.Path, Data: j.Req.Data,
-		Tokenizer: j.Model.Tokenizer.Name(), BOS: j.BOS, Params: j.Model.Config.NumParams()}
+		Tokenizer: j.Model.Tokenizer.Name(), BOS: j.BOS, Params: j.Model.Config.NumParams(), Scoring: j.Req.Scoring.Mode(),
+		Positions: pos, TrainSeqLen: j.trainSeqLen()}
+	if j.Req.Scoring.Window > 0 {
+		rep.Window, rep.Stride = j.Req.Scoring.Window, j.Req.Scoring.Stride
+	}
 	if j.Model.Step >= 0 {
 		step := j.Model.Step
 		rep.Step = &step
@@ -144,9 +248,51 @@ func (j *Job) Run(ctx context.Context, progress func(done int, loss float64)) (R
 	return rep, nil
 }
 
-// WriteReport writes rep as indented JSON to path, creating its directory, atomically (a
-// reader never sees half a file).
-func WriteReport(path string, rep Report) error {
+// trainSeqLen is the sequence length a checkpoint was trained at (0: not known).
+func (j *Job) trainSeqLen() int {
+	if j.Model.Saved != nil {
+		return j.Model.Saved.Data.SeqLen
+	}
+	return 0
+}
+
+// PasskeyReport is what `eval --task passkey` writes.
+type PasskeyReport struct {
+	Task             string        `json:"task"` // "passkey"
+	Model            string        `json:"model"`
+	Source           string        `json:"source"`
+	Evaluated        string        `json:"evaluated"`
+	Step             *int          `json:"step,omitempty"`
+	TrainSeqLen      int           `json:"train_seq_len,omitempty"` // a checkpoint's data.seq_len
+	Tokenizer        string        `json:"tokenizer"`
+	BOS              int32         `json:"bos_token_id"`
+	Params           int64         `json:"params"`
+	SequenceParallel int           `json:"sequence_parallel_degree"`
+	Attention        string        `json:"attention,omitempty"`
+	ElapsedSec       float64       `json:"elapsed_s"`
+	Passkey          PasskeyResult `json:"passkey"`
+}
+
+// RunPasskey runs the passkey trials (progress is called after each) and returns the report.
+func (j *Job) RunPasskey(ctx context.Context, progress func(done, total int)) (PasskeyReport, error) {
+	start := time.Now()
+	res, err := j.Evaluator.Passkey(ctx, j.Model.Tokenizer, j.BOS, j.Stop, j.Req.Passkey, progress)
+	if err != nil {
+		return PasskeyReport{}, err
+	}
+	rep := PasskeyReport{Task: "passkey", Model: j.Req.Model, Source: j.Model.Source, Evaluated: j.Model.Path,
+		TrainSeqLen: j.trainSeqLen(), Tokenizer: j.Model.Tokenizer.Name(), BOS: j.BOS, Params: j.Model.Config.NumParams(),
+		SequenceParallel: j.Evaluator.P, Attention: j.Evaluator.Attn, ElapsedSec: time.Since(start).Seconds(), Passkey: res}
+	if j.Model.Step >= 0 {
+		step := j.Model.Step
+		rep.Step = &step
+	}
+	return rep, nil
+}
+
+// WriteReport writes rep (a Report or a PasskeyReport) as indented JSON to path, creating
+// its directory, atomically (a reader never sees half a file).
+func WriteReport(path string, rep any) error {
 	js, err := json.MarshalIndent(rep, "", "  ")
 	if err != nil {
 		return fmt.Errorf("eval: encode result: %w", err)

@@ -120,6 +120,14 @@ type Model struct {
 	// activations. FP32 (the zero value), or the policy none: float32. Set it before the first
 	// Forward.
 	ActPrecision kernels.Precision
+	// KVHook, when set, is called in the forward with each layer's keys (after RoPE) and
+	// values of the batch's tokens ([B·T, kvheads·hd], this rank's tokens in order), before
+	// the attention: how a Decoder fills its cache in the prefill. The buffers are the
+	// model's; copy what is needed.
+	KVHook func(l int, k, v kernels.Buf)
+	// RowHook, when set, is called in the forward with each chunk of logits (rows tokens
+	// from token row0, [rows, vocab]) before the loss reads them (see LossChunk).
+	RowHook func(row0 int, logits kernels.Buf, rows int)
 
 	units    []Unit
 	actBytes int64
@@ -374,6 +382,9 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 		be.RoPE(m.seqSlice(a.Q, b, Q), m.rpos[b], c.NHeads, c.HeadDim, m.rope, false)
 		be.RoPE(m.seqSlice(a.K, b, KV), m.rpos[b], c.NKVHeads, c.HeadDim, m.rope, false)
 	}
+	if m.KVHook != nil && attn {
+		m.KVHook(l, a.K, a.V)
+	}
 	if attn {
 		m.Stats.AttnForwards++
 		for b := 0; b < m.batch; b++ {
@@ -577,6 +588,9 @@ func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32
 		rows := min(m.chunk, n-i0)
 		lg, nf := be.Slice(m.logit, 0, rows*V), be.Slice(m.normF, i0*D, rows*D)
 		m.linear(lg, nf, head[1], rows, V, D)
+		if m.RowHook != nil {
+			m.RowHook(i0, lg, rows)
+		}
 		var dl kernels.Buf
 		if dscale != 0 {
 			dl = lg
@@ -596,6 +610,11 @@ func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32
 	}
 	return lossSum, count
 }
+
+// TokenLosses returns the loss of each token of the last Forward or ForwardBackward (B·T
+// values in token order, 0 where the target is negative). The slice is the model's, reused by
+// the next call.
+func (m *Model) TokenLosses() []float32 { return m.grad.hostLoss }
 
 // Forward computes the logits (see Logits) and returns the summed loss over the targets that
 // are not negative, and how many there are. pos are the global positions of the T tokens of

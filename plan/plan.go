@@ -280,8 +280,8 @@ func ParseSweep(s string) ([]int, error) {
 		return nil, fmt.Errorf("--sweep %q: want seq_len=LO..HI, e.g. seq_len=8K..512K", s)
 	}
 	los, his, ok := strings.Cut(rng, "..")
-	lo, err1 := parseSize(los)
-	hi, err2 := parseSize(his)
+	lo, err1 := ParseTokens(los)
+	hi, err2 := ParseTokens(his)
 	if !ok || err1 != nil || err2 != nil || lo < 1 || hi < lo {
 		return nil, fmt.Errorf("--sweep %q: want seq_len=LO..HI with 1 <= LO <= HI, sizes like 8192, 8K or 1M", s)
 	}
@@ -292,8 +292,8 @@ func ParseSweep(s string) ([]int, error) {
 	return out, nil
 }
 
-// parseSize reads 8192, 8K (×1024) or 1M (×1024²).
-func parseSize(s string) (int, error) {
+// ParseTokens reads a token count: 8192, 8K (×1024) or 1M (×1024²).
+func ParseTokens(s string) (int, error) {
 	mult := 1
 	switch {
 	case strings.HasSuffix(s, "K") || strings.HasSuffix(s, "k"):

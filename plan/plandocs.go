@@ -80,7 +80,7 @@ func ParseDocLengths(n, dist string) (DocLengths, error) {
 	if !slices.Contains(docDists, dist) {
 		return DocLengths{}, fmt.Errorf("plan: --doc-dist %q: want one of %s", dist, strings.Join(docDists, ", "))
 	}
-	v, err := parseSize(n)
+	v, err := ParseTokens(n)
 	if err != nil || v < 1 {
 		return DocLengths{}, fmt.Errorf("plan: --doc-len %q: want the average document length in tokens, a positive integer like 2048 or 2K", n)
 	}

@@ -45,6 +45,11 @@ Usage
         read with this file's own safetensors reader, on byte-tokenized
         documents (see cmd_read_hf); prints JSON.
 
+    /usr/bin/python3 scripts/reference.py generate
+        Regenerate ckpt/testdata/hf/generate.json: greedy decoding of the three
+        Hugging Face fixtures, read back with this file's own reader, on fixed
+        prompts (see "Greedy decoding" below).  Deterministic.
+
     /usr/bin/python3 scripts/reference.py bench --threads 2 --dim 128 \\
         --n-layers 4 --n-heads 4 --n-kv-heads 2 --ffn-dim 352 --vocab 256 \\
         --seq-len 128 --batch 8 --steps 10
@@ -241,6 +246,19 @@ Evaluation: token ids are the UTF-8 bytes with bos_token_id = 1 prepended; each
 document is cut to seq_len + 1 tokens and every token after the first is
 predicted; loss = summed cross-entropy / predicted tokens, bits per byte =
 summed cross-entropy / ln 2 / predicted bytes (one byte per token).
+
+Greedy decoding: ckpt/testdata/hf/generate.json
+For each fixture (llama-sharded, llama-tied, mistral-window) and each prompt of
+GEN_PROMPTS (the last one 52 bytes, so mistral-window's 16-token window matters):
+prompt_ids = [bos_token_id] + UTF-8 bytes (no BOS, recorded as bos -1, when the
+config's bos_token_id is null or absent); then GEN_NEW_TOKENS (24) tokens, each the
+argmax (ties: the lowest id) of the last position's logits of a full float64
+forward over the whole sequence so far (no KV cache; positions 0..len-1; the
+sliding window on every layer where config.json has one), with no stop at EOS.
+Per case: prompt, bos, prompt_ids, tokens, margins (top-1 minus top-2 logit of
+each step), min_margin and first_logits (all V float64 logits of the last prompt
+position, i.e. of step 0).  Self-check: one forward over prompt_ids + tokens[:-1]
+gives the same argmax at every generated position.
 """
 
 import argparse
@@ -1425,13 +1443,15 @@ def read_safetensors_torch(path):
     return out, meta
 
 
-def read_hf_dir(d):
+def read_hf_dir(d, model_types=("llama",), skip_inv_freq=False):
     """(config c as this file's model takes it, {name: float64 tensor}, HF config) of a
     LlamaForCausalLM directory: config.json plus model.safetensors or the shards that
-    model.safetensors.index.json lists."""
+    model.safetensors.index.json lists. model_types: the config model_type values taken
+    (a caller that applies the sliding window may add "mistral"); skip_inv_freq: drop the
+    rotary_emb.inv_freq buffers of older checkpoints instead of refusing them."""
     with open(os.path.join(d, "config.json")) as f:
         hc = json.load(f)
-    if hc.get("model_type", "llama") != "llama" or hc.get("hidden_act", "silu") != "silu":
+    if hc.get("model_type", "llama") not in model_types or hc.get("hidden_act", "silu") != "silu":
         raise ValueError("%s: not a LLaMA with SiLU" % d)
     for key in ("attention_bias", "mlp_bias"):
         if hc.get(key):
@@ -1454,6 +1474,8 @@ def read_hf_dir(d):
         if meta.get("format") != "pt":
             raise ValueError("%s: __metadata__ format %r: transformers wants \"pt\"" % (fname, meta.get("format")))
         P.update(tensors)
+    if skip_inv_freq:
+        P = {n: t for n, t in P.items() if not n.endswith(".rotary_emb.inv_freq")}
     if hc.get("tie_word_embeddings", False):
         P.setdefault("lm_head.weight", P["model.embed_tokens.weight"])
     want = dict(param_shapes(c))
@@ -1508,6 +1530,118 @@ def cmd_read_hf(a):
     if a.out:
         with open(a.out, "w") as f:
             f.write(json.dumps(res, indent=2, sort_keys=True) + "\n")
+
+
+# --------------------------------------------------------------------------
+# greedy decoding of the Hugging Face fixtures (ckpt/testdata/hf/generate.json)
+
+GEN_MODELS = ["llama-sharded", "llama-tied", "mistral-window"]
+GEN_PROMPTS = [
+    "The quick brown fox",
+    "func main() {\n\tfmt.Println(",
+    "Once upon a time, in a land far",
+    # 52 bytes: with BOS and the new tokens, well past mistral-window's 16-token window.
+    "package main\n\nimport \"fmt\"\n\nfunc add(a, b int) int {",
+]
+GEN_NEW_TOKENS = 24
+GEN_MIN_MARGIN = 1e-4  # below this a float32 forward could flip a near tie
+
+
+def gen_logits(c, P, hc, ids):
+    """float64 logits [T, V] of one full forward over the token list ids (positions 0..T-1):
+    causal, within the config's sliding_window on every layer when it has one (Mistral;
+    transformers' LLaMA ignores the key), plain RoPE with rope_theta."""
+    if hc.get("rope_scaling"):
+        raise ValueError("generate: rope_scaling is not supported (the fixtures have none)")
+    window = hc.get("sliding_window") if hc.get("model_type") == "mistral" else None
+    tokens = torch.tensor([ids], dtype=torch.int64)
+    with torch.no_grad():
+        if window:
+            return forward_window(c, P, tokens, window, None, None)[0]
+        return forward(c, P, tokens)[0]
+
+
+def gen_argmax(logits):
+    """(argmax with ties to the lowest id, top-1 minus top-2 value) of a 1-D tensor."""
+    top = float(logits.max())
+    best = int(torch.nonzero(logits == top)[0, 0])
+    top2 = torch.topk(logits, 2).values
+    return best, float(top2[0] - top2[1])
+
+
+def greedy_decode(c, P, hc, prompt_ids, n):
+    """(tokens, margins, first_logits) of n greedy steps, each a full forward over the
+    sequence so far (no KV cache) and no stop at EOS."""
+    ids = list(prompt_ids)
+    tokens, margins, first = [], [], None
+    for _ in range(n):
+        last = gen_logits(c, P, hc, ids)[-1]
+        if first is None:
+            first = [float(x) for x in last]
+        tok, margin = gen_argmax(last)
+        tokens.append(tok)
+        margins.append(margin)
+        ids.append(tok)
+    return tokens, margins, first
+
+
+def check_greedy(c, P, hc, prompt_ids, tokens):
+    """Self-check: one forward over prompt_ids + tokens[:-1] has the decoded token as the
+    argmax at each generated position."""
+    logits = gen_logits(c, P, hc, list(prompt_ids) + tokens[:-1])
+    start = len(prompt_ids) - 1
+    again = [gen_argmax(logits[start + i])[0] for i in range(len(tokens))]
+    assert again == tokens, (again, tokens)
+
+
+def gen_generate_case(name, c, P, hc, prompt):
+    """One generate.json case: the prompt decoded greedily by the model read from name."""
+    bos = hc.get("bos_token_id")
+    bos = -1 if bos is None else int(bos)
+    prompt_ids = ([bos] if bos >= 0 else []) + list(prompt.encode("utf-8"))
+    tokens, margins, first = greedy_decode(c, P, hc, prompt_ids, GEN_NEW_TOKENS)
+    check_greedy(c, P, hc, prompt_ids, tokens)
+    assert len(first) == c["vocab_size"]
+    return {"model": name, "prompt": prompt, "bos": bos, "prompt_ids": prompt_ids,
+            "tokens": tokens, "margins": margins, "min_margin": min(margins),
+            "first_logits": first}
+
+
+def cmd_generate(_args):
+    """Write ckpt/testdata/hf/generate.json and print one line per case."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    cases, low = [], []
+    for name in GEN_MODELS:
+        c, P, hc = read_hf_dir(os.path.join(HF_DIR, name), model_types=("llama", "mistral"),
+                             skip_inv_freq=True)
+        for prompt in GEN_PROMPTS:
+            case = gen_generate_case(name, c, P, hc, prompt)
+            cases.append(case)
+            text = bytes(t for t in case["tokens"] if t < 256).decode("utf-8", errors="replace")
+            flag = "  LOW MARGIN (< %g)" % GEN_MIN_MARGIN if case["min_margin"] < GEN_MIN_MARGIN else ""
+            if flag:
+                low.append((name, prompt))
+            print("%-15s prompt %2d bytes  min margin %.6g  -> %r%s" % (
+                name, len(prompt.encode("utf-8")), case["min_margin"], text, flag))
+    out = {
+        "note": "Greedy decoding reference for the Hugging Face fixtures in this directory: each "
+                "model read with scripts/reference.py's own safetensors reader (weights as stored, "
+                "in float64), prompt_ids = [bos_token_id] + UTF-8 bytes (bos -1: none), then "
+                "new_tokens argmax steps (ties: lowest id), each a full float64 forward over the "
+                "whole sequence (no KV cache, causal, sliding window on every layer for "
+                "mistral-window, plain RoPE), no stop at EOS. margins: top-1 minus top-2 logit per "
+                "step; first_logits: the last prompt position's logits. Made by "
+                "/usr/bin/python3 scripts/reference.py generate (torch %s)." % torch.__version__,
+        "new_tokens": GEN_NEW_TOKENS,
+        "cases": cases,
+    }
+    path = os.path.join(HF_DIR, "generate.json")
+    with open(path, "w") as f:
+        f.write(json.dumps(out, indent=1) + "\n")
+    print("%s: %d bytes, %d cases" % (os.path.relpath(path, REPO_ROOT), os.path.getsize(path), len(cases)))
+    if low:
+        print("min margin below %g: %s" % (GEN_MIN_MARGIN, low))
 
 
 # --------------------------------------------------------------------------
@@ -1613,6 +1747,7 @@ def main(argv=None):
     sub.add_parser("half", help="regenerate the bf16 / fp16 test vectors")
     sub.add_parser("rope", help="regenerate the RoPE scaling vectors in model/testdata/rope")
     sub.add_parser("hf", help="regenerate the Hugging Face LLaMA fixtures in ckpt/testdata/hf")
+    sub.add_parser("generate", help="regenerate ckpt/testdata/hf/generate.json (greedy decoding of the HF fixtures)")
     r = sub.add_parser("read-hf", help="loss of a Hugging Face LLaMA directory, read with this file's own safetensors reader")
     r.add_argument("dir")
     r.add_argument("--docs", required=True, help="glob of text files, one document each, in sorted order")
@@ -1642,7 +1777,7 @@ def main(argv=None):
     ba.add_argument("--steps", type=int, default=5)
     ba.add_argument("--warmup", type=int, default=1)
     a = ap.parse_args(argv)
-    {"golden": cmd_golden, "docmask": cmd_docmask, "window": cmd_window, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "bench": cmd_bench, "bench-attn": cmd_bench_attn,
+    {"golden": cmd_golden, "docmask": cmd_docmask, "window": cmd_window, "half": cmd_half, "rope": cmd_rope, "hf": cmd_hf, "generate": cmd_generate, "bench": cmd_bench, "bench-attn": cmd_bench_attn,
      "read-hf": cmd_read_hf}[a.cmd](a)
 
 

@@ -688,7 +688,8 @@ type session struct {
 	stdout, stderr io.Writer
 	t              *trainer
 	dirs           *runDirs
-	ev             *trainEval // rank 0's evaluation every eval.interval steps
+	ev             *trainEval    // rank 0's evaluation every eval.interval steps
+	sampler        *trainSampler // rank 0's samples of text every eval.sample_interval steps
 	mf             *metricsFile
 	metricsPath    string
 	st             trainState // where the run started (a resumed checkpoint's step, else 0)
@@ -734,6 +735,11 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 			return nil, err
 		}
 		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(r.ev.samples), evaluate.SeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
+	}
+	if cfg.Eval.SampleInterval > 0 && leader {
+		if r.sampler, err = newTrainSampler(cfg, dirs.run); err != nil {
+			return nil, err
+		}
 	}
 	if leader {
 		if err := dirs.open(cfg, opt.Resume, opt.Fresh, stderr); err != nil {
@@ -843,6 +849,11 @@ func (r *session) loop(ctx context.Context) error {
 				return err
 			}
 		}
+		if k := cfg.Eval.SampleInterval; k > 0 && (m.Step%k == 0 || m.Step == steps) {
+			if err := r.sample(ctx, m.Step); err != nil {
+				return err
+			}
+		}
 		if r.mf != nil {
 			if err := r.mf.write(m); err != nil {
 				return err
@@ -887,6 +898,26 @@ func (r *session) evaluate(ctx context.Context, m *Metrics) error {
 		r.bar.Clear()
 		fmt.Fprintf(r.stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n", m.Step, res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens)
 	}
+	return nil
+}
+
+// sample continues eval.sample_prompt with the weights after step (every rank takes part in
+// gathering them; rank 0 generates), prints the text and appends it to the run's
+// samples.jsonl. A stop signal during it skips the sample.
+func (r *session) sample(ctx context.Context, step int) error {
+	params := r.t.fullParams() // collective
+	if r.sampler == nil {
+		return nil
+	}
+	text, err := r.sampler.run(ctx, params, step)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("train: sample at step %d: %w", step, err)
+	}
+	r.bar.Clear()
+	fmt.Fprintf(r.stderr, "sample step %d: %q\n", step, r.cfg.Eval.SamplePrompt+text)
 	return nil
 }
 
@@ -967,6 +998,67 @@ func (e *trainEval) run(ctx context.Context, params []float32) (evaluate.Result,
 	r, err := e.ev.Evaluate(ctx, e.samples, nil)
 	r.SeqLen = e.seqLen
 	return r, err
+}
+
+// trainSampler is train's text samples: the prompt tokenized once and one rank's evaluator
+// (the whole model on rank 0: a sample is short) given the current weights each time.
+type trainSampler struct {
+	ev     *evaluate.Evaluator
+	tok    data.Tokenizer
+	prompt []int32
+	opt    evaluate.GenOptions
+	path   string // samples.jsonl
+}
+
+// newTrainSampler tokenizes eval.sample_prompt and builds a one-rank evaluator.
+func newTrainSampler(cfg config.Config, runDir string) (*trainSampler, error) {
+	tok, err := evaluate.ConfigTokenizer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	prompt := tok.Encode([]byte(cfg.Eval.SamplePrompt))
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("%s: eval.sample_prompt is empty: give the text the samples continue", cfg.Path)
+	}
+	par := cfg.Parallelism
+	par.SequenceParallelDegree, par.WorldSize, par.Backend = 1, 1, "inproc"
+	ev, err := evaluate.NewEvaluator(cfg.Model, par)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
+	opt := evaluate.GenOptions{MaxNew: cfg.Eval.SampleTokens}
+	if sp, ok := tok.(data.SpecialTokens); ok {
+		if _, eos := sp.Specials(); eos >= 0 {
+			opt.Stop = []int32{eos}
+		}
+	}
+	return &trainSampler{ev: ev, tok: tok, prompt: prompt, opt: opt, path: filepath.Join(runDir, "samples.jsonl")}, nil
+}
+
+// run generates from params (model Layout order) and appends the sample of step to
+// samples.jsonl; it returns the new text.
+func (s *trainSampler) run(ctx context.Context, params []float32, step int) (string, error) {
+	if err := s.ev.Load(params); err != nil {
+		return "", err
+	}
+	g, err := s.ev.Generate(ctx, s.prompt, s.opt, nil)
+	if err != nil {
+		return "", err
+	}
+	text := string(s.tok.Decode(g.Tokens))
+	line, err := json.Marshal(map[string]any{"step": step, "prompt": string(s.tok.Decode(s.prompt)), "text": text, "tokens": g.Tokens})
+	if err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(s.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return "", err
+	}
+	return text, f.Close()
 }
 
 // writeMemory prints the per-rank memory table of the end of a run.

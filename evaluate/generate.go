@@ -1,0 +1,251 @@
+package evaluate
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"time"
+
+	"distflash/model"
+	"distflash/parallel"
+	"distflash/sysmem"
+)
+
+// Generation: `distflash generate`, passkey's generated scoring and train's samples.
+//
+// The prompt is prefilled by the evaluator's ranks with the configured schedule, each rank
+// keeping its tokens' keys and values; then every new token is decoded by all ranks, each
+// attending with its own cache and the partial results merged by log-sum-exp
+// (model.Decoder). Rank 0 samples the next token from the logits, which every rank has
+// alike, and shares it.
+
+// GenOptions are how tokens are chosen.
+type GenOptions struct {
+	MaxNew      int     // tokens to generate at most
+	Temperature float64 // 0: greedy (the largest logit, the lowest id among equals)
+	TopK        int     // sample among the K most likely tokens; 0: all
+	TopP        float64 // sample among the most likely tokens whose probabilities reach P (nucleus); 0 or 1: all
+	Seed        uint64  // the sampler's seed
+	Stop        []int32 // tokens that end the text (EOS); not included in it
+}
+
+// Validate reports options no sampler can follow.
+func (o GenOptions) Validate() error {
+	switch {
+	case o.MaxNew < 1:
+		return fmt.Errorf("--max-new-tokens %d: want at least 1", o.MaxNew)
+	case o.Temperature < 0 || math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0):
+		return fmt.Errorf("--temperature %g: want 0 (greedy) or a positive number", o.Temperature)
+	case o.TopK < 0:
+		return fmt.Errorf("--top-k %d: want 0 (all tokens) or a positive count", o.TopK)
+	case !(o.TopP >= 0 && o.TopP <= 1):
+		return fmt.Errorf("--top-p %g: want a probability in (0, 1], or 0 for all tokens", o.TopP)
+	}
+	return nil
+}
+
+// Generation is what one Generate produced.
+type Generation struct {
+	Tokens     []int32 `json:"tokens"`      // the new tokens (without a stop token)
+	Stopped    string  `json:"stopped"`     // "eos" (a stop token), "length" (MaxNew) or "cancelled"
+	PromptLen  int     `json:"prompt_len"`  // prompt tokens
+	PrefillSec float64 `json:"prefill_s"`   // the prompt's forward
+	DecodeSec  float64 `json:"decode_s"`    // the new tokens
+	Decoded    int     `json:"decoded"`     // decoding steps (tokens fed back; the first new token comes from the prefill)
+	CacheBytes int64   `json:"cache_bytes"` // the key/value cache of all ranks together
+	// BytesPerToken is, per call site, the bytes the busiest rank sent per decoding step.
+	BytesPerToken map[string]float64 `json:"bytes_per_token,omitempty"`
+}
+
+// PrefillTokensPerSec is the prompt's tokens per second of prefill.
+func (g Generation) PrefillTokensPerSec() float64 { return float64(g.PromptLen) / g.PrefillSec }
+
+// DecodeTokensPerSec is the new tokens per second of decoding (the first, which the prefill
+// gives, not counted).
+func (g Generation) DecodeTokensPerSec() float64 {
+	if g.DecodeSec == 0 {
+		return 0
+	}
+	return float64(g.Decoded) / g.DecodeSec
+}
+
+// sampler picks tokens from logits as GenOptions say.
+type sampler struct {
+	opt   GenOptions
+	rng   *rand.Rand
+	probs []float64
+	order []int
+}
+
+func newSampler(opt GenOptions) *sampler {
+	return &sampler{opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, 0x9e3779b97f4a7c15))}
+}
+
+// next returns the token chosen from logits.
+func (s *sampler) next(logits []float32) int32 {
+	if s.opt.Temperature == 0 {
+		return argmax(logits)
+	}
+	V := len(logits)
+	if cap(s.order) < V {
+		s.order, s.probs = make([]int, V), make([]float64, V)
+	}
+	order, probs := s.order[:V], s.probs[:V]
+	for i := range order {
+		order[i] = i
+	}
+	// the most likely first, ties by id, so the choice does not depend on the sort
+	sort.Slice(order, func(a, b int) bool {
+		x, y := logits[order[a]], logits[order[b]]
+		return x > y || x == y && order[a] < order[b]
+	})
+	keep := V
+	if k := s.opt.TopK; k > 0 && k < keep {
+		keep = k
+	}
+	t, top := s.opt.Temperature, float64(logits[order[0]])
+	var sum float64
+	for i := 0; i < keep; i++ {
+		probs[i] = math.Exp((float64(logits[order[i]]) - top) / t)
+		sum += probs[i]
+	}
+	if p := s.opt.TopP; p > 0 && p < 1 {
+		var c float64
+		for i := 0; i < keep; i++ {
+			c += probs[i] / sum
+			if c >= p {
+				keep = i + 1
+				break
+			}
+		}
+		sum = 0
+		for i := 0; i < keep; i++ {
+			sum += probs[i]
+		}
+	}
+	u := s.rng.Float64() * sum
+	for i := 0; i < keep; i++ {
+		u -= probs[i]
+		if u < 0 {
+			return int32(order[i])
+		}
+	}
+	return int32(order[keep-1])
+}
+
+// argmax is the index of the largest value, the lowest among equals.
+func argmax(x []float32) int32 {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+// Generate continues prompt (token ids, BOS included when the model wants one) by up to
+// opt.MaxNew tokens on the evaluator's ranks. emit, when not nil, is called with each new
+// token as it is chosen (on rank 0's goroutine). A cancelled ctx stops it after the token
+// being chosen (Stopped "cancelled").
+func (e *Evaluator) Generate(ctx context.Context, prompt []int32, opt GenOptions, emit func(tok int32)) (Generation, error) {
+	if err := opt.Validate(); err != nil {
+		return Generation{}, err
+	}
+	n := len(prompt)
+	if n == 0 {
+		return Generation{}, fmt.Errorf("generate: an empty prompt")
+	}
+	if total := n + opt.MaxNew; total > e.Config.MaxSeqLen {
+		return Generation{}, fmt.Errorf("generate: %d prompt tokens + --max-new-tokens %d = %d exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)",
+			n, opt.MaxNew, total, e.Config.MaxSeqLen)
+	}
+	T := n
+	if e.P > 1 {
+		d := e.layout.Divisor(e.P)
+		T = (n + d - 1) / d * d
+	}
+	ids := make([]int32, T) // padding after the prompt: neither cached nor seen
+	copy(ids, prompt)
+	g := Generation{PromptLen: n, Stopped: "length", CacheBytes: model.CacheBytes(e.Config, T+opt.MaxNew)}
+	if avail, source, ok := sysmem.Available(); ok && g.CacheBytes > avail {
+		return Generation{}, fmt.Errorf("generate: the key/value cache of %d prompt tokens + --max-new-tokens %d needs %.2f GiB (%d layers × 2 × %d values a token, float32), this machine has %.2f GiB available (%s): shorten the prompt or --max-new-tokens",
+			n, opt.MaxNew, float64(g.CacheBytes)/(1<<30), e.Config.NLayers, e.Config.KVDim(), float64(avail)/(1<<30), source)
+	}
+	sent := make([]parallel.Traffic, e.P) // each rank's bytes over the decoding steps
+	err := e.world.Run(func(c parallel.Comm) error {
+		r := c.Rank()
+		pos := model.Positions(T)
+		if e.P > 1 {
+			var err error
+			if pos, err = e.layout.Positions(T, e.P, r); err != nil {
+				return err
+			}
+		}
+		var grp model.Group
+		if e.P > 1 {
+			grp = c
+		}
+		d := model.NewDecoder(e.models[r], grp)
+		smp := newSampler(opt)
+		start := time.Now()
+		logits := d.Prefill(parallel.Shard(ids, 1, T, 1, pos), pos, n, opt.MaxNew)
+		before := c.Traffic()
+		if r == 0 {
+			g.PrefillSec = time.Since(start).Seconds()
+			start = time.Now()
+		}
+		for i := 0; ; i++ {
+			tok := int32(-1)
+			if r == 0 {
+				tok = smp.next(logits)
+				switch {
+				case slices.Contains(opt.Stop, tok):
+					g.Stopped, tok = "eos", -1
+				case ctx.Err() != nil:
+					g.Stopped, tok = "cancelled", -1
+				default:
+					g.Tokens = append(g.Tokens, tok)
+					if emit != nil {
+						emit(tok)
+					}
+				}
+			}
+			// every rank takes rank 0's choice; -1 ends the text
+			if tok = d.Share(tok); tok < 0 || i+1 == opt.MaxNew {
+				break
+			}
+			logits = d.Step(tok)
+		}
+		if r == 0 {
+			g.DecodeSec = time.Since(start).Seconds()
+		}
+		after := c.Traffic()
+		for site, b := range after {
+			after[site] = b - before[site]
+		}
+		sent[r] = after
+		return nil
+	})
+	if err != nil {
+		return Generation{}, fmt.Errorf("generate: %w", err)
+	}
+	g.Decoded = max(len(g.Tokens)-1, 0)
+	if g.Stopped != "length" {
+		g.Decoded = len(g.Tokens)
+	}
+	if steps := len(g.Tokens); e.P > 1 && steps > 0 {
+		g.BytesPerToken = map[string]float64{}
+		for _, tr := range sent {
+			for site, b := range tr {
+				if b > 0 {
+					g.BytesPerToken[site] = max(g.BytesPerToken[site], float64(b)/float64(steps))
+				}
+			}
+		}
+	}
+	return g, nil
+}

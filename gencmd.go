@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"distflash/ckpt"
+	"distflash/evaluate"
+)
+
+// runGenerate is `distflash generate`: the prompt continued by the model, printed as the
+// tokens come when stdout is a terminal (--stream), with the prefill's and the decoding's
+// tokens/s on stderr.
+func runGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "TOML config file: [parallelism] (sequence_parallel_degree, attention) (default: the built-in defaults)")
+	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint or run directory, or .safetensors file with the config's [model] shape (required)")
+	prompt := fs.String("prompt", "", "the text to continue")
+	promptFile := fs.String("prompt-file", "", "a file holding the text to continue")
+	maxNew := fs.Int("max-new-tokens", 128, "tokens to generate at most (fewer when the model writes its EOS token)")
+	temperature := fs.Float64("temperature", 0, "0: greedy (the most likely token); above 0: sample from softmax(logits / T)")
+	topK := fs.Int("top-k", 0, "sample among the K most likely tokens (0: all)")
+	topP := fs.Float64("top-p", 0, "sample among the most likely tokens whose probabilities add up to P (0 or 1: all)")
+	seed := fs.Uint64("seed", 1, "the sampler's seed (sample i uses seed + i)")
+	samples := fs.Int("samples", 1, "continuations of the prompt")
+	bosFlag := fs.String("bos", "auto", "BOS token before the prompt: auto (a Hugging Face model's bos_token_id; none for distflash's own models), none, or an id")
+	stream := fs.Bool("stream", isTerminal(stdout), "print each token as it is generated (default: when stdout is a terminal)")
+	out := fs.String("out", "", "also write the samples, their tokens and timings as JSON to this file")
+	var sets setFlags
+	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("generate: unexpected arguments %q", fs.Args())
+	}
+	job, err := evaluate.PrepareGenerate(evaluate.GenRequest{ConfigPath: *configPath, Sets: sets, Model: *modelPath,
+		Prompt: *prompt, PromptFile: *promptFile, BOS: *bosFlag, Samples: *samples,
+		Options: evaluate.GenOptions{MaxNew: *maxNew, Temperature: *temperature, TopK: *topK, TopP: *topP, Seed: *seed}}, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, job.Describe())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	type record struct {
+		Sample int    `json:"sample"`
+		Seed   uint64 `json:"seed"`
+		Text   string `json:"text"`
+		evaluate.Generation
+	}
+	var records []record
+	for i := range job.Req.Samples {
+		if job.Req.Samples > 1 {
+			fmt.Fprintf(stdout, "--- sample %d\n", i+1)
+		}
+		var emit func(int32)
+		var toks []int32
+		printed := ""
+		if *stream {
+			// print what the text gained: a token may end inside a UTF-8 character or change
+			// how the ones before decode, so the whole text is decoded each time
+			emit = func(tok int32) {
+				toks = append(toks, tok)
+				if t := job.Text(toks); strings.HasPrefix(t, printed) && !strings.HasSuffix(t, "\uFFFD") {
+					fmt.Fprint(stdout, t[len(printed):])
+					printed = t
+				}
+			}
+		}
+		g, err := job.Run(ctx, i, emit)
+		if err != nil {
+			return err
+		}
+		text := job.Text(g.Tokens)
+		if strings.HasPrefix(text, printed) {
+			fmt.Fprint(stdout, text[len(printed):])
+		}
+		fmt.Fprintln(stdout)
+		fmt.Fprintf(stderr, "generate: %d tokens (stopped: %s); prefill %d tokens in %.3fs (%.0f tokens/s), decoding %d tokens in %.3fs (%.1f tokens/s); cache %.1f MB%s\n",
+			len(g.Tokens), g.Stopped, g.PromptLen, g.PrefillSec, g.PrefillTokensPerSec(), g.Decoded, g.DecodeSec, g.DecodeTokensPerSec(),
+			float64(g.CacheBytes)/1e6, perToken(g.BytesPerToken))
+		records = append(records, record{Sample: i + 1, Seed: job.Req.Options.Seed + uint64(i), Text: text, Generation: g})
+		if g.Stopped == "cancelled" {
+			break
+		}
+	}
+	if *out != "" {
+		js, err := json.MarshalIndent(map[string]any{"model": job.Req.Model, "prompt": job.Req.Prompt, "prompt_tokens": job.Prompt,
+			"options": job.Req.Options, "samples": records}, "", "  ")
+		if err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		if err := ckpt.WriteFileAtomic(*out, append(js, '\n')); err != nil {
+			return fmt.Errorf("generate: --out: %w", err)
+		}
+		fmt.Fprintf(stderr, "generate: wrote %s\n", *out)
+	}
+	return nil
+}
+
+// perToken lists the bytes per decoded token by call site ("" on one rank).
+func perToken(sites map[string]float64) string {
+	if len(sites) == 0 {
+		return ""
+	}
+	var keys []string
+	for k := range sites {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.0f B", k, sites[k]))
+	}
+	return "; sent per token by the busiest rank: " + strings.Join(parts, ", ")
+}
