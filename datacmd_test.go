@@ -121,7 +121,7 @@ func TestDataCommandErrors(t *testing.T) {
 		want []string
 	}{
 		{[]string{"data"}, []string{"no subcommand"}},
-		{[]string{"data", "shuffle"}, []string{`unknown subcommand "shuffle"`, "tokenize or fetch"}},
+		{[]string{"data", "shuffle"}, []string{`unknown subcommand "shuffle"`, "tokenize, fetch or passkey"}},
 		{[]string{"data", "tokenize"}, []string{"--out is required"}},
 		{[]string{"data", "tokenize", "--out", existing, "extra"}, []string{"unexpected arguments", "extra"}},
 		{[]string{"data", "tokenize", "--out", existing, "--set", "data.train=" + c4, "--set", "data.format=c4"}, []string{existing, "exists"}},

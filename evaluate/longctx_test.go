@@ -145,7 +145,7 @@ func TestPositionsAndPasskeyOnRanks(t *testing.T) {
 			t.Errorf("P=%d: buckets hold %d tokens of mean %g, the result %d of %g", P, tokens, sum/float64(tokens), r.Tokens, r.Loss)
 		}
 		pos = append(pos, p)
-		res, err := e.Passkey(context.Background(), tok, 1, nil, PasskeyOptions{Lengths: []int{250, 330}, Trials: 3, DepthBins: 2, Seed: 5}, nil)
+		res, err := e.Passkey(context.Background(), tok, 1, nil, PasskeyOptions{Lengths: []int{300, 380}, Trials: 3, DepthBins: 2, Seed: 5}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
