@@ -130,15 +130,22 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				float64(p.TextBytes)/1e6/time.Since(start).Seconds())
 		}
 	}
-	st, err := data.WriteShards(ctx, src, tok, data.ShardOptions{Out: *out, ShardTokens: *shardTokens, Workers: *workers, Progress: report})
+	stale := func(p string, bytes int64) {
+		fmt.Fprintf(stderr, "tokenize: removing %s (%.1f MB), the partial output of an earlier tokenize of %s that was killed\n", p, float64(bytes)/1e6, *out)
+	}
+	st, err := data.WriteShards(ctx, src, tok, data.ShardOptions{Out: *out, ShardTokens: *shardTokens, Workers: *workers, Progress: report, Stale: stale})
 	if bar != nil {
 		bar.Finish()
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("data tokenize: interrupted; the shards written so far were removed: %w", err)
+			return fmt.Errorf("data tokenize: interrupted; the shards written so far were removed, nothing is at %s: %w", *out, err)
 		}
-		return fmt.Errorf("%s: data tokenize: %w", cfg.Path, err)
+		from := ""
+		if *configPath != "" {
+			from = " (" + cfg.Path + ")"
+		}
+		return fmt.Errorf("data tokenize: data.train = %q%s: %w", cfg.Data.Train, from, err)
 	}
 	elapsed := time.Since(start).Seconds()
 	where := *out

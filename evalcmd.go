@@ -42,6 +42,14 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("eval: unexpected arguments %q", fs.Args())
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"samples", *samples}, {"seq-len", *seqLen}, {"trials", *trials}, {"depth-bins", *depthBins}} {
+		if flagSet(fs, f.name) && f.v < 1 {
+			return fmt.Errorf("eval: --%s %d: want at least 1; leave the flag out for the default", f.name, f.v)
+		}
+	}
 	req := evaluate.Request{ConfigPath: *configPath, Sets: sets, Model: *modelPath, Data: *dataPath,
 		Samples: *samples, SeqLen: *seqLen, BOS: *bosFlag, Out: *out, Task: *task,
 		Scoring: evaluate.EvalOptions{Positions: *positions, Window: *window, Stride: *stride}}
@@ -90,6 +98,9 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		for i := range p.Lo {
 			fmt.Fprintf(stdout, "eval: positions [%d, %d): loss %.4f over %d tokens\n", p.Lo[i], p.Hi[i], p.Loss[i], p.Tokens[i])
 		}
+	}
+	if held := evaluate.Replaces(job.Req.Out, rep); held != "" && !flagSet(fs, "out") {
+		fmt.Fprintf(stderr, "eval: replacing %s, which held %s; --out FILE keeps both\n", job.Req.Out, held)
 	}
 	if err := evaluate.WriteReport(job.Req.Out, rep); err != nil {
 		return err

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"sync/atomic"
+	"syscall"
 
 	"distflash/ckpt"
 	"distflash/config"
@@ -74,7 +77,9 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		}
 		arch = "MistralForCausalLM"
 	}
-	ex, err := ckpt.ExportLlama(*out, evaluate.HFConfigOf(mc), evaluate.Tensors(mc, params), saved.Data.Tokenizer, st, shardSize)
+	hooks, done := exportHooks(*out, stderr)
+	ex, err := ckpt.ExportLlama(*out, evaluate.HFConfigOf(mc), evaluate.Tensors(mc, params), saved.Data.Tokenizer, st, shardSize, hooks)
+	done()
 	if err != nil {
 		return err
 	}
@@ -84,4 +89,39 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "export: the run used the %s tokenizer, which has no Hugging Face tokenizer file: none written (one token per UTF-8 byte, ids 0-255, no BOS/EOS)\n", ex.Tokenizer)
 	}
 	return nil
+}
+
+// exportHooks says which partial exports of out an earlier, killed export left (and that they
+// are removed), and removes this export's temporary directory when SIGINT or SIGTERM ends it
+// (exit status 130), so that an interrupted export leaves nothing behind. done stops listening.
+func exportHooks(out string, stderr io.Writer) (*ckpt.HFHooks, func()) {
+	var tmp atomic.Value
+	tmp.Store("")
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	quit := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-quit:
+			return
+		}
+		if p := tmp.Load().(string); p != "" {
+			os.RemoveAll(p)
+			fmt.Fprintf(stderr, "\nexport: interrupted: removed the partial %s; nothing written at %s\n", p, out)
+		} else {
+			fmt.Fprintf(stderr, "\nexport: interrupted; no partial output of %s left behind\n", out)
+		}
+		os.Exit(130)
+	}()
+	hooks := &ckpt.HFHooks{
+		Temp: func(p string) { tmp.Store(p) },
+		Stale: func(p string, bytes int64) {
+			fmt.Fprintf(stderr, "export: removing %s (%.1f MB), the partial output of an earlier export of %s that was killed\n", p, float64(bytes)/1e6, out)
+		},
+	}
+	return hooks, func() {
+		signal.Stop(sigs)
+		close(quit)
+	}
 }

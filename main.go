@@ -17,6 +17,7 @@
 package main
 
 import (
+	"distflash/parallel"
 	"errors"
 	"flag"
 	"fmt"
@@ -65,9 +66,24 @@ func main() {
 	case err == nil, errors.Is(err, flag.ErrHelp): // -h prints the command's flags: not a failure
 		return
 	}
+	if l, _ := parallel.MPIEnv(); l != nil && l.Size > 1 && l.Rank > 0 {
+		// one of several ranks: rank 0 says what every rank found alike (the config, the
+		// memory), and each other rank only what is its own
+		var same *everyRank
+		if !errors.As(err, &same) {
+			fmt.Fprintf(os.Stderr, "distflash: rank %d: %v\n", l.Rank, err)
+		}
+		os.Exit(2)
+	}
 	fmt.Fprintln(os.Stderr, "distflash:", err)
 	os.Exit(2)
 }
+
+// everyRank marks an error that every rank of a launched world meets alike (an invalid config,
+// a model that does not fit): only rank 0 prints it.
+type everyRank struct{ error }
+
+func (e *everyRank) Unwrap() error { return e.error }
 
 // run dispatches a command line to its subcommand.
 func run(args []string, stdout, stderr io.Writer) error {

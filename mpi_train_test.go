@@ -167,3 +167,14 @@ func TestMPIWorldMismatch(t *testing.T) {
 		t.Errorf("mpirun -np 2 with world_size 4: %v\n%s", err, out)
 	}
 }
+
+// TestMPIRefusalOnce: a config that every rank refuses alike is said once, by rank 0, not once
+// per rank.
+func TestMPIRefusalOnce(t *testing.T) {
+	out, _, err := mpirunTrain(t, 2, nil, "--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
+		"--set", "model.n_kv_heads=3")
+	const want = "model.n_heads = 4 is not a multiple of model.n_kv_heads = 3"
+	if err == nil || strings.Count(out, want) != 1 {
+		t.Errorf("%v; %d times %q in:\n%s", err, strings.Count(out, want), want, out)
+	}
+}

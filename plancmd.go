@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 
 	"distflash/config"
 	"distflash/plan"
@@ -37,6 +39,21 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("plan: --format %q: want text or json", *format)
+	}
+	// A flag given is a value meant: 0 or less is no memory, bandwidth or speed, not "the default".
+	for _, f := range []struct {
+		name, want string
+		min        float64
+	}{{"gpu-mem", "bytes, e.g. 80e9", 1e6}, {"inter-bw", "bytes/s, e.g. 25e9", 1e3}, {"intra-bw", "bytes/s, e.g. 450e9", 1e3},
+		{"flops", "FLOP/s, e.g. 5e10", 1e3}, {"mfu", "a fraction in (0, 1]", 0}, {"attn-mfu", "a fraction in (0, 1]", 0}} {
+		v, _ := strconv.ParseFloat(fs.Lookup(f.name).Value.String(), 64)
+		bad := !(v > f.min) || math.IsInf(v, 0)
+		if f.min == 0 {
+			bad = !(v > 0 && v <= 1)
+		}
+		if flagSet(fs, f.name) && bad {
+			return fmt.Errorf("plan: --%s %s: want %s (at least %g); leave the flag out for the cluster's own value", f.name, fs.Lookup(f.name).Value, f.want, f.min)
+		}
 	}
 	cfg, err := config.Load(*configPath, sets)
 	if err != nil {

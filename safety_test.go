@@ -435,26 +435,10 @@ func TestDiskFull(t *testing.T) {
 // the process at once with a non-zero status, leaving the last complete checkpoint `latest`.
 func TestCtrlCTwice(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(buildBinary(t), smallRun(dir, "--set", "training.steps=100000", "--set", "run.log_interval=1", "--set", "checkpoint.interval=2")...)
-	var buf safeBuffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	waitFor := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !strings.Contains(buf.String(), what) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q within 2 minutes:\n%s", what, buf.String())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitFor("checkpoint: step 2 saved")
+	cmd, buf := startWatched(t, smallRun(dir, "--set", "training.steps=100000", "--set", "run.log_interval=1", "--set", "checkpoint.interval=2")...)
+	waitOutput(t, buf, "checkpoint: step 2 saved")
 	_ = cmd.Process.Signal(syscall.SIGINT)
-	waitFor("Ctrl-C again to stop now")
+	waitOutput(t, buf, "Ctrl-C again to stop now")
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
 	var ee *exec.ExitError

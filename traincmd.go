@@ -4,8 +4,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"distflash/config"
 	"distflash/parallel"
@@ -20,7 +20,10 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
 	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
 	fresh := fs.Bool("fresh", false, "start over in a run directory that holds an earlier run, moving that run aside to <dir>.old-<time> (nothing is deleted)")
-	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint (for jobs with a time limit); 0 = run to training.steps")
+	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint; 0 = run to training.steps")
+	timeLimit := fs.Duration("time-limit", 0, "stop and save before this much time has passed since the start (e.g. 3h50m for a 4-hour job), counting the next step and a save; 0 = none")
+	profile := fs.String("profile", "", "write Go CPU and heap profiles (pprof) of rank 0 over --profile-steps into this directory")
+	profileSteps := fs.String("profile-steps", "3..7", "with --profile: the first and last step profiled, FIRST..LAST, counted from this session's start")
 	initFrom := fs.String("init-from", "", "start a new run (step 0) from the weights of a Hugging Face LLaMA directory, a .safetensors file or a distflash checkpoint; [model] and the tokenizer come from it unless the config sets them (see README)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
@@ -30,29 +33,38 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("train: unexpected arguments %q", fs.Args())
 	}
+	if *stopAfter < 0 {
+		return fmt.Errorf("train: --stop-after %d: want a step >= 1, or 0 to run to training.steps", *stopAfter)
+	}
+	if *timeLimit < 0 {
+		return fmt.Errorf("train: --time-limit %s: want a positive duration such as 3h50m, or 0 for none", *timeLimit)
+	}
+	steps, err := parseSteps(*profileSteps)
+	if err != nil {
+		return fmt.Errorf("train: --profile-steps %q: %w", *profileSteps, err)
+	}
 	var cfg config.Config
 	var initParams []float32
-	var err error
 	if *initFrom != "" {
 		cfg, initParams, err = train.LoadInitConfig(*configPath, sets, *initFrom, stderr)
 	} else {
 		cfg, err = config.Load(*configPath, sets)
 	}
 	if err != nil {
-		return err
+		return &everyRank{err}
 	}
 	if reqs := cfg.Requirements(); len(reqs) > 0 {
-		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
-			cfg.Path, strings.Join(reqs, "\n  - "))
+		return &everyRank{fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
+			cfg.Path, strings.Join(reqs, "\n  - "))}
 	}
 	if err := train.CheckMemory(cfg); err != nil {
-		return err
+		return &everyRank{err}
 	}
 	if *fresh && *resume != "" {
 		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
 	}
 	opt := train.Options{Progress: *progress, Resume: *resume, Fresh: *fresh, StopAfter: *stopAfter,
-		Current: new(atomic.Int64), InitParams: initParams}
+		Clock: train.NewClock(*timeLimit), InitParams: initParams, Profile: *profile, ProfileSteps: steps}
 	comm, err := train.Launch(&cfg, stderr)
 	if err != nil {
 		return err
@@ -61,10 +73,21 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		opt.Comm = comm
 		defer parallel.FinalizeMPI()
 	}
-	ctx, stop := train.OnSignal(stderr, opt.Current, comm == nil || comm.Rank() == 0)
+	ctx, stop := train.OnSignal(stderr, opt.Clock, comm == nil || comm.Rank() == 0)
 	defer stop()
 	if err := train.Run(ctx, cfg, stdout, stderr, opt); err != nil {
 		return err
 	}
 	return train.WriteTraffic(comm)
+}
+
+// parseSteps reads FIRST..LAST, two steps counted from 1 with FIRST <= LAST.
+func parseSteps(s string) ([2]int, error) {
+	a, b, ok := strings.Cut(s, "..")
+	first, err1 := strconv.Atoi(a)
+	last, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || first < 1 || last < first {
+		return [2]int{}, fmt.Errorf("want FIRST..LAST, two steps with 1 <= FIRST <= LAST, e.g. 3..7")
+	}
+	return [2]int{first, last}, nil
 }

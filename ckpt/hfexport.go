@@ -160,7 +160,7 @@ type Exported struct {
 // which must not exist or be empty: config.json with the BOS and EOS of the tokenizer
 // (data.tokenizer) when it has them, the weights as safetensors of dtype (DTypeF32 or
 // DTypeBF16) in shards of at most maxShard bytes, and the tokenizer's files (TokenizerFiles).
-func ExportLlama(out string, c HFConfig, tensors []WTensor, tokenizer, dtype string, maxShard int64) (Exported, error) {
+func ExportLlama(out string, c HFConfig, tensors []WTensor, tokenizer, dtype string, maxShard int64, hooks *HFHooks) (Exported, error) {
 	tok, err := data.NewTokenizer(tokenizer)
 	if err != nil {
 		return Exported{}, fmt.Errorf("export: the run's data.tokenizer %q: %w", tokenizer, err)
@@ -177,7 +177,7 @@ func ExportLlama(out string, c HFConfig, tensors []WTensor, tokenizer, dtype str
 	if err != nil {
 		return Exported{}, fmt.Errorf("export: the run's data.tokenizer %q: %w", tokenizer, err)
 	}
-	files, err := WriteHF(out, HFExport{Config: cfgJSON, Tensors: tensors, DType: dtype, MaxShardSize: maxShard, Copy: copies})
+	files, err := WriteHF(out, HFExport{Config: cfgJSON, Tensors: tensors, DType: dtype, MaxShardSize: maxShard, Copy: copies, Hooks: hooks})
 	if err != nil {
 		return Exported{}, fmt.Errorf("export: %w", err)
 	}

@@ -15,6 +15,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
+
+	"distflash/sysmem"
 )
 
 // Hugging Face export: safetensors files and whole model directories.
@@ -166,6 +169,19 @@ type HFExport struct {
 	MaxShardSize int64
 	// Copy names files to copy in (tokenizer files): name in the directory → source path.
 	Copy map[string]string
+	// Hooks, when set, hear of the temporary directory and of stale ones removed.
+	Hooks *HFHooks
+}
+
+// HFHooks are what WriteHF tells its caller while it writes.
+type HFHooks struct {
+	// Temp is called with the temporary directory as soon as it exists, so that a signal
+	// handler can remove it (an interrupted export then leaves nothing behind either), and
+	// with "" once it is renamed to the output.
+	Temp func(path string)
+	// Stale is called for each temporary directory of an earlier export of the same
+	// directory that ended without removing it (killed), before WriteHF removes it.
+	Stale func(path string, bytes int64)
 }
 
 // shardFile is the name of shard i (0-based) of n, as transformers names them.
@@ -180,12 +196,40 @@ func shardFile(i, n int) string {
 // model.safetensors, or shards with model.safetensors.index.json) and the files to copy.
 // Everything is written into a temporary directory beside dir, synced, and renamed to dir
 // only when complete, so a failed export leaves nothing behind. dir must not exist or be an
-// empty directory. It returns the names of the files written, in order.
+// empty directory. While it writes, the temporary directory is locked, so the unlocked
+// temporary directories of dir it finds (.NAME.tmp-*) belong to no running export: an export
+// killed before it could clean up left them, and WriteHF removes them (e.Hooks.Stale hears of
+// each). It returns the names of the files written, in order.
 func WriteHF(dir string, e HFExport) ([]string, error) {
 	size, err := dtypeBytes(e.DType)
 	if err != nil {
 		return nil, err
 	}
+	need := int64(len(e.Config))
+	for _, t := range e.Tensors {
+		need += int64(len(t.Data) * size)
+	}
+	for _, src := range e.Copy {
+		if fi, err := os.Stat(src); err == nil {
+			need += fi.Size()
+		}
+	}
+	parent := filepath.Dir(filepath.Clean(dir))
+	free, freeOK := sysmem.DiskFree(parent)
+	files, err := writeHF(dir, e, size)
+	if errors.Is(err, syscall.ENOSPC) {
+		had := "an unknown amount"
+		if freeOK {
+			had = fmt.Sprintf("%.1f MB", float64(free)/1e6)
+		}
+		return nil, fmt.Errorf("ckpt: disk full: the export to %s needs %.1f MB and %s was free when it began; the partial output is removed, nothing is at %s: free space or export elsewhere: %w",
+			dir, float64(need)/1e6, had, dir, syscall.ENOSPC)
+	}
+	return files, err
+}
+
+// writeHF is WriteHF after the dtype is known to be good: size bytes per stored element.
+func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	switch ents, err := os.ReadDir(dir); {
 	case err == nil && len(ents) > 0:
 		return nil, fmt.Errorf("ckpt: %s exists and is not empty (%d entries, e.g. %s): export writes a new directory", dir, len(ents), ents[0].Name())
@@ -196,9 +240,37 @@ func WriteHF(dir string, e HFExport) ([]string, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("ckpt: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(filepath.Clean(dir))+".tmp-")
+	hooks := HFHooks{Temp: func(string) {}, Stale: func(string, int64) {}}
+	if e.Hooks != nil {
+		hooks = *e.Hooks
+	}
+	prefix := "." + filepath.Base(filepath.Clean(dir)) + ".tmp-"
+	tmp, err := os.MkdirTemp(parent, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: %w", err)
+	}
+	hooks.Temp(tmp)
+	// The temporary directory is locked (flock) while this export writes it, so another
+	// export of dir tells a running export's directory from one a killed export left.
+	held, err := os.Open(tmp)
+	if err == nil {
+		defer held.Close()
+		_, err = tryLock(held)
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("ckpt: lock %s: %w", tmp, err)
+	}
+	stale, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
+	for _, p := range stale {
+		if p == tmp || !unlocked(p) {
+			continue
+		}
+		hooks.Stale(p, sysmem.TreeBytes(p))
+		if err := os.RemoveAll(p); err != nil {
+			os.RemoveAll(tmp)
+			return nil, fmt.Errorf("ckpt: remove the partial export %s: %w", p, err)
+		}
 	}
 	ok := false
 	defer func() {
@@ -281,10 +353,22 @@ func WriteHF(dir string, e HFExport) ([]string, error) {
 		return nil, fmt.Errorf("ckpt: %w", err)
 	}
 	ok = true
+	hooks.Temp("") // renamed: nothing temporary is left
 	if err := syncDir(parent); err != nil {
 		return files, err
 	}
 	return files, nil
+}
+
+// unlocked reports whether no process holds the lock of directory path (an export writing it).
+func unlocked(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	ok, err := tryLock(f)
+	return ok && err == nil
 }
 
 // writeSynced writes data to path and syncs it.

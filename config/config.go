@@ -53,6 +53,9 @@ type RunConfig struct {
 	OutputDir   string `toml:"output_dir" json:"output_dir"`     // parent directory of run directories
 	Seed        uint64 `toml:"seed" json:"seed"`                 // seeds initialisation and data sampling
 	LogInterval int    `toml:"log_interval" json:"log_interval"` // steps between log lines without a progress bar; 0 = off
+	// TensorBoard writes every step's scalars as TensorBoard event files under <run>/tb/
+	// (loss, learning rate, gradient norm, tokens/s, FLOP/s, MFU, memory, eval loss).
+	TensorBoard bool `toml:"tensorboard" json:"tensorboard"`
 }
 
 // DataConfig is the [data] section: the training text and how it becomes batches.
@@ -149,6 +152,10 @@ type EvalConfig struct {
 // DeviceConfig is the [device] section: where the kernels run.
 type DeviceConfig struct {
 	Kind string `toml:"kind" json:"kind"` // cpu | cuda
+	// PeakTFLOPS is one device's peak, in TFLOP/s, that MFU divides by. 0: the dense bf16 peak
+	// of the GPU a CUDA backend names when plan knows it (A100, H100, H200), else no MFU (a
+	// CPU's peak is not known; its FLOP/s are still reported).
+	PeakTFLOPS float64 `toml:"peak_tflops" json:"peak_tflops,omitempty"`
 }
 
 // The allowed values of the enumerated keys, in the order error messages list them.
@@ -167,7 +174,7 @@ var (
 // writes it out).
 func Default() Config {
 	return Config{
-		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10},
+		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10, TensorBoard: true},
 		Model: model.DefaultConfig(),
 		Data: DataConfig{Train: "$GOROOT/src", Eval: "$GOROOT/test", Format: "text", Include: []string{},
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
@@ -706,6 +713,9 @@ func (c *Config) validate(forEval bool) error {
 
 	// [device]
 	oneOf("device.kind", c.Device.Kind, deviceKinds)
+	if !(c.Device.PeakTFLOPS >= 0) || !finite(c.Device.PeakTFLOPS) {
+		fail("device.peak_tflops = %g: must be a finite number >= 0 (one device's peak in TFLOP/s, e.g. 989 for an H100's dense bf16; 0 = known from the GPU, or no MFU)", c.Device.PeakTFLOPS)
+	}
 
 	return errors.Join(errs...)
 }

@@ -80,3 +80,13 @@ func goroot() (string, error) {
 	}
 	return "", fmt.Errorf("$GOROOT: the GOROOT environment variable is not set, `go env GOROOT` failed (%v), and this binary records no GOROOT", err)
 }
+
+// ShowPath writes p for a message: expanded (ExpandPath), followed by p as written when the
+// two differ, "/usr/local/go/test ($GOROOT/test)"; p itself when it does not expand.
+func ShowPath(p string) string {
+	e, err := ExpandPath(p)
+	if err != nil || e == p {
+		return p
+	}
+	return e + " (" + p + ")"
+}

@@ -2,13 +2,18 @@ package data
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
+
+	"distflash/sysmem"
 )
 
 // encBatch is a run of consecutive documents that one worker encodes.
@@ -148,6 +153,9 @@ type ShardOptions struct {
 	Workers int
 	// Progress, when set, is called now and then during the run and once at its end.
 	Progress func(TokenizeProgress)
+	// Stale, when set, hears of each staging directory of Out that a killed WriteShards left
+	// (on this host, by a process that no longer runs) before it is removed.
+	Stale func(path string, bytes int64)
 }
 
 // TokenizeProgress is how far WriteShards has come.
@@ -171,9 +179,13 @@ type TokenizeStats struct {
 // encodes it with tok and writes token shards (see ShardHeader) to opt.Out. Reading the
 // shards back with format "tokens" gives the stream LoadTokens gives for src.
 //
-// It fails if opt.Out already holds shards. On any error, or when ctx is cancelled, the
-// shards this call wrote are removed, so no partial set is left that could pass for a whole
-// one.
+// It fails if opt.Out already holds shards. The shards are written into a staging directory
+// beside Out (.NAME.tokenize-HOST-PID) and moved to Out only when all are complete: a new or
+// empty directory Out is the staging directory renamed, in one step; into a directory that
+// holds other files the shards are renamed one by one. So a killed WriteShards leaves no
+// shards that could pass for a whole set, only its staging directory, which the next
+// WriteShards of the same Out removes (opt.Stale hears of it). On any error, or when ctx is
+// cancelled, the staging directory is removed.
 func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOptions) (TokenizeStats, error) {
 	var st TokenizeStats
 	if tok == nil {
@@ -190,8 +202,7 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		return st, fmt.Errorf("data: WriteShards: ShardTokens = %d: must be >= 0 (0 = %d)", opt.ShardTokens, DefaultShardTokens)
 	}
 	single := strings.HasSuffix(opt.Out, ".tokens")
-	next, err := shardNamer(opt.Out, single, opt.ShardTokens)
-	if err != nil {
+	if _, err := shardNamer(opt.Out, single, opt.ShardTokens); err != nil { // checks Out
 		return st, err
 	}
 	limit := opt.ShardTokens
@@ -205,6 +216,11 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 	if err != nil {
 		return st, err
 	}
+	stage, err := newStage(opt.Out, opt.Stale)
+	if err != nil {
+		return st, err
+	}
+	next, _ := shardNamer(filepath.Join(stage, "shards"), false, 0)
 	st.Files = len(w.files)
 	for _, f := range w.files {
 		if fi, err := os.Stat(f); err == nil {
@@ -237,13 +253,19 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		sw         *ShardWriter
 		lastReport int64
 	)
+	free, freeOK := sysmem.DiskFree(stage)
 	fail := func(err error) (TokenizeStats, error) {
+		if errors.Is(err, syscall.ENOSPC) {
+			done := float64(st.InputBytes) / float64(st.InputTotal)
+			if src.MaxBytes > 0 && src.MaxBytes < st.InputTotal {
+				done = float64(st.TextBytes) / float64(src.MaxBytes)
+			}
+			err = diskFull(opt.Out, sysmem.TreeBytes(stage), done, free, freeOK)
+		}
 		if sw != nil {
 			sw.Abort()
 		}
-		for _, p := range st.Shards {
-			os.Remove(p)
-		}
+		os.RemoveAll(stage)
 		return TokenizeStats{TokenizeProgress: st.TokenizeProgress}, err
 	}
 	err = encodeDocs(ctx, w, tok, opt.Workers, func(tokens []int32, textBytes int) error {
@@ -289,8 +311,105 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		return fail(err)
 	}
 	st.Shards = append(st.Shards, sw.path)
+	if st.Shards, err = publish(stage, st.Shards, opt.Out, single); err != nil {
+		return fail(err)
+	}
 	report()
 	return st, nil
+}
+
+// newStage makes the staging directory of out, .NAME.tokenize-HOST-PID beside it, after
+// removing those that processes of this host that no longer run left (stale hears of each).
+// Another process still writing out is an error.
+func newStage(out string, stale func(string, int64)) (string, error) {
+	out = filepath.Clean(out)
+	host, _ := os.Hostname()
+	host = strings.ReplaceAll(host, "-", "_")
+	prefix := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".tokenize-")
+	old, _ := filepath.Glob(prefix + "*")
+	for _, p := range old {
+		h, pidText, _ := strings.Cut(strings.TrimPrefix(p, prefix), "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || h != host {
+			continue // not one of ours, or another host's: not ours to judge
+		}
+		if alive(pid) {
+			return "", fmt.Errorf("data: write shards: %s is being written by process %d (its staging directory %s exists); wait for it or write elsewhere", out, pid, p)
+		}
+		if stale != nil {
+			stale(p, sysmem.TreeBytes(p))
+		}
+		if err := os.RemoveAll(p); err != nil {
+			return "", fmt.Errorf("data: write shards: remove the partial output %s: %w", p, err)
+		}
+	}
+	stage := fmt.Sprintf("%s%s-%d", prefix, host, os.Getpid())
+	if err := os.MkdirAll(filepath.Dir(stage), 0o755); err != nil {
+		return "", fmt.Errorf("data: write shards: %w", err)
+	}
+	if err := os.Mkdir(stage, 0o755); err != nil {
+		return "", fmt.Errorf("data: write shards: %w", err)
+	}
+	if err := os.Mkdir(filepath.Join(stage, "shards"), 0o755); err != nil {
+		os.Remove(stage)
+		return "", fmt.Errorf("data: write shards: %w", err)
+	}
+	return stage, nil
+}
+
+// diskFull explains a write that filled the disk: how much was written, and how much the
+// fraction done of the input suggests in all, and what was free at the start.
+func diskFull(out string, written int64, done float64, free int64, freeOK bool) error {
+	had := "an unknown amount"
+	if freeOK {
+		had = fmt.Sprintf("%.1f MB", float64(free)/1e6)
+	}
+	need := "more"
+	if done > 0 && done <= 1 {
+		need = fmt.Sprintf("about %.1f MB in all (%.0f%% of the input is read)", float64(written)/done/1e6, 100*done)
+	}
+	return fmt.Errorf("disk full beside %s after %.1f MB of shards, which need %s; %s was free at the start; the partial shards are removed, nothing is at %s: free space or write elsewhere: %w",
+		out, float64(written)/1e6, need, had, out, syscall.ENOSPC)
+}
+
+// alive reports whether process pid runs (on this host).
+func alive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	return err == nil && p.Signal(syscall.Signal(0)) == nil
+}
+
+// publish moves the complete shards from the staging directory to out and removes the
+// staging directory; it returns the shards' new paths. A new or empty directory out is the
+// staging directory's shards directory renamed (one step).
+func publish(stage string, shards []string, out string, single bool) ([]string, error) {
+	defer os.RemoveAll(stage)
+	var moved []string
+	if single {
+		if err := os.Rename(shards[0], out); err != nil {
+			return nil, fmt.Errorf("data: write shards: %w", err)
+		}
+		return []string{out}, nil
+	}
+	for _, p := range shards {
+		moved = append(moved, filepath.Join(out, filepath.Base(p)))
+	}
+	if ents, err := os.ReadDir(out); err == nil && len(ents) == 0 {
+		if err := os.Remove(out); err != nil {
+			return nil, fmt.Errorf("data: write shards: %w", err)
+		}
+	}
+	if err := os.Rename(filepath.Join(stage, "shards"), out); err == nil {
+		return moved, nil
+	}
+	for i, p := range shards { // out holds other files: the shards one by one
+		if err := os.Rename(p, moved[i]); err != nil {
+			for _, q := range moved[:i] {
+				os.Remove(q)
+			}
+			return nil, fmt.Errorf("data: write shards: %w", err)
+		}
+	}
+	return moved, nil
 }
 
 // shardNamer checks out and returns the function that names each next shard.
@@ -305,15 +424,10 @@ func shardNamer(out string, single bool, shardTokens int64) (func() string, erro
 		if _, err := os.Lstat(out); err == nil {
 			return nil, fmt.Errorf("data: write shards: %s exists; remove it or write elsewhere", out)
 		}
-		if dir := filepath.Dir(out); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, fmt.Errorf("data: write shards: %w", err)
-			}
-		}
 		return func() string { return out }, nil
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, fmt.Errorf("data: write shards: %w", err)
+	if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("data: write shards: %s exists and is not a directory; name a new directory, or a file ending in .tokens", out)
 	}
 	old, err := filepath.Glob(filepath.Join(out, "*.tokens"))
 	if err != nil {

@@ -349,7 +349,15 @@ func LoadCheckpoint(path string, stderr io.Writer) (cfg config.Config, params []
 	if _, err := os.Stat(filepath.Join(path, ckpt.ManifestFile)); err != nil {
 		spec = "auto" // a run directory
 	}
-	c, skipped, err := ckpt.ResolveOpen(path, spec)
+	var c *ckpt.Checkpoint
+	var skipped []error
+	if where, id, ok := runCheckpointDir(path); spec == "auto" && ok {
+		// a run that saved into its checkpoint.dir: its own checkpoints there
+		fmt.Fprintf(stderr, "%s saves its checkpoints in %s (checkpoint.dir): reading the newest of %s there\n", path, where, id)
+		c, skipped, err = ckpt.ResolveOpenRun(where, "auto", id)
+	} else {
+		c, skipped, err = ckpt.ResolveOpen(path, spec)
+	}
 	for _, s := range skipped {
 		fmt.Fprintf(stderr, "skipping damaged checkpoint: %v\n", s)
 	}
@@ -382,6 +390,25 @@ func LoadCheckpoint(path string, stderr io.Writer) (cfg config.Config, params []
 		return config.Config{}, nil, "", 0, fmt.Errorf("%s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
 	}
 	return saved, params, dir, step, nil
+}
+
+// runCheckpointDir reads a run directory's config.json and run.json: where the run saved its
+// checkpoints when its checkpoint.dir is elsewhere, and the run's identity; ok is false for a
+// run that saved them in its own directory (or a directory that is no run).
+func runCheckpointDir(run string) (dir string, id ckpt.RunID, ok bool) {
+	b, err := os.ReadFile(filepath.Join(run, "config.json"))
+	if err != nil {
+		return "", id, false
+	}
+	var cfg config.Config
+	if json.Unmarshal(b, &cfg) != nil || cfg.Checkpoint.Dir == "" || filepath.Clean(cfg.Checkpoint.Dir) == filepath.Clean(run) {
+		return "", id, false
+	}
+	id, ok, err = ckpt.ReadRunID(run)
+	if err != nil || !ok {
+		return "", id, false
+	}
+	return cfg.Checkpoint.Dir, id, true
 }
 
 // configTokenizer is the tokenizer named by data.tokenizer.

@@ -211,7 +211,7 @@ func (j *Job) Describe() string {
 		scoring = fmt.Sprintf(", sliding windows of %d every %d", o.Window, o.Stride)
 	}
 	return fmt.Sprintf("eval: %s on %d samples of %s, seq_len %d%s, %s; tokenizer %s",
-		what, len(j.Samples), j.Req.Data, j.Req.SeqLen, scoring, world, j.Model.Tokenizer.Name())
+		what, len(j.Samples), data.ShowPath(j.Req.Data), j.Req.SeqLen, scoring, world, j.Model.Tokenizer.Name())
 }
 
 // lengthList writes lengths as 1K,2K,4K.
@@ -288,6 +288,24 @@ func (j *Job) RunPasskey(ctx context.Context, progress func(done, total int)) (P
 		rep.Step = &step
 	}
 	return rep, nil
+}
+
+// Replaces says what the report already at path holds when it is an evaluation of other data,
+// length or scoring than rep ("" when there is none, or it is the same evaluation again), so
+// that an eval that replaces it by default can say so.
+func Replaces(path string, rep Report) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var old Report
+	if json.Unmarshal(b, &old) != nil {
+		return "a file that is not an eval report"
+	}
+	if old.Data == rep.Data && old.SeqLen == rep.SeqLen && old.Scoring == rep.Scoring && old.Samples == rep.Samples {
+		return ""
+	}
+	return fmt.Sprintf("an eval of %d samples of %s at seq_len %d (%s)", old.Samples, old.Data, old.SeqLen, old.Scoring)
 }
 
 // WriteReport writes rep (a Report or a PasskeyReport) as indented JSON to path, creating

@@ -285,6 +285,10 @@ func (c *CUDA) uploadInts(xs []int32) devPtr {
 // Name implements Backend.
 func (c *CUDA) Name() string { return "cuda" }
 
+// DeviceName is the GPU's name as the driver gives it (e.g. "NVIDIA H200"): train looks up the
+// peak that MFU divides by with it.
+func (c *CUDA) DeviceName() string { return c.info.name }
+
 // Counters implements Backend.
 func (c *CUDA) Counters() *Counters { return &c.counters }
 

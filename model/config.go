@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Config is the shape of a LLaMA-family model: the [model] section of a run's TOML file.
@@ -66,6 +68,28 @@ type RopeScaling struct {
 	BetaFast                      float64 `toml:"beta_fast" json:"beta_fast,omitempty"`               // yarn; 0 means HF's 32
 	BetaSlow                      float64 `toml:"beta_slow" json:"beta_slow,omitempty"`               // yarn; 0 means HF's 1
 	AttentionFactor               float64 `toml:"attention_factor" json:"attention_factor,omitempty"` // yarn; 0 means HF's 0.1·ln(factor)+1
+}
+
+// String writes the scaling as a TOML inline table of the keys that are set, e.g.
+// `{type = "linear", factor = 4}`, and `none` without one.
+func (r RopeScaling) String() string {
+	if r.Type == "" || r.Type == "none" || r.Type == "default" {
+		return "none"
+	}
+	parts := []string{fmt.Sprintf("type = %q", r.Type), "factor = " + strconv.FormatFloat(r.Factor, 'g', -1, 64)}
+	if r.OriginalMaxPositionEmbeddings != 0 {
+		parts = append(parts, fmt.Sprintf("original_max_position_embeddings = %d", r.OriginalMaxPositionEmbeddings))
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"low_freq_factor", r.LowFreqFactor}, {"high_freq_factor", r.HighFreqFactor}, {"beta_fast", r.BetaFast},
+		{"beta_slow", r.BetaSlow}, {"attention_factor", r.AttentionFactor}} {
+		if f.v != 0 {
+			parts = append(parts, f.name+" = "+strconv.FormatFloat(f.v, 'g', -1, 64))
+		}
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 // DefaultConfig is the tiny model that trains on a laptop CPU in a minute or two.

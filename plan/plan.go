@@ -133,9 +133,9 @@ const (
 // cpuType is a rank of the CPU backend (--cluster NODESxRANKSxcpu, e.g. the hosts of
 // scripts/netns-cluster.sh): its FLOP/s is measured, not a datasheet figure, so --flops must
 // give it (bench/netns_overlap.sh derives it from a run on the hosts with unshaped links) and mfu
-// is 1; memory 16 GB per rank, within a host 2 GB/s (MPI's shared memory), between hosts
-// 1 Gbit/s per host shared by its ranks, unless --gpu-mem, --intra-bw, --inter-bw say
-// otherwise.
+// is 1; memory per rank this machine's available memory shared by a host's ranks (16 GB where
+// it cannot be read), within a host 2 GB/s (MPI's shared memory), between hosts 1 Gbit/s per
+// host shared by its ranks, unless --gpu-mem, --intra-bw, --inter-bw say otherwise.
 var cpuType = GPUType{Name: "cpu", MemBytes: 16e9, IntraBW: 2e9, InterBW: 125e6 / 2}
 
 // Cluster is the machine a plan is made for.
@@ -145,6 +145,8 @@ type Cluster struct {
 	GPU         GPUType `json:"gpu"`
 	MFU         float64 `json:"mfu"`      // achievable fraction of the peak rate in the dense products
 	AttnMFU     float64 `json:"attn_mfu"` // and in the attention kernels
+	// MemSource says where a cpu cluster's memory per rank comes from ("" for a GPU's datasheet).
+	MemSource string `json:"mem_source,omitempty"`
 }
 
 // String writes the cluster as a preset name.
@@ -951,8 +953,12 @@ func seqName(n int) string {
 func WriteDetail(w io.Writer, rep Report) {
 	pl := rep.Plans[0]
 	fmt.Fprintf(w, "config:   %s\n", rep.Summary)
+	mem := gb(rep.Cluster.GPU.MemBytes)
+	if src := rep.Cluster.MemSource; src != "" {
+		mem += " (" + src + ")"
+	}
 	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f (attention %.2f), NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
-		rep.Cluster, rep.Cluster.GPUs(), gb(rep.Cluster.GPU.MemBytes), rep.Cluster.GPU.FLOPS/1e12, rep.Cluster.MFU, rep.Cluster.AttnMFU,
+		rep.Cluster, rep.Cluster.GPUs(), mem, rep.Cluster.GPU.FLOPS/1e12, rep.Cluster.MFU, rep.Cluster.AttnMFU,
 		rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9)
 	fmt.Fprintf(w, "schedule: %s, seq_len %s (%s tokens per GPU)\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
 	if pl.Refused != "" {

@@ -7,6 +7,7 @@ import (
 
 	"distflash/config"
 	"distflash/parallel"
+	"distflash/sysmem"
 )
 
 // Request is what the plan command is asked: the cluster and how to override its preset, the
@@ -59,6 +60,13 @@ func Make(cfg config.Config, req Request) (Report, error) {
 		}
 		if o.v > 0 {
 			*o.dst = o.v
+		}
+	}
+	if cl.GPU.Name == cpuType.Name && req.GPUMem == 0 {
+		cl.MemSource = "assumed: this machine's memory cannot be read; --gpu-mem to set it"
+		if avail, _, ok := sysmem.Available(); ok {
+			cl.GPU.MemBytes = float64(avail) / float64(cl.GPUsPerNode)
+			cl.MemSource = fmt.Sprintf("this machine's available %.1f GB over %d ranks per host; --gpu-mem to set it", float64(avail)/1e9, cl.GPUsPerNode)
 		}
 	}
 	if cl.GPU.FLOPS == 0 {

@@ -498,6 +498,7 @@ func drawLegend(c draw.Canvas, runs []*Run, win int) {
 	if anyDiverged {
 		keys = append(keys, "dashed vertical line: the step where a run diverged")
 	}
+	keys = append(keys, fmt.Sprintf("loss a → b (last %d): the first step's, and the mean of the last %d steps'", LastSteps, LastSteps))
 	const keyStep = vg.Length(14)
 	note := textStyle(10, color.Gray{0x40})
 	note.YAlign = draw.YCenter
@@ -559,8 +560,12 @@ func fitText(sty draw.TextStyle, s string, w vg.Length) string {
 	return string(rs) + "…"
 }
 
-// runSummary is the run's line under its name: steps, tokens, first and last loss, last
-// eval loss, fp16 skips.
+// LastSteps is how many of a run's last steps its final loss is the mean of, in the legend
+// and at the end of train: one step's loss is noisy.
+const LastSteps = 10
+
+// runSummary is the run's line under its name: steps, tokens, the first loss and the mean of
+// the last LastSteps, the last eval loss, fp16 skips.
 func runSummary(r *Run) string {
 	first, last := r.Points[0], r.Points[len(r.Points)-1]
 	parts := []string{fmt.Sprintf("steps %d–%d", first.Step, last.Step)}
@@ -570,17 +575,24 @@ func runSummary(r *Run) string {
 	if !math.IsNaN(last.Tokens) {
 		parts = append(parts, formatSI(last.Tokens)+" tokens")
 	}
-	fl, ll := math.NaN(), math.NaN()
+	var losses []float64
 	for _, p := range r.Points {
 		if !math.IsNaN(p.Loss) {
-			if math.IsNaN(fl) {
-				fl = p.Loss
-			}
-			ll = p.Loss
+			losses = append(losses, p.Loss)
 		}
 	}
-	if !math.IsNaN(fl) {
-		parts = append(parts, fmt.Sprintf("loss %.3f → %.3f", fl, ll))
+	if n := len(losses); n > 0 {
+		// one step's loss is noisy: the end is the mean of the last LastSteps
+		k := min(n, LastSteps)
+		sum := 0.0
+		for _, l := range losses[n-k:] {
+			sum += l
+		}
+		if k > 1 {
+			parts = append(parts, fmt.Sprintf("loss %.3f → %.3f (last %d)", losses[0], sum/float64(k), k))
+		} else {
+			parts = append(parts, fmt.Sprintf("loss %.3f → %.3f", losses[0], sum))
+		}
 	}
 	for i := len(r.Points) - 1; i >= 0; i-- {
 		if p := r.Points[i]; !math.IsNaN(p.EvalLoss) {

@@ -2,7 +2,8 @@
 // size read from a file (a model's shape, a tokenizer's vocabulary, a tensor's length) is
 // checked before it is allocated: what cannot fit is refused with an error naming what needs
 // the memory, the bytes it needs and the bytes available, instead of a panic or the kernel's
-// out-of-memory killer.
+// out-of-memory killer. DiskFree tells the room left on a file system, for the messages of a
+// write that filled it.
 package sysmem
 
 import (

@@ -17,6 +17,7 @@ import (
 	"distflash/data"
 	"distflash/kernels"
 	"distflash/optim"
+	"distflash/sysmem"
 )
 
 // trainState is the part of a checkpoint that is not a tensor (ckpt.Manifest.State): with
@@ -149,7 +150,7 @@ func (t *trainer) diskFull(step int, prev string, err error) error {
 		}
 	}
 	free := "an unknown amount is"
-	if b, ok := ckpt.FreeBytes(dir); ok {
+	if b, ok := sysmem.DiskFree(dir); ok {
 		free = fmt.Sprintf("%.1f MB are", float64(b)/1e6)
 	}
 	last := "no earlier checkpoint exists"
@@ -295,6 +296,8 @@ var resumeKeys = map[string]int{
 	"run.name":                             changeExact,
 	"run.output_dir":                       changeExact,
 	"run.log_interval":                     changeExact,
+	"run.tensorboard":                      changeExact,
+	"device.peak_tflops":                   changeExact,
 	"path":                                 changeExact, // the config file's own path
 	"checkpoint.interval":                  changeExact,
 	"checkpoint.keep":                      changeExact,

@@ -3,6 +3,7 @@ package train
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -74,6 +75,24 @@ func (d *runDirs) checkFresh() error {
 				"  keep it, train anew:   --set run.name=OTHER\n"+
 				"  start over:            --fresh (moves it aside to %s.old-<time>, deletes nothing)", dir, what, dir)
 		}
+	}
+	return nil
+}
+
+// checkInUse says whether another process holds the lock of the run or checkpoint directory
+// (a run in progress there: the first thing to say, before what the directory holds). It takes
+// no lock and writes nothing where no lock file is.
+func (d *runDirs) checkInUse() error {
+	for _, dir := range d.dirs() {
+		if _, err := os.Stat(ckpt.LockFile(dir)); err != nil {
+			continue
+		}
+		l, err := ckpt.LockDir(dir)
+		var locked *ckpt.LockedError
+		if errors.As(err, &locked) {
+			return fmt.Errorf("train: %w", err)
+		}
+		l.Unlock()
 	}
 	return nil
 }

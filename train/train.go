@@ -1,13 +1,15 @@
 // Package train is distflash's training: the world it runs in (in-process ranks, or this
 // process as one MPI rank: Launch), the ranks and their step (forward, loss, backward,
 // gradient exchange or FSDP's reduce-scatter, clipping, AdamW), the data loader
-// (NewLoader), signals that stop after a step with a checkpoint (OnSignal), run directories
-// and their locks, checkpoints and resume with its report of what changed, --init-from
-// (LoadInitConfig), periodic evaluation and the metrics writer. Run is the train command
-// after its flags.
+// (NewLoader), signals that stop after a step or a save with a checkpoint (OnSignal), the
+// time limit and how long steps take (Clock), CPU and heap profiles, run directories and their
+// locks, checkpoints and resume with its report of what changed, --init-from
+// (LoadInitConfig), periodic evaluation and the metrics writers (metrics.jsonl with FLOP/s and
+// MFU, TensorBoard). Run is the train command after its flags.
 //
-// Layer: train imports config, plan (its memory check), evaluate (its held-out evaluation),
-// ckpt, data, model, optim, parallel, kernels, runplot and sysmem. Only the command imports it.
+// Layer: train imports config, plan (its memory check, FLOPs per token), evaluate (its
+// held-out evaluation), ckpt, data, model, optim, parallel, kernels, runplot, sysmem and
+// train/tensorboard. Only the command imports it.
 package train
 
 import (
@@ -21,7 +23,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ import (
 	"distflash/model"
 	"distflash/optim"
 	"distflash/parallel"
+	"distflash/plan"
 	"distflash/runplot"
 )
 
@@ -49,6 +51,8 @@ type Metrics struct {
 	ElapsedSec   float64  `json:"elapsed_s"`
 	AttnForwards int64    `json:"attn_forwards"`
 	AttnBytes    int64    `json:"attn_bytes"`           // the bytes the busiest rank sent for attention (sequence-parallel blocks, statistics, all-to-alls)
+	FLOPsPerSec  float64  `json:"flops_per_s"`          // the model FLOPs of the step's tokens (plan.FLOPsPerToken) per second, all ranks together
+	MFU          float64  `json:"mfu,omitempty"`        // FLOPsPerSec over the peak of all devices (device.peak_tflops or the GPU's); absent when the peak is not known (CPU)
 	Skipped      bool     `json:"skipped,omitempty"`    // fp16: gradients overflowed, the update was skipped
 	LossScale    float64  `json:"loss_scale,omitempty"` // fp16: the scale this step's loss was multiplied by
 	Memory       []Memory `json:"memory"`               // per rank
@@ -81,10 +85,11 @@ func WriteTraffic(comm parallel.Comm) error {
 }
 
 // OnSignal returns a context that the first SIGINT or SIGTERM cancels, which makes
-// training stop after the step it is in and save a checkpoint there; a second signal ends
-// the process at once (exit status 130), leaving the last complete checkpoint as `latest`.
-// current is the step being trained; only a process that speaks (rank 0) prints.
-func OnSignal(stderr io.Writer, current *atomic.Int64, speak bool) (context.Context, func()) {
+// training stop after the step it is in (or the checkpoint being saved) and save a checkpoint
+// there; a second signal ends the process at once (exit status 130), leaving the last complete
+// checkpoint as `latest`. clock says what the run is doing; only a process that speaks (rank
+// 0) prints.
+func OnSignal(stderr io.Writer, clock *Clock, speak bool) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -98,12 +103,12 @@ func OnSignal(stderr io.Writer, current *atomic.Int64, speak bool) (context.Cont
 			}
 			if n > 0 {
 				if speak {
-					fmt.Fprintf(stderr, "\nstopped at once during step %d, without saving; the newest complete checkpoint stays `latest`\n", current.Load())
+					fmt.Fprintf(stderr, "\nstopped at once during step %d, without saving; the newest complete checkpoint stays `latest`\n", clock.step.Load())
 				}
 				os.Exit(130)
 			}
 			if speak {
-				fmt.Fprintf(stderr, "\nstopping after step %d and saving (Ctrl-C again to stop now)\n", current.Load())
+				fmt.Fprintf(stderr, "\n%s\n", clock.StopMessage())
 			}
 			cancel()
 		}
@@ -249,7 +254,7 @@ func NewLoader(cfg config.Config, stderr io.Writer) (*data.Loader, error) {
 	}
 	tokens, err := data.LoadTokens(src, tok)
 	if err != nil {
-		return nil, fmt.Errorf("%s: data.train: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: data.train = %q: %w", cfg.Path, cfg.Data.Train, err)
 	}
 	fmt.Fprintf(stderr, "data: %d tokens from %s (%s tokenizer) in %.1fs\n", len(tokens), path, tok.Name(), time.Since(start).Seconds())
 	loader, err := data.NewLoader(tokens, cfg.Data.SeqLen, cfg.Data.BatchSize, cfg.Run.Seed)
@@ -554,6 +559,42 @@ func (t *trainer) gradients(r *rank, batches [][]data.Batch, lossScale float32) 
 	return lossSum, count
 }
 
+// anyStop reports on every rank whether some rank's process was asked to stop (local: this
+// process was), so that all stop at the same point: an all-gather of one flag per rank.
+func (t *trainer) anyStop(local bool) bool {
+	stop := false
+	_ = t.run(func(r *rank) error {
+		s := r.stats
+		clear(s)
+		if local {
+			s[statStop] = 1
+		}
+		r.be.Upload(r.statBuf, s)
+		r.Comm.AllGather(r.statAll, r.statBuf, "stats.stop")
+		all := make([]float32, statLen*t.size)
+		r.be.Download(all, r.statAll)
+		any := false
+		for q := range t.size {
+			any = any || all[q*statLen+statStop] != 0
+		}
+		if r == t.ranks[0] {
+			stop = any
+		}
+		return nil
+	})
+	return stop
+}
+
+// peakFLOPS is the FLOP/s MFU divides by, of all the world's devices: device.peak_tflops each,
+// else the dense bf16 peak of the GPU the backend names (a CUDA backend), else 0 (not known).
+func peakFLOPS(cfg config.Config, be kernels.Backend) float64 {
+	per := cfg.Device.PeakTFLOPS * 1e12
+	if d, ok := be.(interface{ DeviceName() string }); ok && per == 0 {
+		per = plan.PeakFLOPS(d.DeviceName())
+	}
+	return per * float64(cfg.Parallelism.WorldSize)
+}
+
 // stepStats is what every rank knows after gatherStats: the step's summed loss and targets,
 // the squared gradient norm, whether some gradient is not finite, whether some rank was
 // asked to stop, and every rank's memory.
@@ -626,8 +667,14 @@ type Options struct {
 	// comm, when set, makes this process one rank of a world of processes (MPI). Only rank 0
 	// prints and writes the run's shared files; every rank writes its checkpoint shard.
 	Comm parallel.Comm
-	// current, when set, is kept at the step being trained (for the Ctrl-C message).
-	Current *atomic.Int64
+	// Clock, when set, is kept at the step being trained and how long steps and saves take
+	// (for the Ctrl-C message), and holds the time limit (--time-limit). Nil: a clock without
+	// a limit.
+	Clock *Clock
+	// Profile, when set (--profile), is the directory where rank 0 writes Go CPU and heap
+	// profiles of the steps ProfileSteps names (first and last, 1-based, of this session's steps).
+	Profile      string
+	ProfileSteps [2]int
 }
 
 // divergedError ends a run whose loss or gradient norm is not a finite number.
@@ -701,6 +748,12 @@ type session struct {
 	lastPath       string // the newest checkpoint this process saved or resumed from
 	end            int    // the step to stop after (training.steps or --stop-after)
 	dirsOpen       bool
+	clock          *Clock
+	flopsPerToken  float64   // plan.FLOPsPerToken of the model at data.seq_len
+	peak           float64   // FLOP/s of all devices together; 0: not known
+	recent         []float64 // the losses of the last runplot.LastSteps steps
+	prof           *profiler // --profile, rank 0; nil: none
+	tb             *tbLog    // run.tensorboard, rank 0; nil: none
 }
 
 // setup builds the trainer and the run's directory, metrics file and evaluation, resuming
@@ -708,6 +761,11 @@ type session struct {
 // directory; the other MPI ranks wait for it.
 func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*session, error) {
 	dirs := runDirsOf(cfg)
+	if leader {
+		if err := dirs.checkInUse(); err != nil {
+			return nil, err
+		}
+	}
 	if leader && opt.Resume == "" && !opt.Fresh {
 		if err := dirs.checkFresh(); err != nil { // early, before the data is read; open checks again under the lock
 			return nil, err
@@ -734,7 +792,7 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 		if r.ev, err = newTrainEval(cfg); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(r.ev.samples), evaluate.SeqLen(cfg), cfg.Data.Eval, cfg.Eval.Interval)
+		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(r.ev.samples), evaluate.SeqLen(cfg), data.ShowPath(cfg.Data.Eval), cfg.Eval.Interval)
 	}
 	if cfg.Eval.SampleInterval > 0 && leader {
 		if r.sampler, err = newTrainSampler(cfg, dirs.run); err != nil {
@@ -766,6 +824,11 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 		if r.mf, err = openMetrics(r.metricsPath, r.st.Step); err != nil {
 			return r, err
 		}
+		if cfg.Run.TensorBoard {
+			if r.tb, err = openTB(dirs.run, stderr); err != nil {
+				return r, err
+			}
+		}
 	}
 	steps := cfg.Training.Steps
 	r.end = steps
@@ -783,6 +846,17 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 		progressbar.OptionClearOnFinish())
 	_ = r.bar.Set(r.st.Step)
 	r.start, r.tokens = time.Now(), r.st.Tokens
+	r.clock = opt.Clock
+	if r.clock == nil {
+		r.clock = NewClock(0)
+	}
+	r.clock.last.Store(int64(r.st.Step)) // the checkpoint resumed from, or 0
+	r.clock.guessSave(int64(len(StateTensors)) * 4 * int64(t.ranks[0].model.Layout.Size))
+	r.flopsPerToken = plan.FLOPsPerToken(cfg.Model, cfg.Data.SeqLen)
+	r.peak = peakFLOPS(cfg, t.ranks[0].be)
+	if opt.Profile != "" && leader {
+		r.prof = &profiler{dir: opt.Profile, from: r.st.Step + opt.ProfileSteps[0], to: r.st.Step + opt.ProfileSteps[1]}
+	}
 	r.done, r.saved = r.st.Step, r.st.Step
 	if r.st.Step > 0 {
 		r.lastPath = filepath.Join(t.runDir(), ckpt.StepDir(r.st.Step))
@@ -793,6 +867,7 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 // close releases the metrics file and the run directory's lock.
 func (r *session) close() {
 	r.mf.close()
+	r.tb.close()
 	if r.dirsOpen {
 		r.dirs.close()
 	}
@@ -802,10 +877,13 @@ func (r *session) close() {
 func (r *session) checkpoint(step int) error {
 	began := time.Now()
 	t := r.t
+	r.clock.saving.Store(int64(step))
 	path, err := t.save(trainState{Step: step, Tokens: r.tokens, Elapsed: r.st.Elapsed + time.Since(r.start).Seconds()}, r.lastPath, r.stderr)
+	r.clock.saving.Store(0)
 	if err != nil {
 		return err
 	}
+	r.clock.saved(step, time.Since(began))
 	r.saved, r.lastPath = step, path
 	r.bar.Clear()
 	raw, stored := checkpointSize(path, t.ranks[0].model.Layout.Size)
@@ -814,23 +892,31 @@ func (r *session) checkpoint(step int) error {
 	return nil
 }
 
-// loop trains from the start step to the end, or until a signal on any rank stops it after a
-// step, saving checkpoints every checkpoint.interval steps.
+// loop trains from the start step to the end, or until a signal on any rank or the time limit
+// stops it after a step, saving checkpoints every checkpoint.interval steps.
 func (r *session) loop(ctx context.Context) error {
-	t, cfg, steps := r.t, r.cfg, r.cfg.Training.Steps
-	t.stopRequested = func() bool { return ctx.Err() != nil }
+	t, cfg, steps, clock := r.t, r.cfg, r.cfg.Training.Steps, r.clock
+	t.stopRequested = func() bool { return ctx.Err() != nil || clock.overLimit() }
+	defer r.prof.stop(r.stderr)
 	for s := r.st.Step; s < r.end; s++ {
-		if r.opt.Current != nil {
-			r.opt.Current.Store(int64(s + 1))
+		if err := r.prof.begin(s+1, r.stderr); err != nil {
+			return err
 		}
+		clock.begin(s + 1)
 		stepStart := time.Now()
 		m, err := t.step(s)
 		if err != nil {
 			return err
 		}
+		clock.end()
+		r.prof.end(s+1, r.stderr)
 		r.tokens += m.Tokens
 		m.ElapsedSec = r.st.Elapsed + time.Since(r.start).Seconds()
 		m.TokensPerSec = float64(m.Tokens) / time.Since(stepStart).Seconds()
+		m.FLOPsPerSec = m.TokensPerSec * r.flopsPerToken
+		if r.peak > 0 {
+			m.MFU = m.FLOPsPerSec / r.peak
+		}
 		m.Tokens = r.tokens
 		if m.diverged || !finite(m.Loss) || !finite(m.GradNorm) && !m.Skipped {
 			r.bar.Clear()
@@ -859,26 +945,80 @@ func (r *session) loop(ctx context.Context) error {
 				return err
 			}
 		}
+		r.tb.write(m)
 		if r.first.Step == 0 {
 			r.first = m
 		}
 		r.last, r.done = m, s+1
-		r.bar.Describe(fmt.Sprintf("loss %.4f  lr %.2e  %.0f tok/s", m.Loss, m.LR, float64(r.tokens-r.st.Tokens)/time.Since(r.start).Seconds()))
+		if r.recent = append(r.recent, m.Loss); len(r.recent) > runplot.LastSteps {
+			r.recent = r.recent[1:]
+		}
+		r.bar.Describe(fmt.Sprintf("loss %.4f  lr %.2e  %.0f tok/s%s", m.Loss, m.LR, float64(r.tokens-r.st.Tokens)/time.Since(r.start).Seconds(), mfuText(m)))
 		_ = r.bar.Add(1)
 		if !r.opt.Progress && cfg.Run.LogInterval > 0 && (m.Step%cfg.Run.LogInterval == 0 || m.Step == steps) {
-			fmt.Fprintf(r.stderr, "step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s\n", m.Step, steps, m.Loss, m.LR, m.GradNorm, m.TokensPerSec)
+			fmt.Fprintf(r.stderr, "%s\n", r.logLine(m))
 		}
-		if m.stop { // a signal on any rank: every rank stops after this step
+		if m.stop { // a signal on any rank, or the time limit: every rank stops after this step
+			if clock.limited.Load() {
+				r.bar.Clear()
+				fmt.Fprintf(r.stderr, "time limit %s: stopping after step %d, %s into the run, and saving (a step takes about %s, a save about %s)\n",
+					Duration(clock.limit), m.Step, Duration(time.Since(clock.started)), Duration(time.Duration(clock.stepNS.Load())), Duration(time.Duration(clock.saveNS.Load())))
+			}
 			break
 		}
 		if k := cfg.Checkpoint.Interval; k > 0 && m.Step%k == 0 && m.Step < r.end {
 			if err := r.checkpoint(m.Step); err != nil {
 				return err
 			}
+			if t.anyStop(ctx.Err() != nil) { // a signal during the save: stop here, it is saved
+				break
+			}
 		}
 	}
 	_ = r.bar.Finish()
 	return nil
+}
+
+// logLine is the log line of step m without a progress bar: the step's numbers, the time the
+// run has taken (this session and any it resumed) and the time left at this session's mean
+// step time.
+func (r *session) logLine(m Metrics) string {
+	line := fmt.Sprintf("step %d/%d  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  %s%s  elapsed %s",
+		m.Step, r.cfg.Training.Steps, m.Loss, m.LR, m.GradNorm, m.TokensPerSec, flopsText(m.FLOPsPerSec), mfuText(m), Duration(time.Duration(m.ElapsedSec*1e9)))
+	if left := r.end - m.Step; left > 0 {
+		line += "  eta " + Duration(time.Duration(left)*time.Duration(r.clock.stepNS.Load()))
+	}
+	return line
+}
+
+// flopsText writes a FLOP/s figure with its SI prefix: "3.2 GFLOP/s".
+func flopsText(f float64) string {
+	for _, u := range []struct {
+		v float64
+		p string
+	}{{1e15, "P"}, {1e12, "T"}, {1e9, "G"}, {1e6, "M"}} {
+		if f >= u.v {
+			return fmt.Sprintf("%.3g %sFLOP/s", f/u.v, u.p)
+		}
+	}
+	return fmt.Sprintf("%.3g FLOP/s", f)
+}
+
+// mfuText is "  mfu 14.8%" when the peak is known, else "".
+func mfuText(m Metrics) string {
+	if m.MFU <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("  mfu %.1f%%", 100*m.MFU)
+}
+
+// meanRecent is the mean loss of the last runplot.LastSteps steps (fewer when fewer ran).
+func (r *session) meanRecent() float64 {
+	sum := 0.0
+	for _, l := range r.recent {
+		sum += l
+	}
+	return sum / float64(max(len(r.recent), 1))
 }
 
 // evaluate runs the held-out evaluation after m's step (every rank takes part in gathering
@@ -950,8 +1090,12 @@ func (r *session) finish() error {
 	case r.first.Step == 0:
 		fmt.Fprintf(stdout, "nothing to train: the checkpoint is at step %d of %d\n", r.done, steps)
 	default:
-		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %.4f (ln vocab = %.4f); model in %s; metrics in %s\n",
-			r.done-r.st.Step, elapsed, float64(r.tokens-r.st.Tokens)/elapsed, r.first.Loss, r.last.Loss, math.Log(float64(cfg.Model.VocabSize)), r.lastPath, r.metricsPath)
+		end := fmt.Sprintf("%.4f", r.last.Loss)
+		if len(r.recent) > 1 {
+			end = fmt.Sprintf("%.4f (mean of the last %d steps; the last step's %.4f)", r.meanRecent(), len(r.recent), r.last.Loss)
+		}
+		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %s (ln vocab = %.4f); model in %s; metrics in %s\n",
+			r.done-r.st.Step, elapsed, float64(r.tokens-r.st.Tokens)/elapsed, r.first.Loss, end, math.Log(float64(cfg.Model.VocabSize)), r.lastPath, r.metricsPath)
 	}
 	if t.scaler != nil && t.scaler.Skipped > 0 {
 		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)

@@ -1,10 +1,10 @@
-package ckpt
+package sysmem
 
 import "syscall"
 
-// FreeBytes returns the bytes an unprivileged process may still write on the file system
+// DiskFree returns the bytes an unprivileged process may still write on the file system
 // that holds path; ok is false where that cannot be told.
-func FreeBytes(path string) (free int64, ok bool) {
+func DiskFree(path string) (free int64, ok bool) {
 	var s syscall.Statfs_t
 	if err := syscall.Statfs(path, &s); err != nil {
 		return 0, false

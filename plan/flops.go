@@ -1,0 +1,34 @@
+package plan
+
+import (
+	"strings"
+
+	"distflash/model"
+)
+
+// FLOPsPerToken is the model FLOPs of training on one token of a seqLen-token sequence, the
+// count that MFU divides by (PaLM's appendix B, as torchtitan, llm.c and nanoGPT count it):
+// 6 per parameter (the forward and backward of every product, the head included) and, per
+// layer, 6·q·S·v for causal attention (q = heads × head_dim, S = seqLen, v the fraction of the
+// causal pairs a sliding window leaves visible; 1 without one). Recomputation (activation
+// checkpointing), document masks and idle ranks are not counted: they are what the system
+// spends, not what the model needs, so a better system shows a higher MFU.
+func FLOPsPerToken(m model.Config, seqLen int) float64 {
+	f := 6 * float64(m.NumParams())
+	for l := range m.NLayers {
+		f += 6 * float64(m.QDim()) * float64(seqLen) * windowVisible(seqLen, m.Window(l))
+	}
+	return f
+}
+
+// PeakFLOPS is the dense bf16 peak of the GPU a CUDA backend names (cuDeviceGetName, e.g.
+// "NVIDIA H200"), from the presets of --cluster, or 0 when the name is not one of them.
+func PeakFLOPS(device string) float64 {
+	for _, g := range gpuTypes {
+		gpu, _, _ := strings.Cut(g.Name, "-")
+		if strings.Contains(device, gpu) {
+			return g.FLOPS
+		}
+	}
+	return 0
+}
