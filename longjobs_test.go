@@ -516,3 +516,38 @@ func TestTensorBoardEvents(t *testing.T) {
 		t.Errorf("run.tensorboard = false: %v", err)
 	}
 }
+
+// TestSharedCheckpointDir: a fresh run whose checkpoint.dir holds another run's checkpoints is
+// told whose they are and what applies (continue that run by its name, a checkpoint.dir of its
+// own); after it starts over with --fresh, the other run's --resume auto says where its
+// checkpoints went, and continues there when told.
+func TestSharedCheckpointDir(t *testing.T) {
+	dir := t.TempDir()
+	shared := filepath.Join(dir, "shared")
+	runAs := func(name string, args ...string) []string {
+		return append(smallRun(dir, "--set", "run.name="+name, "--set", "checkpoint.dir="+shared, "--set", "training.steps=2"), args...)
+	}
+	mustSucceed(t, runAs("a")...)
+	out, code := distflash(t, runAs("b")...)
+	for _, w := range []string{`holds checkpoints of run "a"`, "--set run.name=a --resume auto", "--set checkpoint.dir=" + shared + "-b"} {
+		if code == 0 || !strings.Contains(out, w) {
+			t.Errorf("b over a's checkpoint.dir: exit %d, no %q:\n%s", code, w, out)
+		}
+	}
+	if strings.Contains(out, "--set run.name=OTHER") {
+		t.Errorf("suggests a new run.name, which does not change checkpoint.dir:\n%s", out)
+	}
+	mustSucceed(t, runAs("b", "--fresh")...)
+	olds, _ := filepath.Glob(shared + ".old-*")
+	if len(olds) != 1 {
+		t.Fatalf("--fresh moved %v", olds)
+	}
+	out, code = distflash(t, runAs("a", "--resume", "auto", "--set", "training.steps=3")...)
+	if want := "continue there with --set checkpoint.dir=" + olds[0] + " --resume auto"; code == 0 || !strings.Contains(out, want) {
+		t.Fatalf("a's resume after b's --fresh: exit %d, no %q:\n%s", code, want, out)
+	}
+	mustSucceed(t, smallRun(dir, "--set", "run.name=a", "--set", "checkpoint.dir="+olds[0], "--set", "training.steps=3", "--resume", "auto")...)
+	if s := latestStep(t, olds[0]); s != 3 {
+		t.Errorf("a continued to step %d, want 3", s)
+	}
+}

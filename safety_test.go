@@ -329,7 +329,7 @@ func TestFreshRunNeverDestroys(t *testing.T) {
 	shared := filepath.Join(dir, "shared-ckpt")
 	mustSucceed(t, smallRun(dir, "--set", "run.name=a", "--set", "checkpoint.dir="+shared, "--set", "training.steps=2")...)
 	before = snapshot(t, shared)
-	mustFail(t, smallRun(dir, "--set", "run.name=b", "--set", "checkpoint.dir="+shared, "--set", "training.steps=4"), "holds an earlier run")
+	mustFail(t, smallRun(dir, "--set", "run.name=b", "--set", "checkpoint.dir="+shared, "--set", "training.steps=4"), `holds checkpoints of run "a"`)
 	mustFail(t, smallRun(dir, "--set", "run.name=b", "--set", "checkpoint.dir="+shared, "--set", "training.steps=4", "--resume", "auto"),
 		"another run", `run "a"`, "--resume "+filepath.Join(shared, "step-000002"))
 	sameSnapshot(t, "run b", before, snapshot(t, shared))

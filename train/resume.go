@@ -207,6 +207,10 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 			return st, false, fmt.Errorf("resume: %s holds no checkpoint of this %s:\n  %s",
 				t.runDir(), run, strings.Join(foreign, "\n  "))
 		}
+		if moved := movedAside(t.runDir(), run); moved != "" && run.ID != "" {
+			return st, false, fmt.Errorf("resume: %s holds no checkpoint of this %s: a --fresh run moved its checkpoints aside, the newest to %s; continue there with --set checkpoint.dir=%s --resume auto",
+				t.runDir(), run, moved, filepath.Dir(moved))
+		}
 		fmt.Fprintf(stderr, "resume: no checkpoint in %s; starting from scratch\n", t.runDir())
 		return st, false, nil
 	}

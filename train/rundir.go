@@ -66,17 +66,56 @@ func earlierRun(dir string) string {
 	return strings.Join(what, ", ")
 }
 
-// checkFresh refuses a run from scratch into directories that hold an earlier run.
+// checkFresh refuses a run from scratch into directories that hold an earlier run, with the
+// ways on: for the run directory, continue, rename or start over; for a checkpoint.dir of its
+// own that holds another run's checkpoints, what applies there.
 func (d *runDirs) checkFresh() error {
 	for _, dir := range d.dirs() {
-		if what := earlierRun(dir); what != "" {
-			return fmt.Errorf("%s holds an earlier run (%s); a fresh run would overwrite it.\n"+
-				"  continue it:           --resume auto\n"+
-				"  keep it, train anew:   --set run.name=OTHER\n"+
-				"  start over:            --fresh (moves it aside to %s.old-<time>, deletes nothing)", dir, what, dir)
+		what := earlierRun(dir)
+		if what == "" {
+			continue
 		}
+		if dir != d.run {
+			return d.sharedCheckpoints(what)
+		}
+		return fmt.Errorf("%s holds an earlier run (%s); a fresh run would overwrite it.\n"+
+			"  continue it:           --resume auto\n"+
+			"  keep it, train anew:   --set run.name=OTHER\n"+
+			"  start over:            --fresh (moves it aside to %s.old-<time>, deletes nothing)", dir, what, dir)
 	}
 	return nil
+}
+
+// sharedCheckpoints explains a fresh run whose checkpoint.dir, elsewhere than its run
+// directory, holds checkpoints (what): whose they are and what to do.
+func (d *runDirs) sharedCheckpoints(what string) error {
+	owner := "an earlier run"
+	cont := "--resume auto (with that run's run.name)"
+	if r, ok := d.owner(func(ckpt.CheckpointRun) bool { return true }); ok {
+		owner = fmt.Sprintf("run %q", r.Name)
+		cont = fmt.Sprintf("--set run.name=%s --resume auto", r.Name)
+	}
+	name := filepath.Base(d.run)
+	return fmt.Errorf("checkpoint.dir %s holds checkpoints of %s (%s); this run's steps would be written beside them.\n"+
+		"  continue that run:      %s\n"+
+		"  give this run its own:  --set checkpoint.dir=%s-%s\n"+
+		"  start over:             --fresh (moves %s aside to %s.old-<time>, deletes nothing; --resume auto of %s then names where they went)",
+		d.ckpt, owner, what, cont, filepath.Clean(d.ckpt), name, d.ckpt, d.ckpt, owner)
+}
+
+// movedAside finds the checkpoints of run id that a --fresh moved aside from the checkpoint
+// directory dir (to dir.old-<time>): the newest such step directory, or "".
+func movedAside(dir string, id ckpt.RunID) string {
+	olds, _ := filepath.Glob(filepath.Clean(dir) + ".old-*")
+	for i := len(olds) - 1; i >= 0; i-- { // the newest stamp first
+		cps, _ := ckpt.Checkpoints(olds[i])
+		for _, c := range cps {
+			if c.Run.ID == id.ID {
+				return c.Dir
+			}
+		}
+	}
+	return ""
 }
 
 // checkInUse says whether another process holds the lock of the run or checkpoint directory
@@ -204,6 +243,10 @@ func (d *runDirs) checkForeign(id ckpt.RunID, resume string) error {
 		}
 		if resume != "" && resume != "auto" {
 			return nil
+		}
+		if moved := movedAside(d.ckpt, id); moved != "" {
+			return fmt.Errorf("train: checkpoint.dir %s holds checkpoints of another run (%s, saved by %s); this %s's own checkpoints were moved aside by a --fresh, the newest to %s: continue there with --set checkpoint.dir=%s --resume auto",
+				d.ckpt, filepath.Base(c.Dir), c.Run, id, moved, filepath.Dir(moved))
 		}
 		return fmt.Errorf("train: checkpoint.dir %s holds checkpoints of another run: %s was saved by %s, and this is %s; "+
 			"use another checkpoint.dir, or continue that run by naming its checkpoint: --resume %s", d.ckpt, filepath.Base(c.Dir), c.Run, id, c.Dir)
