@@ -551,3 +551,36 @@ func TestSharedCheckpointDir(t *testing.T) {
 		t.Errorf("a continued to step %d, want 3", s)
 	}
 }
+
+// TestInitFromTokenizerHint: --init-from with a data.tokenizer larger than the model's
+// vocabulary names the tokenizer given and the source's own, as the key to set.
+func TestInitFromTokenizerHint(t *testing.T) {
+	dir := t.TempDir()
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=1")...)
+	out, code := distflash(t, smallRun(t.TempDir(), "--init-from", filepath.Join(dir, "tiny"), "--set", "data.tokenizer=data/testdata/tok/llama.model")...)
+	for _, w := range []string{`data.tokenizer = "data/testdata/tok/llama.model"`, "has 1000 tokens", "vocabulary has 256", "--set data.tokenizer=byte"} {
+		if code == 0 || !strings.Contains(out, w) {
+			t.Errorf("exit %d, no %q:\n%s", code, w, out)
+		}
+	}
+}
+
+// TestConfigNotUTF8: a config file that is not UTF-8 (Latin-1 bytes, UTF-16 from an editor) is
+// refused naming the file, not read as an empty config of defaults.
+func TestConfigNotUTF8(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string][]byte{
+		"latin1.toml": []byte("[run]\nname = \"caf\xe9\"\n"),
+		"utf16.toml":  {0xff, 0xfe, '[', 0, 'r', 0, 'u', 0, 'n', 0, ']', 0, '\n', 0},
+	} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout, stderr strings.Builder
+		err := run([]string{"plan", "--config", path}, &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "UTF-") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

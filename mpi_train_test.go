@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +177,78 @@ func TestMPIRefusalOnce(t *testing.T) {
 	const want = "model.n_heads = 4 is not a multiple of model.n_kv_heads = 3"
 	if err == nil || strings.Count(out, want) != 1 {
 		t.Errorf("%v; %d times %q in:\n%s", err, strings.Count(out, want), want, out)
+	}
+}
+
+// TestMPITimeLimit: under mpirun, --time-limit stops every rank after the same step with a
+// checkpoint, and mpirun's exit status is the ranks' 0 (a forwarded Ctrl-C makes Open MPI's
+// mpirun exit 1 however the ranks end: docs/training.md#stopping).
+func TestMPITimeLimit(t *testing.T) {
+	dir := t.TempDir()
+	out, _, err := mpirunTrain(t, 2, nil, "--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
+		"--set", "training.steps=100000", "--set", "run.output_dir="+dir, "--time-limit", "8s")
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`time limit 8s: stopping after step (\d+),`).FindStringSubmatch(out)
+	if m == nil || strings.Count(out, "time limit 8s: stopping") != 1 {
+		t.Fatalf("want one time-limit message, from rank 0:\n%s", out)
+	}
+	c, err := ckpt.Open(filepath.Join(dir, "tiny-sp4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if got := fmt.Sprint(c.Manifest().Step); got != m[1] || c.Manifest().World.Size != 2 {
+		t.Errorf("latest is step %s of %d ranks, the message said %s", got, c.Manifest().World.Size, m[1])
+	}
+}
+
+// TestMPIDeviceStaging: 4 MPI processes whose buffers are not host memory (device.kind =
+// "cpu-device", so the MPI communicator only ever sees parallel.Staged's host copies, as a
+// GPU rank's buffers) train bit for bit as the host path, every schedule, the hybrid and FSDP,
+// and every rank sends the same bytes at every call site (DISTFLASH_TRAFFIC).
+func TestMPIDeviceStaging(t *testing.T) {
+	for _, c := range stagingCases() {
+		t.Run(fmt.Sprint(c[1:]), func(t *testing.T) {
+			var dirs [2]string
+			var traffic [2][]string
+			for i, kind := range []string{"cpu", "cpu-device"} {
+				dirs[i] = t.TempDir()
+				t.Setenv("DISTFLASH_TRAFFIC", filepath.Join(dirs[i], "traffic"))
+				args := []string{"--set", "run.output_dir=" + dirs[i], "--set", "training.steps=3", "--set", "device.kind=" + kind}
+				for _, s := range c {
+					args = append(args, "--set", s)
+				}
+				if out, _, err := mpirunTrain(t, 4, nil, args...); err != nil {
+					t.Fatalf("%s: %v\n%s", kind, err, out)
+				}
+				for r := range 4 {
+					b, err := os.ReadFile(filepath.Join(dirs[i], fmt.Sprintf("traffic.rank%d", r)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					traffic[i] = append(traffic[i], string(b))
+				}
+			}
+			a := readMetrics(t, filepath.Join(dirs[0], "tiny-sp4", "metrics.jsonl"))
+			b := readMetrics(t, filepath.Join(dirs[1], "tiny-sp4", "metrics.jsonl"))
+			if len(a) != 3 || len(b) != 3 {
+				t.Fatalf("%d and %d metric lines, want 3", len(a), len(b))
+			}
+			for i := range a {
+				if a[i].Loss != b[i].Loss || a[i].GradNorm != b[i].GradNorm || a[i].AttnBytes != b[i].AttnBytes {
+					t.Errorf("step %d: host %v %v %d, staged %v %v %d", a[i].Step, a[i].Loss, a[i].GradNorm, a[i].AttnBytes, b[i].Loss, b[i].GradNorm, b[i].AttnBytes)
+				}
+			}
+			for r := range 4 {
+				if traffic[0][r] != traffic[1][r] {
+					t.Errorf("rank %d's bytes per site: host %s, staged %s", r, traffic[0][r], traffic[1][r])
+				}
+			}
+			if err := sameState(stateOf(t, filepath.Join(dirs[0], "tiny-sp4")), stateOf(t, filepath.Join(dirs[1], "tiny-sp4"))); err != nil {
+				t.Errorf("the checkpoints differ: %v", err)
+			}
+		})
 	}
 }

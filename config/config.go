@@ -151,7 +151,7 @@ type EvalConfig struct {
 
 // DeviceConfig is the [device] section: where the kernels run.
 type DeviceConfig struct {
-	Kind string `toml:"kind" json:"kind"` // cpu | cuda
+	Kind string `toml:"kind" json:"kind"` // cpu | cuda | cpu-device (the CPU posing as a GPU: its buffers move only through host copies, for tests of the GPU path's staging)
 	// PeakTFLOPS is one device's peak, in TFLOP/s, that MFU divides by. 0: the dense bf16 peak
 	// of the GPU a CUDA backend names when plan knows it (A100, H100, H200), else no MFU (a
 	// CPU's peak is not known; its FLOP/s are still reported).
@@ -166,7 +166,7 @@ var (
 	backends           = []string{"inproc", "mpi", "nccl"}
 	attentions         = []string{"distflash", "ring", "zigzag", "burst", "ulysses", "attn2d"}
 	activationPolicies = []string{"none", "layer", "attn_output"}
-	deviceKinds        = []string{"cpu", "cuda"}
+	deviceKinds        = []string{"cpu", "cuda", "cpu-device"}
 )
 
 // Default is the configuration every key falls back to: the tiny model on a byte-level
@@ -858,7 +858,7 @@ func (c Config) Requirements() []string {
 		reqs = append(reqs, fmt.Sprintf("parallelism.backend = \"nccl\" (world_size %d) needs the CUDA build and an NCCL communicator, which come in a later version; on CPUs use \"mpi\" (mpirun -np %d) or \"inproc\"",
 			p.WorldSize, p.WorldSize))
 	}
-	if c.Device.Kind != "cpu" && !kernels.CUDABuilt {
+	if c.Device.Kind == "cuda" && !kernels.CUDABuilt {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))
 	}
 	return reqs

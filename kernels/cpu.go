@@ -16,19 +16,41 @@ import (
 type CPU struct {
 	counters   Counters
 	matmulPrec atomic.Uint32 // Precision of MatMul's operands
+	device     bool          // buffers are deviceBufs (NewDeviceCPU)
 }
 
 // NewCPU returns a CPU backend with its own counters.
 func NewCPU() *CPU { return &CPU{} }
+
+// NewDeviceCPU returns a CPU backend whose buffers pose as device memory: it computes as
+// NewCPU does, bit for bit, but Host panics on its buffers and IsHost is false, so that only
+// its Upload and Download can move them, as with a GPU's. Communicators that move host memory
+// must then stage them (parallel.Staged): the staging path of a GPU run, tested on CPUs
+// (device.kind = "cpu-device").
+func NewDeviceCPU() *CPU { return &CPU{device: true} }
+
+// HostMemory reports whether the backend's buffers are host memory that a communicator may
+// read and write directly (false for NewDeviceCPU's).
+func (c *CPU) HostMemory() bool { return !c.device }
 
 // cpuBuf is host memory.
 type cpuBuf []float32
 
 func (b cpuBuf) Len() int { return len(b) }
 
+// deviceBuf is NewDeviceCPU's buffer: host memory that only the backend's methods touch.
+type deviceBuf struct{ x []float32 }
+
+func (b *deviceBuf) Len() int { return len(b.x) }
+
 // Host returns the host slice behind a CPU buffer (for tests and I/O that must not copy).
-// It panics for a buffer of another backend.
-func Host(b Buf) []float32 { return f(b) }
+// It panics for a buffer of another backend, NewDeviceCPU's included.
+func Host(b Buf) []float32 {
+	if _, ok := b.(*deviceBuf); ok {
+		panic("kernels: a buffer of NewDeviceCPU is device memory: Download it")
+	}
+	return f(b)
+}
 
 // IsHost reports whether b is host memory of the CPU backend (what Host returns without panic).
 func IsHost(b Buf) bool {
@@ -44,11 +66,21 @@ func f(b Buf) []float32 {
 	if b == nil {
 		return nil
 	}
-	c, ok := b.(cpuBuf)
-	if !ok {
-		panic(fmt.Sprintf("kernels: %T is not a CPU buffer", b))
+	switch c := b.(type) {
+	case cpuBuf:
+		return c
+	case *deviceBuf:
+		return c.x
 	}
-	return c
+	panic(fmt.Sprintf("kernels: %T is not a CPU buffer", b))
+}
+
+// buf wraps x as a buffer of this backend.
+func (c *CPU) buf(x []float32) Buf {
+	if c.device {
+		return &deviceBuf{x}
+	}
+	return cpuBuf(x)
 }
 
 func mustLen(what string, b []float32, n int) {
@@ -58,16 +90,21 @@ func mustLen(what string, b []float32, n int) {
 }
 
 // Name implements Backend.
-func (c *CPU) Name() string { return "cpu" }
+func (c *CPU) Name() string {
+	if c.device {
+		return "cpu-device"
+	}
+	return "cpu"
+}
 
 // Counters implements Backend.
 func (c *CPU) Counters() *Counters { return &c.counters }
 
 // Alloc implements Backend.
-func (c *CPU) Alloc(n int) Buf { return cpuBuf(make([]float32, n)) }
+func (c *CPU) Alloc(n int) Buf { return c.buf(make([]float32, n)) }
 
 // Slice implements Backend.
-func (c *CPU) Slice(b Buf, off, n int) Buf { return cpuBuf(f(b)[off : off+n : off+n]) }
+func (c *CPU) Slice(b Buf, off, n int) Buf { return c.buf(f(b)[off : off+n : off+n]) }
 
 // Upload implements Backend.
 func (c *CPU) Upload(dst Buf, src []float32) { mustLen("upload", src, dst.Len()); copy(f(dst), src) }

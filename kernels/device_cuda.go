@@ -2,7 +2,24 @@
 
 package kernels
 
+import (
+	"fmt"
+	"os"
+
+	"distflash/kernels/cuda"
+)
+
 // CUDABuilt reports whether this binary has the CUDA backend (built with -tags cuda).
 const CUDABuilt = true
 
-func newCUDADevice(index int) (Backend, error) { return NewCUDA(index) }
+// newCUDADevice opens GPU localRank modulo the visible GPUs.
+func newCUDADevice(localRank int) (Backend, error) {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return nil, fmt.Errorf("kernels: cuda: %w", err)
+	}
+	if n < 1 {
+		return nil, fmt.Errorf("kernels: cuda: the driver shows no CUDA device (CUDA_VISIBLE_DEVICES=%q)", os.Getenv("CUDA_VISIBLE_DEVICES"))
+	}
+	return NewCUDA(localRank % n)
+}

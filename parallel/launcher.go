@@ -153,3 +153,21 @@ func CheckLaunch() error {
 	}
 	return nil
 }
+
+// localRankVars are the variables launchers set to a process's rank among those on its host,
+// first match wins: Open MPI's mpirun, MPICH's and Intel MPI's Hydra, Slurm's srun.
+var localRankVars = []string{"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}
+
+// LocalRank is this process's rank among the processes a launcher started on its host (0
+// when none says): the GPU a rank takes is its local rank modulo the host's GPUs, as llm.c
+// and torchrun choose.
+func LocalRank() int { return localRankFrom(os.Getenv) }
+
+func localRankFrom(getenv func(string) string) int {
+	for _, v := range localRankVars {
+		if r, err := strconv.Atoi(getenv(v)); err == nil && r >= 0 {
+			return r
+		}
+	}
+	return 0
+}

@@ -184,3 +184,24 @@ func TestSrunWithoutPMIx(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalRank: the host-local rank comes from the first launcher variable set (Open MPI,
+// Hydra, srun), 0 without one or with garbage.
+func TestLocalRank(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want int
+	}{
+		{nil, 0},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_RANK": "3"}, 3},
+		{map[string]string{"MPI_LOCALRANKID": "2"}, 2},
+		{map[string]string{"SLURM_LOCALID": "5"}, 5},
+		{map[string]string{"OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_LOCALID": "7"}, 1},
+		{map[string]string{"SLURM_LOCALID": "x"}, 0},
+		{map[string]string{"SLURM_LOCALID": "-2"}, 0},
+	} {
+		if got := localRankFrom(func(k string) string { return tc.env[k] }); got != tc.want {
+			t.Errorf("%v: %d, want %d", tc.env, got, tc.want)
+		}
+	}
+}

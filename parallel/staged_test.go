@@ -126,3 +126,60 @@ func TestStagedMatchesHost(t *testing.T) {
 		})
 	}
 }
+
+// pinnedDevice is a fakeDevice that allocates the host copies itself, as a GPU's page-locked
+// memory.
+type pinnedDevice struct {
+	fakeDevice
+	mu     sync.Mutex
+	pinned int
+}
+
+func (d *pinnedDevice) AllocHost(n int) []float32 {
+	d.mu.Lock()
+	d.pinned++
+	d.mu.Unlock()
+	return make([]float32, n)
+}
+
+// TestStagedPoolReuses: the host copies of staged calls come from a pool: repeating a step's
+// calls (a ring exchange, an all-reduce, an all-gather in a Split group) allocates nothing after
+// the first step, and a Stager that allocates host memory (HostAllocator) provides every copy.
+func TestStagedPoolReuses(t *testing.T) {
+	const P, n, steps = 4, 6, 5
+	dev := &pinnedDevice{}
+	allocs := make([][]int, P)
+	err := NewWorld(P).Run(func(inner Comm) error {
+		c := Staged(inner, dev)
+		sub := c.Split(c.Rank()%2, c.Rank(), "split")
+		r := c.Rank()
+		for range steps {
+			send, recv, ar := &devBuf{make([]float32, n)}, &devBuf{make([]float32, n)}, &devBuf{make([]float32, n)}
+			rq := c.Irecv(recv, (r+P-1)%P, 1, "p2p")
+			sq := c.Isend(send, (r+1)%P, 1, "p2p")
+			sq.Wait()
+			rq.Wait()
+			c.AllReduce(ar, "ar")
+			sub.AllGather(&devBuf{make([]float32, sub.Size()*n)}, &devBuf{make([]float32, n)}, "sub.ag")
+			c.Barrier()
+			allocs[r] = append(allocs[r], c.(*stagedComm).pool.allocs)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the pool is one per rank's communicator (and its Splits): its count after each step
+	for r := range P {
+		if first, last := allocs[r][0], allocs[r][steps-1]; first == 0 || last != first {
+			t.Errorf("rank %d: %d host buffers after the first step, %d after the last: want the same, above 0", r, first, last)
+		}
+	}
+	total := 0
+	for r := range P {
+		total += allocs[r][steps-1]
+	}
+	if dev.pinned != total {
+		t.Errorf("the HostAllocator made %d of the %d host buffers", dev.pinned, total)
+	}
+}

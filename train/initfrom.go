@@ -224,8 +224,12 @@ func applyInitSource(cfg *config.Config, src *initSource, sets []string, stderr 
 		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
 	}
 	if v := tok.VocabSize(); v > cfg.Model.VocabSize {
-		return fmt.Errorf("%s: --init-from %s: tokenizer %s has %d tokens, but the model's vocabulary has %d: use the model's own tokenizer (data.tokenizer)",
-			cfg.Path, src.path, tok.Name(), v, cfg.Model.VocabSize)
+		own := "the model's own tokenizer (data.tokenizer)"
+		if src.tokenizer != "" && src.tokenizer != cfg.Data.Tokenizer {
+			own = fmt.Sprintf("the model's own tokenizer: --set data.tokenizer=%s (or leave data.tokenizer out, and the source's is taken)", src.tokenizer)
+		}
+		return fmt.Errorf("%s: --init-from %s: data.tokenizer = %q has %d tokens, but the model's vocabulary has %d: use %s",
+			cfg.Path, src.path, cfg.Data.Tokenizer, v, cfg.Model.VocabSize, own)
 	}
 	what := "weights"
 	if src.kind == "checkpoint" {

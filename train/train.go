@@ -345,14 +345,16 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 		return nil, err
 	}
 	sp := p.SequenceParallelDegree
-	be, err := kernels.NewDevice(cfg.Device.Kind, 0)
+	if cfg.Device.Kind == "cuda" && t.world != nil && c.Size() > 1 {
+		return nil, fmt.Errorf("device.kind = \"cuda\" with parallelism.world_size = %d in one process: a GPU rank is a process; launch them with mpirun -np %d (or srun), each takes the GPU of its local rank", c.Size(), c.Size())
+	}
+	be, err := kernels.NewDevice(cfg.Device.Kind, parallel.LocalRank())
 	if err != nil {
 		return nil, err
 	}
-	if be.Name() != "cpu" && c.Size() > 1 {
-		return nil, fmt.Errorf("device.kind = %q with parallelism.world_size = %d: the in-process and MPI communicators move host memory; several GPU ranks need the NCCL communicator, which comes in a later version", cfg.Device.Kind, c.Size())
-	}
-	if be.Name() != "cpu" { // the communicators move host memory: device buffers go through host copies
+	if hm, ok := be.(interface{ HostMemory() bool }); !ok || !hm.HostMemory() {
+		// the in-process and MPI communicators move host memory: device buffers go through
+		// host copies (parallel.Staged), the same bytes at every call site
 		c = parallel.Staged(c, be)
 	}
 	r := &rank{id: c.Rank(), Comm: c, be: be, replica: c.Rank() / sp, stats: make([]float32, statLen)}

@@ -325,6 +325,22 @@ func Load() error {
 	return libs.err
 }
 
+// DeviceCount returns the number of CUDA devices the driver shows this process (after
+// CUDA_VISIBLE_DEVICES).
+func DeviceCount() (int, error) {
+	if err := Load(); err != nil {
+		return 0, err
+	}
+	if err := check("cuInit", C.df_init()); err != nil {
+		return 0, err
+	}
+	var count C.int
+	if err := check("cuDeviceGetCount", C.df_device_count(&count)); err != nil {
+		return 0, err
+	}
+	return int(count), nil
+}
+
 // Open initialises the driver and opens GPU ordinal with its primary context, a non-blocking
 // stream, the stream-ordered memory pool (freed memory is kept for reuse) and cuBLAS.
 func Open(ordinal int) (*Device, error) {
