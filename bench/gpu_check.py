@@ -41,6 +41,16 @@ phases took 7 minutes together (bench/results/h200-2026-11-26):
                value before it (the same measurement for both programs; PyTorch's allocator peak
                is reported beside it).
 
+  multigpu     several processes on the one GPU over MPI with device buffers (issue "many
+               GPUs", part 3): Open MPI from the Debian packages the pack carries, unpacked into
+               the work folder and run relocated (OPAL_PREFIX); then `mpirun -np 4` of the
+               -tags 'cuda mpi' binary, device.kind = cuda, every schedule on 4
+               sequence-parallel ranks, the ring × Ulysses hybrid and FSDP over the 4, 10 steps
+               fp32, each rank's exchanges staged through host copies: the losses within 1e-5
+               relative of one GPU rank's at every step. NCCL is recorded as skipped until the
+               NCCL communicator exists. --dry runs the same with device.kind = cpu-device (the
+               CPU posing as a device) against one CPU rank.
+
 MFU counts 6·N + 6·L·d·S FLOPs per token: N the parameters without the input embedding table
 (the output head's matmul counts), L layers, d = heads × head_dim, S the sequence length; the
 attention term is 12·L·d·S (QKᵀ and PV, forward and backward) halved for the causal mask.
@@ -56,6 +66,7 @@ and ncu_attn.txt from the attention phase: few files, since a device command ret
 
 import argparse
 import glob
+import gzip
 import json
 import math
 import os
@@ -69,12 +80,12 @@ import tarfile
 import threading
 import time
 
-PHASES = ["correctness", "attention", "model"]
+PHASES = ["correctness", "attention", "model", "multigpu"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "attention": 420, "model": 420}
+BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 300}
 # The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
-SHARE = {"correctness": 0.4, "attention": 0.25, "model": 0.35}
+SHARE = {"correctness": 0.3, "attention": 0.2, "model": 0.3, "multigpu": 0.2}
 CURVE_STEPS = 50
 DOC_STEPS = 20
 FP32_TOL = 1e-5
@@ -977,6 +988,97 @@ def write_report(r, phases):
     return rep
 
 
+# ---------------------------------------------------------------------------------------------
+# Several GPU processes over MPI
+
+MPI_STEPS = 10
+MPI_CASES = [("distflash", ()), ("ring", ()), ("zigzag", ()), ("burst", ()), ("ulysses", ()), ("attn2d", ()),
+             ("ring-ulysses2", ("--set", "parallelism.attention=ring", "--set", "parallelism.ulysses_degree=2")),
+             ("fsdp", ("--set", "parallelism.attention=distflash", "--set", "parallelism.fsdp=true"))]
+
+
+def unpack_mpi(r, limit):
+    """Unpacks the pack's Open MPI .debs into work/ompi and sets r.mpi_env to run it from there;
+    the MPI build of distflash (bin/distflash-mpi.gz) into work/bin."""
+    gz = r.bin("distflash-mpi") + ".gz"
+    if not os.path.exists(gz):
+        raise Fail("the pack has no bin/distflash-mpi.gz: make it with scripts/gpu_check.sh pack")
+    os.makedirs(os.path.join(r.work, "bin"), exist_ok=True)
+    r.mpi_bin = os.path.join(r.work, "bin", "distflash-mpi")
+    with gzip.open(gz, "rb") as src, open(r.mpi_bin, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.chmod(r.mpi_bin, 0o755)
+    debs = sorted(glob.glob(os.path.join(r.pack, "ompi", "*.deb")))
+    if not debs:
+        raise Fail("the pack has no ompi/*.deb: scripts/gpu_check.sh pack downloads them with apt-get (Debian)")
+    root = os.path.join(r.work, "ompi")
+    os.makedirs(root, exist_ok=True)
+    for d in debs:
+        if shutil.which("dpkg-deb"):
+            r.sh("ompi-unpack-" + os.path.basename(d), ["dpkg-deb", "-x", d, root], 60)
+        else:  # ar + tar, where there is no dpkg
+            tmp = os.path.join(r.work, "deb")
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            r.sh("ompi-ar-" + os.path.basename(d), ["ar", "x", d], 60, cwd=tmp)
+            data = glob.glob(os.path.join(tmp, "data.tar.*"))[0]
+            r.sh("ompi-tar-" + os.path.basename(d), ["tar", "-xf", data, "-C", root], 60)
+    usr = os.path.join(root, "usr")
+    lib = os.path.join(usr, "lib", "x86_64-linux-gnu")
+    r.mpi_env = {"OPAL_PREFIX": usr, "PMIX_INSTALL_PREFIX": usr,
+                 "PATH": os.path.join(usr, "bin") + ":" + r.env.get("PATH", ""),
+                 "LD_LIBRARY_PATH": lib + ":" + os.path.join(lib, "openmpi", "lib") + ":" + r.env.get("LD_LIBRARY_PATH", ""),
+                 "OMPI_MCA_plm_rsh_agent": "false"}
+    _, out = r.sh("ompi-version", [os.path.join(usr, "bin", "mpirun.openmpi"), "--version"], 30, env=r.mpi_env)
+    return {"debs": len(debs), "version": out.strip().splitlines()[-1] if out.strip() else ""}
+
+
+def mpi_train(r, name, np, device, extra, limit):
+    runs = os.path.join(r.work, "runs")
+    cmd = [r.mpi_bin, "train", "--config", os.path.join(r.pack, "configs", "tiny.toml"),
+           "--set", f"data.train={os.path.join(r.pack, 'data', 'go.tokens')}", "--set", "data.format=tokens",
+           "--set", f"training.steps={MPI_STEPS}", "--set", f"device.kind={device}",
+           "--set", f"parallelism.world_size={np}", "--set", f"parallelism.sequence_parallel_degree={np}",
+           "--set", f"run.output_dir={runs}", "--set", f"run.name={name}", "--progress=false", *extra]
+    if np > 1:
+        usr = r.mpi_env["OPAL_PREFIX"]
+        cmd = [os.path.join(usr, "bin", "mpirun.openmpi"), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "-np", str(np), *cmd]
+    r.sh(name, cmd, limit, cwd=r.work, env=r.mpi_env)  # the MPI build needs libmpi even on one rank
+    return [m["loss"] for m in read_metrics(os.path.join(runs, name, "metrics.jsonl"))]
+
+
+def mpi_schedules(r, limit):
+    """4 MPI processes on the GPU (cpu-device in a dry run), every case, against 1 rank."""
+    if not getattr(r, "mpi_env", None):
+        raise Skip("Open MPI was not unpacked")
+    device = "cpu-device" if r.dry else "cuda"
+    deadline = time.monotonic() + limit
+    one = mpi_train(r, f"mpi-1-{device}", 1, device, ("--set", "parallelism.attention=distflash"), deadline - time.monotonic())
+    res, bad = {"one_rank": one}, []
+    for i, (name, extra) in enumerate(MPI_CASES):
+        per = (deadline - time.monotonic()) / (len(MPI_CASES) - i)
+        ex = extra if extra else ("--set", f"parallelism.attention={name}")
+        try:
+            got = mpi_train(r, f"mpi-4-{name}", 4, device, ex, per)
+        except (Fail, Timeout) as e:
+            bad.append(f"{name}: {e}")
+            continue
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got, one)) if len(got) == len(one) == MPI_STEPS else None
+        res[name] = {"losses": got, "max_rel": worst}
+        if worst is None or worst > FP32_TOL:
+            bad.append(f"{name}: {len(got)} steps, max relative difference {worst} from one rank (> {FP32_TOL})")
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
+def phase_multigpu(r):
+    r.step("multigpu", "Open MPI unpacked and relocated", lambda t: unpack_mpi(r, t), 60)
+    r.step("multigpu", "mpirun -np 4 on one device: every schedule, hybrid, FSDP vs 1 rank", lambda t: mpi_schedules(r, t), 240)
+    r.step("multigpu", "NCCL", lambda t: (_ for _ in ()).throw(Skip("no NCCL communicator yet (issue: many GPUs, part 2)")), 30)
+
+
 def cmd_run(a):
     phases = PHASES if a.phase == "all" else [a.phase]
     r = Runner(a.pack, a.out, a.budget, a.dry, a.steps)
@@ -984,7 +1086,8 @@ def cmd_run(a):
     print(json.dumps(r.meta["env"]), flush=True)
     for i, p in enumerate(phases):
         r.start_phase(phases, i)
-        {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model}[p](r)
+        {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model,
+         "multigpu": phase_multigpu}[p](r)
     rep = write_report(r, phases)
     print(render(rep))
     bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")

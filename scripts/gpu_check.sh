@@ -6,12 +6,12 @@
 #       the -tags cuda distflash binary and the kernels test binary (stripped), and copies them
 #       with the kernels' test vectors, the configs, 2 MiB of the Go source as byte-token shards
 #       (the tiny config's training text) and the PyTorch scripts into DIR (about 30 MB).
-#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|all] [--budget SECONDS]
+#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|multigpu|all] [--budget SECONDS]
 #       On a machine with an NVIDIA GPU, python3 with PyTorch and optionally ncu; no Go needed.
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
 #       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7; all 20 (each phase a share of it:
+#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7, multigpu 5; all 25 (each phase a share of it:
 #       SHARE in bench/gpu_check.py).
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
@@ -46,13 +46,25 @@ pack() {
 	command -v go >/dev/null || { echo "pack: needs Go on PATH" >&2; exit 1; }
 	mkdir -p "$dir"
 	dir="$(cd "$dir" && pwd)"
-	rm -rf "${dir:?}"/{bin,kernels,configs,data,bench,scripts,MANIFEST.json}
+	rm -rf "${dir:?}"/{bin,kernels,configs,data,bench,scripts,ompi,MANIFEST.json}
 	mkdir -p "$dir"/{bin,kernels,configs,data,bench,scripts}
 	(
 		cd "$repo"
 		export CGO_ENABLED=1
 		go build -tags cuda -trimpath -ldflags='-s -w' -o "$dir/bin/distflash" .
 		go test -c -tags cuda -trimpath -ldflags='-s -w' -o "$dir/bin/kernels.test" ./kernels
+		# the multigpu phase: the MPI build and Debian's Open MPI, unpacked and relocated there
+		go build -tags 'cuda mpi' -trimpath -ldflags='-s -w' -o "$dir/bin/distflash-mpi" .
+		gzip -f -9 "$dir/bin/distflash-mpi" # 23 → 9 MB: the pack must stay under a device call's 64 MiB
+		rm -rf "$dir/ompi"
+		mkdir -p "$dir/ompi"
+		if command -v apt-get >/dev/null; then
+			(cd "$dir/ompi" && apt-get download -q openmpi-bin openmpi-common libopenmpi3 ibverbs-providers libatomic1 \
+				libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libhwloc15 libibverbs1 libmunge2 libnl-3-200 \
+				libnl-route-3-200 libnuma1 libpmix2 libpsm-infinipath1 libpsm2-2 librdmacm1 libucx0 2>&1 | grep -v '^W:' || true)
+		else
+			echo "pack: no apt-get: the multigpu phase will find no Open MPI" >&2
+		fi
 		cp -r kernels/testdata "$dir/kernels/"
 		cp configs/tiny.toml configs/llama-1b.toml "$dir/configs/"
 		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py "$dir/bench/"
@@ -107,10 +119,10 @@ dry-run)
 		echo "dry-run: no cuda.h here: kernels/cuda/cuda_abi.h not compared with the CUDA headers"
 	fi
 	pack "$out/pack"
-	for phase in correctness attention model; do
+	for phase in correctness attention model multigpu; do
 		"$py" "$out/pack/bench/gpu_check.py" run --pack "$out/pack" --out "$out/$phase" --phase "$phase" --dry || status=1
 	done
-	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model}
+	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model,multigpu}
 	exit $status
 	;;
 *)
