@@ -19,11 +19,19 @@ import (
 // the exact result with tags ignored, sends rendezvous, operations started only when a Wait
 // flushes them as one group, and a Wait that waits for everything flushed before it.
 
-// orderedHub holds the posted sends and receives of a world, per ordered pair of world ranks.
+// orderedHub holds the posted sends and receives of a world, per communicator (each Split's
+// group is one, as each ncclCommSplit's communicator has its own connections) and ordered pair
+// of its ranks.
 type orderedHub struct {
 	mu    sync.Mutex
-	sends map[[2]int][]*orderedOp
-	recvs map[[2]int][]*orderedOp
+	sends map[orderedLink][]*orderedOp
+	recvs map[orderedLink][]*orderedOp
+}
+
+// orderedLink is a direction of a communicator's pair of ranks.
+type orderedLink struct {
+	group    string
+	src, dst int
 }
 
 // orderedOp is one posted send or receive.
@@ -35,14 +43,14 @@ type orderedOp struct {
 }
 
 func newOrderedHub() *orderedHub {
-	return &orderedHub{sends: map[[2]int][]*orderedOp{}, recvs: map[[2]int][]*orderedOp{}}
+	return &orderedHub{sends: map[orderedLink][]*orderedOp{}, recvs: map[orderedLink][]*orderedOp{}}
 }
 
 // post queues op as a send (or receive) from src to dst and matches the pair's queues in order.
-func (h *orderedHub) post(send bool, src, dst int, op *orderedOp) {
+func (h *orderedHub) post(send bool, group string, src, dst int, op *orderedOp) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	k := [2]int{src, dst}
+	k := orderedLink{group, src, dst}
 	if send {
 		h.sends[k] = append(h.sends[k], op)
 	} else {
@@ -71,7 +79,8 @@ func (h *orderedHub) post(send bool, src, dst int, op *orderedOp) {
 type orderedComm struct {
 	inner   Comm
 	hub     *orderedHub
-	world   []int // the world rank of each rank of this group
+	group   string // the communicator: "w" for the world, then "/color" per Split
+	world   []int  // the world rank of each rank of this group
 	pending []orderedPending
 	flushed *[]*orderedOp // every op this rank flushed and has not waited for (its "stream")
 	sent    Traffic
@@ -89,7 +98,7 @@ func newOrderedComm(c Comm, hub *orderedHub) *orderedComm {
 	for i := range world {
 		world[i] = i
 	}
-	return &orderedComm{inner: c, hub: hub, world: world, flushed: new([]*orderedOp), sent: Traffic{}, mu: new(sync.Mutex)}
+	return &orderedComm{inner: c, hub: hub, group: "w", world: world, flushed: new([]*orderedOp), sent: Traffic{}, mu: new(sync.Mutex)}
 }
 
 func (c *orderedComm) Rank() int { return c.inner.Rank() }
@@ -115,9 +124,9 @@ func (c *orderedComm) flush() {
 	me := c.world[c.Rank()]
 	for _, p := range c.pending {
 		if p.send {
-			c.hub.post(true, me, c.world[p.peer], p.op)
+			c.hub.post(true, c.group, me, c.world[p.peer], p.op)
 		} else {
-			c.hub.post(false, c.world[p.peer], me, p.op)
+			c.hub.post(false, c.group, c.world[p.peer], me, p.op)
 		}
 		*c.flushed = append(*c.flushed, p.op)
 	}
@@ -200,7 +209,8 @@ func (c *orderedComm) Split(color, key int, site string) Comm {
 	for i, w := range all {
 		world[i] = int(w)
 	}
-	return &orderedComm{inner: sub, hub: c.hub, world: world, flushed: c.flushed, sent: c.sent, mu: c.mu}
+	group := fmt.Sprintf("%s/%s:%d", c.group, site, color)
+	return &orderedComm{inner: sub, hub: c.hub, group: group, world: world, flushed: c.flushed, sent: c.sent, mu: c.mu}
 }
 
 func (c *orderedComm) Traffic() Traffic {
@@ -223,12 +233,6 @@ func (c *orderedComm) Traffic() Traffic {
 // communicator needs them fixed first; the test fails when one of them starts to work, so that
 // this list stays the truth.
 var ncclUnready = map[string]string{
-	"ring/P2/U1/overlap=false":      "order",
-	"ring/P3/U1/overlap=false":      "order",
-	"ring/P4/U1/overlap=false":      "order",
-	"zigzag/P2/U1/overlap=false":    "order",
-	"zigzag/P3/U1/overlap=false":    "order",
-	"zigzag/P4/U1/overlap=false":    "order",
 	"attn2d/P2/U1/overlap=true":     "order",
 	"attn2d/P3/U1/overlap=true":     "order",
 	"attn2d/P4/U1/overlap=true":     "order",
@@ -240,8 +244,6 @@ var ncclUnready = map[string]string{
 	"distflash/P3/U1/overlap=true":  "deadlock",
 	"distflash/P4/U1/overlap=false": "deadlock",
 	"distflash/P4/U1/overlap=true":  "deadlock",
-	"ring/P4/U2/overlap=false":      "order",
-	"zigzag/P4/U2/overlap=false":    "order",
 }
 
 // TestSchedulesUnderNCCLMatching runs every schedule (P = 2, 3, 4, with and without overlap)

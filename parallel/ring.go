@@ -333,8 +333,10 @@ func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.
 	for t := 0; t <= last; t++ {
 		if t > 0 {
 			if !s.opt.Overlap { // fetch block t and its accumulator, then compute
-				kvReqs = s.shift(t, curK, curV, ringTagBwdK, ringTagBwdV, s.site.bwdKV)
+				// the accumulator first: the previous rank sent it at the end of step t−1,
+				// before block t, and NCCL pairs a link's messages by order, not by tag
 				accIn = ringReqs{s.c.Irecv(sc.acc[t%2], prev, tagDKV, s.site.bwdDKV)}
+				kvReqs = s.shift(t, curK, curV, ringTagBwdK, ringTagBwdV, s.site.bwdKV)
 				// The previous step's send completes only once its receiver has posted
 				// this step's receive (true MPI/NCCL sends need not be eager).
 				accOut.wait()
