@@ -242,12 +242,9 @@ func (e *Evaluator) Forward(ids, targets []int32, at []int) (losses []float32, a
 	V := e.Config.VocabSize
 	err = e.world.Run(func(c parallel.Comm) error {
 		r := c.Rank()
-		pos := model.Positions(T)
-		if e.P > 1 {
-			var err error
-			if pos, err = e.layout.Positions(T, e.P, r); err != nil {
-				return err
-			}
+		pos, err := e.positions(T, r)
+		if err != nil {
+			return err
 		}
 		m := e.models[r]
 		m.SeqLen = n // the sample's length, not the padded T nor the rank's slice (dynamic RoPE)
@@ -273,6 +270,15 @@ func (e *Evaluator) Forward(ids, targets []int32, at []int) (losses []float32, a
 		return nil
 	})
 	return losses, argmaxAt, err
+}
+
+// positions returns the global positions rank r holds of a T-token sequence: all of them on
+// one rank, its layout's share on several.
+func (e *Evaluator) positions(T, r int) ([]int32, error) {
+	if e.P == 1 {
+		return model.Positions(T), nil
+	}
+	return e.layout.Positions(T, e.P, r)
 }
 
 // Evaluate runs every sample (one forward each, every target scored) and returns the result;

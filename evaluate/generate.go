@@ -178,12 +178,9 @@ func (e *Evaluator) Generate(ctx context.Context, prompt []int32, opt GenOptions
 	sent := make([]parallel.Traffic, e.P) // each rank's bytes over the decoding steps
 	err := e.world.Run(func(c parallel.Comm) error {
 		r := c.Rank()
-		pos := model.Positions(T)
-		if e.P > 1 {
-			var err error
-			if pos, err = e.layout.Positions(T, e.P, r); err != nil {
-				return err
-			}
+		pos, err := e.positions(T, r)
+		if err != nil {
+			return err
 		}
 		var grp model.Group
 		if e.P > 1 {

@@ -43,19 +43,5 @@ func MaxEvalSeqLen(cfg config.Config, capacity float64) int {
 		cfg.Data.SeqLen = k * 1024 * sp
 		return EvalMemoryFor(cfg, capacity).Fits
 	}
-	if !fits(1) {
-		return 0
-	}
-	lo, hi := 1, 2
-	for fits(hi) && hi < 1<<22 {
-		lo, hi = hi, hi*2
-	}
-	for hi-lo > 1 {
-		if mid := (lo + hi) / 2; fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo * 1024 * sp
+	return largestFitting(fits, 1<<22) * 1024 * sp
 }

@@ -461,22 +461,28 @@ func MaxTokensPerGPU(cfg config.Config, capacity float64) int {
 		cfg.Data.SeqLen = k * 1024 * cfg.Parallelism.SequenceParallelDegree
 		return MemoryFor(cfg, capacity).Fits
 	}
+	return largestFitting(fits, 1<<20) * 1024
+}
+
+// largestFitting is the largest k ≥ 1 with fits(k), for a fits that holds up to some k and
+// not past it: doubling until it fails (or k reaches limit), then bisecting; 0 when fits(1)
+// does not hold.
+func largestFitting(fits func(k int) bool, limit int) int {
 	if !fits(1) {
 		return 0
 	}
 	lo, hi := 1, 2
-	for fits(hi) && hi < 1<<20 {
+	for fits(hi) && hi < limit {
 		lo, hi = hi, hi*2
 	}
 	for hi-lo > 1 {
-		mid := (lo + hi) / 2
-		if fits(mid) {
+		if mid := (lo + hi) / 2; fits(mid) {
 			lo = mid
 		} else {
 			hi = mid
 		}
 	}
-	return lo * 1024
+	return lo
 }
 
 // IdleFraction is the average fraction of the time a rank of schedule name on P ranks waits

@@ -386,6 +386,18 @@ def causal_attention(q, k, v):
     return torch.matmul(p, v)
 
 
+def masked_attention(q, k, v, visible):
+    """causal_attention with an explicit mask: visible [B, T, T] says which keys (last axis)
+    each query sees."""
+    H, K = q.shape[1], k.shape[1]
+    if K != H:
+        k = k.repeat_interleave(H // K, dim=1)
+        v = v.repeat_interleave(H // K, dim=1)
+    s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[3])
+    s = s.masked_fill(~visible[:, None], float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
 def param_shapes(c):
     D, H, K, hd, Fd, V = c["dim"], c["n_heads"], c["n_kv_heads"], c["head_dim"], c["ffn_dim"], c["vocab_size"]
     shapes = [("model.embed_tokens.weight", (V, D))]
@@ -420,10 +432,11 @@ def init_params(c, gen):
     return params
 
 
-def forward(c, P, tokens, attn_fn=causal_attention, rope=None):
+def forward(c, P, tokens, attn_fn=causal_attention, rope=None, layer_attn=None):
     """P: dict name -> tensor (any float dtype). tokens: int64 [B, T]. Returns logits [B, T, V].
-    rope: (cos, sin) [T, hd] of a scaled RoPE (hf_rope_cos_sin); None is plain RoPE with
-    c["rope_theta"]."""
+    rope: (cos, sin) [T, hd] of a scaled RoPE (hf_rope_cos_sin), or [B, 1, T, hd] with
+    positions of each sequence's own; None is plain RoPE with c["rope_theta"]. layer_attn, when
+    given, returns layer i's attention function (else attn_fn on every layer)."""
     B, T = tokens.shape
     H, K, hd, eps = c["n_heads"], c["n_kv_heads"], c["head_dim"], c["norm_eps"]
     dtype = P["model.embed_tokens.weight"].dtype
@@ -437,7 +450,7 @@ def forward(c, P, tokens, attn_fn=causal_attention, rope=None):
         v = (n @ P[p + "self_attn.v_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
         q = apply_rope(q, cos, sin)
         k = apply_rope(k, cos, sin)
-        a = attn_fn(q, k, v)                                        # [B, H, T, hd]
+        a = (layer_attn(i) if layer_attn else attn_fn)(q, k, v)     # [B, H, T, hd]
         a = a.transpose(1, 2).reshape(B, T, H * hd)
         h = x + a @ P[p + "self_attn.o_proj.weight"].T
         n = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
@@ -526,7 +539,7 @@ def forward_docs(c, P, tokens, doc_id, reset):
     """forward() with an explicit block-diagonal causal mask from doc_id [B, T] and, when
     reset, RoPE positions counted from each document's first token."""
     B, T = tokens.shape
-    H, K, hd, eps = c["n_heads"], c["n_kv_heads"], c["head_dim"], c["norm_eps"]
+    hd = c["head_dim"]
     dtype = P["model.embed_tokens.weight"].dtype
     t = torch.arange(T)
     same = doc_id[:, :, None] == doc_id[:, None, :]                 # [B, T, T]
@@ -541,30 +554,7 @@ def forward_docs(c, P, tokens, doc_id, reset):
     ang = pos[:, :, None] * inv_freq[None, None, :]                  # [B, T, hd/2]
     emb = torch.cat([ang, ang], dim=-1)[:, None]                     # [B, 1, T, hd]
     cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
-
-    def attn(q, k, v):
-        if K != H:
-            k = k.repeat_interleave(H // K, dim=1)
-            v = v.repeat_interleave(H // K, dim=1)
-        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
-        s = s.masked_fill(~visible[:, None], float("-inf"))
-        return torch.matmul(torch.softmax(s, dim=-1), v)
-
-    x = P["model.embed_tokens.weight"][tokens]
-    for i in range(c["n_layers"]):
-        p = "model.layers.%d." % i
-        n = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = (n @ P[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
-        k = (n @ P[p + "self_attn.k_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
-        v = (n @ P[p + "self_attn.v_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        a = attn(q, k, v).transpose(1, 2).reshape(B, T, H * hd)
-        h = x + a @ P[p + "self_attn.o_proj.weight"].T
-        n = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
-        x = h + (F.silu(n @ P[p + "mlp.gate_proj.weight"].T) * (n @ P[p + "mlp.up_proj.weight"].T)) @ P[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, P["model.norm.weight"], eps)
-    return x @ P["lm_head.weight"].T
+    return forward(c, P, tokens, attn_fn=lambda q, k, v: masked_attention(q, k, v, visible), rope=(cos, sin))
 
 
 def gen_docmask_variant(name, over, reset, seed):
@@ -625,42 +615,17 @@ def forward_window(c, P, tokens, window, layers, doc_id):
     iff i - window < j <= i (and, with doc_id [B, T], in the same document), on the layers
     listed (all when None); the other layers attend to the whole causal prefix."""
     B, T = tokens.shape
-    H, K, hd, eps = c["n_heads"], c["n_kv_heads"], c["head_dim"], c["norm_eps"]
-    dtype = P["model.embed_tokens.weight"].dtype
     t = torch.arange(T)
     causal = t[None, :] <= t[:, None]                                # [T(i), T(j)]: j <= i
     band = causal & (t[:, None] - t[None, :] < window)
     same = torch.ones((B, T, T), dtype=torch.bool) if doc_id is None else doc_id[:, :, None] == doc_id[:, None, :]
     masks = {True: band[None] & same, False: causal[None] & same}  # [B, T, T]
-    inv_freq = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    ang = t.to(torch.float64)[:, None] * inv_freq[None, :]
-    emb = torch.cat([ang, ang], dim=-1)[None, None]
-    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
 
-    def attn(q, k, v, visible):
-        if K != H:
-            k = k.repeat_interleave(H // K, dim=1)
-            v = v.repeat_interleave(H // K, dim=1)
-        s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hd)
-        s = s.masked_fill(~visible[:, None], float("-inf"))
-        return torch.matmul(torch.softmax(s, dim=-1), v)
+    def layer_attn(i):
+        visible = masks[layers is None or i in layers]
+        return lambda q, k, v: masked_attention(q, k, v, visible)
 
-    x = P["model.embed_tokens.weight"][tokens]
-    for i in range(c["n_layers"]):
-        p = "model.layers.%d." % i
-        n = rms_norm(x, P[p + "input_layernorm.weight"], eps)
-        q = (n @ P[p + "self_attn.q_proj.weight"].T).view(B, T, H, hd).transpose(1, 2)
-        k = (n @ P[p + "self_attn.k_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
-        v = (n @ P[p + "self_attn.v_proj.weight"].T).view(B, T, K, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        windowed = layers is None or i in layers
-        a = attn(q, k, v, masks[windowed]).transpose(1, 2).reshape(B, T, H * hd)
-        h = x + a @ P[p + "self_attn.o_proj.weight"].T
-        n = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
-        x = h + (F.silu(n @ P[p + "mlp.gate_proj.weight"].T) * (n @ P[p + "mlp.up_proj.weight"].T)) @ P[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, P["model.norm.weight"], eps)
-    return x @ P["lm_head.weight"].T
+    return forward(c, P, tokens, layer_attn=layer_attn)
 
 
 def gen_window_variant(name, over, window, layers, docs, seed):
