@@ -303,6 +303,7 @@ func (s *attn2d) gather(c Comm, dst, src kernels.Buf, tag int, site string) *a2d
 			g.sends = append(g.sends, c.Isend(src, r, tag, site))
 		}
 	}
+	Start(c)
 	s.be.Copy(s.block(dst, me, size), src)
 	return g
 }
@@ -341,10 +342,12 @@ func (s *attn2d) fetchKV(k, v kernels.Buf, tagK, tagV int, site string) a2dReqs 
 		return nil
 	}
 	dst := attn2dColMajor(p, s.rows, s.cols)
-	return a2dReqs{
+	reqs := a2dReqs{
 		s.c.Irecv(dk, src, tagK, site), s.c.Irecv(dv, src, tagV, site),
 		s.c.Isend(k, dst, tagK, site), s.c.Isend(v, dst, tagV, site),
 	}
+	Start(s.c)
+	return reqs
 }
 
 // attn2dOrder returns the blocks 0 … m−1 starting at own and going round: the order in which a

@@ -95,6 +95,7 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 			reqs = append(reqs,
 				c.Isend(curK, next, burstTagK, "burst.fwd.kv"), c.Isend(curV, next, burstTagV, "burst.fwd.kv"),
 				c.Irecv(nxtK, prev, burstTagK, "burst.fwd.kv"), c.Irecv(nxtV, prev, burstTagV, "burst.fwd.kv"))
+			Start(c)
 		}
 		last := s == steps
 		if b.opt.Overlap && !last {
@@ -157,6 +158,7 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 	var dqSent [2]Request
 
 	cur := bundle{q, do, d, lse} // line 3: the local query side enters the ring
+	var sendDQ func()            // the send of this step's dQ accumulator, made at the start of the next
 	for s := 0; s <= steps; s++ {
 		j := (r + s) % P // the query block held at step s belongs to rank j
 		nxt := bufs[s%2]
@@ -167,11 +169,27 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 				c.Isend(cur.d, next, burstTagD, "burst.bwd.stats"), c.Isend(cur.lse, next, burstTagLSE, "burst.bwd.stats"),
 				c.Irecv(nxt.q, prev, burstTagQ, "burst.bwd.q"), c.Irecv(nxt.do, prev, burstTagDO, "burst.bwd.do"),
 				c.Irecv(nxt.d, prev, burstTagD, "burst.bwd.stats"), c.Irecv(nxt.lse, prev, burstTagLSE, "burst.bwd.stats"))
+			Start(c)
 		}
 		last := s == steps
+		// The previous step's dQ accumulator leaves at the start of this step, with this
+		// step's receive of the one that comes here, before the next round's block: so on
+		// every link both ranks post the same messages in the same order, and no wait for a
+		// round's blocks waits for a send whose receive is posted only in the next step,
+		// as a communicator that pairs messages by order, runs them in order and completes a
+		// send only when it is received (NCCL) needs.
+		if sendDQ != nil {
+			sendDQ()
+			sendDQ = nil
+		}
+		var dqReq Request
+		if s >= 2 { // the accumulator of block j, from ranks j+1 … r−1
+			dqReq = c.Irecv(dqIn, prev, burstTagDQ, "burst.bwd.dq")
+		}
 		if b.opt.Overlap && !last {
 			post()
 		}
+		Start(c)
 		vis := visibleDoc(be, blocks[j], pos, seq)
 		if s == 0 {
 			// The diagonal block: the own queries' gradient goes straight into dq.
@@ -180,10 +198,6 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 			}
 		} else {
 			// A visiting block (lines 8–14): dK, dV stay here, dQ_j travels on.
-			var dqReq Request
-			if s >= 2 { // the accumulator of block j, from ranks j+1 … r−1
-				dqReq = c.Irecv(dqIn, prev, burstTagDQ, "burst.bwd.dq")
-			}
 			out := dqOut[s%2]
 			if dqSent[s%2] != nil {
 				dqSent[s%2].Wait()
@@ -200,15 +214,19 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 			if last {
 				to = j // the accumulator has visited every rank that sees block j: home
 			}
-			dqSent[s%2] = c.Isend(out, to, burstTagDQ, "burst.bwd.dq")
+			sendDQ = func() { dqSent[s%2] = c.Isend(out, to, burstTagDQ, "burst.bwd.dq") }
 		}
 		if !b.opt.Overlap && !last {
 			post()
 		}
+
 		for _, rq := range reqs {
 			rq.Wait()
 		}
 		cur = nxt
+	}
+	if sendDQ != nil {
+		sendDQ()
 	}
 	if steps > 0 { // line 17: this rank's dQ is back, with every other rank's contribution
 		c.Irecv(dqIn, (r-steps+P)%P, burstTagDQ, "burst.bwd.dq").Wait()

@@ -3,7 +3,7 @@
 // between rank-private buffers, bytes counted per rank and call site), the token layouts that
 // split a sequence across ranks, the sequence-parallel attention schedules of the papers, and
 // FSDP (fsdp.go). The MPI communicator (mpi.go, build tag mpi) carries the same calls between
-// processes and machines; an NCCL one for GPUs comes later behind the same interface.
+// processes and machines; the NCCL one (nccl.go) moves GPU buffers, bootstrapped over MPI.
 package parallel
 
 import (
@@ -24,7 +24,7 @@ type Request interface {
 
 // Comm is one rank's view of a group of ranks. Every method of a collective must be called by
 // all ranks of the group in the same order. Buffers belong to the rank's own kernels.Backend
-// (host memory for the in-process and MPI worlds; device memory for NCCL, later); nothing is shared
+// (host memory for the in-process and MPI worlds; device memory for NCCL); nothing is shared
 // between ranks except by the copies these calls make.
 //
 // Every call names its call site (site), under which the bytes this rank sends are counted.

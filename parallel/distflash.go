@@ -256,6 +256,7 @@ func (s *distFlash) fwdPost(t int, q, k, v kernels.Buf) *dfFwdXfer {
 	if st.qTo >= 0 {
 		x.out = append(x.out, c.Isend(q, st.qTo, dfTagFwdQ, dfSiteFwdQ))
 	}
+	Start(c)
 	return x
 }
 
@@ -358,6 +359,7 @@ func (s *distFlash) bwdPost(t int, q, k, v, do, lse kernels.Buf) *dfBwdXfer {
 		x.out = append(x.out, c.Isend(q, st.qTo, dfTagBwdQ, dfSiteBwdQ), c.Isend(do, st.qTo, dfTagBwdDO, dfSiteBwdQ),
 			c.Isend(lse, st.qTo, dfTagBwdLSE, dfSiteBwdQ), c.Isend(sc.D, st.qTo, dfTagBwdD, dfSiteBwdQ))
 	}
+	Start(c)
 	return x
 }
 

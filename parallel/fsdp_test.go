@@ -51,7 +51,7 @@ func TestFSDPMatchesReplicated(t *testing.T) {
 			var prev [][]float32
 			for _, prefetch := range []bool{false, true} {
 				name := fmt.Sprintf("P%d/%s/prefetch=%v", P, policy, prefetch)
-				grads, loss := runFSDP(t, cfg, params, ids, targets, P, T, dscale, policy, prefetch)
+				grads, loss := runFSDP(t, NewWorld(P).Run, cfg, params, ids, targets, P, T, dscale, policy, prefetch)
 				if d := math.Abs(loss-refLoss) / math.Abs(refLoss); d > 1e-6 {
 					t.Errorf("%s: loss %v, replicated %v (rel %.2g)", name, loss, refLoss, d)
 				}
@@ -90,15 +90,15 @@ func TestFSDPMatchesReplicated(t *testing.T) {
 	}
 }
 
-// runFSDP runs one forward-backward of the batch on P FSDP ranks, rank r on sequence r, and
-// returns each rank's gradient chunks and the summed loss.
-func runFSDP(t *testing.T, cfg model.Config, params []float32, ids, targets []int32, P, T int, dscale float32,
+// runFSDP runs one forward-backward of the batch on P FSDP ranks (world runs them: a
+// World's Run, or one that wraps its communicators), rank r on sequence r, and returns each
+// rank's gradient chunks and the summed loss.
+func runFSDP(t *testing.T, world func(func(Comm) error) error, cfg model.Config, params []float32, ids, targets []int32, P, T int, dscale float32,
 	policy model.Checkpoint, prefetch bool) ([][]float32, float64) {
 	t.Helper()
-	w := NewWorld(P)
 	grads := make([][]float32, P)
 	losses := make([]float64, P)
-	err := w.Run(func(c Comm) error {
+	err := world(func(c Comm) error {
 		be := kernels.NewCPU()
 		st := NewFSDP(c, be, model.NewLayout(cfg), FSDPOptions{Prefetch: prefetch})
 		st.Load(params)

@@ -178,10 +178,12 @@ func (s *ringAttn) rows(b kernels.Buf, i, c, w int) kernels.Buf {
 func (s *ringAttn) shift(t int, k, v kernels.Buf, tagK, tagV int, site string) ringReqs {
 	P, p, sc := s.c.Size(), s.c.Rank(), s.sc
 	next, prev := (p+1)%P, (p+P-1)%P
-	return ringReqs{
+	reqs := ringReqs{
 		s.c.Irecv(sc.k[t%2], prev, s.tag+tagK, site), s.c.Irecv(sc.v[t%2], prev, s.tag+tagV, site),
 		s.c.Isend(k, next, s.tag+tagK, site), s.c.Isend(v, next, s.tag+tagV, site),
 	}
+	Start(s.c)
+	return reqs
 }
 
 // fold is attn(q_p, k_r, v_r, o_p, s_p) of Alg. 1 (line 2 and 6): it folds the block k, v at

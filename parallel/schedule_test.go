@@ -256,6 +256,15 @@ func TestDocumentMaskDiffers(t *testing.T) {
 // ~1e-7 and ~1e-6).
 func checkExact(t *testing.T, got, want scheduleRun) {
 	t.Helper()
+	if d := exactDiff(got, want); d != "" {
+		t.Error(d)
+	}
+}
+
+// exactDiff is checkExact's verdict: "" when got is the single-worker result within the
+// tolerances, else what differs.
+func exactDiff(got, want scheduleRun) string {
+	var diffs []string
 	for _, c := range []struct {
 		what      string
 		got, want []float32
@@ -265,9 +274,10 @@ func checkExact(t *testing.T, got, want scheduleRun) {
 		{"dq", got.dq, want.dq, 1e-5}, {"dk", got.dk, want.dk, 1e-5}, {"dv", got.dv, want.dv, 1e-5},
 	} {
 		if e := relErr(c.got, c.want); e > c.tol {
-			t.Errorf("%s: rel err %.3g > %g", c.what, e, c.tol)
+			diffs = append(diffs, fmt.Sprintf("%s: rel err %.3g > %g", c.what, e, c.tol))
 		}
 	}
+	return strings.Join(diffs, "; ")
 }
 
 // TestOverlapBitIdentical: prefetching changes when transfers happen, not the arithmetic or
