@@ -23,3 +23,13 @@ func newCUDADevice(localRank int) (Backend, error) {
 	}
 	return NewCUDA(localRank % n)
 }
+
+// NCCLAvailable reports whether this binary can use NCCL (parallelism.backend = nccl): nil
+// once NCCL's library (libnccl.so.2, or the file $DISTFLASH_LIBNCCL names) is loaded, else why
+// it does not load and how to install it. A failed load is tried again at the next call.
+func NCCLAvailable() error {
+	if err := cuda.LoadNCCL(); err != nil {
+		return fmt.Errorf("kernels: cuda: %w", err)
+	}
+	return nil
+}

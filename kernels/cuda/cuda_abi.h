@@ -1,6 +1,6 @@
-// The part of the CUDA driver API and cuBLAS that driver.go calls, declared here so that the
-// package builds without the CUDA toolkit (it opens both libraries with dlopen at run time):
-// handle and scalar types, the constants used, the exported symbol of each entry point (the
+// The part of the CUDA driver API and cuBLAS that driver.go and nccl.go call, declared here so
+// that the package builds without the CUDA toolkit (it opens both libraries with dlopen at run
+// time): handle and scalar types, the constants used, the exported symbol of each entry point (the
 // driver's and cuBLAS's versioned names, e.g. cuMemcpyHtoDAsync_v2) and its C signature, as
 // NVIDIA documents them for CUDA 11.8 and later (the entry points are in cuda_abi_funcs.h).
 // scripts/check_cuda_abi.sh compares every constant, type size, symbol name and signature here
@@ -20,6 +20,7 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
+typedef struct CUevent_st* CUevent;
 typedef int CUdevice_attribute;
 typedef int CUfunction_attribute;
 typedef int CUjit_option;
@@ -28,6 +29,7 @@ typedef int CUmemPool_attribute;
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CU_STREAM_NON_BLOCKING 1
+#define CU_EVENT_DISABLE_TIMING 2
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76

@@ -1,6 +1,6 @@
-// The entry points of the CUDA driver and cuBLAS that driver.go calls, and the names of the
-// constants and types cuda_abi.h declares, as X-macro lists. Kept apart from cuda_abi.h so that
-// scripts/check_cuda_abi.c can expand them against NVIDIA's own headers.
+// The entry points of the CUDA driver and cuBLAS that driver.go and nccl.go call, and the names
+// of the constants and types cuda_abi.h declares, as X-macro lists. Kept apart from cuda_abi.h so
+// that scripts/check_cuda_abi.c can expand them against NVIDIA's own headers.
 
 #ifndef DISTFLASH_CUDA_ABI_FUNCS_H
 #define DISTFLASH_CUDA_ABI_FUNCS_H
@@ -42,6 +42,10 @@
 	X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool", CUresult, (CUmemoryPool * pool, CUdevice dev))    \
 	X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", CUresult,                                                 \
 	  (CUmemoryPool pool, CUmemPool_attribute attr, void* value))                                               \
+	X(cuEventCreate, "cuEventCreate", CUresult, (CUevent * phEvent, unsigned int Flags))                        \
+	X(cuEventRecord, "cuEventRecord", CUresult, (CUevent hEvent, CUstream hStream))                             \
+	X(cuStreamWaitEvent, "cuStreamWaitEvent", CUresult, (CUstream hStream, CUevent hEvent, unsigned int Flags)) \
+	X(cuEventDestroy, "cuEventDestroy_v2", CUresult, (CUevent hEvent))                                          \
 	X(cuGetErrorName, "cuGetErrorName", CUresult, (CUresult error, const char** pStr))                          \
 	X(cuGetErrorString, "cuGetErrorString", CUresult, (CUresult error, const char** pStr))
 
@@ -58,7 +62,7 @@
 	X(cublasGetStatusString, "cublasGetStatusString", const char*, (cublasStatus_t status))
 
 #define DF_CONSTS(X)                                                                                            \
-	X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CU_STREAM_NON_BLOCKING)                                       \
+	X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CU_STREAM_NON_BLOCKING) X(CU_EVENT_DISABLE_TIMING)            \
 	X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)                 \
 	X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)    \
 	X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) X(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)                        \
@@ -69,8 +73,8 @@
 
 #define DF_TYPES(X)                                                                                             \
 	X(CUresult) X(CUdevice) X(CUdeviceptr) X(cuuint64_t) X(CUcontext) X(CUstream) X(CUmodule) X(CUfunction)     \
-	X(CUmemoryPool) X(CUdevice_attribute) X(CUfunction_attribute) X(CUjit_option) X(CUmemPool_attribute)        \
-	X(cublasHandle_t) X(cublasStatus_t) X(cublasOperation_t) X(cudaDataType) X(cublasComputeType_t)             \
-	X(cublasGemmAlgo_t) X(cudaStream_t)
+	X(CUmemoryPool) X(CUevent) X(CUdevice_attribute) X(CUfunction_attribute) X(CUjit_option)                   \
+	X(CUmemPool_attribute) X(cublasHandle_t) X(cublasStatus_t) X(cublasOperation_t) X(cudaDataType)             \
+	X(cublasComputeType_t) X(cublasGemmAlgo_t) X(cudaStream_t)
 
 #endif
