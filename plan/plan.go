@@ -52,9 +52,10 @@
 //     forward + backward, × n_layers, with a second forward under checkpoint layer, for the
 //     rank that sends the most in them (train's metrics attn_bytes is the same count). Under
 //     a sliding window the windowed layers' bytes are measured with the window (planwindow.go). FSDP:
-//     all-gather of the parameters twice (forward, backward) and a reduce-scatter of the
-//     gradients, each (P−1)/P × parameter bytes per micro-batch, P = world_size. Without fsdp on
-//     more than one rank: one gradient all-reduce, 2(P−1)/P × parameter bytes.
+//     all-gather of the parameters twice (forward, backward) in the compute precision and a
+//     reduce-scatter of the float32 gradients, each (P−1)/P × their bytes per micro-batch,
+//     P = world_size. Without fsdp on more than one rank: one all-reduce of the float32
+//     gradients, 2(P−1)/P × 4 bytes per parameter.
 //   - Time. Dense FLOPs 6 × params × tokens per rank, plus 2 × block params × tokens of
 //     recomputation under layer and attn_output. Causal attention forward 4·T²·qdim/2 per layer
 //     and sequence, backward 2.5× forward (3.5× for both), one more forward under layer;
@@ -68,14 +69,26 @@
 //     class of layers stretched by its own idle. Compute time = dense FLOPs /
 //     (peak × mfu) + attention FLOPs / (peak × attn_mfu), each fraction the GPU type's measured
 //     one (hopperMFU) unless --mfu / --attn-mfu say otherwise.
-//     Communication time = bytes / bandwidth: the attention bytes that cross between nodes
-//     (counted per peer in the same in-process run, ranks placed on nodes in order) at the
-//     inter-node rate, the others at the intra-node rate; the world's collectives on GPUs as
-//     NCCL's ring, whose crossing edges have their node's whole network (GPUs per node ×
-//     inter-node rate), capped by the intra-node rate, and on CPU ranks as Open MPI's
-//     non-blocking collectives run them, linear exchanges where every rank sends each other
-//     rank its chunk directly, so (P − g)/(P − 1) of the bytes cross between nodes of g ranks
-//     (worldCollectives). With overlap_comm each layer takes max(compute,
+//     Communication time: the attention bytes that cross between nodes (counted per peer in
+//     the same in-process run, ranks placed on nodes in order) at the inter-node rate, the
+//     others at the intra-node rate. The world's collectives on GPUs as NCCL's tuning model
+//     prices them (collectives.go; NCCL v2.23.4-1, src/graph/tuning.cc, Simple protocol), call
+//     by call: a latency plus the bytes at a bus bandwidth. The ring's bus bandwidth is the
+//     intra-node rate, and between nodes that capped by its crossing edges' share, their
+//     node's whole network (GPUs per node × inter-node rate); its latency 8.4 µs a call plus
+//     one step per hop of its path, P−1 hops for an all-gather or reduce-scatter and 2(P−1)
+//     for an all-reduce, 3.4 µs over NVLink and 14 µs for the n−1 (2(n−1)) between n nodes
+//     (× 1.4 for an all-reduce between nodes). The all-reduce may instead run as NCCL's double
+//     binary tree between nodes with a chain inside each: 2 × its buffer at 0.92 of the bus
+//     bandwidth (NCCL's size correction on top), latency 8.4 µs + 2·((g−1)·4 µs + ⌊log2 n⌋·14
+//     µs) for g GPUs a node; like NCCL, plan takes whichever it predicts faster for the call's
+//     size (small calls on many nodes: the tree; large ones and one node: the ring) and says
+//     which. Train all-reduces the gradient in one call a step; FSDP runs 3L+5 ring calls a
+//     micro-batch (every unit gathered in the forward, all but the embedding in the backward,
+//     every unit's gradient reduce-scattered). On CPU ranks the collectives run as Open MPI's
+//     non-blocking collectives do, linear exchanges where every rank sends each other rank its
+//     chunk directly, so (P − g)/(P − 1) of the bytes cross between nodes of g ranks, with no
+//     latency priced (worldCollectives). With overlap_comm each layer takes max(compute,
 //     attention + fsdp communication), else their sum; the work is spread evenly over the
 //     layers, so the step is max or sum of the totals; the data-parallel gradient all-reduce
 //     runs after the backward pass and adds to the step either way.
@@ -220,7 +233,13 @@ type TimePlan struct {
 	Step         float64 `json:"step_s"`
 	Overlap      bool    `json:"overlap"`
 	AttnLinkBW   float64 `json:"attn_link_bw"`
-	WorldLinkBW  float64 `json:"world_link_bw"`
+	// WorldLinkBW is the bandwidth of the world's collectives: NCCL's ring bus bandwidth on
+	// GPUs, Open MPI's mix of the two link classes on CPU ranks (worldCollectives).
+	WorldLinkBW float64 `json:"world_link_bw"`
+	// FSDP and DataParallel are the time of FSDP's all-gathers and reduce-scatters and of the
+	// gradient all-reduce, with the algorithm that runs them (collectives.go); both are in Comm.
+	FSDP         CollectiveTime `json:"fsdp"`
+	DataParallel CollectiveTime `json:"data_parallel"`
 }
 
 // Plan is the prediction for one config, schedule and sequence length on a cluster.
@@ -828,10 +847,12 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	N := float64(m.NumParams())
 	Pw := float64(world)
 	if world > 1 {
+		// Gradients travel as float32 (kernels.Buf) whatever the compute precision; FSDP
+		// gathers weights in the compute precision (parallel.FSDPOptions.Precision).
 		if p.FSDP {
-			pl.Comm.FSDP = accum * 3 * (Pw - 1) / Pw * N * e
+			pl.Comm.FSDP = accum * (2*e + 4) * (Pw - 1) / Pw * N
 		} else {
-			pl.Comm.DataParallel = 2 * (Pw - 1) / Pw * N * e
+			pl.Comm.DataParallel = 2 * (Pw - 1) / Pw * N * 4
 		}
 	}
 	pl.Comm.Total = pl.Comm.Attention + pl.Comm.FSDP + pl.Comm.DataParallel
@@ -889,13 +910,20 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	}
 	// The attention bytes that stay inside a node move at the intra-node rate, the others
 	// at the inter-node rate; the world's collectives as worldCollectives says (NCCL's ring
-	// on GPUs, Open MPI's direct exchanges on CPU ranks).
+	// and tree with their latency on GPUs, Open MPI's direct exchanges on CPU ranks), call by
+	// call (collectives.go).
 	inter := pl.Comm.AttnInterNode
 	attnComm := inter/cl.GPU.InterBW + (pl.Comm.Attention-inter)/cl.GPU.IntraBW
-	worldCross, worldSecPerByte := worldCollectives(cl, world)
-	tm.WorldLinkBW = 1 / worldSecPerByte
-	pl.Comm.InterNode = worldCross*(pl.Comm.FSDP+pl.Comm.DataParallel) + inter
-	fsdpComm, dpComm := pl.Comm.FSDP*worldSecPerByte, pl.Comm.DataParallel*worldSecPerByte
+	wn := worldCollectives(cl, world)
+	tm.WorldLinkBW = 1 / wn.secPerByte
+	pl.Comm.InterNode = wn.cross*(pl.Comm.FSDP+pl.Comm.DataParallel) + inter
+	if pl.Comm.FSDP > 0 {
+		tm.FSDP = wn.gatherScatter(pl.Comm.FSDP, int(accum)*fsdpCalls(m.NLayers))
+	}
+	if pl.Comm.DataParallel > 0 {
+		tm.DataParallel = wn.allReduce(N*4, pl.Comm.DataParallel) // one call of the float32 gradients
+	}
+	fsdpComm, dpComm := tm.FSDP.Seconds, tm.DataParallel.Seconds
 	tm.Comm = attnComm + fsdpComm + dpComm
 	tm.Overlap = p.OverlapComm
 	// The gradient all-reduce runs after the backward pass (package train), so it never
@@ -906,39 +934,6 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 		tm.Step = tm.Compute + tm.Comm
 	}
 	return pl
-}
-
-// worldCollectives prices the world's collectives (the gradient all-reduce, FSDP's
-// all-gathers and reduce-scatters) on cl with world ranks placed on its nodes in order: the
-// fraction of a rank's collective bytes that crosses between nodes, and the seconds one of
-// its bytes takes.
-//
-// On GPUs the collectives are NCCL's ring: on more than one node, Nodes of its world edges
-// cross, each the only crossing edge of its node in its direction, so it has the node's
-// whole network (GPUsPerNode × InterBW) and the ring runs at the slower of that and IntraBW.
-//
-// On ranks of the CPU backend they are Open MPI's (parallel/mpi.go): AllReduce is
-// MPI_Ialltoallv then MPI_Iallgatherv, ReduceScatter MPI_Ialltoall, AllGather
-// MPI_Iallgather; non-blocking collectives are served by coll/libnbc, whose schedules for
-// these (Open MPI 4.1) are linear: each rank sends its chunk straight to each of the
-// world − 1 others (not the tuned component's MPI_Allreduce decision, which distflash does
-// not call). So (world − g)/(world − 1) of a rank's bytes cross, g its node's ranks, over
-// the node's network shared by its g ranks (InterBW each), and the rest stay inside the
-// node at IntraBW; the two classes are priced one after the other, as the attention bytes.
-// On 2 hosts × 2 ranks that is 2/3 of the 2·(P−1)/P × gradient bytes across, where a ring
-// would send 1/2.
-func worldCollectives(cl Cluster, world int) (cross, secPerByte float64) {
-	g := min(cl.GPUsPerNode, world)
-	if cl.GPU.Name == cpuType.Name {
-		if world > g {
-			cross = float64(world-g) / float64(world-1)
-		}
-		return cross, cross/cl.GPU.InterBW + (1-cross)/cl.GPU.IntraBW
-	}
-	if world <= g {
-		return 0, 1 / cl.GPU.IntraBW
-	}
-	return float64(cl.Nodes) / float64(world), 1 / min(cl.GPU.IntraBW, float64(cl.GPUsPerNode)*cl.GPU.InterBW)
 }
 
 // gb writes bytes in GB (10^9).
@@ -1031,6 +1026,14 @@ func WriteDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "  compute                %8.2f s\n", t.Compute)
 	fmt.Fprintf(w, "  communication          %8.2f s  (attention inside a node at %.3g GB/s, between nodes at %.3g GB/s; fsdp/dp at %.3g GB/s)\n",
 		t.Comm, rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9, t.WorldLinkBW/1e9)
+	for _, r := range []struct {
+		what string
+		ct   CollectiveTime
+	}{{"fsdp", t.FSDP}, {"data-parallel", t.DataParallel}} {
+		if r.ct.Calls > 0 {
+			fmt.Fprintf(w, "    %-20s %8.3f s  (%s)\n", r.what, r.ct.Seconds, r.ct.describe())
+		}
+	}
 	how := "sum, overlap_comm off"
 	if t.Overlap {
 		how = "max, overlap_comm on"
