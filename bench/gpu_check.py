@@ -47,9 +47,14 @@ phases took 7 minutes together (bench/results/h200-2026-11-26):
                -tags 'cuda mpi' binary, device.kind = cuda, every schedule on 4
                sequence-parallel ranks, the ring × Ulysses hybrid and FSDP over the 4, 10 steps
                fp32, each rank's exchanges staged through host copies: the losses within 1e-5
-               relative of one GPU rank's at every step. NCCL is recorded as skipped until the
-               NCCL communicator exists. --dry runs the same with device.kind = cpu-device (the
-               CPU posing as a device) against one CPU rank.
+               relative of one GPU rank's at every step. --dry runs the same with
+               device.kind = cpu-device (the CPU posing as a device) against one CPU rank.
+               Then NCCL (parallelism.backend = nccl): the libnccl.so.2 of the nvidia-nccl
+               wheel PyTorch brings, its version, scripts/check_nccl_abi.sh against the wheel's
+               nccl.h; one NCCL rank against one GPU rank; and, where NCCL ≥ 2.30 allows
+               several ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1), the 4-rank cases over
+               NCCL against one rank (sums in NCCL's order: 1e-5 relative still). A dry run
+               skips NCCL (it needs a GPU).
 
 MFU counts 6·N + 6·L·d·S FLOPs per token: N the parameters without the input embedding table
 (the output head's matmul counts), L layers, d = heads × head_dim, S the sequence length; the
@@ -83,7 +88,7 @@ import time
 PHASES = ["correctness", "attention", "model", "multigpu"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 300}
+BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480}
 # The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
 SHARE = {"correctness": 0.3, "attention": 0.2, "model": 0.3, "multigpu": 0.2}
 CURVE_STEPS = 50
@@ -1033,7 +1038,7 @@ def unpack_mpi(r, limit):
     return {"debs": len(debs), "version": out.strip().splitlines()[-1] if out.strip() else ""}
 
 
-def mpi_train(r, name, np, device, extra, limit):
+def mpi_train(r, name, np, device, extra, limit, env=None):
     runs = os.path.join(r.work, "runs")
     cmd = [r.mpi_bin, "train", "--config", os.path.join(r.pack, "configs", "tiny.toml"),
            "--set", f"data.train={os.path.join(r.pack, 'data', 'go.tokens')}", "--set", "data.format=tokens",
@@ -1044,7 +1049,7 @@ def mpi_train(r, name, np, device, extra, limit):
         usr = r.mpi_env["OPAL_PREFIX"]
         cmd = [os.path.join(usr, "bin", "mpirun.openmpi"), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                "-np", str(np), *cmd]
-    r.sh(name, cmd, limit, cwd=r.work, env=r.mpi_env)  # the MPI build needs libmpi even on one rank
+    r.sh(name, cmd, limit, cwd=r.work, env={**r.mpi_env, **(env or {})})  # the MPI build needs libmpi even on one rank
     return [m["loss"] for m in read_metrics(os.path.join(runs, name, "metrics.jsonl"))]
 
 
@@ -1055,6 +1060,7 @@ def mpi_schedules(r, limit):
     device = "cpu-device" if r.dry else "cuda"
     deadline = time.monotonic() + limit
     one = mpi_train(r, f"mpi-1-{device}", 1, device, ("--set", "parallelism.attention=distflash"), deadline - time.monotonic())
+    r.mpi_one = one
     res, bad = {"one_rank": one}, []
     for i, (name, extra) in enumerate(MPI_CASES):
         per = (deadline - time.monotonic()) / (len(MPI_CASES) - i)
@@ -1073,10 +1079,78 @@ def mpi_schedules(r, limit):
     return res
 
 
+def find_nccl(r, limit):
+    """Finds the libnccl.so.2 (and include/nccl.h) of the nvidia-nccl wheel on this Python's path,
+    reads its version with ncclGetVersion, and checks kernels/cuda/nccl_abi.h against the header."""
+    if r.dry:
+        raise Skip("NCCL needs a GPU")
+    lib = inc = None
+    for base in sys.path:
+        d = os.path.join(base, "nvidia", "nccl")
+        if os.path.exists(os.path.join(d, "lib", "libnccl.so.2")):
+            lib, inc = os.path.join(d, "lib", "libnccl.so.2"), os.path.join(d, "include")
+            break
+    if lib is None:
+        raise Fail("no nvidia/nccl/lib/libnccl.so.2 on the Python path (pip install nvidia-nccl-cu12 or -cu13)")
+    import ctypes
+    v = ctypes.c_int()
+    if ctypes.CDLL(lib).ncclGetVersion(ctypes.byref(v)) != 0:
+        raise Fail(f"{lib}: ncclGetVersion failed")
+    r.nccl = {"lib": lib, "version": v.value}
+    res = dict(r.nccl)
+    if os.path.exists(os.path.join(inc, "nccl.h")):
+        env = {**r.env, "NCCL_INCLUDE": inc}
+        for d in ("/usr/local/cuda/include", "/usr/include"):  # nccl.h includes cuda_runtime.h
+            if os.path.exists(os.path.join(d, "cuda_runtime.h")):
+                env["CUDA_INCLUDE"] = d
+                break
+        _, out = r.sh("nccl-abi", ["bash", os.path.join(r.pack, "scripts", "check_nccl_abi.sh")], limit, env=env)
+        res["abi"] = out.strip().splitlines()[-1] if out.strip() else ""
+    else:
+        res["abi"] = f"not checked: the wheel has no {inc}/nccl.h"
+    return res
+
+
+def nccl_runs(r, limit):
+    """One NCCL rank against one GPU rank; 4 NCCL ranks on the one GPU where NCCL allows it."""
+    if not getattr(r, "nccl", None) or not getattr(r, "mpi_one", None):
+        raise Skip("no NCCL library, or no one-rank run to compare with")
+    env = {"DISTFLASH_LIBNCCL": r.nccl["lib"]}
+    deadline = time.monotonic() + limit
+    nccl = ("--set", "parallelism.backend=nccl")
+    one = mpi_train(r, "nccl-1", 1, "cuda", ("--set", "parallelism.attention=distflash", *nccl), limit / 3, env)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(one, r.mpi_one)) if len(one) == len(r.mpi_one) else None
+    res, bad = {"one_rank": {"losses": one, "max_rel": worst}}, []
+    if worst is None or worst > FP32_TOL:
+        bad.append(f"one NCCL rank: max relative difference {worst} from one GPU rank")
+    if r.nccl["version"] < 23000:
+        res["several_ranks"] = f"skipped: NCCL {r.nccl['version']} refuses several ranks on one GPU (2.30 adds NCCL_MULTI_RANK_GPU_ENABLE)"
+    else:
+        env.update({"NCCL_MULTI_RANK_GPU_ENABLE": "1", "NCCL_NVLS_ENABLE": "0"})
+        for i, (name, extra) in enumerate(MPI_CASES):
+            per = (deadline - time.monotonic()) / (len(MPI_CASES) - i)
+            ex = extra if extra else ("--set", f"parallelism.attention={name}")
+            if name == "attn2d":  # its overlap is not ready for NCCL (parallel.NCCLReady)
+                ex = (*ex, "--set", "parallelism.overlap_comm=false")
+            try:
+                got = mpi_train(r, f"nccl-4-{name}", 4, "cuda", (*ex, *nccl), per, env)
+            except (Fail, Timeout) as e:
+                bad.append(f"{name}: {e}")
+                continue
+            w = max(abs(a - b) / abs(b) for a, b in zip(got, r.mpi_one)) if len(got) == len(r.mpi_one) else None
+            res[name] = {"losses": got, "max_rel": w}
+            if w is None or w > FP32_TOL:
+                bad.append(f"{name}: {len(got)} steps, max relative difference {w} from one rank (> {FP32_TOL})")
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
 def phase_multigpu(r):
     r.step("multigpu", "Open MPI unpacked and relocated", lambda t: unpack_mpi(r, t), 60)
-    r.step("multigpu", "mpirun -np 4 on one device: every schedule, hybrid, FSDP vs 1 rank", lambda t: mpi_schedules(r, t), 240)
-    r.step("multigpu", "NCCL", lambda t: (_ for _ in ()).throw(Skip("no NCCL communicator yet (issue: many GPUs, part 2)")), 30)
+    r.step("multigpu", "mpirun -np 4 on one device: every schedule, hybrid, FSDP vs 1 rank", lambda t: mpi_schedules(r, t), 200)
+    r.step("multigpu", "NCCL library, version, ABI against its header", lambda t: find_nccl(r, t), 30)
+    r.step("multigpu", "NCCL: one rank; 4 ranks on one GPU (NCCL >= 2.30) vs 1 rank", lambda t: nccl_runs(r, t), 200)
 
 
 def cmd_run(a):

@@ -672,6 +672,14 @@ func (c *Config) validate(forEval bool) error {
 	if sp, u := p.SequenceParallelDegree, p.UlyssesDegree; sp >= 1 && u >= 1 && sp%u != 0 {
 		fail("parallelism.ulysses_degree = %d does not divide parallelism.sequence_parallel_degree = %d: the sequence-parallel ranks split into groups of ulysses_degree", u, sp)
 	}
+	if p.Backend == "nccl" && c.Device.Kind != "cuda" {
+		fail("parallelism.backend = \"nccl\" with device.kind = %q: NCCL moves GPU memory, so it needs device.kind = \"cuda\" (CPU ranks over MPI: parallelism.backend = \"mpi\")", c.Device.Kind)
+	}
+	if sp := p.SequenceParallelDegree; p.Backend == "nccl" && sp > 1 && p.UlyssesDegree >= 1 {
+		if err := parallel.NCCLReady(p.Attention, sp, p.UlyssesDegree, p.OverlapComm); err != nil {
+			fail("parallelism.attention = %q with parallelism.overlap_comm = %v under parallelism.backend = \"nccl\": %v; set overlap_comm = false or pick another schedule", p.Attention, p.OverlapComm, err)
+		}
+	}
 	if sp := p.SequenceParallelDegree; sp > 1 && modelOK && p.UlyssesDegree >= 1 && sp%p.UlyssesDegree == 0 {
 		h := model.Heads{N: c.Model.NHeads, KV: c.Model.NKVHeads, Dim: c.Model.HeadDim}
 		if err := parallel.CheckHybrid(p.Attention, h, sp, p.UlyssesDegree); err != nil {
@@ -845,8 +853,8 @@ func CheckModelMemory(what string, mc model.Config, copies, perParam float64) er
 // memoryNoteBytes is the model-state size above which Notes mentions it.
 const memoryNoteBytes = 16 << 30
 
-// Requirements lists, one sentence each, what the config needs that this build does not
-// have: the NCCL backend, a GPU build. It is empty for configs/tiny.toml. It reports facts;
+// Requirements lists, one sentence each, what the config needs that this build or machine does
+// not have: a GPU build, NCCL's library (parallelism.backend = "nccl"). It is empty for configs/tiny.toml. It reports facts;
 // the caller decides whether to refuse. Whether the config fits in memory is the caller's
 // check too (package train: the per-rank estimate of package plan against the memory the
 // process has).
@@ -855,8 +863,9 @@ func (c Config) Requirements() []string {
 	var reqs []string
 	p := c.Parallelism
 	if p.Backend == "nccl" {
-		reqs = append(reqs, fmt.Sprintf("parallelism.backend = \"nccl\" (world_size %d) needs the CUDA build and an NCCL communicator, which come in a later version; on CPUs use \"mpi\" (mpirun -np %d) or \"inproc\"",
-			p.WorldSize, p.WorldSize))
+		if err := kernels.NCCLAvailable(); err != nil {
+			reqs = append(reqs, fmt.Sprintf("parallelism.backend = \"nccl\": %v", err))
+		}
 	}
 	if c.Device.Kind == "cuda" && !kernels.CUDABuilt {
 		reqs = append(reqs, fmt.Sprintf("device.kind = %q needs a build with -tags %s (this build runs on the CPU)", c.Device.Kind, c.Device.Kind))

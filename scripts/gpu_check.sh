@@ -11,7 +11,7 @@
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
 #       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7, multigpu 5; all 25 (each phase a share of it:
+#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7, multigpu 8; all 25 (each phase a share of it:
 #       SHARE in bench/gpu_check.py).
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
@@ -68,7 +68,9 @@ pack() {
 		cp -r kernels/testdata "$dir/kernels/"
 		cp configs/tiny.toml configs/llama-1b.toml "$dir/configs/"
 		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py "$dir/bench/"
-		cp scripts/gpu_check.sh "$dir/scripts/"
+		cp scripts/gpu_check.sh scripts/check_nccl_abi.sh scripts/check_nccl_abi.c "$dir/scripts/"
+		mkdir -p "$dir/kernels/cuda" # the NCCL ABI check's declarations
+		cp kernels/cuda/nccl_abi.h kernels/cuda/nccl_abi_funcs.h kernels/cuda/cuda_abi.h kernels/cuda/cuda_abi_funcs.h "$dir/kernels/cuda/"
 		"$dir/bin/distflash" data tokenize --config configs/tiny.toml --set data.max_bytes=2097152 \
 			--out "$dir/data/go.tokens" --progress=false
 		local nvcc="none"

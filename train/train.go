@@ -122,7 +122,9 @@ func OnSignal(stderr io.Writer, clock *Clock, speak bool) (context.Context, func
 
 // Launch starts MPI when the config asks for it (parallelism.backend = "mpi") or when
 // this process was started by an MPI launcher (mpirun, srun) together with others, and
-// returns this process's communicator; nil means the in-process world.
+// returns this process's communicator; nil means the in-process world. Under
+// parallelism.backend = "nccl" the MPI communicator is the bootstrap one: it carries NCCL's
+// unique id and the host-side agreements (newRank makes the NCCL communicator on it).
 func Launch(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
 	launch, err := parallel.MPIEnv()
 	if err != nil {
@@ -131,6 +133,16 @@ func Launch(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
 	started := launch != nil && (launch.Size > 1 || launch.Rank > 0)
 	if cfg.Parallelism.Backend != "mpi" && !started {
 		return nil, nil
+	}
+	if cfg.Parallelism.Backend == "nccl" {
+		if err := parallel.CheckLaunch(); err != nil {
+			return nil, err
+		}
+		comm, err := parallel.InitMPI()
+		if err != nil {
+			return nil, fmt.Errorf("%s: parallelism.backend = \"nccl\" bootstraps over MPI: %w", cfg.Path, err)
+		}
+		return comm, nil
 	}
 	if cfg.Parallelism.Backend == "inproc" {
 		if launch.Rank == 0 {
@@ -352,7 +364,17 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	if err != nil {
 		return nil, err
 	}
-	if hm, ok := be.(interface{ HostMemory() bool }); !ok || !hm.HostMemory() {
+	if p.Backend == "nccl" {
+		// NCCL moves the device buffers itself; c (MPI, or the in-process world of one
+		// rank) bootstraps it and carries its splits' agreements
+		lib, ok := be.(parallel.NCCLLib)
+		if !ok {
+			return nil, fmt.Errorf("parallelism.backend = \"nccl\" needs device.kind = \"cuda\" (device %s has no NCCL)", be.Name())
+		}
+		if c, err = parallel.NewNCCL(c, lib); err != nil {
+			return nil, err
+		}
+	} else if hm, ok := be.(interface{ HostMemory() bool }); !ok || !hm.HostMemory() {
 		// the in-process and MPI communicators move host memory: device buffers go through
 		// host copies (parallel.Staged), the same bytes at every call site
 		c = parallel.Staged(c, be)
