@@ -1061,22 +1061,32 @@ def mpi_schedules(r, limit):
     deadline = time.monotonic() + limit
     one = mpi_train(r, f"mpi-1-{device}", 1, device, ("--set", "parallelism.attention=distflash"), deadline - time.monotonic())
     r.mpi_one = one
-    res, bad = {"one_rank": one}, []
-    for i, (name, extra) in enumerate(MPI_CASES):
-        per = (deadline - time.monotonic()) / (len(MPI_CASES) - i)
-        ex = extra if extra else ("--set", f"parallelism.attention={name}")
-        try:
-            got = mpi_train(r, f"mpi-4-{name}", 4, device, ex, per)
-        except (Fail, Timeout) as e:
-            bad.append(f"{name}: {e}")
-            continue
-        worst = max(abs(a - b) / abs(b) for a, b in zip(got, one)) if len(got) == len(one) == MPI_STEPS else None
-        res[name] = {"losses": got, "max_rel": worst}
-        if worst is None or worst > FP32_TOL:
-            bad.append(f"{name}: {len(got)} steps, max relative difference {worst} from one rank (> {FP32_TOL})")
+    res = {"one_rank": one}
+    bad = mpi_cases(r, "mpi", device, (), None, deadline, res)
     if bad:
         res["failed"] = "; ".join(bad)
     return res
+
+
+def mpi_cases(r, prefix, device, extra, env, deadline, res):
+    """Runs MPI_CASES on 4 ranks with extra settings, each against r.mpi_one, into res; returns
+    what failed."""
+    bad = []
+    for i, (name, case) in enumerate(MPI_CASES):
+        per = (deadline - time.monotonic()) / (len(MPI_CASES) - i)
+        ex = case if case else ("--set", f"parallelism.attention={name}")
+        if name == "attn2d" and prefix == "nccl":  # its overlap is not ready for NCCL (parallel.NCCLReady)
+            ex = (*ex, "--set", "parallelism.overlap_comm=false")
+        try:
+            got = mpi_train(r, f"{prefix}-4-{name}", 4, device, (*ex, *extra), per, env)
+        except (Fail, Timeout) as e:
+            bad.append(f"{name}: {e}")
+            continue
+        worst = max(abs(a - b) / abs(b) for a, b in zip(got, r.mpi_one)) if len(got) == len(r.mpi_one) == MPI_STEPS else None
+        res[name] = {"losses": got, "max_rel": worst}
+        if worst is None or worst > FP32_TOL:
+            bad.append(f"{name}: {len(got)} steps, max relative difference {worst} from one rank (> {FP32_TOL})")
+    return bad
 
 
 def find_nccl(r, limit):
@@ -1127,20 +1137,7 @@ def nccl_runs(r, limit):
         res["several_ranks"] = f"skipped: NCCL {r.nccl['version']} refuses several ranks on one GPU (2.30 adds NCCL_MULTI_RANK_GPU_ENABLE)"
     else:
         env.update({"NCCL_MULTI_RANK_GPU_ENABLE": "1", "NCCL_NVLS_ENABLE": "0"})
-        for i, (name, extra) in enumerate(MPI_CASES):
-            per = (deadline - time.monotonic()) / (len(MPI_CASES) - i)
-            ex = extra if extra else ("--set", f"parallelism.attention={name}")
-            if name == "attn2d":  # its overlap is not ready for NCCL (parallel.NCCLReady)
-                ex = (*ex, "--set", "parallelism.overlap_comm=false")
-            try:
-                got = mpi_train(r, f"nccl-4-{name}", 4, "cuda", (*ex, *nccl), per, env)
-            except (Fail, Timeout) as e:
-                bad.append(f"{name}: {e}")
-                continue
-            w = max(abs(a - b) / abs(b) for a, b in zip(got, r.mpi_one)) if len(got) == len(r.mpi_one) else None
-            res[name] = {"losses": got, "max_rel": w}
-            if w is None or w > FP32_TOL:
-                bad.append(f"{name}: {len(got)} steps, max relative difference {w} from one rank (> {FP32_TOL})")
+        bad += mpi_cases(r, "nccl", "cuda", nccl, env, deadline, res)
     if bad:
         res["failed"] = "; ".join(bad)
     return res

@@ -134,32 +134,22 @@ func Launch(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
 	if cfg.Parallelism.Backend != "mpi" && !started {
 		return nil, nil
 	}
-	if cfg.Parallelism.Backend == "nccl" {
-		if err := parallel.CheckLaunch(); err != nil {
-			return nil, err
-		}
-		comm, err := parallel.InitMPI()
-		if err != nil {
-			return nil, fmt.Errorf("%s: parallelism.backend = \"nccl\" bootstraps over MPI: %w", cfg.Path, err)
-		}
-		return comm, nil
-	}
 	if cfg.Parallelism.Backend == "inproc" {
 		if launch.Rank == 0 {
 			fmt.Fprintf(stderr, "mpi: started by %s; using parallelism.backend = \"mpi\" instead of %q\n", launch.Launcher, cfg.Parallelism.Backend)
 		}
 		cfg.Parallelism.Backend = "mpi"
 	}
-	if cfg.Parallelism.Backend != "mpi" {
+	if b := cfg.Parallelism.Backend; b != "mpi" && b != "nccl" {
 		return nil, fmt.Errorf("%s: parallelism.backend = %q, but this process was started by %s (%v): use \"mpi\"",
-			cfg.Path, cfg.Parallelism.Backend, launch.Launcher, launch.Vars)
+			cfg.Path, b, launch.Launcher, launch.Vars)
 	}
 	if err := parallel.CheckLaunch(); err != nil {
 		return nil, err
 	}
 	comm, err := parallel.InitMPI()
 	if err != nil {
-		return nil, fmt.Errorf("%s: parallelism.backend = \"mpi\": %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: parallelism.backend = %q (over MPI): %w", cfg.Path, cfg.Parallelism.Backend, err)
 	}
 	return comm, nil
 }

@@ -347,6 +347,10 @@ func Open(ordinal int) (*Device, error) {
 	if err := Load(); err != nil {
 		return nil, err
 	}
+	// Several calls below (the stream, the pool, cuBLAS) rely on the context cuCtxSetCurrent
+	// made current: they must run on its OS thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := check("cuInit", C.df_init()); err != nil {
 		return nil, err
 	}
@@ -441,6 +445,10 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	// The unloads and the stream's destruction use the context current on this OS thread,
+	// which df_blas_destroy makes the device's: stay on it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var first error
 	keep := func(err error) {
 		if first == nil {
