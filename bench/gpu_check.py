@@ -1075,8 +1075,6 @@ def mpi_cases(r, prefix, device, extra, env, deadline, res):
     for i, (name, case) in enumerate(MPI_CASES):
         per = (deadline - time.monotonic()) / (len(MPI_CASES) - i)
         ex = case if case else ("--set", f"parallelism.attention={name}")
-        if name == "attn2d" and prefix == "nccl":  # its overlap is not ready for NCCL (parallel.NCCLReady)
-            ex = (*ex, "--set", "parallelism.overlap_comm=false")
         try:
             got = mpi_train(r, f"{prefix}-4-{name}", 4, device, (*ex, *extra), per, env)
         except (Fail, Timeout) as e:

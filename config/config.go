@@ -675,11 +675,6 @@ func (c *Config) validate(forEval bool) error {
 	if p.Backend == "nccl" && c.Device.Kind != "cuda" {
 		fail("parallelism.backend = \"nccl\" with device.kind = %q: NCCL moves GPU memory, so it needs device.kind = \"cuda\" (CPU ranks over MPI: parallelism.backend = \"mpi\")", c.Device.Kind)
 	}
-	if sp := p.SequenceParallelDegree; p.Backend == "nccl" && sp > 1 && p.UlyssesDegree >= 1 {
-		if err := parallel.NCCLReady(p.Attention, sp, p.UlyssesDegree, p.OverlapComm); err != nil {
-			fail("parallelism.attention = %q with parallelism.overlap_comm = %v under parallelism.backend = \"nccl\": %v; set overlap_comm = false or pick another schedule", p.Attention, p.OverlapComm, err)
-		}
-	}
 	if sp := p.SequenceParallelDegree; sp > 1 && modelOK && p.UlyssesDegree >= 1 && sp%p.UlyssesDegree == 0 {
 		h := model.Heads{N: c.Model.NHeads, KV: c.Model.NKVHeads, Dim: c.Model.HeadDim}
 		if err := parallel.CheckHybrid(p.Attention, h, sp, p.UlyssesDegree); err != nil {

@@ -256,10 +256,6 @@ func TestValidateInvalid(t *testing.T) {
 		{"two problems", func(c *Config) { c.Training.Steps, c.Device.Kind = 0, "gpu" }, []string{"training.steps", "device.kind"}},
 		{"nccl on the cpu", func(c *Config) { c.Parallelism.Backend = "nccl" },
 			[]string{`parallelism.backend = "nccl" with device.kind = "cpu"`, `device.kind = "cuda"`, `parallelism.backend = "mpi"`}},
-		{"nccl attn2d overlap", func(c *Config) {
-			c.Parallelism.Backend, c.Device.Kind, c.Parallelism.Attention = "nccl", "cuda", "attn2d"
-			c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 4, 4
-		}, []string{`parallelism.attention = "attn2d" with parallelism.overlap_comm = true under parallelism.backend = "nccl"`, "not ready for NCCL", "overlap_comm = false"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -383,7 +379,7 @@ func TestConfigRequirements(t *testing.T) {
 		{"configs/tiny.toml", []string{"data.format=c4"}, nil}, // every data format is read
 		{"configs/llama7b-512k.toml", nil, []string{`parallelism.backend = "nccl": kernels: parallelism.backend = nccl needs a build with -tags cuda`,
 			`device.kind = "cuda" needs a build with -tags cuda`}},
-		{"configs/llama7b-512k.toml", []string{"parallelism.attention=attn2d", "parallelism.overlap_comm=false"}, []string{"needs a build with -tags cuda"}},
+		{"configs/llama7b-512k.toml", []string{"parallelism.attention=attn2d"}, []string{"needs a build with -tags cuda"}},
 		{"configs/tiny-sp4.toml", nil, nil},
 		{"configs/tiny-sp4.toml", []string{"parallelism.sequence_parallel_degree=2", "parallelism.fsdp=true"}, nil},
 		{"configs/tiny.toml", []string{"training.mixed_precision=fp16"}, nil},

@@ -350,6 +350,13 @@ func (s *attn2d) fetchKV(k, v kernels.Buf, tagK, tagV int, site string) a2dReqs 
 	return reqs
 }
 
+// earlyRow reports whether the row's partial outputs (forward) and dq blocks (backward) travel
+// as each is complete, into receives posted before the loop (overlap), or in one collective
+// after it. On a communicator that queues its operations on an in-order stream (NCCL) a receive
+// posted early would hold every later operation of the row behind it, the gathers the loop
+// waits for included: there the gathers still overlap, the exchange comes after the loop.
+func (s *attn2d) earlyRow() bool { return s.opt.Overlap && !queues(s.row) }
+
 // attn2dOrder returns the blocks 0 … m−1 starting at own and going round: the order in which a
 // rank visits the query blocks of its row (own = j) and the key blocks of its column (own = i),
 // the same with and without overlap.
@@ -373,7 +380,8 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 
 	// Partials of this rank's queries arrive from the row (line 6), posted first with overlap.
 	var outRecv, outSend a2dReqs
-	if s.opt.Overlap {
+	early := s.earlyRow()
+	if early {
 		for a := 0; a < s.cols; a++ {
 			if a != me {
 				outRecv = append(outRecv, s.row.Irecv(s.block(sc.recv, a, slab), a, a2dTagFwdOut, a2dSiteFwdOut))
@@ -398,7 +406,7 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 			kvb := s.block(sc.kvg, b, 2*kn)
 			be.AttnForward(st, qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), blockShape(sc.qPos[a], sc.kPos[b], seq, h))
 		}
-		if s.opt.Overlap && a != me { // query block a is done: on its way while the next computes
+		if early && a != me { // query block a is done: on its way while the next computes
 			outSend = append(outSend, s.row.Isend(s.block(sc.part, a, slab), a, a2dTagFwdOut, a2dSiteFwdOut))
 		}
 	}
@@ -406,7 +414,7 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 	kvg.done()
 
 	// Line 6: reduce-scatter with AttnFix, merging in row-rank order.
-	if s.opt.Overlap {
+	if early {
 		be.Copy(s.block(sc.recv, me, slab), s.block(sc.part, me, slab))
 		outRecv.wait()
 		outSend.wait()
@@ -432,7 +440,8 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	me := s.row.Rank()
 
 	var dqRecv, dqSend a2dReqs
-	if s.opt.Overlap {
+	early := s.earlyRow()
+	if early {
 		for a := 0; a < s.cols; a++ {
 			if a != me {
 				dqRecv = append(dqRecv, s.row.Irecv(s.block(sc.dqr, a, qn), a, a2dTagBwdDQ, a2dSiteBwdDQ))
@@ -467,7 +476,7 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 			be.AttnBackward(dqa, be.Slice(dkvb, 0, kn), be.Slice(dkvb, kn, kn),
 				qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), doa, lsea, da, blockShape(sc.qPos[a], sc.kPos[b], seq, h))
 		}
-		if s.opt.Overlap && a != me { // dq of query block a is complete: send it to its owner
+		if early && a != me { // dq of query block a is complete: send it to its owner
 			dqSend = append(dqSend, s.row.Isend(dqa, a, a2dTagBwdDQ, a2dSiteBwdDQ))
 		}
 	}
@@ -475,7 +484,7 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	kvg.done()
 
 	// Line 7: reduce-scatter dq in the row, summed in row-rank order.
-	if s.opt.Overlap {
+	if early {
 		dqRecv.wait()
 		be.Zero(sc.dq)
 		for a := 0; a < s.cols; a++ {

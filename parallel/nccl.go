@@ -76,8 +76,8 @@ const ncclIDSite = "nccl.id"
 // Start issues everything queued as one NCCL group, as does the first Wait or collective after
 // it, so a schedule posts a step's sends and receives, calls Start (see Start) and computes
 // while they run. NCCL pairs a send with a receive by their order on the pair of ranks, not by
-// tag, and a send completes only when its receive is posted: the schedules that are exact
-// under those rules are listed by NCCLReady. Collectives sum in NCCL's order, not rank order,
+// tag, and a send completes only when its receive is posted: every schedule posts its messages
+// so that it is exact under those rules (TestSchedulesUnderNCCL). Collectives sum in NCCL's order, not rank order,
 // so results equal the host path's to rounding. The bytes counted per call site are those the
 // host communicators count for the same calls.
 func NewNCCL(boot Comm, lib NCCLLib) (Comm, error) {
@@ -372,6 +372,12 @@ func (c *ncclComm) Close() error {
 	return nil
 }
 
+// queues reports whether c queues its operations until Start (NCCL's communicator).
+func queues(c Comm) bool {
+	_, ok := c.(interface{ Start() })
+	return ok
+}
+
 // Start issues the operations c has queued, on a communicator that queues them (NCCL's); on
 // the others, whose operations start when posted, it does nothing. A schedule calls it after
 // posting a step's sends and receives and before the compute they overlap.
@@ -379,30 +385,4 @@ func Start(c Comm) {
 	if s, ok := c.(interface{ Start() }); ok {
 		s.Start()
 	}
-}
-
-// ncclWhy says, per way a schedule fails under NCCL's point-to-point rules, what goes wrong.
-var ncclWhy = map[string]string{
-	"order":    "posts a pair's messages in different orders on its two ranks (NCCL pairs them by order, not by tag)",
-	"deadlock": "waits for a transfer whose partner the peer posts only after a wait of its own (NCCL's sends complete only when received)",
-}
-
-// NCCLReady reports whether schedule name on P sequence-parallel ranks (U of them the
-// Ulysses degree of a hybrid, 1 for none), with overlap or not, is exact under NCCL's
-// point-to-point rules, and if not, why (TestSchedulesUnderNCCL keeps it true).
-func NCCLReady(name string, P, U int, overlap bool) error {
-	if U < 1 {
-		U = 1
-	}
-	n := P / U // the ranks of the schedule's ring
-	why := ""
-	if name == "attn2d" && overlap {
-		// its rows' partial results are received early, while a wait on the communication
-		// stream waits for everything issued before
-		why = "order"
-	}
-	if why == "" {
-		return nil
-	}
-	return fmt.Errorf("parallel: schedule %s on %d ranks (overlap %v) is not ready for NCCL: it %s", name, n, overlap, ncclWhy[why])
 }
