@@ -193,3 +193,18 @@ func (c *CUDA) NCCLSync(comm uintptr) error {
 func (c *CUDA) NCCLDestroy(comm uintptr) error {
 	return c.ncclCall("nccl destroy", func(n *cuda.NCCL) error { return n.Destroy(comm) })
 }
+
+// NCCLPoll reports, without waiting, whether comm's stream has operations not yet done and
+// comm's asynchronous error (parallel.NCCLLib; safe beside comm's other calls).
+func (c *CUDA) NCCLPoll(comm uintptr) (busy bool, err error) {
+	err = c.ncclCall("nccl poll", func(n *cuda.NCCL) (err error) {
+		busy, err = n.Poll(comm)
+		return err
+	})
+	return busy, err
+}
+
+// NCCLAbort is ncclCommAbort (parallel.NCCLLib): it ends comm's operations still running.
+func (c *CUDA) NCCLAbort(comm uintptr) error {
+	return c.ncclCall("nccl abort", func(n *cuda.NCCL) error { return n.Abort(comm) })
+}

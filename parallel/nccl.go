@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync/atomic"
 
 	"distflash/kernels"
 )
@@ -54,6 +55,13 @@ type NCCLLib interface {
 	NCCLSync(comm uintptr) error
 	// NCCLDestroy is ncclCommDestroy, and frees comm's stream.
 	NCCLDestroy(comm uintptr) error
+	// NCCLPoll reports, without waiting, whether comm's stream has operations not yet done, and
+	// comm's asynchronous error (ncclCommGetAsyncError); the watchdog calls it from its own
+	// goroutine, beside comm's other calls.
+	NCCLPoll(comm uintptr) (busy bool, err error)
+	// NCCLAbort is ncclCommAbort: it ends comm's operations still running (a hung or failed
+	// communicator, before the job ends).
+	NCCLAbort(comm uintptr) error
 	// Slice is the backend's view [off, off+n) of b (kernels.Backend's Slice).
 	Slice(b kernels.Buf, off, n int) kernels.Buf
 }
@@ -80,7 +88,10 @@ const ncclIDSite = "nccl.id"
 // so that it is exact under those rules (TestSchedulesUnderNCCL). Collectives sum in NCCL's order, not rank order,
 // so results equal the host path's to rounding. The bytes counted per call site are those the
 // host communicators count for the same calls.
-func NewNCCL(boot Comm, lib NCCLLib) (Comm, error) {
+//
+// A watchdog (opt.Timeout, NCCLOptions) ends the job when a communicator stays hung. Close
+// destroys the world's communicators, its splits' included, and stops the watchdog.
+func NewNCCL(boot Comm, lib NCCLLib, opt NCCLOptions) (Comm, error) {
 	v, err := lib.NCCLVersion()
 	if err != nil {
 		return nil, fmt.Errorf("parallel: nccl: %w", err)
@@ -89,7 +100,13 @@ func NewNCCL(boot Comm, lib NCCLLib) (Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ncclComm{lib: lib, boot: boot, h: h, version: v, sh: &ncclShared{ctr: &counter{}}}, nil
+	c := &ncclComm{lib: lib, boot: boot, h: h, version: v, name: "the world", root: true,
+		sh: &ncclShared{ctr: &counter{}, rank: boot.Rank(), opt: opt, stop: make(chan struct{})}}
+	c.sh.add(c)
+	if opt.Timeout > 0 {
+		go c.sh.watch(lib)
+	}
+	return c, nil
 }
 
 // ncclInit makes the communicator of boot's ranks from a unique id boot's rank 0 makes. A
@@ -138,16 +155,16 @@ type ncclComm struct {
 	boot    Comm // the host communicator of the same ranks
 	h       uintptr
 	version int
+	name    string // for the watchdog's report: "the world", or the split's site and colour
+	root    bool   // the world's communicator: its Close closes every split too
 	sh      *ncclShared
 	queued  []ncclOp // posted, not yet issued
-	// issued counts the groups issued on h; joined is the value of issued at the last
-	// NCCLJoin, which tells a request whether the compute stream waits for it already
-	issued, joined int64
-}
-
-// ncclShared is what a communicator shares with its splits: the byte counts.
-type ncclShared struct {
-	ctr *counter
+	// issued counts the groups issued on h (the watchdog reads it); joined is the value of
+	// issued at the last NCCLJoin, which tells a request whether the compute stream waits for
+	// it already
+	issued atomic.Int64
+	joined int64
+	last   atomic.Value // string: the last group issued, for the watchdog's report
 }
 
 // ncclOp is a queued send or receive.
@@ -155,6 +172,7 @@ type ncclOp struct {
 	send bool
 	buf  kernels.Buf
 	peer int
+	site string
 	req  *ncclRequest
 }
 
@@ -200,7 +218,7 @@ func (c *ncclComm) Isend(buf kernels.Buf, dst, tag int, site string) Request {
 	c.checkPeer("send to", dst, tag)
 	c.sh.ctr.add(site, int64(4*buf.Len()))
 	r := &ncclRequest{c: c}
-	c.queued = append(c.queued, ncclOp{send: true, buf: buf, peer: dst, req: r})
+	c.queued = append(c.queued, ncclOp{send: true, buf: buf, peer: dst, site: site, req: r})
 	return r
 }
 
@@ -208,7 +226,7 @@ func (c *ncclComm) Isend(buf kernels.Buf, dst, tag int, site string) Request {
 func (c *ncclComm) Irecv(buf kernels.Buf, src, tag int, site string) Request {
 	c.checkPeer("receive from", src, tag)
 	r := &ncclRequest{c: c}
-	c.queued = append(c.queued, ncclOp{buf: buf, peer: src, req: r})
+	c.queued = append(c.queued, ncclOp{buf: buf, peer: src, site: site, req: r})
 	return r
 }
 
@@ -219,6 +237,7 @@ func (c *ncclComm) Start() {
 	if len(c.queued) == 0 {
 		return
 	}
+	c.last.Store(fmt.Sprintf("a group of %d sends and receives (%s)", len(c.queued), c.queued[len(c.queued)-1].site))
 	c.group(func() {
 		for _, op := range c.queued {
 			if op.send {
@@ -244,16 +263,16 @@ func (c *ncclComm) group(ops func(), mark func(g int64)) {
 	c.must("ncclGroupStart", c.lib.NCCLGroupStart(c.h))
 	ops()
 	c.must("ncclGroupEnd", c.lib.NCCLGroupEnd(c.h))
-	c.issued++
+	g := c.issued.Add(1)
 	if mark != nil {
-		mark(c.issued)
+		mark(g)
 	}
 }
 
 // join makes the compute stream wait for everything issued on c.
 func (c *ncclComm) join() {
 	c.must("join", c.lib.NCCLJoin(c.h))
-	c.joined = c.issued
+	c.joined = c.issued.Load()
 }
 
 // count adds a collective's bytes to site (none for a group of one, as on the host).
@@ -263,9 +282,10 @@ func (c *ncclComm) count(site string, bytes int) {
 	}
 }
 
-// collective issues what is queued, then op as a group of its own, and joins.
-func (c *ncclComm) collective(op func()) {
+// collective issues what is queued, then op (what, at site) as a group of its own, and joins.
+func (c *ncclComm) collective(what, site string, op func()) {
 	c.Start()
+	c.last.Store(fmt.Sprintf("%s (%s)", what, site))
 	c.group(op, nil)
 	c.join()
 }
@@ -277,7 +297,7 @@ func (c *ncclComm) AllGather(dst, src kernels.Buf, site string) {
 		panic(fmt.Sprintf("parallel: all-gather of %d into %d on %d ranks", n, dst.Len(), P))
 	}
 	c.count(site, 4*(P-1)*n)
-	c.collective(func() { c.must("ncclAllGather", c.lib.NCCLAllGather(c.h, dst, src)) })
+	c.collective("ncclAllGather", site, func() { c.must("ncclAllGather", c.lib.NCCLAllGather(c.h, dst, src)) })
 }
 
 // ReduceScatter implements Comm (ncclReduceScatter).
@@ -287,7 +307,7 @@ func (c *ncclComm) ReduceScatter(dst, src kernels.Buf, site string) {
 		panic(fmt.Sprintf("parallel: reduce-scatter of %d into %d on %d ranks", src.Len(), n, P))
 	}
 	c.count(site, 4*(P-1)*n)
-	c.collective(func() { c.must("ncclReduceScatter", c.lib.NCCLReduceScatter(c.h, dst, src)) })
+	c.collective("ncclReduceScatter", site, func() { c.must("ncclReduceScatter", c.lib.NCCLReduceScatter(c.h, dst, src)) })
 }
 
 // AllReduce implements Comm (ncclAllReduce). The bytes counted are the host communicators'
@@ -299,7 +319,7 @@ func (c *ncclComm) AllReduce(buf kernels.Buf, site string) {
 	}
 	mine := (c.Rank()+1)*n/P - c.Rank()*n/P
 	c.count(site, 4*(n-mine+(P-1)*mine))
-	c.collective(func() { c.must("ncclAllReduce", c.lib.NCCLAllReduce(c.h, buf)) })
+	c.collective("ncclAllReduce", site, func() { c.must("ncclAllReduce", c.lib.NCCLAllReduce(c.h, buf)) })
 }
 
 // AllToAll implements Comm: NCCL has no all-to-all, so it is one group of a send and a receive
@@ -311,7 +331,7 @@ func (c *ncclComm) AllToAll(dst, src kernels.Buf, site string) {
 	}
 	n := src.Len() / P
 	c.count(site, 4*(P-1)*n)
-	c.collective(func() {
+	c.collective("all-to-all", site, func() {
 		for r := 0; r < P; r++ {
 			c.must("ncclSend", c.lib.NCCLSend(c.h, c.lib.Slice(src, r*n, n), r))
 			c.must("ncclRecv", c.lib.NCCLRecv(c.h, c.lib.Slice(dst, r*n, n), r))
@@ -347,7 +367,9 @@ func (c *ncclComm) Split(color, key int, site string) Comm {
 		h, err = ncclInit(sub, c.lib)
 	}
 	c.must("split", err)
-	return &ncclComm{lib: c.lib, boot: sub, h: h, version: c.version, sh: c.sh}
+	s := &ncclComm{lib: c.lib, boot: sub, h: h, version: c.version, sh: c.sh, name: fmt.Sprintf("the split %s (colour %d) of %s", site, color, c.name)}
+	c.sh.add(s)
+	return s
 }
 
 // Traffic implements Comm: the bytes of the NCCL calls and of the bootstrap communicator's
@@ -360,14 +382,35 @@ func (c *ncclComm) Traffic() Traffic {
 	return t
 }
 
-// Close destroys the NCCL communicator (ncclCommDestroy) after its operations are done.
+// Close destroys the NCCL communicator (ncclCommDestroy) after its operations are done; the
+// world's communicator closes every split made from it too, and stops the watchdog.
 func (c *ncclComm) Close() error {
+	if !c.root {
+		c.sh.remove(c)
+		return c.destroy()
+	}
+	c.sh.once.Do(func() { close(c.sh.stop) })
+	if c.sh.aborted.Load() {
+		return fmt.Errorf("parallel: nccl: rank %d: the watchdog aborted the communicators", c.sh.rank)
+	}
+	var first error
+	for _, s := range c.sh.all() {
+		c.sh.remove(s)
+		if err := s.destroy(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// destroy issues what is queued, waits for it and destroys the communicator.
+func (c *ncclComm) destroy() error {
 	c.Start()
 	if err := c.lib.NCCLSync(c.h); err != nil {
-		return fmt.Errorf("parallel: nccl: %w", err)
+		return fmt.Errorf("parallel: nccl: %s: %w", c.name, err)
 	}
 	if err := c.lib.NCCLDestroy(c.h); err != nil {
-		return fmt.Errorf("parallel: nccl: ncclCommDestroy: %w", err)
+		return fmt.Errorf("parallel: nccl: %s: ncclCommDestroy: %w", c.name, err)
 	}
 	return nil
 }

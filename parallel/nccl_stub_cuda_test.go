@@ -172,7 +172,7 @@ func stubWorld(be kernels.Backend, lib NCCLLib, boot Comm, mark func(string)) er
 	closer := func(c Comm) error { return c.(interface{ Close() error }).Close() }
 
 	mark("init")
-	c, err := NewNCCL(boot, lib)
+	c, err := NewNCCL(boot, lib, NCCLOptions{}) // no watchdog: its polls would interleave with the phases
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,7 @@ func stubWorld(be kernels.Backend, lib NCCLLib, boot Comm, mark func(string)) er
 		return err
 	}
 	mark("allreduce") // ncclAllReduce itself, issued as AllReduce issues it on more ranks
-	nc.collective(func() { nc.must("ncclAllReduce", lib.NCCLAllReduce(nc.h, buf)) })
+	nc.collective("ncclAllReduce", "ar", func() { nc.must("ncclAllReduce", lib.NCCLAllReduce(nc.h, buf)) })
 	if err := expect("ncclAllReduce", buf, seq(6, 20)); err != nil {
 		return err
 	}
@@ -246,6 +246,11 @@ func stubWorld(be kernels.Backend, lib NCCLLib, boot Comm, mark func(string)) er
 
 	mark("barrier")
 	c.Barrier()
+
+	mark("poll") // the watchdog's look: the stream's state and the asynchronous error
+	if busy, err := lib.NCCLPoll(c.(*ncclComm).h); busy || err != nil {
+		return fmt.Errorf("NCCLPoll on an idle communicator: busy %v, %v", busy, err)
+	}
 
 	mark("close-split")
 	if err := closer(sub); err != nil {
@@ -371,6 +376,7 @@ func stubPhases(version int, split bool) []stubPhase {
 		{"split", splitCalls},
 		{"split-allgather", cat(sub.group("ncclAllGather sendcount=3"), sub.join(), download(3))},
 		{"barrier", cat(comm.join(), comm.sync())},
+		{"poll", []string{"cuStreamQuery stream=$commStream", "ncclCommGetAsyncError comm=$comm error=0"}},
 		{"close-split", sub.close()},
 		{"close", comm.close()},
 		{"close-backend", []string{

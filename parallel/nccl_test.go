@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"distflash/kernels"
 	"distflash/model"
@@ -23,7 +24,8 @@ func ncclWorld(P, version int, fn func(c Comm) error) ([]*fakeNCCL, error) {
 		libs[r] = net.lib(r, version)
 	}
 	err := NewWorld(P).Run(func(boot Comm) error {
-		c, err := NewNCCL(boot, libs[boot.Rank()])
+		// the watchdog polls every millisecond beside the operations (a minute: it never fires)
+		c, err := NewNCCL(boot, libs[boot.Rank()], NCCLOptions{Timeout: time.Minute, Every: time.Millisecond})
 		if err != nil {
 			return err
 		}
@@ -244,7 +246,7 @@ func TestNCCLFailures(t *testing.T) {
 		if boot.Rank() == 0 {
 			l = noIDLib{lib}
 		}
-		_, err := NewNCCL(boot, l)
+		_, err := NewNCCL(boot, l, NCCLOptions{})
 		if err == nil {
 			return fmt.Errorf("rank %d: no error", boot.Rank())
 		}
@@ -350,6 +352,103 @@ func TestSchedulesUnderNCCL(t *testing.T) {
 					checkExact(t, out, in.reference())
 				})
 			}
+		}
+	}
+}
+
+// TestNCCLWatchdog: a send whose receive never comes is reported after the timeout, naming the
+// rank, the communicator, its last operation and the variable that sets the wait, and every
+// communicator is aborted, so the waiting rank returns instead of hanging; an asynchronous error
+// is reported at the next look.
+func TestNCCLWatchdog(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		async error
+		want  []string
+	}{
+		{"hang", nil, []string{"NCCL on rank 0: the world has had operations pending for", "with nothing new issued",
+			"its last operation: a group of 1 sends and receives (lost)", "DISTFLASH_NCCL_TIMEOUT sets the wait, 100ms now"}},
+		{"async error", fmt.Errorf("remote process exited"), []string{"NCCL on rank 0: the world has failed: remote process exited",
+			"its last operation: none issued"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			net := newFakeNet()
+			reports := make(chan string, 2)
+			hung := make(chan struct{})
+			start := time.Now()
+			err := NewWorld(2).Run(func(boot Comm) error {
+				lib := net.lib(boot.Rank(), ncclVersions[0])
+				opt := NCCLOptions{Timeout: 100 * time.Millisecond, Every: 5 * time.Millisecond, OnHang: func(r string) {
+					reports <- r
+					close(hung)
+				}}
+				c, err := NewNCCL(boot, lib, opt)
+				if err != nil {
+					return err
+				}
+				if boot.Rank() == 1 {
+					<-hung // never posts the receive
+					return c.(*ncclComm).Close()
+				}
+				if tc.async != nil {
+					lib.async.Store(&tc.async)
+					<-hung
+					if err := c.(*ncclComm).Close(); err == nil || !strings.Contains(err.Error(), "the watchdog aborted") {
+						return fmt.Errorf("Close after the watchdog: %v", err)
+					}
+					return nil
+				}
+				c.Isend(lib.be.Alloc(3), 1, 0, "lost").Wait() // its join waits until the abort
+				return nil
+			})
+			if tc.async == nil && (err == nil || !strings.Contains(err.Error(), "aborted (ncclCommAbort)")) {
+				t.Errorf("the hung rank: %v, want its wait ended by the abort", err)
+			}
+			if tc.async != nil && err != nil {
+				t.Error(err)
+			}
+			if d := time.Since(start); d > 1500*time.Millisecond {
+				t.Errorf("took %v: the fake's own 2 s deadlock limit, not the watchdog, ended it", d)
+			}
+			if len(reports) != 1 {
+				t.Fatalf("%d reports, want 1", len(reports))
+			}
+			r := <-reports
+			for _, w := range tc.want {
+				if !strings.Contains(r, w) {
+					t.Errorf("report %q lacks %q", r, w)
+				}
+			}
+		})
+	}
+}
+
+// TestNCCLOptionsFromEnv reads DISTFLASH_NCCL_TIMEOUT.
+func TestNCCLOptionsFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    time.Duration
+		wantErr string
+	}{
+		{"", DefaultNCCLTimeout, ""},
+		{"90s", 90 * time.Second, ""},
+		{"0", 0, ""},
+		{"ten", 0, `DISTFLASH_NCCL_TIMEOUT="ten"`},
+		{"-5s", 0, `DISTFLASH_NCCL_TIMEOUT="-5s"`},
+	} {
+		o, err := ncclOptionsFrom(func(k string) string {
+			if k == "DISTFLASH_NCCL_TIMEOUT" {
+				return tc.value
+			}
+			return ""
+		})
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: %v, want an error naming %s", tc.value, err, tc.wantErr)
+			}
+		case err != nil || o.Timeout != tc.want:
+			t.Errorf("%q: %v, %v; want %v", tc.value, o.Timeout, err, tc.want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"distflash/kernels"
@@ -29,16 +30,20 @@ type fakeNCCL struct {
 
 	mu    sync.Mutex
 	log   []string
-	comms []*fakeHandle // handle h is comms[h-1]
+	comms []*fakeHandle         // handle h is comms[h-1]
+	async atomic.Pointer[error] // the asynchronous error NCCLPoll reports, when set
 }
 
 // fakeHandle is one of a rank's communicators with its stream: the open group's operations,
 // posted at GroupEnd, and the operations posted and not yet waited for.
 type fakeHandle struct {
-	s       *fakeCommState
+	s *fakeCommState
+
+	mu      sync.Mutex // the watchdog polls beside the communicator's goroutine
 	inGroup bool
 	grouped []func() *fakeOp
 	issued  []*fakeOp
+	aborted bool
 }
 
 // fakeNet is the world of fake communicators: their members, posted point-to-point operations
@@ -78,6 +83,16 @@ type fakeOp struct {
 	err   error
 	buf   kernels.Buf
 	split *fakeCommState // a split's new communicator
+}
+
+// finish marks op done, once (an aborted operation may still be matched later); the net's lock
+// is held.
+func (op *fakeOp) finish() {
+	select {
+	case <-op.done:
+	default:
+		close(op.done)
+	}
 }
 
 // fakeRendezvous collects one collective's calls.
@@ -186,7 +201,7 @@ func (f *fakeNCCL) rendezvous(s *fakeCommState, kind string, call fakeCollCall, 
 		delete(n.colls, key)
 		complete(rv)
 		for _, o := range rv.ops {
-			close(o.done)
+			o.finish()
 		}
 	}
 	return op
@@ -228,6 +243,8 @@ func (f *fakeNCCL) NCCLSplit(comm uintptr, color, key int) (uintptr, error) {
 func (f *fakeNCCL) NCCLGroupStart(comm uintptr) error {
 	f.record("GroupStart")
 	h := f.handle(comm)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.inGroup {
 		return fmt.Errorf("fake nccl: nested group")
 	}
@@ -238,6 +255,8 @@ func (f *fakeNCCL) NCCLGroupStart(comm uintptr) error {
 func (f *fakeNCCL) NCCLGroupEnd(comm uintptr) error {
 	f.record("GroupEnd")
 	h := f.handle(comm)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if !h.inGroup {
 		return fmt.Errorf("fake nccl: ncclGroupEnd without ncclGroupStart")
 	}
@@ -252,6 +271,8 @@ func (f *fakeNCCL) NCCLGroupEnd(comm uintptr) error {
 // enqueue adds an operation to comm's open group; the communicator calls none outside one.
 func (f *fakeNCCL) enqueue(comm uintptr, post func() *fakeOp) {
 	h := f.handle(comm)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if !h.inGroup {
 		panic("fake nccl: an operation outside a group")
 	}
@@ -282,8 +303,8 @@ func (f *fakeNCCL) p2p(send bool, s *fakeCommState, buf kernels.Buf, peer int) *
 		} else {
 			copy(kernels.Host(rv.buf), kernels.Host(sd.buf))
 		}
-		close(sd.done)
-		close(rv.done)
+		sd.finish()
+		rv.finish()
 	}
 	return op
 }
@@ -389,12 +410,57 @@ func (f *fakeNCCL) NCCLJoin(comm uintptr) error {
 // drain waits for every operation issued on comm.
 func (f *fakeNCCL) drain(comm uintptr) error {
 	h := f.handle(comm)
-	for _, op := range h.issued {
+	h.mu.Lock()
+	ops := append([]*fakeOp(nil), h.issued...)
+	h.mu.Unlock()
+	for _, op := range ops {
 		if err := f.wait(op); err != nil {
 			return err
 		}
 	}
-	h.issued = h.issued[:0]
+	h.mu.Lock()
+	h.issued = h.issued[len(ops):] // the ones waited for stay visible to NCCLPoll until done
+	h.mu.Unlock()
+	return nil
+}
+
+// NCCLPoll reports whether an operation issued on comm is not done, and the error the test
+// set for this rank (async).
+func (f *fakeNCCL) NCCLPoll(comm uintptr) (bool, error) {
+	h := f.handle(comm)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := f.async.Load(); err != nil {
+		return false, *err
+	}
+	for _, op := range h.issued {
+		select {
+		case <-op.done:
+		default:
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// NCCLAbort ends comm's pending operations with an error.
+func (f *fakeNCCL) NCCLAbort(comm uintptr) error {
+	f.record("CommAbort %d", comm)
+	h := f.handle(comm)
+	h.mu.Lock()
+	ops := h.issued
+	h.aborted = true
+	h.mu.Unlock()
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
+	for _, op := range ops {
+		select {
+		case <-op.done:
+		default:
+			op.err = fmt.Errorf("rank %d: %s: aborted (ncclCommAbort)", f.rank, op.what)
+			op.finish()
+		}
+	}
 	return nil
 }
 

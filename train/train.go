@@ -361,7 +361,11 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 		if !ok {
 			return nil, fmt.Errorf("parallelism.backend = \"nccl\" needs device.kind = \"cuda\" (device %s has no NCCL)", be.Name())
 		}
-		if c, err = parallel.NewNCCL(c, lib); err != nil {
+		opt, err := parallel.NCCLOptionsFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		if c, err = parallel.NewNCCL(c, lib, opt); err != nil {
 			return nil, err
 		}
 	} else if hm, ok := be.(interface{ HostMemory() bool }); !ok || !hm.HostMemory() {
@@ -737,7 +741,24 @@ func Run(ctx context.Context, cfg config.Config, stdout, stderr io.Writer, opt O
 	if err := r.loop(ctx); err != nil {
 		return err
 	}
-	return r.finish()
+	if err := r.finish(); err != nil {
+		return err
+	}
+	return r.t.closeComms()
+}
+
+// closeComms releases the communicators that hold resources of their own (NCCL's: each rank's
+// communicators and streams) at the end of a run that went well; after a failure the process's
+// exit releases them, as a destroy would wait for peers that may be gone.
+func (t *trainer) closeComms() error {
+	for _, r := range t.ranks {
+		if c, ok := r.Comm.(interface{ Close() error }); ok {
+			if err := c.Close(); err != nil {
+				return fmt.Errorf("train: rank %d: %w", r.id, err)
+			}
+		}
+	}
+	return nil
 }
 
 // session is one training run in progress: the trainer, its directories and metrics file,

@@ -19,6 +19,7 @@
 	X(cuStreamCreate, "cuStreamCreate", CUresult, (CUstream * phStream, unsigned int flags))                    \
 	X(cuStreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream hStream))                                      \
 	X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream hStream))                                 \
+	X(cuStreamQuery, "cuStreamQuery", CUresult, (CUstream hStream))                                             \
 	X(cuMemAllocAsync, "cuMemAllocAsync", CUresult, (CUdeviceptr * dptr, size_t bytesize, CUstream hStream))    \
 	X(cuMemFreeAsync, "cuMemFreeAsync", CUresult, (CUdeviceptr dptr, CUstream hStream))                         \
 	X(cuMemsetD32Async, "cuMemsetD32Async", CUresult,                                                           \
@@ -62,7 +63,7 @@
 	X(cublasGetStatusString, "cublasGetStatusString", const char*, (cublasStatus_t status))
 
 #define DF_CONSTS(X)                                                                                            \
-	X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CU_STREAM_NON_BLOCKING) X(CU_EVENT_DISABLE_TIMING)            \
+	X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_NOT_READY) X(CU_STREAM_NON_BLOCKING) X(CU_EVENT_DISABLE_TIMING)            \
 	X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)                 \
 	X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)    \
 	X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) X(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)                        \

@@ -198,6 +198,20 @@ static dfn_status dfn_sync(CUcontext c, CUstream s, uintptr_t comm) {
 	DFN_DONE;
 }
 
+// dfn_poll reports, without waiting, whether a communicator's stream still has work queued
+// (busy) and the communicator's asynchronous error; a watchdog calls it from its own thread.
+static dfn_status dfn_poll(CUcontext c, CUstream s, uintptr_t comm, int* busy) {
+	ncclResult_t async = ncclSuccess;
+	CUresult r;
+	DFN_CU(cuCtxSetCurrent, (c));
+	r = p_cuStreamQuery(s);
+	if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) return (dfn_status){DFN_CALL_cuStreamQuery, (int)r};
+	*busy = r == CUDA_ERROR_NOT_READY;
+	DFN_NC(ncclCommGetAsyncError, ((ncclComm_t)comm, &async));
+	if (async != ncclSuccess) return (dfn_status){DFN_ASYNC, (int)async};
+	DFN_DONE;
+}
+
 static dfn_status dfn_send(CUcontext c, CUstream s, uintptr_t comm, CUdeviceptr buf, size_t count, int peer) {
 	DFN_CU(cuCtxSetCurrent, (c));
 	DFN_NC(ncclSend, ((const void*)buf, count, ncclFloat32, peer, (ncclComm_t)comm, (cudaStream_t)s));
@@ -585,6 +599,19 @@ func (n *NCCL) Sync(h uintptr) error {
 		c.release(k) // the stream has been waited for
 	}
 	return status(st)
+}
+
+// Poll reports, without waiting, whether comm's stream has operations not yet done, and comm's
+// asynchronous error as Sync does. It may run on another goroutine than comm's other calls (a
+// watchdog's).
+func (n *NCCL) Poll(h uintptr) (bool, error) {
+	c, err := n.comm(h)
+	if err != nil {
+		return false, err
+	}
+	var busy C.int
+	st := C.dfn_poll(n.d.ctx, c.stream, c.h, &busy)
+	return busy != 0, status(st)
 }
 
 // View is Len float32 values of a device allocation from value Off on: the buffer of an NCCL

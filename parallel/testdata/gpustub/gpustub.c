@@ -293,6 +293,12 @@ CUresult cuStreamSynchronize(CUstream hStream) {
 	RET(r, "cuStreamSynchronize", "stream=%s", gs_name(hStream));
 }
 
+CUresult cuStreamQuery(CUstream hStream) {
+	LOCK;
+	int r = gs_valid(hStream, GS_STREAM) ? CUDA_SUCCESS : GS_CUDA_ERROR_INVALID_HANDLE;
+	RET(r, "cuStreamQuery", "stream=%s", gs_name(hStream));
+}
+
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
 	LOCK;
 	if (!gs_valid(hStream, GS_STREAM))
