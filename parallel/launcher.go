@@ -40,12 +40,9 @@ func MPIOptionsFromEnv() (MPIOptions, error) { return mpiOptionsFrom(os.Getenv) 
 
 func mpiOptionsFrom(getenv func(string) string) (MPIOptions, error) {
 	o := MPIOptions{Timeout: DefaultMPITimeout}
-	if s := getenv("DISTFLASH_MPI_TIMEOUT"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return o, fmt.Errorf("parallel: environment variable DISTFLASH_MPI_TIMEOUT=%q: want a duration ≥ 0 such as 90s or 10m (0 waits forever)", s)
-		}
-		o.Timeout = d
+	var err error
+	if o.Timeout, err = timeoutEnv(getenv, "DISTFLASH_MPI_TIMEOUT", DefaultMPITimeout); err != nil {
+		return o, err
 	}
 	switch s := getenv("DISTFLASH_MPI_THREAD"); s {
 	case "", "multiple":
@@ -170,4 +167,18 @@ func localRankFrom(getenv func(string) string) int {
 		}
 	}
 	return 0
+}
+
+// timeoutEnv reads a watchdog's timeout from the environment variable name: a Go duration ≥ 0
+// (0 waits forever), def when it is not set.
+func timeoutEnv(getenv func(string) string, name string, def time.Duration) (time.Duration, error) {
+	s := getenv(name)
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return def, fmt.Errorf("parallel: environment variable %s=%q: want a duration ≥ 0 such as 90s or 10m (0 waits forever)", name, s)
+	}
+	return d, nil
 }

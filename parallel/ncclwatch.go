@@ -34,15 +34,8 @@ const DefaultNCCLTimeout = 10 * time.Minute
 func NCCLOptionsFromEnv() (NCCLOptions, error) { return ncclOptionsFrom(os.Getenv) }
 
 func ncclOptionsFrom(getenv func(string) string) (NCCLOptions, error) {
-	o := NCCLOptions{Timeout: DefaultNCCLTimeout}
-	if s := getenv("DISTFLASH_NCCL_TIMEOUT"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			return o, fmt.Errorf("parallel: environment variable DISTFLASH_NCCL_TIMEOUT=%q: want a duration ≥ 0 such as 90s or 10m (0 waits forever)", s)
-		}
-		o.Timeout = d
-	}
-	return o, nil
+	d, err := timeoutEnv(getenv, "DISTFLASH_NCCL_TIMEOUT", DefaultNCCLTimeout)
+	return NCCLOptions{Timeout: d}, err
 }
 
 // every is the watchdog's period.
