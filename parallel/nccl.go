@@ -238,7 +238,7 @@ func (c *ncclComm) Start() {
 		return
 	}
 	c.last.Store(fmt.Sprintf("a group of %d sends and receives (%s)", len(c.queued), c.queued[len(c.queued)-1].site))
-	c.group(func() {
+	g := c.group(func() {
 		for _, op := range c.queued {
 			if op.send {
 				c.must("ncclSend", c.lib.NCCLSend(c.h, op.buf, op.peer))
@@ -246,27 +246,23 @@ func (c *ncclComm) Start() {
 				c.must("ncclRecv", c.lib.NCCLRecv(c.h, op.buf, op.peer))
 			}
 		}
-	}, func(g int64) {
-		for _, op := range c.queued {
-			op.req.group = g
-		}
 	})
+	for _, op := range c.queued {
+		op.req.group = g
+	}
 	c.queued = c.queued[:0]
 }
 
-// group issues ops between ncclGroupStart and ncclGroupEnd and gives the group's number to
-// mark. The goroutine stays on its OS thread meanwhile: NCCL keeps the open group per thread,
-// and a goroutine's cgo calls may otherwise run on different threads.
-func (c *ncclComm) group(ops func(), mark func(g int64)) {
+// group issues ops between ncclGroupStart and ncclGroupEnd and returns the group's number.
+// The goroutine stays on its OS thread meanwhile: NCCL keeps the open group per thread, and a
+// goroutine's cgo calls may otherwise run on different threads.
+func (c *ncclComm) group(ops func()) int64 {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	c.must("ncclGroupStart", c.lib.NCCLGroupStart(c.h))
 	ops()
 	c.must("ncclGroupEnd", c.lib.NCCLGroupEnd(c.h))
-	g := c.issued.Add(1)
-	if mark != nil {
-		mark(g)
-	}
+	return c.issued.Add(1)
 }
 
 // join makes the compute stream wait for everything issued on c.
@@ -286,7 +282,7 @@ func (c *ncclComm) count(site string, bytes int) {
 func (c *ncclComm) collective(what, site string, op func()) {
 	c.Start()
 	c.last.Store(fmt.Sprintf("%s (%s)", what, site))
-	c.group(op, nil)
+	c.group(op)
 	c.join()
 }
 
