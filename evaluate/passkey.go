@@ -3,6 +3,7 @@ package evaluate
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"regexp"
 	"strconv"
@@ -129,21 +130,7 @@ func passkeyTokens(tok data.Tokenizer, bos int32, text string) []int32 {
 // tokens (0 when not even the empty filler fits).
 func passkeyFillerChars(tok data.Tokenizer, bos int32, length int) int {
 	fits := func(f int) bool { return len(passkeyTokens(tok, bos, PasskeyPrompt(99999, f, f/2))) <= length }
-	lo, hi := 0, 8 // fits(lo), the search's upper end grows until it does not fit
-	if !fits(0) {
-		return 0
-	}
-	for fits(hi) {
-		lo, hi = hi, 2*hi
-	}
-	for hi-lo > 1 {
-		if mid := (lo + hi) / 2; fits(mid) {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return lo
+	return plan.LargestFitting(fits, math.MaxInt/2)
 }
 
 // Passkey runs the trials of opt with the model's tokenizer tok and BOS (−1: none); stop

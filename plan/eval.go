@@ -43,5 +43,5 @@ func MaxEvalSeqLen(cfg config.Config, capacity float64) int {
 		cfg.Data.SeqLen = k * 1024 * sp
 		return EvalMemoryFor(cfg, capacity).Fits
 	}
-	return largestFitting(fits, 1<<22) * 1024 * sp
+	return LargestFitting(fits, 1<<22) * 1024 * sp
 }

@@ -480,13 +480,13 @@ func MaxTokensPerGPU(cfg config.Config, capacity float64) int {
 		cfg.Data.SeqLen = k * 1024 * cfg.Parallelism.SequenceParallelDegree
 		return MemoryFor(cfg, capacity).Fits
 	}
-	return largestFitting(fits, 1<<20) * 1024
+	return LargestFitting(fits, 1<<20) * 1024
 }
 
-// largestFitting is the largest k ≥ 1 with fits(k), for a fits that holds up to some k and
+// LargestFitting is the largest k ≥ 1 with fits(k), for a fits that holds up to some k and
 // not past it: doubling until it fails (or k reaches limit), then bisecting; 0 when fits(1)
 // does not hold.
-func largestFitting(fits func(k int) bool, limit int) int {
+func LargestFitting(fits func(k int) bool, limit int) int {
 	if !fits(1) {
 		return 0
 	}
