@@ -849,10 +849,10 @@ func CheckModelMemory(what string, mc model.Config, copies, perParam float64) er
 const memoryNoteBytes = 16 << 30
 
 // Requirements lists, one sentence each, what the config needs that this build or machine does
-// not have: a GPU build, NCCL's library (parallelism.backend = "nccl"). It is empty for configs/tiny.toml. It reports facts;
-// the caller decides whether to refuse. Whether the config fits in memory is the caller's
-// check too (package train: the per-rank estimate of package plan against the memory the
-// process has).
+// not have: a GPU build, NCCL's library (parallelism.backend = "nccl"). It is empty for
+// configs/tiny.toml. It reports facts; the caller decides whether to refuse. Whether the
+// config fits in memory is the caller's check too (package train: the per-rank estimate of
+// package plan against the memory the process has).
 func (c Config) Requirements() []string {
 	c = c.Resolved()
 	var reqs []string
