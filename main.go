@@ -17,7 +17,7 @@
 package main
 
 import (
-	"distflash/parallel"
+	"distflash/parallel/transport"
 	"errors"
 	"flag"
 	"fmt"
@@ -66,7 +66,7 @@ func main() {
 	case err == nil, errors.Is(err, flag.ErrHelp): // -h prints the command's flags: not a failure
 		return
 	}
-	if l, _ := parallel.MPIEnv(); l != nil && l.Size > 1 && l.Rank > 0 {
+	if l, _ := transport.MPIEnv(); l != nil && l.Size > 1 && l.Rank > 0 {
 		// one of several ranks: rank 0 says what every rank found alike (the config, the
 		// memory), and each other rank only what is its own
 		var same *everyRank

@@ -205,7 +205,7 @@ func TestMPITimeLimit(t *testing.T) {
 }
 
 // TestMPIDeviceStaging: 4 MPI processes whose buffers are not host memory (device.kind =
-// "cpu-device", so the MPI communicator only ever sees parallel.Staged's host copies, as a
+// "cpu-device", so the MPI communicator only ever sees transport.Staged's host copies, as a
 // GPU rank's buffers) train bit for bit as the host path, every schedule, the hybrid and FSDP,
 // and every rank sends the same bytes at every call site (DISTFLASH_TRAFFIC).
 func TestMPIDeviceStaging(t *testing.T) {

@@ -22,7 +22,7 @@ func stagingCases() [][]string {
 
 // TestDeviceStagingTrainsLikeHost: ranks whose buffers are not host memory (device.kind =
 // "cpu-device": only Upload and Download move them, so every exchange goes through
-// parallel.Staged's host copies, as a GPU rank's does) train bit for bit as the host path,
+// transport.Staged's host copies, as a GPU rank's does) train bit for bit as the host path,
 // every schedule, the hybrid and FSDP, and their attention sends the same bytes.
 func TestDeviceStagingTrainsLikeHost(t *testing.T) {
 	for _, c := range stagingCases() {

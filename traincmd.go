@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"distflash/config"
-	"distflash/parallel"
+	"distflash/parallel/transport"
 	"distflash/train"
 )
 
@@ -71,7 +71,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	if comm != nil {
 		opt.Comm = comm
-		defer parallel.FinalizeMPI()
+		defer transport.FinalizeMPI()
 	}
 	ctx, stop := train.OnSignal(stderr, opt.Clock, comm == nil || comm.Rank() == 0)
 	defer stop()

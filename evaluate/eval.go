@@ -28,6 +28,7 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/parallel/transport"
 )
 
 // Evaluation: `distflash eval` (Prepare, Job) and the Evaluator that train calls every
@@ -144,7 +145,7 @@ type Evaluator struct {
 	P      int
 	Attn   string // schedule, when P > 1
 	layout parallel.Layout
-	world  *parallel.World
+	world  *transport.World
 	models []*model.Model
 }
 
@@ -160,7 +161,7 @@ func NewEvaluator(mc model.Config, par config.ParallelismConfig) (*Evaluator, er
 		return nil, fmt.Errorf("eval: %w", err)
 	}
 	P := max(par.SequenceParallelDegree, 1)
-	e := &Evaluator{Config: mc, P: P, world: parallel.NewWorld(P)}
+	e := &Evaluator{Config: mc, P: P, world: transport.NewWorld(P)}
 	if P > 1 {
 		if err := parallel.CheckHybrid(par.Attention, model.Heads{N: mc.NHeads, KV: mc.NKVHeads, Dim: mc.HeadDim}, P, max(par.UlyssesDegree, 1)); err != nil {
 			return nil, fmt.Errorf("eval: parallelism.attention = %q on %d sequence-parallel ranks: %w", par.Attention, P, err)
@@ -240,7 +241,7 @@ func (e *Evaluator) Forward(ids, targets []int32, at []int) (losses []float32, a
 	copy(ids2, ids)
 	copy(tg2, targets)
 	V := e.Config.VocabSize
-	err = e.world.Run(func(c parallel.Comm) error {
+	err = e.world.Run(func(c transport.Comm) error {
 		r := c.Rank()
 		pos, err := e.positions(T, r)
 		if err != nil {

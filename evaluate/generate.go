@@ -11,6 +11,7 @@ import (
 
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/parallel/transport"
 	"distflash/sysmem"
 )
 
@@ -175,8 +176,8 @@ func (e *Evaluator) Generate(ctx context.Context, prompt []int32, opt GenOptions
 		return Generation{}, fmt.Errorf("generate: the key/value cache of %d prompt tokens + --max-new-tokens %d needs %.2f GiB (%d layers × 2 × %d values a token, float32), this machine has %.2f GiB available (%s): shorten the prompt or --max-new-tokens",
 			n, opt.MaxNew, float64(g.CacheBytes)/(1<<30), e.Config.NLayers, e.Config.KVDim(), float64(avail)/(1<<30), source)
 	}
-	sent := make([]parallel.Traffic, e.P) // each rank's bytes over the decoding steps
-	err := e.world.Run(func(c parallel.Comm) error {
+	sent := make([]transport.Traffic, e.P) // each rank's bytes over the decoding steps
+	err := e.world.Run(func(c transport.Comm) error {
 		r := c.Rank()
 		pos, err := e.positions(T, r)
 		if err != nil {

@@ -25,7 +25,7 @@ func NewCPU() *CPU { return &CPU{} }
 // NewDeviceCPU returns a CPU backend whose buffers pose as device memory: it computes as
 // NewCPU does, bit for bit, but Host panics on its buffers and IsHost is false, so that only
 // its Upload and Download can move them, as with a GPU's. Communicators that move host memory
-// must then stage them (parallel.Staged): the staging path of a GPU run, tested on CPUs
+// must then stage them (transport.Staged): the staging path of a GPU run, tested on CPUs
 // (device.kind = "cpu-device").
 func NewDeviceCPU() *CPU { return &CPU{device: true} }
 

@@ -2,7 +2,7 @@
 
 package kernels
 
-// The CUDA backend's NCCL: *CUDA implements parallel.NCCLLib (package parallel asserts it; this
+// The CUDA backend's NCCL: *CUDA implements transport.NCCLLib (package transport asserts it; this
 // package cannot import parallel) through kernels/cuda's NCCL, libnccl.so.2 opened at the first
 // call. Each communicator runs on a stream of its own: NCCLGroupStart(comm) orders it after the
 // kernels queued so far on the compute stream, NCCLJoin(comm) orders the kernels queued
@@ -55,7 +55,7 @@ func (c *CUDA) ncclCall(what string, op func(n *cuda.NCCL) error) error {
 	return nil
 }
 
-// NCCLVersion is ncclGetVersion (parallel.NCCLLib): major·10000 + minor·100 + patch.
+// NCCLVersion is ncclGetVersion (transport.NCCLLib): major·10000 + minor·100 + patch.
 func (c *CUDA) NCCLVersion() (int, error) {
 	v, err := cuda.NCCLVersion()
 	if err != nil {
@@ -64,7 +64,7 @@ func (c *CUDA) NCCLVersion() (int, error) {
 	return v, nil
 }
 
-// NCCLUniqueID is ncclGetUniqueId (parallel.NCCLLib).
+// NCCLUniqueID is ncclGetUniqueId (transport.NCCLLib).
 func (c *CUDA) NCCLUniqueID() ([128]byte, error) {
 	var id [128]byte
 	err := c.ncclCall("nccl unique id", func(n *cuda.NCCL) (err error) {
@@ -75,7 +75,7 @@ func (c *CUDA) NCCLUniqueID() ([128]byte, error) {
 }
 
 // NCCLInit is ncclCommInitRank on this backend's device: this rank's communicator of nranks
-// ranks, with a stream of its own (parallel.NCCLLib).
+// ranks, with a stream of its own (transport.NCCLLib).
 func (c *CUDA) NCCLInit(nranks int, id [128]byte, rank int) (uintptr, error) {
 	var comm uintptr
 	err := c.ncclCall(fmt.Sprintf("nccl communicator of rank %d of %d", rank, nranks), func(n *cuda.NCCL) (err error) {
@@ -86,7 +86,7 @@ func (c *CUDA) NCCLInit(nranks int, id [128]byte, rank int) (uintptr, error) {
 }
 
 // NCCLSplit is ncclCommSplit(comm, color, key, &new, NULL): the new communicator has a stream
-// of its own (parallel.NCCLLib). It fails with an NCCL older than 2.18.
+// of its own (transport.NCCLLib). It fails with an NCCL older than 2.18.
 func (c *CUDA) NCCLSplit(comm uintptr, color, key int) (uintptr, error) {
 	var sub uintptr
 	err := c.ncclCall(fmt.Sprintf("nccl split (color %d, key %d)", color, key), func(n *cuda.NCCL) (err error) {
@@ -97,20 +97,20 @@ func (c *CUDA) NCCLSplit(comm uintptr, color, key int) (uintptr, error) {
 }
 
 // NCCLGroupStart makes comm's stream wait for the kernels queued so far, then opens an NCCL
-// group for comm's operations (parallel.NCCLLib). The group's operations and NCCLGroupEnd must
+// group for comm's operations (transport.NCCLLib). The group's operations and NCCLGroupEnd must
 // come from the same goroutine (NCCL's group is per thread: the goroutine stays on its thread
 // until then).
 func (c *CUDA) NCCLGroupStart(comm uintptr) error {
 	return c.ncclCall("nccl group start", func(n *cuda.NCCL) error { return n.GroupStart(comm) })
 }
 
-// NCCLGroupEnd is ncclGroupEnd of the group NCCLGroupStart(comm) opened (parallel.NCCLLib): its
+// NCCLGroupEnd is ncclGroupEnd of the group NCCLGroupStart(comm) opened (transport.NCCLLib): its
 // operations start.
 func (c *CUDA) NCCLGroupEnd(comm uintptr) error {
 	return c.ncclCall("nccl group end", func(n *cuda.NCCL) error { return n.GroupEnd() })
 }
 
-// NCCLSend queues ncclSend of buf's float32 values to rank peer of comm (parallel.NCCLLib).
+// NCCLSend queues ncclSend of buf's float32 values to rank peer of comm (transport.NCCLLib).
 func (c *CUDA) NCCLSend(comm uintptr, buf Buf, peer int) error {
 	v, err := ncclView("nccl send", buf)
 	if err != nil {
@@ -121,7 +121,7 @@ func (c *CUDA) NCCLSend(comm uintptr, buf Buf, peer int) error {
 	})
 }
 
-// NCCLRecv queues ncclRecv of buf's float32 values from rank peer of comm (parallel.NCCLLib).
+// NCCLRecv queues ncclRecv of buf's float32 values from rank peer of comm (transport.NCCLLib).
 func (c *CUDA) NCCLRecv(comm uintptr, buf Buf, peer int) error {
 	v, err := ncclView("nccl receive", buf)
 	if err != nil {
@@ -133,7 +133,7 @@ func (c *CUDA) NCCLRecv(comm uintptr, buf Buf, peer int) error {
 }
 
 // NCCLAllReduce queues ncclAllReduce (ncclSum, ncclFloat32) of buf in place
-// (parallel.NCCLLib).
+// (transport.NCCLLib).
 func (c *CUDA) NCCLAllReduce(comm uintptr, buf Buf) error {
 	v, err := ncclView("nccl all-reduce", buf)
 	if err != nil {
@@ -145,7 +145,7 @@ func (c *CUDA) NCCLAllReduce(comm uintptr, buf Buf) error {
 }
 
 // NCCLAllGather queues ncclAllGather of src into dst, ranks × src.Len() values
-// (parallel.NCCLLib).
+// (transport.NCCLLib).
 func (c *CUDA) NCCLAllGather(comm uintptr, dst, src Buf) error {
 	d, err := ncclView("nccl all-gather destination", dst)
 	if err != nil {
@@ -161,7 +161,7 @@ func (c *CUDA) NCCLAllGather(comm uintptr, dst, src Buf) error {
 }
 
 // NCCLReduceScatter queues ncclReduceScatter (ncclSum, ncclFloat32) of src, ranks × dst.Len()
-// values, into dst (parallel.NCCLLib).
+// values, into dst (transport.NCCLLib).
 func (c *CUDA) NCCLReduceScatter(comm uintptr, dst, src Buf) error {
 	d, err := ncclView("nccl reduce-scatter destination", dst)
 	if err != nil {
@@ -177,25 +177,25 @@ func (c *CUDA) NCCLReduceScatter(comm uintptr, dst, src Buf) error {
 }
 
 // NCCLJoin makes the kernels queued afterwards wait for every operation queued on comm so far,
-// without blocking the host (parallel.NCCLLib).
+// without blocking the host (transport.NCCLLib).
 func (c *CUDA) NCCLJoin(comm uintptr) error {
 	return c.ncclCall("nccl join", func(n *cuda.NCCL) error { return n.Join(comm) })
 }
 
 // NCCLSync waits on the host for comm's operations and returns its asynchronous error, if any
-// (parallel.NCCLLib).
+// (transport.NCCLLib).
 func (c *CUDA) NCCLSync(comm uintptr) error {
 	return c.ncclCall("nccl sync", func(n *cuda.NCCL) error { return n.Sync(comm) })
 }
 
 // NCCLDestroy is ncclCommDestroy, after comm's operations; it frees comm's stream
-// (parallel.NCCLLib).
+// (transport.NCCLLib).
 func (c *CUDA) NCCLDestroy(comm uintptr) error {
 	return c.ncclCall("nccl destroy", func(n *cuda.NCCL) error { return n.Destroy(comm) })
 }
 
 // NCCLPoll reports, without waiting, whether comm's stream has operations not yet done and
-// comm's asynchronous error (parallel.NCCLLib; safe beside comm's other calls).
+// comm's asynchronous error (transport.NCCLLib; safe beside comm's other calls).
 func (c *CUDA) NCCLPoll(comm uintptr) (busy bool, err error) {
 	err = c.ncclCall("nccl poll", func(n *cuda.NCCL) (err error) {
 		busy, err = n.Poll(comm)
@@ -204,7 +204,7 @@ func (c *CUDA) NCCLPoll(comm uintptr) (busy bool, err error) {
 	return busy, err
 }
 
-// NCCLAbort is ncclCommAbort (parallel.NCCLLib): it ends comm's operations still running.
+// NCCLAbort is ncclCommAbort (transport.NCCLLib): it ends comm's operations still running.
 func (c *CUDA) NCCLAbort(comm uintptr) error {
 	return c.ncclCall("nccl abort", func(n *cuda.NCCL) error { return n.Abort(comm) })
 }

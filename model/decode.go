@@ -29,7 +29,7 @@ import (
 // would give (which matters for rope_scaling dynamic only). A windowed layer sees the keys of
 // the last sliding_window positions.
 
-// Group is the ranks a Decoder's cache is spread over; parallel.Comm implements it.
+// Group is the ranks a Decoder's cache is spread over; transport.Comm implements it.
 type Group interface {
 	Rank() int
 	Size() int

@@ -8,6 +8,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // Schedule is a sequence-parallel attention: one rank's part of causal attention over a
@@ -33,7 +34,7 @@ type Options struct {
 }
 
 // constructor builds a schedule for one rank.
-type constructor func(c Comm, be kernels.Backend, opt Options) Schedule
+type constructor func(c transport.Comm, be kernels.Backend, opt Options) Schedule
 
 // checker reports why a schedule cannot run heads h on P ranks, or nil.
 type checker func(h model.Heads, P int) error
@@ -91,7 +92,7 @@ func Check(name string, h model.Heads, P int) error {
 }
 
 // NewAttention returns this rank's instance of schedule name on communicator c.
-func NewAttention(name string, c Comm, be kernels.Backend, opt Options) (Schedule, error) {
+func NewAttention(name string, c transport.Comm, be kernels.Backend, opt Options) (Schedule, error) {
 	s, ok := schedules[name]
 	if !ok {
 		return nil, fmt.Errorf("parallel: parallelism.attention = %q: want one of %v", name, Names())

@@ -7,7 +7,7 @@ package parallel
 // P is a square, otherwise the most nearly square rectangle, §3.2: "the processors can be
 // arranged in a rectangular grid that approximates the optimal size"; 2×4 for 8, 1×3 for 3).
 // Rank p sits at row i = p mod Pr, column j = p / Pr: the paper's column-major numbering of
-// P_{i,j}. Row i is a sub-communicator (Comm.Split, color i, key j: rank a of the row is world
+// P_{i,j}. Row i is a sub-communicator (transport.Comm.Split, color i, key j: rank a of the row is world
 // rank i + a·Pr), column j another (color j, key i: rank b of the column is world rank
 // b + j·Pr).
 //
@@ -69,7 +69,7 @@ package parallel
 //
 // plus, with the transpose, 2·kn under each of attn2d.fwd.transpose, attn2d.bwd.transpose
 // and attn2d.bwd.dkv.transpose on every rank whose row-major index differs from its own
-// (i·Pc + j ≠ p), and once, on the first call, the two Comm.Split calls under attn2d.split.
+// (i·Pc + j ≠ p), and once, on the first call, the two transport.Comm.Split calls under attn2d.split.
 // On a square grid (Pr = Pc = √P) and MHA this is ≈ (2√P−2)·(2·qn) per rank forward against
 // ring attention's 2·(P−1)·kn: the √P shrink of §3.3.
 //
@@ -90,13 +90,14 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 func init() { register("attn2d", newAttn2D, nil) }
 
 // newAttn2D builds the Attention2D schedule for one rank, without the k, v transpose of
 // Alg. 1 line 2 (see the file comment).
-func newAttn2D(c Comm, be kernels.Backend, opt Options) Schedule {
+func newAttn2D(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 	return &attn2d{c: c, be: be, opt: opt}
 }
 
@@ -159,16 +160,16 @@ const (
 
 // attn2d is one rank's Attention2D schedule.
 type attn2d struct {
-	c   Comm
+	c   transport.Comm
 	be  kernels.Backend
 	opt Options
 	// transpose selects the paper's k, v transpose from the column-major to the row-major
 	// assignment (Alg. 1 line 2, Alg. 3 line 9); the registered schedule leaves it off.
 	transpose bool
 
-	rows, cols int  // Pr, Pc
-	i, j       int  // this rank's grid row and column
-	row, col   Comm // row i and column j of the grid (nil until the first call)
+	rows, cols int            // Pr, Pc
+	i, j       int            // this rank's grid row and column
+	row, col   transport.Comm // row i and column j of the grid (nil until the first call)
 	sc         *a2dScratch
 }
 
@@ -268,7 +269,7 @@ func (s *attn2d) state(slab kernels.Buf) kernels.AttnState {
 }
 
 // a2dReqs is a set of outstanding requests.
-type a2dReqs []Request
+type a2dReqs []transport.Request
 
 func (r *a2dReqs) wait() {
 	for _, q := range *r {
@@ -281,13 +282,13 @@ func (r *a2dReqs) wait() {
 // dst. Without overlap it is the communicator's collective, complete on return; with overlap
 // it is point-to-point, and each block is waited for when it is first needed.
 type a2dGather struct {
-	recv  []Request // receive of block r, nil once complete
+	recv  []transport.Request // receive of block r, nil once complete
 	sends a2dReqs
 }
 
 // gather starts the all-gather of src (size values) into dst ([c.Size()][size]) on c.
-func (s *attn2d) gather(c Comm, dst, src kernels.Buf, tag int, site string) *a2dGather {
-	g := &a2dGather{recv: make([]Request, c.Size())}
+func (s *attn2d) gather(c transport.Comm, dst, src kernels.Buf, tag int, site string) *a2dGather {
+	g := &a2dGather{recv: make([]transport.Request, c.Size())}
 	if !s.opt.Overlap {
 		c.AllGather(dst, src, site)
 		return g
@@ -303,7 +304,7 @@ func (s *attn2d) gather(c Comm, dst, src kernels.Buf, tag int, site string) *a2d
 			g.sends = append(g.sends, c.Isend(src, r, tag, site))
 		}
 	}
-	Start(c)
+	transport.Start(c)
 	s.be.Copy(s.block(dst, me, size), src)
 	return g
 }
@@ -346,7 +347,7 @@ func (s *attn2d) fetchKV(k, v kernels.Buf, tagK, tagV int, site string) a2dReqs 
 		s.c.Irecv(dk, src, tagK, site), s.c.Irecv(dv, src, tagV, site),
 		s.c.Isend(k, dst, tagK, site), s.c.Isend(v, dst, tagV, site),
 	}
-	Start(s.c)
+	transport.Start(s.c)
 	return reqs
 }
 
@@ -355,7 +356,7 @@ func (s *attn2d) fetchKV(k, v kernels.Buf, tagK, tagV int, site string) a2dReqs 
 // after it. On a communicator that queues its operations on an in-order stream (NCCL) a receive
 // posted early would hold every later operation of the row behind it, the gathers the loop
 // waits for included: there the gathers still overlap, the exchange comes after the loop.
-func (s *attn2d) earlyRow() bool { return s.opt.Overlap && !queues(s.row) }
+func (s *attn2d) earlyRow() bool { return s.opt.Overlap && !transport.Queues(s.row) }
 
 // attn2dOrder returns the blocks 0 … m−1 starting at own and going round: the order in which a
 // rank visits the query blocks of its row (own = j) and the key blocks of its column (own = i),

@@ -8,6 +8,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // attn2dRunMany runs the Attention2D schedule, with or without the paper's k, v transpose
@@ -20,7 +21,7 @@ func attn2dRunMany(ins []attnInputs, P int, opt Options, transpose bool) ([]sche
 	for i, in := range ins {
 		outs[i] = in.newRun(P)
 	}
-	err := NewWorld(P).Run(func(c Comm) error {
+	err := transport.NewWorld(P).Run(func(c transport.Comm) error {
 		be := kernels.NewCPU()
 		s := &attn2d{c: c, be: be, opt: opt, transpose: transpose}
 		for i, in := range ins {
@@ -129,10 +130,10 @@ func TestAttn2DExact(t *testing.T) {
 //	                bwd dk, dv)
 //
 // values of 4 bytes, qn = n·H·hd, kn = n·KV·hd.
-func attn2dBytes(P, p, n int, h model.Heads, transpose bool) Traffic {
+func attn2dBytes(P, p, n int, h model.Heads, transpose bool) transport.Traffic {
 	Pr, Pc := attn2dGrid(P)
 	qn, kn, nh := n*h.N*h.Dim, n*h.KV*h.Dim, n*h.N
-	t := Traffic{}
+	t := transport.Traffic{}
 	add := func(site string, values int) {
 		if values > 0 {
 			t[site] += 4 * int64(values)
@@ -220,7 +221,7 @@ func TestAttn2DTraffic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			maxOver := func(tr []Traffic, prefix string) int64 {
+			maxOver := func(tr []transport.Traffic, prefix string) int64 {
 				var m int64
 				for _, x := range tr {
 					m = max(m, x.Sum(prefix))

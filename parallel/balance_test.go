@@ -13,6 +13,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // TestBalanceDocuments: the balanced order is a permutation that moves whole documents, no
@@ -256,7 +257,7 @@ func TestDocumentStepsMatchSchedules(t *testing.T) {
 			in.docs = c.docs
 			recs := make([]*recBackend, c.P)
 			out := in.newRun(c.P)
-			err = NewWorld(c.P).Run(func(cm Comm) error {
+			err = transport.NewWorld(c.P).Run(func(cm transport.Comm) error {
 				be := &recBackend{Backend: kernels.NewCPU()}
 				recs[cm.Rank()] = be
 				s, err := NewAttention(name, cm, be, Options{Overlap: true})

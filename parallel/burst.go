@@ -5,6 +5,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // BurstAttention (papers/burstattention.txt) on the Contiguous layout: rank r holds the tokens
@@ -40,7 +41,7 @@ import (
 // (DistFlashAttn §3.2's prefetch, which BurstAttention's ring permits just as well); without it
 // a rank computes, then communicates.
 type burst struct {
-	c    Comm
+	c    transport.Comm
 	be   kernels.Backend
 	opt  Options
 	bufs burstBufs
@@ -49,7 +50,7 @@ type burst struct {
 func init() { register("burst", newBurst, nil) }
 
 // newBurst returns rank c.Rank()'s BurstAttention.
-func newBurst(c Comm, be kernels.Backend, opt Options) Schedule {
+func newBurst(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 	return &burst{c: c, be: be, opt: opt, bufs: burstBufs{be: be}}
 }
 
@@ -90,12 +91,12 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 	for s := 0; s <= steps; s++ {
 		j := (r - s + P) % P // the block held at step s started on rank j
 		nxtK, nxtV := kb[s%2], vb[s%2]
-		var reqs []Request
+		var reqs []transport.Request
 		post := func() { // line 17 and line 4 of the next round
 			reqs = append(reqs,
 				c.Isend(curK, next, burstTagK, "burst.fwd.kv"), c.Isend(curV, next, burstTagV, "burst.fwd.kv"),
 				c.Irecv(nxtK, prev, burstTagK, "burst.fwd.kv"), c.Irecv(nxtV, prev, burstTagV, "burst.fwd.kv"))
-			Start(c)
+			transport.Start(c)
 		}
 		last := s == steps
 		if b.opt.Overlap && !last {
@@ -155,21 +156,21 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 		dqOut[i] = b.bufs.get(fmt.Sprint("dqOut", i), qLen)
 	}
 	dqIn := b.bufs.get("dqIn", qLen)
-	var dqSent [2]Request
+	var dqSent [2]transport.Request
 
 	cur := bundle{q, do, d, lse} // line 3: the local query side enters the ring
 	var sendDQ func()            // the send of this step's dQ accumulator, made at the start of the next
 	for s := 0; s <= steps; s++ {
 		j := (r + s) % P // the query block held at step s belongs to rank j
 		nxt := bufs[s%2]
-		var reqs []Request
+		var reqs []transport.Request
 		post := func() { // line 16 and line 5 of the next round
 			reqs = append(reqs,
 				c.Isend(cur.q, next, burstTagQ, "burst.bwd.q"), c.Isend(cur.do, next, burstTagDO, "burst.bwd.do"),
 				c.Isend(cur.d, next, burstTagD, "burst.bwd.stats"), c.Isend(cur.lse, next, burstTagLSE, "burst.bwd.stats"),
 				c.Irecv(nxt.q, prev, burstTagQ, "burst.bwd.q"), c.Irecv(nxt.do, prev, burstTagDO, "burst.bwd.do"),
 				c.Irecv(nxt.d, prev, burstTagD, "burst.bwd.stats"), c.Irecv(nxt.lse, prev, burstTagLSE, "burst.bwd.stats"))
-			Start(c)
+			transport.Start(c)
 		}
 		last := s == steps
 		// The previous step's dQ accumulator leaves at the start of this step, with this
@@ -182,14 +183,14 @@ func (b *burst) backward(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.
 			sendDQ()
 			sendDQ = nil
 		}
-		var dqReq Request
+		var dqReq transport.Request
 		if s >= 2 { // the accumulator of block j, from ranks j+1 … r−1
 			dqReq = c.Irecv(dqIn, prev, burstTagDQ, "burst.bwd.dq")
 		}
 		if b.opt.Overlap && !last {
 			post()
 		}
-		Start(c)
+		transport.Start(c)
 		vis := visibleDoc(be, blocks[j], pos, seq)
 		if s == 0 {
 			// The diagonal block: the own queries' gradient goes straight into dq.

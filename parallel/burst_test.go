@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // TestBurstTraffic: the bytes every rank sends, per call site, equal BurstAttention's
@@ -54,7 +55,7 @@ func TestBurstTraffic(t *testing.T) {
 							t.Errorf("%s P=%d overlap=%v rank %d: %s sent %d bytes, want %d", hn, P, overlap, r, site, tr[site], w)
 						}
 					}
-					if tot, w := tr.Total(), Traffic(want).Total(); tot != w {
+					if tot, w := tr.Total(), transport.Traffic(want).Total(); tot != w {
 						t.Errorf("%s P=%d rank %d: %d bytes in all (%v), want %d", hn, P, r, tot, tr, w)
 					}
 				}

@@ -44,6 +44,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 func init() { register("distflash", newDistFlash, nil) }
@@ -109,7 +110,7 @@ func dfPlan(P, p, t int) dfStep {
 
 // distFlash is one rank's DistFlashAttn schedule.
 type distFlash struct {
-	c     Comm
+	c     transport.Comm
 	be    kernels.Backend
 	opt   Options
 	sc    *dfScratch
@@ -144,7 +145,7 @@ func (s *distFlash) plan(seq model.Seq) []dfStep {
 }
 
 // newDistFlash builds the DistFlashAttn schedule for one rank.
-func newDistFlash(c Comm, be kernels.Backend, opt Options) Schedule {
+func newDistFlash(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 	return &distFlash{c: c, be: be, opt: opt}
 }
 
@@ -223,7 +224,7 @@ func dfOML(be kernels.Backend, b kernels.Buf, n int, h model.Heads) kernels.Attn
 }
 
 // dfReqs is a set of outstanding requests.
-type dfReqs []Request
+type dfReqs []transport.Request
 
 func (r *dfReqs) wait() {
 	for _, q := range *r {
@@ -256,7 +257,7 @@ func (s *distFlash) fwdPost(t int, q, k, v kernels.Buf) *dfFwdXfer {
 	if st.qTo >= 0 {
 		x.out = append(x.out, c.Isend(q, st.qTo, dfTagFwdQ, dfSiteFwdQ))
 	}
-	Start(c)
+	transport.Start(c)
 	return x
 }
 
@@ -359,7 +360,7 @@ func (s *distFlash) bwdPost(t int, q, k, v, do, lse kernels.Buf) *dfBwdXfer {
 		x.out = append(x.out, c.Isend(q, st.qTo, dfTagBwdQ, dfSiteBwdQ), c.Isend(do, st.qTo, dfTagBwdDO, dfSiteBwdQ),
 			c.Isend(lse, st.qTo, dfTagBwdLSE, dfSiteBwdQ), c.Isend(sc.D, st.qTo, dfTagBwdD, dfSiteBwdQ))
 	}
-	Start(c)
+	transport.Start(c)
 	return x
 }
 

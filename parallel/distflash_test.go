@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // TestDistFlashPlan checks the balanced schedule itself (papers/distflashattn.txt Alg. 2,
@@ -148,10 +149,10 @@ func TestDistFlashLoadBalance(t *testing.T) {
 //	bwd.dkv min(S, p) · 2·n·KV·hd         dk, dv of block (p, p−t) back to p−t
 //	bwd.q   max(0, p−S) · (2·n·H·hd + 2·n·H)  q, dO, lse, D to a helper
 //	bwd.dq  max(0, S′−p) · n·H·hd         as helper: dq back
-func dfBytes(P, p, n int, h model.Heads) Traffic {
+func dfBytes(P, p, n int, h model.Heads) transport.Traffic {
 	S, S1 := P/2, (P-1)/2
 	qn, kn, sn := int64(n*h.N*h.Dim), int64(n*h.KV*h.Dim), int64(n*h.N)
-	tr := Traffic{}
+	tr := transport.Traffic{}
 	add := func(site string, count int, floats int64) {
 		if count > 0 {
 			tr[site] += 4 * int64(count) * floats

@@ -10,6 +10,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // webDocs returns the document-start table (model.Seq.DocStart) of a sequence of T tokens
@@ -132,7 +133,7 @@ func countedIdle(in attnInputs, name string, P int, docs []int32) (idle, stepIdl
 	recs := make([]*recBackend, P)
 	out := in.newRun(P)
 	var serial sync.Mutex
-	err = NewWorld(P).Run(func(c Comm) error {
+	err = transport.NewWorld(P).Run(func(c transport.Comm) error {
 		be := &recBackend{Backend: kernels.NewCPU(), serial: &serial}
 		recs[c.Rank()] = be
 		s, err := NewAttention(name, c, be, Options{Overlap: true})

@@ -7,6 +7,7 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/optim"
+	"distflash/parallel/transport"
 )
 
 // FSDP shards a model's parameters, gradients and optimizer state over the ranks of a group,
@@ -29,8 +30,8 @@ import (
 // (forward 0…L+1, backward L+1…1), and never across the end of a backward, where the
 // optimizer changes the weights; a wrong guess costs a wasted gather, never a wrong value.
 type FSDP struct {
-	comm   Comm // gathers and reduce-scatters, in call order
-	pcomm  Comm // prefetch gathers, from the prefetch goroutine
+	comm   transport.Comm // gathers and reduce-scatters, in call order
+	pcomm  transport.Comm // prefetch gathers, from the prefetch goroutine
 	be     kernels.Backend
 	prec   kernels.Precision
 	units  []model.Unit
@@ -79,7 +80,7 @@ type Memory struct {
 
 // NewFSDP shards layout over comm. The prefetch communicator is split off comm here, so every
 // rank of comm must call NewFSDP at the same point.
-func NewFSDP(comm Comm, be kernels.Backend, layout model.Layout, opt FSDPOptions) *FSDP {
+func NewFSDP(comm transport.Comm, be kernels.Backend, layout model.Layout, opt FSDPOptions) *FSDP {
 	P := comm.Size()
 	f := &FSDP{comm: comm, be: be, prec: opt.Precision, units: layout.Units(), slotUnit: [2]int{-1, -1}}
 	if opt.Prefetch && P > 1 {
@@ -206,7 +207,7 @@ func (f *FSDP) Segments(layout model.Layout) []optim.Segment {
 }
 
 // gather all-gathers unit u into slot on comm c.
-func (f *FSDP) gather(c Comm, u, slot int) {
+func (f *FSDP) gather(c transport.Comm, u, slot int) {
 	P, n := f.comm.Size(), f.chunk[u]
 	mine := f.be.Slice(f.Master, f.offset[u], n)
 	full := f.be.Slice(f.slots[slot], 0, P*n)

@@ -9,6 +9,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // fsdpConfig is a small model with uneven unit sizes, so padding is exercised.
@@ -51,14 +52,14 @@ func TestFSDPMatchesReplicated(t *testing.T) {
 			var prev [][]float32
 			for _, prefetch := range []bool{false, true} {
 				name := fmt.Sprintf("P%d/%s/prefetch=%v", P, policy, prefetch)
-				grads, loss := runFSDP(t, NewWorld(P).Run, cfg, params, ids, targets, P, T, dscale, policy, prefetch)
+				grads, loss := runFSDP(t, transport.NewWorld(P).Run, cfg, params, ids, targets, P, T, dscale, policy, prefetch)
 				if d := math.Abs(loss-refLoss) / math.Abs(refLoss); d > 1e-6 {
 					t.Errorf("%s: loss %v, replicated %v (rel %.2g)", name, loss, refLoss, d)
 				}
 				covered := make([]int, layout.Size)
 				var worst float64
 				for r, g := range grads {
-					st := NewFSDP(NewWorld(P).Comm(r), kernels.NewCPU(), layout, FSDPOptions{})
+					st := NewFSDP(transport.NewWorld(P).Comm(r), kernels.NewCPU(), layout, FSDPOptions{})
 					for _, rg := range st.Owned() {
 						for i := 0; i < rg.N; i++ {
 							covered[rg.Off+i]++
@@ -93,12 +94,12 @@ func TestFSDPMatchesReplicated(t *testing.T) {
 // runFSDP runs one forward-backward of the batch on P FSDP ranks (world runs them: a
 // World's Run, or one that wraps its communicators), rank r on sequence r, and returns each
 // rank's gradient chunks and the summed loss.
-func runFSDP(t *testing.T, world func(func(Comm) error) error, cfg model.Config, params []float32, ids, targets []int32, P, T int, dscale float32,
+func runFSDP(t *testing.T, world func(func(transport.Comm) error) error, cfg model.Config, params []float32, ids, targets []int32, P, T int, dscale float32,
 	policy model.Checkpoint, prefetch bool) ([][]float32, float64) {
 	t.Helper()
 	grads := make([][]float32, P)
 	losses := make([]float64, P)
-	err := world(func(c Comm) error {
+	err := world(func(c transport.Comm) error {
 		be := kernels.NewCPU()
 		st := NewFSDP(c, be, model.NewLayout(cfg), FSDPOptions{Prefetch: prefetch})
 		st.Load(params)
@@ -137,7 +138,7 @@ func TestFSDPShardsMemory(t *testing.T) {
 	layout := model.NewLayout(cfg)
 	units := len(layout.Units())
 	for _, P := range []int{1, 2, 4, 8} {
-		st := NewFSDP(NewWorld(P).Comm(0), kernels.NewCPU(), layout, FSDPOptions{})
+		st := NewFSDP(transport.NewWorld(P).Comm(0), kernels.NewCPU(), layout, FSDPOptions{})
 		got := st.Memory().MasterParams / 4
 		lo, hi := int64(layout.Size/P), int64(layout.Size/P+units*(2*P-1)/P+units)
 		if got < lo || got > hi {
@@ -160,7 +161,7 @@ func TestFSDPSegments(t *testing.T) {
 		}
 	}
 	for _, P := range []int{1, 3, 4} {
-		w := NewWorld(P)
+		w := transport.NewWorld(P)
 		for r := 0; r < P; r++ {
 			st := NewFSDP(w.Comm(r), kernels.NewCPU(), layout, FSDPOptions{})
 			local := make([]int, st.Master.Len())
@@ -205,10 +206,10 @@ func BenchmarkFSDPPrefetch(b *testing.B) {
 	ids, targets := fsdpBatch(cfg, P, T)
 	for _, prefetch := range []bool{false, true} {
 		b.Run(fmt.Sprintf("prefetch=%v", prefetch), func(b *testing.B) {
-			w := NewWorld(P)
+			w := transport.NewWorld(P)
 			w.SimulateLink(200e6, 50e-6*1e9)
 			models := make([]*model.Model, P)
-			if err := w.Run(func(c Comm) error {
+			if err := w.Run(func(c transport.Comm) error {
 				be := kernels.NewCPU()
 				st := NewFSDP(c, be, model.NewLayout(cfg), FSDPOptions{Prefetch: prefetch})
 				st.Load(params)
@@ -219,7 +220,7 @@ func BenchmarkFSDPPrefetch(b *testing.B) {
 			}
 			b.ResetTimer()
 			for range b.N {
-				if err := w.Run(func(c Comm) error {
+				if err := w.Run(func(c transport.Comm) error {
 					r := c.Rank()
 					models[r].ForwardBackward(ids[r*T:(r+1)*T], targets[r*T:(r+1)*T], 1, model.Positions(T), 1)
 					return nil
@@ -239,7 +240,7 @@ func TestFSDPLoadEach(t *testing.T) {
 	layout := model.NewLayout(cfg)
 	full := model.InitParams(cfg, layout, 9)
 	for P := 1; P <= 5; P++ {
-		w := NewWorld(P)
+		w := transport.NewWorld(P)
 		for r := 0; r < P; r++ {
 			for _, block := range []int{7, 1000, 1 << 20} {
 				a := NewFSDP(w.Comm(r), kernels.NewCPU(), layout, FSDPOptions{})

@@ -6,6 +6,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // Hybrid sequence parallelism (parallelism.ulysses_degree = U > 1): the S sequence-parallel
@@ -17,7 +18,7 @@ import (
 //
 // Ranks. Rank r is index i = r mod U of group g = r / U. Under mpirun's by-slot mapping
 // consecutive ranks share a host, so with U dividing the ranks per host the all-to-all never
-// leaves a host; the outer schedule's traffic is what crosses hosts. Two Comm.Split calls on the first call (site hybrid.split)
+// leaves a host; the outer schedule's traffic is what crosses hosts. Two transport.Comm.Split calls on the first call (site hybrid.split)
 // make the group (color g, key i) and the outer ring (color i, key g: the ranks with the same
 // index in every group).
 //
@@ -48,7 +49,7 @@ import (
 // (U−1)·n·hp·d and hybrid.bwd.stats 2·(U−1)·n·hp. The outer schedule's own sites count what it
 // moves with U·n tokens and hp heads on S/U ranks.
 type hybrid struct {
-	c      Comm
+	c      transport.Comm
 	be     kernels.Backend
 	opt    Options
 	name   string // the outer schedule
@@ -79,7 +80,7 @@ const hySiteSplit = "hybrid.split"
 
 // newHybrid returns rank c.Rank()'s hybrid of Ulysses groups of U ranks and schedule name
 // between them; U must divide c.Size().
-func newHybrid(name string, U int, c Comm, be kernels.Backend, opt Options) (Schedule, error) {
+func newHybrid(name string, U int, c transport.Comm, be kernels.Backend, opt Options) (Schedule, error) {
 	if err := checkHybridShape(name, c.Size(), U); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // hybridOuter are the schedules that run between Ulysses groups.
@@ -27,7 +28,7 @@ var hybridHeads = map[string]model.Heads{
 // runHybrid runs schedule name between Ulysses groups of U on P in-process ranks.
 func (in attnInputs) runHybrid(name string, P, U int, opt Options) (scheduleRun, error) {
 	opt.UlyssesDegree = U
-	return in.runOn(NewWorld(P), name, opt)
+	return in.runOn(transport.NewWorld(P), name, opt)
 }
 
 // TestHybridExact: every factorisation P = U × P/U with P ≤ 8 and U > 1, every outer
@@ -140,7 +141,7 @@ func TestHybridRefusals(t *testing.T) {
 			}
 		}
 		if c.U > 1 && (c.P%c.U != 0 || c.name == "attn2d") {
-			w := NewWorld(c.P)
+			w := transport.NewWorld(c.P)
 			if _, err := NewAttention(c.name, w.Comm(0), kernels.NewCPU(), Options{UlyssesDegree: c.U}); err == nil {
 				t.Errorf("NewAttention(%s, P=%d, U=%d) accepted", c.name, c.P, c.U)
 			}
@@ -221,14 +222,14 @@ func TestHybridTraffic(t *testing.T) {
 			}
 			n, d, U1 := int64(T/c.P), int64(h.Dim), int64(c.U-1)
 			qs, kvs, st := U1*n*int64(hs.hp)*d*4, U1*n*int64(hs.kvp)*d*4, U1*n*int64(hs.hp)*4
-			want := Traffic{
+			want := transport.Traffic{
 				"hybrid.fwd.q": qs, "hybrid.fwd.k": kvs, "hybrid.fwd.v": kvs, "hybrid.fwd.o": qs, "hybrid.fwd.lse": st,
 				"hybrid.bwd.q": qs, "hybrid.bwd.k": kvs, "hybrid.bwd.v": kvs, "hybrid.bwd.do": qs,
 				"hybrid.bwd.stats": 2 * st, "hybrid.bwd.dq": qs, "hybrid.bwd.dk": kvs, "hybrid.bwd.dv": kvs,
 				hySiteSplit: int64(2 * (c.P - 1) * 2 * 4),
 			}
 			for r, tr := range got.traffic {
-				w := Traffic{}
+				w := transport.Traffic{}
 				for k, v := range want {
 					w[k] = v
 				}

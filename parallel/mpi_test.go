@@ -2,41 +2,31 @@
 
 package parallel
 
-// The MPI tests run in two roles. Started by go test, TestMPI re-executes this test binary
-// under mpirun on 1 to 4 ranks; started by mpirun (MPIEnv says so), TestMain initialises MPI
-// and TestMPIRanks runs every check on every rank, each rank comparing what MPI gave it with
-// the expected values and with the in-process world running the same calls.
+// The schedules over MPI. Started by go test, TestMPISchedules re-executes this test binary
+// under mpirun on 1 to 4 ranks; started by mpirun (transport.MPIEnv says so), TestMain
+// initialises MPI and TestMPISchedulesRanks runs every schedule on every rank, each rank
+// comparing what MPI gave it with single-worker attention and with the in-process world.
+// (The communicator's own MPI tests are package transport's.)
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"distflash/kernels"
+	"distflash/parallel/transport"
+	"distflash/parallel/transport/transporttest"
 )
 
-// mpiTest is this process's MPI state when mpirun started it.
-var mpiTest struct {
-	comm  Comm // nil when not started by an MPI launcher
-	bench bool // a benchmark run: rank 0 runs the benchmarks, the other ranks serve them
-}
+// mpiComm is this process's world when mpirun started it; nil otherwise.
+var mpiComm transport.Comm
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	l, err := MPIEnv()
+	l, err := transport.MPIEnv()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -44,90 +34,37 @@ func TestMain(m *testing.M) {
 	if l == nil {
 		os.Exit(m.Run())
 	}
-	c, err := InitMPI()
-	if err != nil {
+	if mpiComm, err = transport.InitMPI(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	mpiTest.comm = c
-	mpiTest.bench = flag.Lookup("test.bench").Value.String() != ""
-	if mpiTest.bench && c.Rank() != 0 {
-		mpiBenchServe(c)
-		if err := FinalizeMPI(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
 	code := m.Run()
-	if mpiTest.bench {
-		mpiBenchQuit(c)
-	}
-	if err := FinalizeMPI(); err != nil {
+	if err := transport.FinalizeMPI(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
 	}
 	os.Exit(code)
 }
 
-// mpirunSelf runs this test binary under mpirun on np ranks with args and the extra
-// environment env, stopping it (SIGTERM, which mpirun passes on to the ranks, then SIGKILL)
-// after limit (if > 0). It returns the output of all ranks, mpirun's error and the time it ran. A
-// machine without mpirun skips the test: CI installs Open MPI, so there it always runs.
-func mpirunSelf(t testing.TB, np int, limit time.Duration, env []string, args ...string) (string, time.Duration, error) {
-	t.Helper()
-	mpirun, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Skip("mpirun is not on PATH: install Open MPI (Debian: apt-get install openmpi-bin libopenmpi-dev; .ci/run does) to run the MPI tests")
-	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if limit > 0 {
-		ctx, cancel = context.WithTimeout(ctx, limit)
-	}
-	defer cancel()
-	// As root (CI) mpirun needs --allow-run-as-root; --oversubscribe lets 4 ranks share 2 cores.
-	argv := append([]string{"--allow-run-as-root", "--oversubscribe", "-np", fmt.Sprint(np), os.Args[0]}, args...)
-	cmd := exec.CommandContext(ctx, mpirun, argv...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	err = cmd.Run()
-	if ctx.Err() != nil {
-		err = fmt.Errorf("mpirun did not finish within %v: %w", limit, err)
-	}
-	return out.String(), time.Since(start), err
-}
-
-// TestMPI runs TestMPIRanks under mpirun on P = 1, 2, 3 and 4 ranks, with MPI's ordinary
-// sends and with synchronous ones (MPIOptions.SyncSend: no send completes before its receive
-// is posted, which finds code that only works with eager sends), and on 3 ranks with
-// MPI_THREAD_SERIALIZED (the lock and polled waits a library without MPI_THREAD_MULTIPLE
-// gets). Every rank must pass.
-func TestMPI(t *testing.T) {
-	if mpiTest.comm != nil {
-		t.Skip("this is a rank: TestMPIRanks does the work")
+// TestMPISchedules runs TestMPISchedulesRanks under mpirun on P = 1 to 4 ranks, with MPI's
+// ordinary sends and with synchronous ones (no send completes before its receive is posted,
+// which finds a schedule that only works with eager sends). Every rank must pass.
+func TestMPISchedules(t *testing.T) {
+	if mpiComm != nil {
+		t.Skip("this is a rank: TestMPISchedulesRanks does the work")
 	}
 	for _, tc := range []struct {
-		P      int
-		thread string
-		sync   bool
-	}{{1, "multiple", false}, {2, "multiple", true}, {3, "multiple", false}, {4, "multiple", false}, {4, "multiple", true}, {3, "serialized", true}} {
-		t.Run(fmt.Sprintf("P%d/%s/syncsend=%v", tc.P, tc.thread, tc.sync), func(t *testing.T) {
-			env := []string{
-				"DISTFLASH_MPI_TIMEOUT=60s", // a rank that disagrees with the others ends the run
-				"DISTFLASH_MPI_THREAD=" + tc.thread,
-				fmt.Sprintf("DISTFLASH_MPI_SYNC_SEND=%v", tc.sync),
-				"DISTFLASH_MPI_TEST_DIR=" + t.TempDir(),
-			}
-			out, took, err := mpirunSelf(t, tc.P, 3*time.Minute, env, "-test.run=^TestMPIRanks$", "-test.v")
-			passed := strings.Count(out, "--- PASS: TestMPIRanks ")
+		P    int
+		sync bool
+	}{{1, false}, {2, true}, {3, false}, {4, false}, {4, true}} {
+		t.Run(fmt.Sprintf("P%d/syncsend=%v", tc.P, tc.sync), func(t *testing.T) {
+			env := []string{"DISTFLASH_MPI_TIMEOUT=60s", fmt.Sprintf("DISTFLASH_MPI_SYNC_SEND=%v", tc.sync)}
+			out, took, err := transporttest.MPIRunSelf(t, tc.P, 3*time.Minute, env, "-test.run=^TestMPISchedulesRanks$", "-test.v")
+			passed := strings.Count(out, "--- PASS: TestMPISchedulesRanks ")
 			if err != nil || passed != tc.P {
 				t.Fatalf("mpirun -np %d: %v; %d of %d ranks passed; output:\n%s", tc.P, err, passed, tc.P, out)
 			}
-			if strings.Contains(out, "--- SKIP: TestMPIRanks") {
+			if strings.Contains(out, "--- SKIP: TestMPISchedulesRanks") {
 				t.Fatalf("a rank skipped the checks:\n%s", out)
 			}
 			t.Logf("%d ranks passed in %v", tc.P, took.Round(time.Millisecond))
@@ -135,457 +72,18 @@ func TestMPI(t *testing.T) {
 	}
 }
 
-// TestMPIRanks is one rank's share of TestMPI; it runs only under mpirun. Every subtest is
-// run by every rank in the same order, as the calls are collective.
-func TestMPIRanks(t *testing.T) {
-	c := mpiTest.comm
-	if c == nil {
-		t.Skip("runs as the ranks of TestMPI, under mpirun")
+// TestMPISchedulesRanks is one rank's share of TestMPISchedules; it runs only under mpirun.
+func TestMPISchedulesRanks(t *testing.T) {
+	if mpiComm == nil {
+		t.Skip("runs as the ranks of TestMPISchedules, under mpirun")
 	}
-	if mpiTest.bench {
-		t.Skip("a benchmark run: the other ranks serve the benchmarks")
-	}
-	if c.Rank() == 0 {
-		t.Logf("%s", MPIInfo())
-	}
-	for _, tc := range []struct {
-		name string
-		fn   func(t *testing.T, c Comm)
-	}{
-		{"PointToPoint", mpiTestPointToPoint},
-		{"IrecvMatchesInPostOrder", mpiTestPostOrder},
-		{"Collectives", mpiTestCollectives},
-		{"SameAsInProcess", mpiTestSameAsInProcess},
-		{"Barrier", mpiTestBarrier},
-		{"Split", mpiTestSplit},
-		{"Concurrent", mpiTestConcurrent},
-		{"Schedules", mpiTestSchedules},
-		{"Errors", mpiTestErrors},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.fn(t, c)
-			c.Barrier() // the next check starts together, whatever this one did
-		})
-	}
-}
-
-// trafficSince is the bytes sent since before, by call site.
-func trafficSince(c Comm, before Traffic) Traffic {
-	out := Traffic{}
-	for k, v := range c.Traffic() {
-		if d, ok := before[k]; !ok || v != d {
-			out[k] = v - d
-		}
-	}
-	return out
-}
-
-// sameTraffic compares two byte counts site by site, a missing site counting as 0 bytes.
-func sameTraffic(got, want Traffic) error {
-	keys := map[string]bool{}
-	for k := range got {
-		keys[k] = true
-	}
-	for k := range want {
-		keys[k] = true
-	}
-	for k := range keys {
-		if got[k] != want[k] {
-			return fmt.Errorf("site %q: %d bytes, want %d (got %v, want %v)", k, got[k], want[k], got, want)
-		}
-	}
-	return nil
-}
-
-// mpiTestPointToPoint is TestCommPointToPoint over MPI: each rank sends its ring successor
-// several messages under several tags, all in flight; the receives are posted tag by tag in
-// another order than the sends and must get each tag's messages in send order; the bytes are
-// counted under the call site.
-func mpiTestPointToPoint(t *testing.T, c Comm) {
-	const perTag, length = 3, 5
-	tags := []int{0, 1, 7}
-	val := func(src, tag, seq, i int) float32 { return float32(1000*src + 100*tag + 10*seq + i) }
-	be := kernels.NewCPU()
-	before := c.Traffic()
-	P, r := c.Size(), c.Rank()
-	next, prev := (r+1)%P, (r+P-1)%P
-	var sends []Request
-	for seq := 0; seq < perTag; seq++ { // interleaved: tag 0, 1, 7, 0, 1, 7, …
-		for _, tag := range tags {
-			x := make([]float32, length)
-			for i := range x {
-				x[i] = val(r, tag, seq, i)
-			}
-			sends = append(sends, c.Isend(commBuf(be, x), next, tag, "p2p"))
-		}
-	}
-	type posted struct {
-		tag, seq int
-		buf      kernels.Buf
-		req      Request
-	}
-	var all []posted
-	for i := len(tags) - 1; i >= 0; i-- {
-		for seq := 0; seq < perTag; seq++ {
-			b := be.Alloc(length)
-			all = append(all, posted{tags[i], seq, b, c.Irecv(b, prev, tags[i], "p2p")})
-		}
-	}
-	for _, p := range all {
-		p.req.Wait()
-		for i, got := range kernels.Host(p.buf) {
-			if want := val(prev, p.tag, p.seq, i); got != want {
-				t.Fatalf("tag %d message %d value %d: got %v, want %v", p.tag, p.seq, i, got, want)
-			}
-		}
-	}
-	for _, s := range sends {
-		s.Wait()
-	}
-	if err := sameTraffic(trafficSince(c, before), Traffic{"p2p": perTag * int64(len(tags)) * length * 4}); err != nil {
-		t.Error(err)
-	}
-}
-
-// mpiTestPostOrder: two receives posted for the same source and tag match the messages in the
-// order they were posted, whatever the order they are waited for.
-func mpiTestPostOrder(t *testing.T, c Comm) {
-	if c.Size() < 2 || c.Rank() > 1 {
-		return
-	}
-	be := kernels.NewCPU()
-	if c.Rank() == 0 {
-		for i := 1; i <= 2; i++ {
-			c.Isend(commBuf(be, []float32{float32(i)}), 1, 0, "p2p").Wait()
-		}
-		return
-	}
-	first, second := be.Alloc(1), be.Alloc(1)
-	r1 := c.Irecv(first, 0, 0, "p2p")
-	r2 := c.Irecv(second, 0, 0, "p2p")
-	r2.Wait()
-	r1.Wait()
-	if a, b := kernels.Host(first)[0], kernels.Host(second)[0]; a != 1 || b != 2 {
-		t.Errorf("first-posted receive got message %v, second-posted got %v; want 1, 2", a, b)
-	}
-}
-
-// mpiX is rank r's element i: mixed magnitudes (1e8 + i, 1 + r/7, −1e8 − r), so a float32 sum
-// depends on its order and only the rank-order sum matches bit for bit.
-func mpiX(r, i int) float32 {
-	switch (r + i) % 3 {
-	case 0:
-		return 1e8 + float32(i)
-	case 1:
-		return 1 + float32(r)/7
-	default:
-		return -1e8 - float32(r)
-	}
-}
-
-func mpiVec(r, off, n int) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = mpiX(r, off+i)
-	}
-	return v
-}
-
-func mpiSum(P, i int) float32 {
-	var s float32
-	for r := 0; r < P; r++ {
-		s += mpiX(r, i)
-	}
-	return s
-}
-
-// mpiTestCollectives is TestCommCollectives over MPI: every collective's result, sums bit for
-// bit equal to the float32 sum in rank order, and the bytes of each.
-func mpiTestCollectives(t *testing.T, c Comm) {
-	be := kernels.NewCPU()
-	P, r := c.Size(), c.Rank()
-	check := func(what string, got, want []float32) {
-		t.Helper()
-		if i := commEqualBits(got, want); i >= 0 {
-			t.Errorf("%s: element %d: got %v, want %v", what, i, got, want)
-		}
-	}
-	before := c.Traffic()
-	want := Traffic{}
-
-	const n = 4
-	dst := be.Alloc(P * n)
-	c.AllGather(dst, commBuf(be, mpiVec(r, 0, n)), "ag")
-	var all []float32
-	for q := 0; q < P; q++ {
-		all = append(all, mpiVec(q, 0, n)...)
-	}
-	check("all-gather", kernels.Host(dst), all)
-	want["ag"] = int64((P - 1) * n * 4)
-
-	// In place: src is this rank's block of dst.
-	ip := commBuf(be, make([]float32, P*n))
-	copy(kernels.Host(ip)[r*n:], mpiVec(r, 0, n))
-	c.AllGather(ip, be.Slice(ip, r*n, n), "ag.inplace")
-	check("all-gather in place", kernels.Host(ip), all)
-	want["ag.inplace"] = int64((P - 1) * n * 4)
-
-	const m = 3
-	rs := be.Alloc(m)
-	c.ReduceScatter(rs, commBuf(be, mpiVec(r, 0, P*m)), "rs")
-	w := make([]float32, m)
-	for i := range w {
-		w[i] = mpiSum(P, r*m+i)
-	}
-	check("reduce-scatter", kernels.Host(rs), w)
-	want["rs"] = int64((P - 1) * m * 4)
-
-	for _, n := range []int{7, 3, 1, 11, 50000} { // 7, 11 divisible by none of 2, 3, 4; 1, 3 < P
-		site := fmt.Sprintf("ar%d", n)
-		b := commBuf(be, mpiVec(r, 0, n))
-		c.AllReduce(b, site)
-		w := make([]float32, n)
-		for i := range w {
-			w[i] = mpiSum(P, i)
-		}
-		check("all-reduce "+site, kernels.Host(b), w)
-		if P > 1 {
-			want[site] = commAllReduceBytes(n, P, r)
-		}
-	}
-
-	const k = 2
-	src := make([]float32, P*k)
-	for j := 0; j < P; j++ {
-		for i := 0; i < k; i++ {
-			src[j*k+i] = float32(100*r + 10*j + i)
-		}
-	}
-	a2a := be.Alloc(P * k)
-	c.AllToAll(a2a, commBuf(be, src), "a2a")
-	for j := 0; j < P; j++ {
-		for i := 0; i < k; i++ {
-			if got, want := kernels.Host(a2a)[j*k+i], float32(100*j+10*r+i); got != want {
-				t.Errorf("all-to-all chunk %d element %d: got %v, want %v", j, i, got, want)
-			}
-		}
-	}
-	want["a2a"] = int64((P - 1) * k * 4)
-	if err := sameTraffic(trafficSince(c, before), want); err != nil {
-		t.Error(err)
-	}
-}
-
-// mpiProgram is a mix of every Comm call on random data of a few sizes (messages of 4 bytes
-// to 400 KB, so both of MPI's eager and rendezvous protocols); it returns everything this
-// rank received or computed, in order.
-func mpiProgram(c Comm, be kernels.Backend) []float32 {
-	P, r := c.Size(), c.Rank()
-	rng := rand.New(rand.NewPCG(uint64(r), 7))
-	rnd := func(n int) kernels.Buf {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64() * 1e3)
-		}
-		return commBuf(be, x)
-	}
-	var out []float32
-	keep := func(b kernels.Buf) { out = append(out, kernels.Host(b)...) }
-	next, prev := (r+1)%P, (r+P-1)%P
-	for _, n := range []int{1, 1000, 100000} {
-		a, b := be.Alloc(n), be.Alloc(n)
-		ra, rb := c.Irecv(a, prev, 3, "prog.p2p"), c.Irecv(b, next, 4, "prog.p2p")
-		sa, sb := c.Isend(rnd(n), next, 3, "prog.p2p"), c.Isend(rnd(n), prev, 4, "prog.p2p")
-		rb.Wait()
-		ra.Wait()
-		sa.Wait()
-		sb.Wait()
-		keep(a)
-		keep(b)
-		ag := be.Alloc(P * n)
-		c.AllGather(ag, rnd(n), "prog.ag")
-		keep(ag)
-		rs := be.Alloc(n)
-		c.ReduceScatter(rs, rnd(P*n), "prog.rs")
-		keep(rs)
-		ar := rnd(n)
-		c.AllReduce(ar, "prog.ar")
-		keep(ar)
-		a2a := be.Alloc(P * n)
-		c.AllToAll(a2a, rnd(P*n), "prog.a2a")
-		keep(a2a)
-	}
-	c.Barrier()
-	row := c.Split(r%2, -r, "prog.split")
-	x := rnd(999)
-	row.AllReduce(x, "prog.row.ar")
-	keep(x)
-	out = append(out, float32(row.Rank()), float32(row.Size()))
-	return out
-}
-
-// mpiTestSameAsInProcess: the same calls on the same data give this rank the same values, bit
-// for bit, and the same bytes per call site over MPI as on the in-process world.
-func mpiTestSameAsInProcess(t *testing.T, c Comm) {
-	P, r := c.Size(), c.Rank()
-	before := c.Traffic()
-	got := mpiProgram(c, kernels.NewCPU())
-	gotT := trafficSince(c, before)
-
-	w := NewWorld(P)
-	var want []float32
-	if err := w.Run(func(ic Comm) error {
-		o := mpiProgram(ic, kernels.NewCPU())
-		if ic.Rank() == r {
-			want = o
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if i := commEqualBits(got, want); i >= 0 {
-		t.Errorf("%d values over MPI, %d in process; first difference at %d", len(got), len(want), i)
-	}
-	if err := sameTraffic(gotT, w.Traffic(r)); err != nil {
-		t.Error(err)
-	}
-}
-
-// mpiTestBarrier: no rank leaves a barrier before the last rank, which arrives late, has
-// reached it. The last rank leaves a file before it enters; every rank must see it after.
-func mpiTestBarrier(t *testing.T, c Comm) {
-	dir := os.Getenv("DISTFLASH_MPI_TEST_DIR")
-	if dir == "" {
-		t.Fatal("DISTFLASH_MPI_TEST_DIR is not set (TestMPI sets it)")
-	}
-	P := c.Size()
-	before := c.Traffic()
-	for round := 0; round < 3; round++ {
-		mark := filepath.Join(dir, fmt.Sprintf("barrier-%d", round))
-		if c.Rank() == P-1 {
-			time.Sleep(20 * time.Millisecond) // the others are waiting by now
-			if err := os.WriteFile(mark, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c.Barrier()
-		if _, err := os.Stat(mark); err != nil {
-			t.Errorf("round %d: left the barrier before the last rank reached it: %v", round, err)
-		}
-	}
-	if b := trafficSince(c, before).Total(); b != 0 {
-		t.Errorf("barrier sent %d bytes", b)
-	}
-}
-
-// mpiTestSplit is TestCommSplit over MPI for every rows × cols grid of the ranks: rows,
-// columns and reversed rows as sub-groups, each with the right ranks in the right order,
-// collectives that stay inside the group, bytes as in process, and rows and columns
-// coexisting.
-func mpiTestSplit(t *testing.T, c Comm) {
-	be := kernels.NewCPU()
-	P := c.Size()
-	for rows := 1; rows <= P; rows++ {
-		if P%rows != 0 {
-			continue
-		}
-		cols := P / rows
-		row, col := c.Rank()/cols, c.Rank()%cols
-		for _, tc := range []struct {
-			name        string
-			color, key  int
-			size, rank  int
-			memberWorld func(i int) int
-		}{
-			{"rows", row, col, cols, col, func(i int) int { return row*cols + i }},
-			{"cols", col, row, rows, row, func(i int) int { return i*cols + col }},
-			{"rows-reversed", row, -col, cols, cols - 1 - col, func(i int) int { return row*cols + cols - 1 - i }},
-		} {
-			what := fmt.Sprintf("%dx%d %s", rows, cols, tc.name)
-			before := c.Traffic()
-			g := c.Split(tc.color, tc.key, "split")
-			if g.Size() != tc.size || g.Rank() != tc.rank {
-				t.Fatalf("%s: (%d,%d) is rank %d of %d, want %d of %d", what, row, col, g.Rank(), g.Size(), tc.rank, tc.size)
-			}
-			all := be.Alloc(g.Size())
-			g.AllGather(all, commBuf(be, []float32{float32(c.Rank())}), "sub.ag")
-			sum := 0
-			for i, w := range kernels.Host(all) {
-				if want := tc.memberWorld(i); int(w) != want {
-					t.Errorf("%s: member %d is world rank %v, want %d", what, i, w, want)
-				}
-				sum += tc.memberWorld(i)
-			}
-			s := commBuf(be, []float32{float32(c.Rank())})
-			g.AllReduce(s, "sub.ar")
-			if got := kernels.Host(s)[0]; got != float32(sum) {
-				t.Errorf("%s: all-reduce in the group gave %v, want %d", what, got, sum)
-			}
-			G := g.Size()
-			ar := int64(0)
-			if G > 1 {
-				ar = commAllReduceBytes(1, G, g.Rank())
-			}
-			want := Traffic{"sub.ag": int64((G - 1) * 4), "sub.ar": ar}
-			if P > 1 {
-				want["split"] = int64((P - 1) * 2 * 4)
-			}
-			if err := sameTraffic(trafficSince(c, before), want); err != nil {
-				t.Errorf("%s: %v", what, err)
-			}
-		}
-		rg, cg := c.Split(row, col, "split"), c.Split(col, row, "split")
-		a, b := commBuf(be, []float32{1}), commBuf(be, []float32{10})
-		cg.AllReduce(b, "col")
-		rg.AllReduce(a, "row")
-		if ga, gb := kernels.Host(a)[0], kernels.Host(b)[0]; ga != float32(cols) || gb != float32(10*rows) {
-			t.Errorf("%dx%d: row sum %v (want %d), column sum %v (want %d)", rows, cols, ga, cols, gb, 10*rows)
-		}
-	}
-}
-
-// mpiTestConcurrent: two goroutines of each rank exchange with the ring neighbours at once
-// under different tags (MPI_THREAD_MULTIPLE, or the lock and polled waits of SERIALIZED).
-func mpiTestConcurrent(t *testing.T, c Comm) {
-	P, r := c.Size(), c.Rank()
-	next, prev := (r+1)%P, (r+P-1)%P
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for g := 0; g < 2; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			be := kernels.NewCPU()
-			for it := 0; it < 200; it++ {
-				n := 1 + (it*37)%3000
-				in := be.Alloc(n)
-				rq := c.Irecv(in, prev, 10+g, "conc")
-				x := make([]float32, n)
-				for i := range x {
-					x[i] = float32(r*1e6 + g*1e5 + it*10 + i%10)
-				}
-				sq := c.Isend(commBuf(be, x), next, 10+g, "conc")
-				rq.Wait()
-				sq.Wait()
-				for i, v := range kernels.Host(in) {
-					if want := float32(prev*1e6 + g*1e5 + it*10 + i%10); v != want {
-						errs[g] = fmt.Errorf("goroutine %d iteration %d value %d: got %v, want %v", g, it, i, v, want)
-						return
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Error(err)
-	}
+	mpiTestSchedules(t, mpiComm)
 }
 
 // mpiTestSchedules: every attention schedule on these P ranks over MPI gives the output, lse
 // and dQ, dK, dV of single-worker attention (checkExact's tolerances), the same bits as on
 // the in-process world, and the same bytes on every call site.
-func mpiTestSchedules(t *testing.T, c Comm) {
+func mpiTestSchedules(t *testing.T, c transport.Comm) {
 	heads := make([]string, 0, len(testHeads))
 	for hn := range testHeads {
 		heads = append(heads, hn)
@@ -607,7 +105,7 @@ func mpiTestSchedules(t *testing.T, c Comm) {
 }
 
 // mpiTestSchedule checks schedule name with parallelism.ulysses_degree = U.
-func mpiTestSchedule(t *testing.T, c Comm, name string, heads []string, U int) {
+func mpiTestSchedule(t *testing.T, c transport.Comm, name string, heads []string, U int) {
 	P, r := c.Size(), c.Rank()
 	const T = 48 // a multiple of 2P for P ≤ 4
 	ran := 0
@@ -630,7 +128,7 @@ func mpiTestSchedule(t *testing.T, c Comm, name string, heads []string, U int) {
 				if err := in.runRank(s, c, be, &got); err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
-				traffic := trafficSince(c, before)
+				traffic := transporttest.TrafficSince(c, before)
 				got = mpiGathered(c, be, got)
 
 				want, err := in.runHybrid(name, P, U, Options{Overlap: overlap})
@@ -646,7 +144,7 @@ func mpiTestSchedule(t *testing.T, c Comm, name string, heads []string, U int) {
 						t.Errorf("%s: %s over MPI differs from the in-process world's", what, x.what)
 					}
 				}
-				if err := sameTraffic(traffic, want.traffic[r]); err != nil {
+				if err := transporttest.SameTraffic(traffic, want.traffic[r]); err != nil {
 					t.Errorf("%s: %v", what, err)
 				}
 				ran++
@@ -658,63 +156,13 @@ func mpiTestSchedule(t *testing.T, c Comm, name string, heads []string, U int) {
 
 // mpiGathered sums every rank's partial outputs (each rank's positions, zeros elsewhere) so
 // that every rank holds the whole sequence's.
-func mpiGathered(c Comm, be kernels.Backend, part scheduleRun) scheduleRun {
+func mpiGathered(c transport.Comm, be kernels.Backend, part scheduleRun) scheduleRun {
 	sum := func(x []float32) []float32 {
-		b := commBuf(be, x)
+		b := be.Alloc(len(x))
+		be.Upload(b, x)
 		c.AllReduce(b, "test.gather")
 		return kernels.Host(b)
 	}
 	part.o, part.lse, part.dq, part.dk, part.dv = sum(part.o), sum(part.lse), sum(part.dq), sum(part.dk), sum(part.dv)
 	return part
-}
-
-// mpiPanic runs f and returns what it panicked with, as text ("" when it did not).
-func mpiPanic(f func()) (msg string) {
-	defer func() {
-		if p := recover(); p != nil {
-			msg = fmt.Sprint(p)
-		}
-	}()
-	f()
-	return ""
-}
-
-// mpiTestErrors: a message longer than the receive buffer (MPI_ERR_TRUNCATE, returned under
-// MPI_ERRORS_RETURN) and one shorter than it both panic with a message naming the ranks, tag
-// and site, and the communicator goes on working; a bad peer panics before reaching MPI; a
-// nil dereference after MPI_Init is still a Go panic (Open MPI's signal handlers stay off).
-func mpiTestErrors(t *testing.T, c Comm) {
-	be := kernels.NewCPU()
-	P, r := c.Size(), c.Rank()
-	if msg := mpiPanic(func() { c.Isend(be.Alloc(1), P, 0, "bad") }); !strings.Contains(msg, fmt.Sprintf("send to rank %d of %d", P, P)) {
-		t.Errorf("send to rank %d: panic %q", P, msg)
-	}
-	if msg := mpiPanic(func() { c.Irecv(be.Alloc(1), 0, -1, "bad") }); !strings.Contains(msg, "negative tags") {
-		t.Errorf("negative tag: panic %q", msg)
-	}
-	if msg := mpiPanic(func() {
-		var p *[4]float32
-		p[1] = 1
-	}); !strings.Contains(msg, "nil pointer") {
-		t.Errorf("nil dereference after MPI_Init: recovered %q, want a nil pointer panic", msg)
-	}
-	if P < 2 || r > 1 {
-		return
-	}
-	if r == 0 {
-		for i := 0; i < 2; i++ {
-			c.Isend(commBuf(be, []float32{1, 2, 3}), 1, 9, "len").Wait()
-		}
-		return
-	}
-	msg := mpiPanic(func() { c.Irecv(be.Alloc(2), 0, 9, "len").Wait() })
-	for _, s := range []string{"MPI rank 1", "receive of 2 values from rank 0", "tag 9", `site "len"`, "MPI_ERR_TRUNCATE"} {
-		if !strings.Contains(msg, s) {
-			t.Errorf("receive of a longer message: panic %q does not say %q", msg, s)
-		}
-	}
-	msg = mpiPanic(func() { c.Irecv(be.Alloc(4), 0, 9, "len").Wait() })
-	if !strings.Contains(msg, "rank 1 expected 4 values from rank 0 (tag 9), got 3") || !strings.Contains(msg, `site "len"`) {
-		t.Errorf("receive of a shorter message: panic %q", msg)
-	}
 }

@@ -47,6 +47,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 func init() { register("ring", newRing, nil) }
@@ -71,7 +72,7 @@ type ringSites struct {
 // ringAttn is one rank's ring schedule, on the contiguous layout with one chunk per rank
 // (ring) or on the zig-zag layout with two (zigzag).
 type ringAttn struct {
-	c      Comm
+	c      transport.Comm
 	be     kernels.Backend
 	opt    Options
 	name   string
@@ -83,7 +84,7 @@ type ringAttn struct {
 }
 
 // newRing builds the vanilla ring schedule (DistFlashAttn Alg. 1) for one rank.
-func newRing(c Comm, be kernels.Backend, opt Options) Schedule {
+func newRing(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 	return &ringAttn{c: c, be: be, opt: opt, name: "ring", layout: Contiguous, chunks: 1, tag: 200,
 		site: ringSites{fwdKV: "ring.fwd.kv", bwdKV: "ring.bwd.kv", bwdDKV: "ring.bwd.dkv"}}
 }
@@ -159,7 +160,7 @@ func (s *ringAttn) lastStep(seq model.Seq) int {
 }
 
 // ringReqs is a set of outstanding requests.
-type ringReqs []Request
+type ringReqs []transport.Request
 
 func (r *ringReqs) wait() {
 	for _, q := range *r {
@@ -182,7 +183,7 @@ func (s *ringAttn) shift(t int, k, v kernels.Buf, tagK, tagV int, site string) r
 		s.c.Irecv(sc.k[t%2], prev, s.tag+tagK, site), s.c.Irecv(sc.v[t%2], prev, s.tag+tagV, site),
 		s.c.Isend(k, next, s.tag+tagK, site), s.c.Isend(v, next, s.tag+tagV, site),
 	}
-	Start(s.c)
+	transport.Start(s.c)
 	return reqs
 }
 

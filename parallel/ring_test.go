@@ -6,6 +6,8 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
+	"distflash/parallel/transport/transporttest"
 )
 
 // ringBytes is what every rank sends in one forward and one backward of the ring schedules
@@ -16,9 +18,9 @@ import (
 //	bwd.kv   2·(P−1)·B   the same in the backward
 //	bwd.dkv  2·P·B       a block's dk, dv accumulator at each of the P−1 steps, plus the last hop
 //	                     home after step P−1 (0 when P = 1: nothing leaves the rank)
-func ringBytes(name string, T, P int, h model.Heads) Traffic {
+func ringBytes(name string, T, P int, h model.Heads) transport.Traffic {
 	B := int64(T / P * h.KV * h.Dim * 4)
-	tr := Traffic{name + ".fwd.kv": 2 * int64(P-1) * B, name + ".bwd.kv": 2 * int64(P-1) * B}
+	tr := transport.Traffic{name + ".fwd.kv": 2 * int64(P-1) * B, name + ".bwd.kv": 2 * int64(P-1) * B}
 	if P > 1 {
 		tr[name+".bwd.dkv"] = 2 * int64(P) * B
 	}
@@ -41,7 +43,7 @@ func TestRingTraffic(t *testing.T) {
 						}
 						want := ringBytes(name, T, P, h)
 						for r, tr := range got.traffic {
-							if err := commCheckTraffic(tr, want); err != nil {
+							if err := transporttest.CheckTraffic(tr, want); err != nil {
 								t.Errorf("rank %d: %v", r, err)
 							}
 						}
@@ -129,7 +131,7 @@ func TestZigZagWorkBalanced(t *testing.T) {
 			t.Errorf("P=%d: unequal forward work %v", P, work)
 		}
 
-		whole, err := ringRunWith(in, P, func(cm Comm, be kernels.Backend, opt Options) Schedule {
+		whole, err := ringRunWith(in, P, func(cm transport.Comm, be kernels.Backend, opt Options) Schedule {
 			s := newZigZag(cm, be, opt).(*ringAttn)
 			s.chunks = 1
 			return s
@@ -164,7 +166,7 @@ func TestRingRepeatedCalls(t *testing.T) {
 				for _, in := range ins {
 					wants = append(wants, in.reference())
 				}
-				mk := func(c Comm, be kernels.Backend, opt Options) Schedule {
+				mk := func(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 					s, err := NewAttention(name, c, be, opt)
 					if err != nil {
 						panic(err)
@@ -205,7 +207,7 @@ func ringRunMany(ins []attnInputs, P int, mk constructor, opt Options) ([]schedu
 	for i, in := range ins {
 		out[i] = in.newRun(P)
 	}
-	err := NewWorld(P).Run(func(c Comm) error {
+	err := transport.NewWorld(P).Run(func(c transport.Comm) error {
 		be := kernels.NewCPU()
 		s := mk(c, be, opt)
 		for i, in := range ins {
@@ -233,7 +235,7 @@ func BenchmarkZigZagSplit(b *testing.B) {
 			chunks int
 		}{{"split", 2}, {"whole-q", 1}} {
 			b.Run(fmt.Sprintf("T%d/%s", T, v.name), func(b *testing.B) {
-				mk := func(c Comm, be kernels.Backend, opt Options) Schedule {
+				mk := func(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 					s := newZigZag(c, be, opt).(*ringAttn)
 					s.chunks = v.chunks
 					return s

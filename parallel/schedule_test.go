@@ -10,13 +10,14 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // scheduleRun is what a schedule produced on P ranks, gathered back into sequence order, with
 // the per-rank counts.
 type scheduleRun struct {
 	o, lse, dq, dk, dv []float32 // o, dq [T, H, hd]; lse [H, T]; dk, dv [T, KV, hd]
-	traffic            []Traffic
+	traffic            []transport.Traffic
 	work               []kernels.Snapshot
 }
 
@@ -63,13 +64,13 @@ func (in attnInputs) reference() scheduleRun {
 
 // run runs schedule name on P in-process ranks, each holding its layout's shard.
 func (in attnInputs) run(name string, P int, opt Options) (scheduleRun, error) {
-	return in.runOn(NewWorld(P), name, opt)
+	return in.runOn(transport.NewWorld(P), name, opt)
 }
 
 // runOn is run on a given world (one with a simulated link, say).
-func (in attnInputs) runOn(w *World, name string, opt Options) (scheduleRun, error) {
+func (in attnInputs) runOn(w *transport.World, name string, opt Options) (scheduleRun, error) {
 	out := in.newRun(w.Size())
-	err := w.Run(func(c Comm) error {
+	err := w.Run(func(c transport.Comm) error {
 		be := kernels.NewCPU()
 		s, err := NewAttention(name, c, be, opt)
 		if err != nil {
@@ -85,13 +86,13 @@ func (in attnInputs) newRun(P int) scheduleRun {
 	return scheduleRun{
 		o: make([]float32, len(in.q)), lse: make([]float32, in.h.N*in.T),
 		dq: make([]float32, len(in.q)), dk: make([]float32, len(in.k)), dv: make([]float32, len(in.v)),
-		traffic: make([]Traffic, P), work: make([]kernels.Snapshot, P),
+		traffic: make([]transport.Traffic, P), work: make([]kernels.Snapshot, P),
 	}
 }
 
 // runRank is one rank's part of a run: it takes its layout's shard of the inputs, runs the
 // schedule's forward and backward, and writes its outputs, traffic and work counts into out.
-func (in attnInputs) runRank(s Schedule, c Comm, be kernels.Backend, out *scheduleRun) error {
+func (in attnInputs) runRank(s Schedule, c transport.Comm, be kernels.Backend, out *scheduleRun) error {
 	h, T, P := in.h, in.T, c.Size()
 	pos, err := s.Layout().Positions(T, P, c.Rank())
 	if err != nil {
@@ -432,9 +433,9 @@ func TestWindowTraffic(t *testing.T) {
 				if name != "ring" {
 					continue
 				}
-				want := Traffic{"ring.fwd.kv": 2 * L * B, "ring.bwd.kv": 2 * L * B, "ring.bwd.dkv": 2 * (L + 1) * B}
+				want := transport.Traffic{"ring.fwd.kv": 2 * L * B, "ring.bwd.kv": 2 * L * B, "ring.bwd.dkv": 2 * (L + 1) * B}
 				if L == 0 {
-					want = Traffic{}
+					want = transport.Traffic{}
 				}
 				for site, b := range want {
 					if got.traffic[r][site] != b {

@@ -5,6 +5,7 @@ import (
 
 	"distflash/kernels"
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // DeepSpeed-Ulysses (Jacobs et al., 2023; compared with in papers/distflashattn.txt §4.5 and
@@ -40,7 +41,7 @@ import (
 // heads: P−1 chunks of one head); Options.Overlap has nothing to overlap in this schedule (the
 // collectives stand between the phases) and is ignored.
 type ulysses struct {
-	c    Comm
+	c    transport.Comm
 	be   kernels.Backend
 	opt  Options
 	bufs burstBufs
@@ -49,7 +50,7 @@ type ulysses struct {
 func init() { register("ulysses", newUlysses, checkUlysses) }
 
 // newUlysses returns rank c.Rank()'s DeepSpeed-Ulysses attention.
-func newUlysses(c Comm, be kernels.Backend, opt Options) Schedule {
+func newUlysses(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 	return &ulysses{c: c, be: be, opt: opt, bufs: burstBufs{be: be}}
 }
 

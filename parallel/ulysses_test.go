@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"distflash/model"
+	"distflash/parallel/transport"
 )
 
 // TestUlyssesTraffic: every all-to-all sends (P−1)/P of the tensor a rank holds (the chunk for
@@ -57,7 +58,7 @@ func TestUlyssesTraffic(t *testing.T) {
 						t.Errorf("%s P=%d rank %d: %s sent %d bytes, want %d", hn, P, r, site, tr[site], w)
 					}
 				}
-				if tot, w := tr.Total(), Traffic(want).Total(); tot != w {
+				if tot, w := tr.Total(), transport.Traffic(want).Total(); tot != w {
 					t.Errorf("%s P=%d rank %d: %d bytes in all (%v), want %d", hn, P, r, tot, tr, w)
 				}
 			}

@@ -30,12 +30,13 @@ package parallel
 
 import (
 	"distflash/kernels"
+	"distflash/parallel/transport"
 )
 
 func init() { register("zigzag", newZigZag, nil) }
 
 // newZigZag builds the zig-zag ring schedule for one rank.
-func newZigZag(c Comm, be kernels.Backend, opt Options) Schedule {
+func newZigZag(c transport.Comm, be kernels.Backend, opt Options) Schedule {
 	return &ringAttn{c: c, be: be, opt: opt, name: "zigzag", layout: ZigZag, chunks: 2, tag: 300,
 		site: ringSites{fwdKV: "zigzag.fwd.kv", bwdKV: "zigzag.bwd.kv", bwdDKV: "zigzag.bwd.dkv"}}
 }

@@ -120,7 +120,7 @@ type worldNet struct {
 // its node in its direction, so it has the node's whole network (GPUsPerNode × InterBW) and
 // the ring runs at the slower of that and IntraBW.
 //
-// On ranks of the CPU backend they are Open MPI's (parallel/mpi.go): AllReduce is
+// On ranks of the CPU backend they are Open MPI's (parallel/transport/mpi.go): AllReduce is
 // MPI_Ialltoallv then MPI_Iallgatherv, ReduceScatter MPI_Ialltoall, AllGather
 // MPI_Iallgather; non-blocking collectives are served by coll/libnbc, whose schedules for
 // these (Open MPI 4.1) are linear: each rank sends its chunk straight to each of the

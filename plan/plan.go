@@ -109,6 +109,7 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/parallel/transport"
 )
 
 // GPUType is a GPU model's memory, achievable peak and link bandwidths.
@@ -566,12 +567,12 @@ func (t traffic) crossFraction(g int) float64 {
 
 // peerCounter is a Comm that counts the bytes of every Isend by destination.
 type peerCounter struct {
-	parallel.Comm
+	transport.Comm
 	peer []float64
 }
 
-// Isend implements parallel.Comm.
-func (p *peerCounter) Isend(buf kernels.Buf, dst, tag int, site string) parallel.Request {
+// Isend implements transport.Comm.
+func (p *peerCounter) Isend(buf kernels.Buf, dst, tag int, site string) transport.Request {
 	p.peer[dst] += 4 * float64(buf.Len())
 	return p.Comm.Isend(buf, dst, tag, site)
 }
@@ -675,13 +676,15 @@ func runScheduleOnce(name string, h model.Heads, P, T, W int) (fwd, bwd []float6
 	fwd, bwd = make([]float64, P), make([]float64, P)
 	peer = make([][]float64, P)
 	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T, Window: W,
-		Wrap: func(c parallel.Comm) parallel.Comm {
+		Wrap: func(c transport.Comm) transport.Comm {
 			pc := &peerCounter{Comm: c, peer: make([]float64, P)}
 			peer[c.Rank()] = pc.peer
 			return pc
 		},
-		Forward:  func(c parallel.Comm, _ kernels.Backend) { fwd[c.Rank()] = float64(c.Traffic().Total()) },
-		Backward: func(c parallel.Comm, _ kernels.Backend) { bwd[c.Rank()] = float64(c.Traffic().Total()) - fwd[c.Rank()] },
+		Forward: func(c transport.Comm, _ kernels.Backend) { fwd[c.Rank()] = float64(c.Traffic().Total()) },
+		Backward: func(c transport.Comm, _ kernels.Backend) {
+			bwd[c.Rank()] = float64(c.Traffic().Total()) - fwd[c.Rank()]
+		},
 	}
 	if err := pass.run(); err != nil {
 		return nil, nil, nil, err
@@ -697,17 +700,17 @@ type schedulePass struct {
 	Opt      parallel.Options
 	Heads    model.Heads
 	P, T     int
-	DocStart []int32                              // the document mask's start table (nil: causal)
-	Window   int                                  // the sliding window (0: none)
-	Wrap     func(parallel.Comm) parallel.Comm    // wraps each rank's Comm (nil: as it is)
-	Forward  func(parallel.Comm, kernels.Backend) // called on each rank after the forward
-	Backward func(parallel.Comm, kernels.Backend) // called on each rank after the backward
+	DocStart []int32                               // the document mask's start table (nil: causal)
+	Window   int                                   // the sliding window (0: none)
+	Wrap     func(transport.Comm) transport.Comm   // wraps each rank's Comm (nil: as it is)
+	Forward  func(transport.Comm, kernels.Backend) // called on each rank after the forward
+	Backward func(transport.Comm, kernels.Backend) // called on each rank after the backward
 }
 
 // run runs the pass.
 func (p schedulePass) run() error {
 	h := p.Heads
-	err := parallel.NewWorld(p.P).Run(func(c parallel.Comm) error {
+	err := transport.NewWorld(p.P).Run(func(c transport.Comm) error {
 		if p.Wrap != nil {
 			c = p.Wrap(c)
 		}

@@ -9,19 +9,20 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/parallel/transport"
 )
 
 // hybridRunTraffic runs one forward and backward of schedule name between Ulysses groups of U
 // on P in-process ranks over T tokens and returns each rank's bytes by call site, less the
 // one-time communicator splits, and each rank's forward bytes.
-func hybridRunTraffic(t *testing.T, name string, h model.Heads, P, U, T int) (out []parallel.Traffic, fwd []int64) {
+func hybridRunTraffic(t *testing.T, name string, h model.Heads, P, U, T int) (out []transport.Traffic, fwd []int64) {
 	t.Helper()
-	out, fwd = make([]parallel.Traffic, P), make([]int64, P)
+	out, fwd = make([]transport.Traffic, P), make([]int64, P)
 	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true, UlyssesDegree: U}, Heads: h, P: P, T: T,
-		Forward: func(c parallel.Comm, _ kernels.Backend) {
+		Forward: func(c transport.Comm, _ kernels.Backend) {
 			fwd[c.Rank()] = c.Traffic().Total() - c.Traffic()["hybrid.split"]
 		},
-		Backward: func(c parallel.Comm, _ kernels.Backend) {
+		Backward: func(c transport.Comm, _ kernels.Backend) {
 			tr := c.Traffic()
 			delete(tr, "hybrid.split")
 			out[c.Rank()] = tr

@@ -12,6 +12,7 @@ import (
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/parallel/transport"
 )
 
 // megatronCommElems is the communication of Megatron-LM sequence + tensor parallelism for one
@@ -376,7 +377,7 @@ func TestPlanDocumentIdleMatchesCounters(t *testing.T) {
 			sum, worst = sum+s, worst+m
 			flops := make([]int64, P)
 			pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T, DocStart: starts,
-				Backward: func(c parallel.Comm, be kernels.Backend) {
+				Backward: func(c transport.Comm, be kernels.Backend) {
 					cs := be.Counters().Snapshot()
 					flops[c.Rank()] = cs.AttnFwdFLOPs + cs.AttnBwdFLOPs
 				}}

@@ -13,7 +13,7 @@ import (
 	"distflash/data"
 	"distflash/evaluate"
 	"distflash/model"
-	"distflash/parallel"
+	"distflash/parallel/transport"
 )
 
 // train --init-from: a new run (step 0, fresh AdamW moments, the data order from its start)
@@ -256,7 +256,7 @@ func applyInitSource(cfg *config.Config, src *initSource, sets []string, stderr 
 // built-in [model] a config leaves in place is not the run's). It returns the config and
 // the source's weights.
 func LoadInitConfig(path string, sets []string, from string, stderr io.Writer) (config.Config, []float32, error) {
-	if l, err := parallel.MPIEnv(); err == nil && l != nil && l.Rank > 0 {
+	if l, err := transport.MPIEnv(); err == nil && l != nil && l.Rank > 0 {
 		stderr = io.Discard // every process loads the source; rank 0 reports it
 	}
 	cfg, err := config.Read(path, sets) // validated once [model] is taken from the source

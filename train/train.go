@@ -36,6 +36,7 @@ import (
 	"distflash/model"
 	"distflash/optim"
 	"distflash/parallel"
+	"distflash/parallel/transport"
 	"distflash/plan"
 	"distflash/runplot"
 )
@@ -68,7 +69,7 @@ type Metrics struct {
 // writeTraffic writes, when DISTFLASH_TRAFFIC names a path prefix, the bytes this MPI rank
 // sent by call site over the whole run to PREFIX.rankN as JSON (bench/netns_overlap.sh
 // reads them). The in-process world (comm nil) writes nothing.
-func WriteTraffic(comm parallel.Comm) error {
+func WriteTraffic(comm transport.Comm) error {
 	prefix := os.Getenv("DISTFLASH_TRAFFIC")
 	if prefix == "" || comm == nil {
 		return nil
@@ -125,8 +126,8 @@ func OnSignal(stderr io.Writer, clock *Clock, speak bool) (context.Context, func
 // returns this process's communicator; nil means the in-process world. Under
 // parallelism.backend = "nccl" the MPI communicator is the bootstrap one: it carries NCCL's
 // unique id and the host-side agreements (newRank makes the NCCL communicator on it).
-func Launch(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
-	launch, err := parallel.MPIEnv()
+func Launch(cfg *config.Config, stderr io.Writer) (transport.Comm, error) {
+	launch, err := transport.MPIEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -144,10 +145,10 @@ func Launch(cfg *config.Config, stderr io.Writer) (parallel.Comm, error) {
 		return nil, fmt.Errorf("%s: parallelism.backend = %q, but this process was started by %s (%v): use \"mpi\"",
 			cfg.Path, b, launch.Launcher, launch.Vars)
 	}
-	if err := parallel.CheckLaunch(); err != nil {
+	if err := transport.CheckLaunch(); err != nil {
 		return nil, err
 	}
-	comm, err := parallel.InitMPI()
+	comm, err := transport.InitMPI()
 	if err != nil {
 		return nil, fmt.Errorf("%s: parallelism.backend = %q (over MPI): %w", cfg.Path, cfg.Parallelism.Backend, err)
 	}
@@ -164,9 +165,9 @@ type trainer struct {
 	cfg    config.Config
 	sched  optim.Schedule
 	loader *data.Loader
-	world  *parallel.World // the in-process world; nil when this process is one rank of many
-	ranks  []*rank         // the ranks this process runs, in rank order
-	size   int             // world size
+	world  *transport.World // the in-process world; nil when this process is one rank of many
+	ranks  []*rank          // the ranks this process runs, in rank order
+	size   int              // world size
 	prec   kernels.Precision
 	scaler *optim.LossScaler // fp16 only
 	id     ckpt.RunID        // the run's identity, saved in every checkpoint
@@ -182,7 +183,7 @@ type trainer struct {
 // rank is one worker's state.
 type rank struct {
 	id      int
-	Comm    parallel.Comm // the whole world
+	Comm    transport.Comm // the whole world
 	be      kernels.Backend
 	model   *model.Model
 	opt     *optim.AdamW
@@ -272,7 +273,7 @@ func NewLoader(cfg config.Config, stderr io.Writer) (*data.Loader, error) {
 // newTrainerOn builds a trainer. With comm nil it runs every rank of the world in this
 // process; otherwise this process is the one rank comm.Rank() of a world of comm.Size()
 // processes (MPI), which must equal parallelism.world_size.
-func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*trainer, error) {
+func newTrainerOn(cfg config.Config, stderr io.Writer, comm transport.Comm) (*trainer, error) {
 	loader, err := NewLoader(cfg, stderr)
 	if err != nil {
 		return nil, err
@@ -309,9 +310,9 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*tra
 		}
 		tr.ranks = []*rank{r}
 	} else {
-		tr.world = parallel.NewWorld(tr.size)
+		tr.world = transport.NewWorld(tr.size)
 		tr.ranks = make([]*rank, tr.size)
-		err = tr.world.Run(func(c parallel.Comm) error {
+		err = tr.world.Run(func(c transport.Comm) error {
 			r, err := tr.newRank(c, params0)
 			tr.ranks[c.Rank()] = r
 			return err
@@ -335,7 +336,7 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, comm parallel.Comm) (*tra
 // newRank builds the state of the rank c belongs to. Every rank of the world calls it at the
 // same time: splitting off the sequence-parallel group and the FSDP prefetch group are
 // collective calls.
-func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
+func (t *trainer) newRank(c transport.Comm, params0 []float32) (*rank, error) {
 	cfg := t.cfg
 	p := cfg.Parallelism
 	policy, err := model.ParseCheckpoint(cfg.Checkpoint.Activation)
@@ -350,28 +351,28 @@ func (t *trainer) newRank(c parallel.Comm, params0 []float32) (*rank, error) {
 	if cfg.Device.Kind == "cuda" && t.world != nil && c.Size() > 1 {
 		return nil, fmt.Errorf("device.kind = \"cuda\" with parallelism.world_size = %d in one process: a GPU rank is a process; launch them with mpirun -np %d (or srun), each takes the GPU of its local rank", c.Size(), c.Size())
 	}
-	be, err := kernels.NewDevice(cfg.Device.Kind, parallel.LocalRank())
+	be, err := kernels.NewDevice(cfg.Device.Kind, transport.LocalRank())
 	if err != nil {
 		return nil, err
 	}
 	if p.Backend == "nccl" {
 		// NCCL moves the device buffers itself; c (MPI, or the in-process world of one
 		// rank) bootstraps it and carries its splits' agreements
-		lib, ok := be.(parallel.NCCLLib)
+		lib, ok := be.(transport.NCCLLib)
 		if !ok {
 			return nil, fmt.Errorf("parallelism.backend = \"nccl\" needs device.kind = \"cuda\" (device %s has no NCCL)", be.Name())
 		}
-		opt, err := parallel.NCCLOptionsFromEnv()
+		opt, err := transport.NCCLOptionsFromEnv()
 		if err != nil {
 			return nil, err
 		}
-		if c, err = parallel.NewNCCL(c, lib, opt); err != nil {
+		if c, err = transport.NewNCCL(c, lib, opt); err != nil {
 			return nil, err
 		}
 	} else if hm, ok := be.(interface{ HostMemory() bool }); !ok || !hm.HostMemory() {
 		// the in-process and MPI communicators move host memory: device buffers go through
-		// host copies (parallel.Staged), the same bytes at every call site
-		c = parallel.Staged(c, be)
+		// host copies (transport.Staged), the same bytes at every call site
+		c = transport.Staged(c, be)
 	}
 	r := &rank{id: c.Rank(), Comm: c, be: be, replica: c.Rank() / sp, stats: make([]float32, statLen)}
 	r.statBuf, r.statAll = r.be.Alloc(statLen), r.be.Alloc(statLen*c.Size())
@@ -442,7 +443,7 @@ func (t *trainer) run(fn func(r *rank) error) error {
 		}
 		return nil
 	}
-	return t.world.Run(func(c parallel.Comm) error { return fn(t.ranks[c.Rank()]) })
+	return t.world.Run(func(c transport.Comm) error { return fn(t.ranks[c.Rank()]) })
 }
 
 // memory returns the bytes rank r holds for the model and its training.
@@ -625,7 +626,7 @@ type stepStats struct {
 
 // attnBytes is what a rank's traffic holds of attention: everything but the gradients'
 // all-reduce, FSDP's collectives and the step's statistics.
-func attnBytes(tr parallel.Traffic) int64 {
+func attnBytes(tr transport.Traffic) int64 {
 	return tr.Total() - tr.Sum("grad.") - tr.Sum("fsdp.") - tr.Sum("stats")
 }
 
@@ -684,7 +685,7 @@ type Options struct {
 	InitParams []float32
 	// comm, when set, makes this process one rank of a world of processes (MPI). Only rank 0
 	// prints and writes the run's shared files; every rank writes its checkpoint shard.
-	Comm parallel.Comm
+	Comm transport.Comm
 	// Clock, when set, is kept at the step being trained and how long steps and saves take
 	// (for the Ctrl-C message), and holds the time limit (--time-limit). Nil: a clock without
 	// a limit.
@@ -811,7 +812,7 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
 	if opt.Comm != nil {
-		fmt.Fprintf(stderr, "mpi: %d processes; %s\n", opt.Comm.Size(), parallel.MPIInfo())
+		fmt.Fprintf(stderr, "mpi: %d processes; %s\n", opt.Comm.Size(), transport.MPIInfo())
 	}
 	t, err := newTrainerOn(cfg, stderr, opt.Comm)
 	if err != nil {

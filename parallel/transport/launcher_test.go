@@ -1,4 +1,4 @@
-package parallel
+package transport
 
 import (
 	"reflect"
@@ -202,6 +202,36 @@ func TestLocalRank(t *testing.T) {
 	} {
 		if got := localRankFrom(func(k string) string { return tc.env[k] }); got != tc.want {
 			t.Errorf("%v: %d, want %d", tc.env, got, tc.want)
+		}
+	}
+}
+
+// TestNCCLOptionsFromEnv reads DISTFLASH_NCCL_TIMEOUT.
+func TestNCCLOptionsFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    time.Duration
+		wantErr string
+	}{
+		{"", DefaultNCCLTimeout, ""},
+		{"90s", 90 * time.Second, ""},
+		{"0", 0, ""},
+		{"ten", 0, `DISTFLASH_NCCL_TIMEOUT="ten"`},
+		{"-5s", 0, `DISTFLASH_NCCL_TIMEOUT="-5s"`},
+	} {
+		o, err := ncclOptionsFrom(func(k string) string {
+			if k == "DISTFLASH_NCCL_TIMEOUT" {
+				return tc.value
+			}
+			return ""
+		})
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: %v, want an error naming %s", tc.value, err, tc.wantErr)
+			}
+		case err != nil || o.Timeout != tc.want:
+			t.Errorf("%q: %v, %v; want %v", tc.value, o.Timeout, err, tc.want)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !mpi
 
-package parallel
+package transport
 
 import (
 	"errors"

@@ -1,6 +1,6 @@
 //go:build mpi
 
-package parallel
+package transport_test
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"distflash/kernels"
+	"distflash/parallel/transport"
+	"distflash/parallel/transport/transporttest"
 )
 
 // mpiBenchSizes are the message sizes of BenchmarkMPIPointToPoint, in bytes.
@@ -20,7 +22,7 @@ var mpiBenchSizes = []struct {
 
 // mpiExchange is the point-to-point pattern of the ring schedules on two ranks: n times, each
 // rank sends send to the other and receives as much into recv, both in flight together.
-func mpiExchange(c Comm, send, recv kernels.Buf, n int) {
+func mpiExchange(c transport.Comm, send, recv kernels.Buf, n int) {
 	peer := 1 - c.Rank()
 	for i := 0; i < n; i++ {
 		rq := c.Irecv(recv, peer, 1, "bench")
@@ -34,7 +36,7 @@ func mpiExchange(c Comm, send, recv kernels.Buf, n int) {
 // (Open MPI's shared-memory transport) for messages of 4 KB to 64 MB, beside the in-process
 // world's for the same exchange. Each iteration both ranks send one message to the other at
 // once; GB/s is the bytes one rank sends per second (10⁹ bytes). Started by go test
-// (go test -tags mpi -run '^$' -bench MPIPointToPoint ./parallel), it runs the in-process
+// (go test -tags mpi -run '^$' -bench MPIPointToPoint ./parallel/transport), it runs the in-process
 // sizes itself and the MPI sizes under mpirun -np 2, printing the MPI ranks' result lines.
 func BenchmarkMPIPointToPoint(b *testing.B) {
 	c := mpiTest.comm
@@ -46,8 +48,8 @@ func BenchmarkMPIPointToPoint(b *testing.B) {
 				bufs[r] = [2]kernels.Buf{be.Alloc(sz.bytes / 4), be.Alloc(sz.bytes / 4)}
 			}
 			b.Run("inproc/"+sz.name, func(b *testing.B) {
-				w := NewWorld(2)
-				if err := w.Run(func(c Comm) error {
+				w := transport.NewWorld(2)
+				if err := w.Run(func(c transport.Comm) error {
 					mpiExchange(c, bufs[c.Rank()][0], bufs[c.Rank()][1], b.N)
 					return nil
 				}); err != nil {
@@ -62,7 +64,7 @@ func BenchmarkMPIPointToPoint(b *testing.B) {
 				args = append(args, "-"+f+"="+v.Value.String())
 			}
 		}
-		out, _, err := mpirunSelf(b, 2, 0, nil, args...)
+		out, _, err := transporttest.MPIRunSelf(b, 2, 0, nil, args...)
 		if err != nil {
 			b.Fatalf("mpirun -np 2: %v\n%s", err, out)
 		}
@@ -93,7 +95,7 @@ func BenchmarkMPIPointToPoint(b *testing.B) {
 // iterations, each split into two float32s exact up to 2⁴⁴), and a length of −1 to stop.
 const mpiBenchTag = 2
 
-func mpiBenchCommand(c Comm, values, n int) {
+func mpiBenchCommand(c transport.Comm, values, n int) {
 	be := kernels.NewCPU()
 	cmd := commBuf(be, []float32{float32(values >> 20), float32(values & (1<<20 - 1)), float32(n >> 20), float32(n & (1<<20 - 1))})
 	if values < 0 {
@@ -104,9 +106,9 @@ func mpiBenchCommand(c Comm, values, n int) {
 	}
 }
 
-func mpiBenchQuit(c Comm) { mpiBenchCommand(c, -1, 0) }
+func mpiBenchQuit(c transport.Comm) { mpiBenchCommand(c, -1, 0) }
 
-func mpiBenchServe(c Comm) {
+func mpiBenchServe(c transport.Comm) {
 	be := kernels.NewCPU()
 	cmd := be.Alloc(4)
 	var send, recv kernels.Buf

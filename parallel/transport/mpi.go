@@ -1,6 +1,6 @@
 //go:build mpi
 
-package parallel
+package transport
 
 // The MPI communicator: a thin cgo binding of the MPI C API (MPI-3), used through the same
 // Comm interface as the in-process world, with the same results bit for bit and the same

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package parallel
+package transport
 
 import (
 	"bufio"
@@ -21,7 +21,7 @@ import (
 // gpustub (testdata/gpustub/gpustub.c), a shared library that stands in for the NVIDIA driver,
 // cuBLAS and NCCL, exports every entry point of kernels/cuda's X-macro lists, moves data
 // through host memory and logs every call. It checks the cgo glue of kernels/cuda (symbols,
-// signatures, handles, streams, events, buffer addresses) and the calls parallel/nccl.go makes,
+// signatures, handles, streams, events, buffer addresses) and the calls nccl.go makes,
 // without a GPU: it needs only a C compiler (CI has gcc).
 //
 // The stub is compiled into a temporary directory, and the test binary runs itself again as a
@@ -53,7 +53,7 @@ func TestCUDAHostNCCLStub(t *testing.T) {
 			// -I: the stub includes the backend's own nccl_abi.h and cuda_abi.h; --no-undefined:
 			// it must define every entry point it declares
 			args := slices.Concat(cc[1:], []string{"-shared", "-fPIC", "-Wall", "-Wextra",
-				"-I", filepath.Join("..", "kernels", "cuda"), "-o", lib, filepath.Join("testdata", "gpustub", "gpustub.c"),
+				"-I", filepath.Join("..", "..", "kernels", "cuda"), "-o", lib, filepath.Join("testdata", "gpustub", "gpustub.c"),
 				"-Wl,--no-undefined", "-lpthread"})
 			if !tc.split {
 				args = append(args, "-DGPUSTUB_NO_SPLIT")

@@ -1,6 +1,6 @@
 //go:build cuda
 
-package parallel
+package transport
 
 import (
 	"strings"

@@ -1,6 +1,6 @@
 //go:build mpi
 
-package parallel
+package transport_test
 
 import (
 	"errors"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"distflash/kernels"
+	"distflash/parallel/transport/transporttest"
 )
 
 // mpiFailBound is how long a job may take to end after one of its ranks failed.
@@ -44,7 +45,7 @@ func TestMPIFailure(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			env := []string{"DISTFLASH_MPI_FAIL=" + tc.mode, "DISTFLASH_MPI_TIMEOUT=" + tc.timeout}
-			out, took, err := mpirunSelf(t, 2, 2*mpiFailBound, env, "-test.run=^TestMPIFailingRank$")
+			out, took, err := transporttest.MPIRunSelf(t, 2, 2*mpiFailBound, env, "-test.run=^TestMPIFailingRank$")
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != tc.status {
 				t.Fatalf("mpirun ended with %v after rank 1 failed (%s), want exit status %d; output:\n%s", err, tc.mode, tc.status, out)

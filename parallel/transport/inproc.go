@@ -1,4 +1,4 @@
-package parallel
+package transport
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package parallel
+package transport
 
 import (
 	"fmt"
@@ -66,12 +66,12 @@ type NCCLLib interface {
 	Slice(b kernels.Buf, off, n int) kernels.Buf
 }
 
-// ncclSplitVersion is the first NCCL with ncclCommSplit (2.18.1).
-const ncclSplitVersion = 21801
+// NCCLSplitVersion is the first NCCL with ncclCommSplit (2.18.1).
+const NCCLSplitVersion = 21801
 
-// ncclIDSite is the call site under which the bootstrap communicator counts the unique ids it
+// NCCLIDSite is the call site under which the bootstrap communicator counts the unique ids it
 // carries.
-const ncclIDSite = "nccl.id"
+const NCCLIDSite = "nccl.id"
 
 // NewNCCL returns the NCCL communicator of the world boot spans, the way llm.c and the NCCL
 // documentation's MPI example bootstrap one: boot (the MPI world the ranks were launched in, or
@@ -130,7 +130,7 @@ func ncclInit(boot Comm, lib NCCLLib) (uintptr, error) {
 		}
 	}
 	all := make([]float32, n*boot.Size())
-	boot.AllGather(kernels.HostBuf(all), kernels.HostBuf(mine), ncclIDSite)
+	boot.AllGather(kernels.HostBuf(all), kernels.HostBuf(mine), NCCLIDSite)
 	if all[0] != 1 {
 		if idErr != nil {
 			return 0, fmt.Errorf("parallel: nccl: ncclGetUniqueId on rank 0: %w", idErr)
@@ -354,7 +354,7 @@ func (c *ncclComm) Split(color, key int, site string) Comm {
 	sub := c.boot.Split(color, key, site)
 	var h uintptr
 	var err error
-	if c.version >= ncclSplitVersion {
+	if c.version >= NCCLSplitVersion {
 		h, err = c.lib.NCCLSplit(c.h, color, key)
 		if err != nil {
 			err = fmt.Errorf("parallel: nccl: ncclCommSplit (color %d, key %d): %w", color, key, err)
@@ -411,8 +411,8 @@ func (c *ncclComm) destroy() error {
 	return nil
 }
 
-// queues reports whether c queues its operations until Start (NCCL's communicator).
-func queues(c Comm) bool {
+// Queues reports whether c queues its operations until Start (NCCL's communicator).
+func Queues(c Comm) bool {
 	_, ok := c.(interface{ Start() })
 	return ok
 }

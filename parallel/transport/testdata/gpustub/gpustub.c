@@ -4,7 +4,7 @@
 // (parallel/nccl_stub_cuda_test.go) builds it and points DISTFLASH_LIBCUDA, DISTFLASH_CUBLAS and
 // DISTFLASH_LIBNCCL at it (all three at the same file: the three libraries share its state).
 //
-//	gcc -shared -fPIC -I kernels/cuda -o libgpustub.so parallel/testdata/gpustub/gpustub.c
+//	gcc -shared -fPIC -I kernels/cuda -o libgpustub.so parallel/transport/testdata/gpustub/gpustub.c
 //
 // It exports every entry point of the X-macro lists in kernels/cuda/cuda_abi_funcs.h and
 // nccl_abi_funcs.h under its exported symbol (cuMemcpyHtoDAsync_v2, ...) with the signature

@@ -1,4 +1,8 @@
-package parallel
+// Package transporttest holds what tests of communicators and of the code written against them
+// share: a fake NCCL library with NCCL's rules (FakeNCCL, over a FakeNet), worlds of NCCL
+// communicators on it (NCCLWorld), and a runner that starts a test binary under mpirun
+// (MPIRunSelf). Only tests import it.
+package transporttest
 
 import (
 	"fmt"
@@ -10,10 +14,11 @@ import (
 	"time"
 
 	"distflash/kernels"
+	"distflash/parallel/transport"
 )
 
-// fakeNCCL is one rank's NCCL library in the tests: it records every call in order (log) and
-// carries them out on the rank's CPU buffers with NCCL's rules, over a fakeNet its world
+// FakeNCCL is one rank's NCCL library in the tests: it records every call in order (log) and
+// carries them out on the rank's CPU buffers with NCCL's rules, over a FakeNet its world
 // shares. Point-to-point operations pair by order on each directed pair of a communicator
 // (tags do not exist), a group's operations are posted at ncclGroupEnd and complete only when
 // their partners are posted (sends rendezvous), and NCCLJoin/NCCLSync wait on the host for every
@@ -22,8 +27,8 @@ import (
 // panics saying so. Collectives
 // complete when every rank of the communicator has issued theirs and sum in rank order, as the
 // host communicators do, so results can be compared bit for bit.
-type fakeNCCL struct {
-	net     *fakeNet
+type FakeNCCL struct {
+	net     *FakeNet
 	be      kernels.Backend
 	version int
 	rank    int // world rank, for messages
@@ -46,9 +51,9 @@ type fakeHandle struct {
 	aborted bool
 }
 
-// fakeNet is the world of fake communicators: their members, posted point-to-point operations
+// FakeNet is the world of fake communicators: their members, posted point-to-point operations
 // and collective rendezvous.
-type fakeNet struct {
+type FakeNet struct {
 	mu    sync.Mutex
 	byID  map[[128]byte]*fakeGroup
 	sends map[fakeLink][]*fakeOp
@@ -108,41 +113,45 @@ type fakeCollCall struct {
 	op         *fakeOp
 }
 
-func newFakeNet() *fakeNet {
-	return &fakeNet{byID: map[[128]byte]*fakeGroup{}, sends: map[fakeLink][]*fakeOp{}, recvs: map[fakeLink][]*fakeOp{}, colls: map[string]*fakeRendezvous{}}
+// NewFakeNet returns an empty world of fake communicators.
+func NewFakeNet() *FakeNet {
+	return &FakeNet{byID: map[[128]byte]*fakeGroup{}, sends: map[fakeLink][]*fakeOp{}, recvs: map[fakeLink][]*fakeOp{}, colls: map[string]*fakeRendezvous{}}
 }
 
-// lib returns world rank's library on a CPU backend.
-func (n *fakeNet) lib(rank, version int) *fakeNCCL {
-	return &fakeNCCL{net: n, be: kernels.NewCPU(), version: version, rank: rank}
+// Lib returns world rank's library on a CPU backend.
+func (n *FakeNet) Lib(rank, version int) *FakeNCCL {
+	return &FakeNCCL{net: n, be: kernels.NewCPU(), version: version, rank: rank}
 }
 
-func (f *fakeNCCL) record(format string, args ...any) {
+// Record adds a line to the log (a test marks a point between calls with it).
+func (f *FakeNCCL) Record(format string, args ...any) {
 	f.mu.Lock()
 	f.log = append(f.log, fmt.Sprintf(format, args...))
 	f.mu.Unlock()
 }
 
-// calls returns the log.
-func (f *fakeNCCL) calls() []string {
+// Calls returns the log of the calls so far, one line each.
+func (f *FakeNCCL) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.log...)
 }
 
-func (f *fakeNCCL) NCCLVersion() (int, error) { f.record("GetVersion"); return f.version, nil }
+// NCCLVersion records the call and returns the version the library was made with.
+func (f *FakeNCCL) NCCLVersion() (int, error) { f.Record("GetVersion"); return f.version, nil }
 
-func (f *fakeNCCL) NCCLUniqueID() ([128]byte, error) {
+// NCCLUniqueID records the call and returns a random id.
+func (f *FakeNCCL) NCCLUniqueID() ([128]byte, error) {
 	var id [128]byte
 	for i := range id {
 		id[i] = byte(rand.Uint32())
 	}
-	f.record("GetUniqueId %x", id[:4])
+	f.Record("GetUniqueId %x", id[:4])
 	return id, nil
 }
 
 // handle returns communicator h; one goroutine at a time uses a communicator.
-func (f *fakeNCCL) handle(h uintptr) *fakeHandle {
+func (f *FakeNCCL) handle(h uintptr) *fakeHandle {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if h == 0 || int(h) > len(f.comms) {
@@ -151,18 +160,19 @@ func (f *fakeNCCL) handle(h uintptr) *fakeHandle {
 	return f.comms[h-1]
 }
 
-func (f *fakeNCCL) comm(h uintptr) *fakeCommState { return f.handle(h).s }
+func (f *FakeNCCL) comm(h uintptr) *fakeCommState { return f.handle(h).s }
 
 // newHandle adds a communicator.
-func (f *fakeNCCL) newHandle(s *fakeCommState) uintptr {
+func (f *FakeNCCL) newHandle(s *fakeCommState) uintptr {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.comms = append(f.comms, &fakeHandle{s: s})
 	return uintptr(len(f.comms))
 }
 
-func (f *fakeNCCL) NCCLInit(nranks int, id [128]byte, rank int) (uintptr, error) {
-	f.record("CommInitRank %d %x %d", nranks, id[:4], rank)
+// NCCLInit joins the communicator of id as rank of nranks.
+func (f *FakeNCCL) NCCLInit(nranks int, id [128]byte, rank int) (uintptr, error) {
+	f.Record("CommInitRank %d %x %d", nranks, id[:4], rank)
 	f.net.mu.Lock()
 	g := f.net.byID[id]
 	if g == nil {
@@ -178,7 +188,7 @@ func (f *fakeNCCL) NCCLInit(nranks int, id [128]byte, rank int) (uintptr, error)
 
 // rendezvous joins rank's call to the k-th collective of group g and returns it with the op
 // that completes when every rank has joined.
-func (f *fakeNCCL) rendezvous(s *fakeCommState, kind string, call fakeCollCall, complete func(rv *fakeRendezvous)) *fakeOp {
+func (f *FakeNCCL) rendezvous(s *fakeCommState, kind string, call fakeCollCall, complete func(rv *fakeRendezvous)) *fakeOp {
 	n := f.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -207,9 +217,10 @@ func (f *fakeNCCL) rendezvous(s *fakeCommState, kind string, call fakeCollCall, 
 	return op
 }
 
-func (f *fakeNCCL) NCCLSplit(comm uintptr, color, key int) (uintptr, error) {
-	f.record("CommSplit %d %d %d", comm, color, key)
-	if f.version < ncclSplitVersion {
+// NCCLSplit makes the communicator of the members of comm that give the same color, ranked by key.
+func (f *FakeNCCL) NCCLSplit(comm uintptr, color, key int) (uintptr, error) {
+	f.Record("CommSplit %d %d %d", comm, color, key)
+	if f.version < transport.NCCLSplitVersion {
 		return 0, fmt.Errorf("fake nccl: ncclCommSplit needs NCCL 2.18, this is %d", f.version)
 	}
 	s := f.comm(comm)
@@ -240,8 +251,9 @@ func (f *fakeNCCL) NCCLSplit(comm uintptr, color, key int) (uintptr, error) {
 	return f.newHandle(op.split), nil
 }
 
-func (f *fakeNCCL) NCCLGroupStart(comm uintptr) error {
-	f.record("GroupStart")
+// NCCLGroupStart opens a group on comm.
+func (f *FakeNCCL) NCCLGroupStart(comm uintptr) error {
+	f.Record("GroupStart")
 	h := f.handle(comm)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -252,8 +264,9 @@ func (f *fakeNCCL) NCCLGroupStart(comm uintptr) error {
 	return nil
 }
 
-func (f *fakeNCCL) NCCLGroupEnd(comm uintptr) error {
-	f.record("GroupEnd")
+// NCCLGroupEnd posts the group's operations.
+func (f *FakeNCCL) NCCLGroupEnd(comm uintptr) error {
+	f.Record("GroupEnd")
 	h := f.handle(comm)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -269,7 +282,7 @@ func (f *fakeNCCL) NCCLGroupEnd(comm uintptr) error {
 }
 
 // enqueue adds an operation to comm's open group; the communicator calls none outside one.
-func (f *fakeNCCL) enqueue(comm uintptr, post func() *fakeOp) {
+func (f *FakeNCCL) enqueue(comm uintptr, post func() *fakeOp) {
 	h := f.handle(comm)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -280,7 +293,7 @@ func (f *fakeNCCL) enqueue(comm uintptr, post func() *fakeOp) {
 }
 
 // p2p posts a send or receive and pairs the link's queues in order.
-func (f *fakeNCCL) p2p(send bool, s *fakeCommState, buf kernels.Buf, peer int) *fakeOp {
+func (f *FakeNCCL) p2p(send bool, s *fakeCommState, buf kernels.Buf, peer int) *fakeOp {
 	n := f.net
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -309,24 +322,26 @@ func (f *fakeNCCL) p2p(send bool, s *fakeCommState, buf kernels.Buf, peer int) *
 	return op
 }
 
-func (f *fakeNCCL) NCCLSend(comm uintptr, buf kernels.Buf, peer int) error {
+// NCCLSend queues a send of buf to peer in the open group.
+func (f *FakeNCCL) NCCLSend(comm uintptr, buf kernels.Buf, peer int) error {
 	s := f.comm(comm)
-	f.record("Send %d %d→%d", buf.Len(), s.rank, peer)
+	f.Record("Send %d %d→%d", buf.Len(), s.rank, peer)
 	f.enqueue(comm, func() *fakeOp { return f.p2p(true, s, buf, peer) })
 	return nil
 }
 
-func (f *fakeNCCL) NCCLRecv(comm uintptr, buf kernels.Buf, peer int) error {
+// NCCLRecv queues a receive into buf from peer in the open group.
+func (f *FakeNCCL) NCCLRecv(comm uintptr, buf kernels.Buf, peer int) error {
 	s := f.comm(comm)
-	f.record("Recv %d %d←%d", buf.Len(), s.rank, peer)
+	f.Record("Recv %d %d←%d", buf.Len(), s.rank, peer)
 	f.enqueue(comm, func() *fakeOp { return f.p2p(false, s, buf, peer) })
 	return nil
 }
 
 // collective enqueues a rendezvous whose completion runs fn over every rank's call in rank order.
-func (f *fakeNCCL) collective(comm uintptr, kind string, dst, src kernels.Buf, fn func(calls []fakeCollCall)) {
+func (f *FakeNCCL) collective(comm uintptr, kind string, dst, src kernels.Buf, fn func(calls []fakeCollCall)) {
 	s := f.comm(comm)
-	f.record("%s %d %d", kind, dst.Len(), src.Len())
+	f.Record("%s %d %d", kind, dst.Len(), src.Len())
 	f.enqueue(comm, func() *fakeOp {
 		return f.rendezvous(s, kind, fakeCollCall{dst: dst, src: src}, func(rv *fakeRendezvous) {
 			calls := make([]fakeCollCall, len(rv.calls))
@@ -351,7 +366,8 @@ func rankSum(P, n int, part func(r int) []float32) []float32 {
 	return sum
 }
 
-func (f *fakeNCCL) NCCLAllReduce(comm uintptr, buf kernels.Buf) error {
+// NCCLAllReduce sums buf over comm's ranks, in rank order.
+func (f *FakeNCCL) NCCLAllReduce(comm uintptr, buf kernels.Buf) error {
 	f.collective(comm, "AllReduce", buf, buf, func(calls []fakeCollCall) {
 		P := len(calls)
 		in := make([][]float32, P)
@@ -366,7 +382,8 @@ func (f *fakeNCCL) NCCLAllReduce(comm uintptr, buf kernels.Buf) error {
 	return nil
 }
 
-func (f *fakeNCCL) NCCLAllGather(comm uintptr, dst, src kernels.Buf) error {
+// NCCLAllGather gathers every rank's src into dst, in rank order.
+func (f *FakeNCCL) NCCLAllGather(comm uintptr, dst, src kernels.Buf) error {
 	f.collective(comm, "AllGather", dst, src, func(calls []fakeCollCall) {
 		n := src.Len()
 		for _, c := range calls {
@@ -378,7 +395,8 @@ func (f *fakeNCCL) NCCLAllGather(comm uintptr, dst, src kernels.Buf) error {
 	return nil
 }
 
-func (f *fakeNCCL) NCCLReduceScatter(comm uintptr, dst, src kernels.Buf) error {
+// NCCLReduceScatter sums src over the ranks and leaves each rank its part in dst.
+func (f *FakeNCCL) NCCLReduceScatter(comm uintptr, dst, src kernels.Buf) error {
 	f.collective(comm, "ReduceScatter", dst, src, func(calls []fakeCollCall) {
 		P, n := len(calls), dst.Len()
 		in := make([][]float32, P)
@@ -393,7 +411,7 @@ func (f *fakeNCCL) NCCLReduceScatter(comm uintptr, dst, src kernels.Buf) error {
 }
 
 // wait waits for op, failing after 2 s: under NCCL it would never complete.
-func (f *fakeNCCL) wait(op *fakeOp) error {
+func (f *FakeNCCL) wait(op *fakeOp) error {
 	select {
 	case <-op.done:
 	case <-time.After(2 * time.Second):
@@ -402,13 +420,14 @@ func (f *fakeNCCL) wait(op *fakeOp) error {
 	return op.err
 }
 
-func (f *fakeNCCL) NCCLJoin(comm uintptr) error {
-	f.record("Join")
+// NCCLJoin waits for every operation issued on comm (the compute stream waiting for comm's).
+func (f *FakeNCCL) NCCLJoin(comm uintptr) error {
+	f.Record("Join")
 	return f.drain(comm)
 }
 
 // drain waits for every operation issued on comm.
-func (f *fakeNCCL) drain(comm uintptr) error {
+func (f *FakeNCCL) drain(comm uintptr) error {
 	h := f.handle(comm)
 	h.mu.Lock()
 	ops := append([]*fakeOp(nil), h.issued...)
@@ -426,7 +445,7 @@ func (f *fakeNCCL) drain(comm uintptr) error {
 
 // NCCLPoll reports whether an operation issued on comm is not done, and the error the test
 // set for this rank (async).
-func (f *fakeNCCL) NCCLPoll(comm uintptr) (bool, error) {
+func (f *FakeNCCL) NCCLPoll(comm uintptr) (bool, error) {
 	h := f.handle(comm)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -444,8 +463,8 @@ func (f *fakeNCCL) NCCLPoll(comm uintptr) (bool, error) {
 }
 
 // NCCLAbort ends comm's pending operations with an error.
-func (f *fakeNCCL) NCCLAbort(comm uintptr) error {
-	f.record("CommAbort %d", comm)
+func (f *FakeNCCL) NCCLAbort(comm uintptr) error {
+	f.Record("CommAbort %d", comm)
 	h := f.handle(comm)
 	h.mu.Lock()
 	ops := h.issued
@@ -464,17 +483,24 @@ func (f *fakeNCCL) NCCLAbort(comm uintptr) error {
 	return nil
 }
 
-func (f *fakeNCCL) NCCLSync(comm uintptr) error {
-	f.record("Sync %d", comm)
+// NCCLSync waits for every operation issued on comm.
+func (f *FakeNCCL) NCCLSync(comm uintptr) error {
+	f.Record("Sync %d", comm)
 	return f.drain(comm)
 }
 
-func (f *fakeNCCL) NCCLDestroy(comm uintptr) error {
-	f.record("CommDestroy %d", comm)
+// NCCLDestroy records the call.
+func (f *FakeNCCL) NCCLDestroy(comm uintptr) error {
+	f.Record("CommDestroy %d", comm)
 	return nil
 }
 
-func (f *fakeNCCL) Slice(b kernels.Buf, off, n int) kernels.Buf { return f.be.Slice(b, off, n) }
+// Slice is the rank backend's Slice.
+func (f *FakeNCCL) Slice(b kernels.Buf, off, n int) kernels.Buf { return f.be.Slice(b, off, n) }
 
-// joined returns the log as one line per call, for messages.
-func joined(log []string) string { return strings.Join(log, "\n") }
+// Joined returns a log as one line per call, for messages.
+func Joined(log []string) string { return strings.Join(log, "\n") }
+
+// SetAsyncError makes NCCLPoll report err on every communicator of this rank, as NCCL's
+// ncclCommGetAsyncError reports a failure seen by its proxy thread.
+func (f *FakeNCCL) SetAsyncError(err error) { f.async.Store(&err) }

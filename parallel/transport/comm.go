@@ -1,10 +1,12 @@
-// Package parallel is how distflash's ranks cooperate: a communicator interface (point-to-point
-// and collectives) with an in-process implementation (one goroutine per rank, real copies
-// between rank-private buffers, bytes counted per rank and call site), the token layouts that
-// split a sequence across ranks, the sequence-parallel attention schedules of the papers, and
-// FSDP (fsdp.go). The MPI communicator (mpi.go, build tag mpi) carries the same calls between
-// processes and machines; the NCCL one (nccl.go) moves GPU buffers, bootstrapped over MPI.
-package parallel
+// Package transport is how distflash's ranks talk: the communicator interface (Comm:
+// point-to-point sends and receives, collectives, splits, bytes counted per rank and call
+// site) and its implementations: the in-process world (one goroutine per rank, real copies
+// between rank-private buffers), MPI (mpi.go, build tag mpi: processes on one or many
+// machines, launched by mpirun or srun, with a watchdog), NCCL (nccl.go: GPU buffers moved by
+// NCCL, bootstrapped over MPI, with its own watchdog), and staging (staged.go: device buffers
+// carried by a host communicator through host copies). Package parallel's schedules and FSDP
+// are written against Comm alone.
+package transport
 
 import (
 	"fmt"

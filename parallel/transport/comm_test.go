@@ -1,4 +1,4 @@
-package parallel
+package transport_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"distflash/kernels"
+	"distflash/parallel/transport"
+	"distflash/parallel/transport/transporttest"
 )
 
 // commSizes are the world sizes the communicator tests run on: one rank, even and odd.
@@ -18,13 +20,13 @@ var commSizes = []int{1, 2, 3, 5}
 
 // commRunWorld runs fn on every rank of a fresh world of P ranks and fails the test on an error
 // or when the ranks do not finish within 20 s (a hang).
-func commRunWorld(t *testing.T, P int, fn func(c Comm, be kernels.Backend) error) *World {
+func commRunWorld(t *testing.T, P int, fn func(c transport.Comm, be kernels.Backend) error) *transport.World {
 	t.Helper()
-	w := NewWorld(P)
+	w := transport.NewWorld(P)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- w.Run(func(c Comm) error { return fn(c, kernels.NewCPU()) }) }()
+	go func() { done <- w.Run(func(c transport.Comm) error { return fn(c, kernels.NewCPU()) }) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -56,23 +58,6 @@ func commEqualBits(got, want []float32) int {
 	return -1
 }
 
-// commCheckTraffic compares a rank's byte counts with the expected ones, site by site (a site
-// that sent nothing may be absent); sites not in want must not have been used. World.Run
-// names the rank in the error.
-func commCheckTraffic(got, want Traffic) error {
-	for site, b := range want {
-		if g := got[site]; g != b {
-			return fmt.Errorf("site %q sent %d bytes, want %d (all: %v)", site, g, b, got)
-		}
-	}
-	for site := range got {
-		if _, ok := want[site]; !ok {
-			return fmt.Errorf("unexpected site %q (all: %v)", site, got)
-		}
-	}
-	return nil
-}
-
 // commAllReduceBytes is what rank r of P sends in an all-reduce of n values: a reduce-scatter
 // over the chunks [q·n/P, (q+1)·n/P) then an all-gather, so it sends every chunk but its own
 // once and its own chunk n_r to the P−1 others: (n − n_r + (P−1)·n_r)·4 bytes. Summed over
@@ -96,7 +81,7 @@ func TestCommPointToPoint(t *testing.T) {
 	val := func(src, tag, seq, i int) float32 { return float32(1000*src + 100*tag + 10*seq + i) }
 	for _, P := range commSizes {
 		t.Run(fmt.Sprintf("P%d", P), func(t *testing.T) {
-			commRunWorld(t, P, func(c Comm, be kernels.Backend) error {
+			commRunWorld(t, P, func(c transport.Comm, be kernels.Backend) error {
 				r := c.Rank()
 				next, prev := (r+1)%P, (r+P-1)%P
 				buf := be.Alloc(length)
@@ -114,7 +99,7 @@ func TestCommPointToPoint(t *testing.T) {
 				type posted struct {
 					tag, seq int
 					buf      kernels.Buf
-					req      Request
+					req      transport.Request
 				}
 				var all []posted
 				for i := len(tags) - 1; i >= 0; i-- { // tags in reverse order, each tag's in order
@@ -132,7 +117,7 @@ func TestCommPointToPoint(t *testing.T) {
 						}
 					}
 				}
-				return commCheckTraffic(c.Traffic(), Traffic{"p2p": int64(perTag * len(tags) * length * 4)})
+				return transporttest.CheckTraffic(c.Traffic(), transport.Traffic{"p2p": int64(perTag * len(tags) * length * 4)})
 			})
 		})
 	}
@@ -142,7 +127,7 @@ func TestCommPointToPoint(t *testing.T) {
 // messages in the order they were posted, whatever the order they are waited for (MPI's
 // non-overtaking rule, which a schedule that prefetches several blocks relies on).
 func TestCommIrecvMatchesInPostOrder(t *testing.T) {
-	commRunWorld(t, 2, func(c Comm, be kernels.Backend) error {
+	commRunWorld(t, 2, func(c transport.Comm, be kernels.Backend) error {
 		if c.Rank() == 0 {
 			for i := 1; i <= 2; i++ {
 				c.Isend(commBuf(be, []float32{float32(i)}), 1, 0, "p2p").Wait()
@@ -192,9 +177,9 @@ func TestCommCollectives(t *testing.T) {
 	}
 	cases := []struct {
 		name string
-		fn   func(c Comm, be kernels.Backend) error
+		fn   func(c transport.Comm, be kernels.Backend) error
 	}{
-		{"AllGather", func(c Comm, be kernels.Backend) error {
+		{"AllGather", func(c transport.Comm, be kernels.Backend) error {
 			const n = 4
 			P, r := c.Size(), c.Rank()
 			dst := be.Alloc(P * n)
@@ -207,9 +192,9 @@ func TestCommCollectives(t *testing.T) {
 				return fmt.Errorf("element %d: got %v, want %v", i, kernels.Host(dst), want)
 			}
 			// every rank sends its src to every other rank: (P−1)·len(src)·4 bytes
-			return commCheckTraffic(c.Traffic(), Traffic{"ag": int64((P - 1) * n * 4)})
+			return transporttest.CheckTraffic(c.Traffic(), transport.Traffic{"ag": int64((P - 1) * n * 4)})
 		}},
-		{"ReduceScatter", func(c Comm, be kernels.Backend) error {
+		{"ReduceScatter", func(c transport.Comm, be kernels.Backend) error {
 			const n = 3
 			P, r := c.Size(), c.Rank()
 			dst := be.Alloc(n)
@@ -222,11 +207,11 @@ func TestCommCollectives(t *testing.T) {
 				return fmt.Errorf("element %d: got %v, want the rank-order sum %v", i, kernels.Host(dst), want)
 			}
 			// every rank sends every other rank its chunk: (P−1)·len(dst)·4 bytes
-			return commCheckTraffic(c.Traffic(), Traffic{"rs": int64((P - 1) * n * 4)})
+			return transporttest.CheckTraffic(c.Traffic(), transport.Traffic{"rs": int64((P - 1) * n * 4)})
 		}},
-		{"AllReduce", func(c Comm, be kernels.Backend) error {
+		{"AllReduce", func(c transport.Comm, be kernels.Backend) error {
 			P, r := c.Size(), c.Rank()
-			want := Traffic{}
+			want := transport.Traffic{}
 			for _, n := range []int{7, 3, 1, 11} { // 7 and 11 divisible by none of 2, 3, 5; 3, 1 < P
 				site := fmt.Sprintf("ar%d", n)
 				b := commBuf(be, vec(r, n))
@@ -242,9 +227,9 @@ func TestCommCollectives(t *testing.T) {
 					want[site] = commAllReduceBytes(n, P, r)
 				}
 			}
-			return commCheckTraffic(c.Traffic(), want)
+			return transporttest.CheckTraffic(c.Traffic(), want)
 		}},
-		{"AllToAll", func(c Comm, be kernels.Backend) error {
+		{"AllToAll", func(c transport.Comm, be kernels.Backend) error {
 			const n = 2
 			P, r := c.Size(), c.Rank()
 			src := make([]float32, P*n)
@@ -263,7 +248,7 @@ func TestCommCollectives(t *testing.T) {
 				}
 			}
 			// every chunk but its own leaves: (P−1)·chunk·4 bytes
-			return commCheckTraffic(c.Traffic(), Traffic{"a2a": int64((P - 1) * n * 4)})
+			return transporttest.CheckTraffic(c.Traffic(), transport.Traffic{"a2a": int64((P - 1) * n * 4)})
 		}},
 	}
 	for _, tc := range cases {
@@ -281,7 +266,7 @@ func TestCommBarrier(t *testing.T) {
 	for _, P := range commSizes {
 		t.Run(fmt.Sprintf("P%d", P), func(t *testing.T) {
 			var arrived atomic.Int64
-			commRunWorld(t, P, func(c Comm, be kernels.Backend) error {
+			commRunWorld(t, P, func(c transport.Comm, be kernels.Backend) error {
 				for round := 1; round <= 3; round++ {
 					if c.Rank() == P-1 {
 						time.Sleep(5 * time.Millisecond)
@@ -322,7 +307,7 @@ func TestCommSplit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			commRunWorld(t, rows*cols, func(c Comm, be kernels.Backend) error {
+			commRunWorld(t, rows*cols, func(c transport.Comm, be kernels.Backend) error {
 				row, col := c.Rank()/cols, c.Rank()%cols
 				g := c.Split(tc.color(row, col), tc.key(row, col), "split")
 				if g.Size() != tc.size || g.Rank() != tc.rank(row, col) {
@@ -353,14 +338,14 @@ func TestCommSplit(t *testing.T) {
 				if G > 1 {
 					ar = commAllReduceBytes(1, G, g.Rank())
 				}
-				return commCheckTraffic(c.Traffic(), Traffic{"split": int64((P - 1) * 2 * 4), "sub.ag": int64((G - 1) * 4), "sub.ar": ar})
+				return transporttest.CheckTraffic(c.Traffic(), transport.Traffic{"split": int64((P - 1) * 2 * 4), "sub.ag": int64((G - 1) * 4), "sub.ar": ar})
 			})
 		})
 	}
 	// Rows then columns from the same world: both groupings coexist, and a collective in one
 	// does not see messages of the other.
 	t.Run("rows-and-cols", func(t *testing.T) {
-		commRunWorld(t, rows*cols, func(c Comm, be kernels.Backend) error {
+		commRunWorld(t, rows*cols, func(c transport.Comm, be kernels.Backend) error {
 			row, col := c.Rank()/cols, c.Rank()%cols
 			rg := c.Split(row, col, "split")
 			cg := c.Split(col, row, "split")
@@ -383,20 +368,20 @@ func TestCommWorldRunFailure(t *testing.T) {
 	cases := []struct {
 		name string
 		fail func() error
-		wait func(c Comm, be kernels.Backend)
+		wait func(c transport.Comm, be kernels.Backend)
 		want []string
 	}{
 		{"error/irecv", func() error { return errors.New("boom") },
-			func(c Comm, be kernels.Backend) { c.Irecv(be.Alloc(1), bad, 0, "p2p").Wait() },
+			func(c transport.Comm, be kernels.Backend) { c.Irecv(be.Alloc(1), bad, 0, "p2p").Wait() },
 			[]string{"rank 2", "boom"}},
 		{"panic/irecv", func() error { panic("kaboom") },
-			func(c Comm, be kernels.Backend) { c.Irecv(be.Alloc(1), bad, 0, "p2p").Wait() },
+			func(c transport.Comm, be kernels.Backend) { c.Irecv(be.Alloc(1), bad, 0, "p2p").Wait() },
 			[]string{"rank 2", "panicked", "kaboom"}},
 		{"error/allreduce", func() error { return errors.New("boom") },
-			func(c Comm, be kernels.Backend) { c.AllReduce(be.Alloc(7), "ar") },
+			func(c transport.Comm, be kernels.Backend) { c.AllReduce(be.Alloc(7), "ar") },
 			[]string{"rank 2", "boom"}},
 		{"panic/barrier", func() error { panic("kaboom") },
-			func(c Comm, be kernels.Backend) { c.Barrier() },
+			func(c transport.Comm, be kernels.Backend) { c.Barrier() },
 			[]string{"rank 2", "panicked", "kaboom"}},
 	}
 	for _, tc := range cases {
@@ -404,10 +389,10 @@ func TestCommWorldRunFailure(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/P%d", tc.name, P), func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 				defer cancel()
-				w := NewWorld(P)
+				w := transport.NewWorld(P)
 				done := make(chan error, 1)
 				go func() {
-					done <- w.Run(func(c Comm) error {
+					done <- w.Run(func(c transport.Comm) error {
 						if c.Rank() == bad {
 							time.Sleep(5 * time.Millisecond) // the others are waiting by now
 							return tc.fail()
@@ -448,7 +433,7 @@ func commFirstLine(s string) string {
 // sender reuses its buffer right after Wait. A send waited on before its receive is posted
 // is copied aside, a second copy.
 func TestInprocCopiesOnce(t *testing.T) {
-	w := NewWorld(2)
+	w := transport.NewWorld(2)
 	be := kernels.NewCPU()
 	bufs := [2]kernels.Buf{commBuf(be, []float32{1, 2, 3}), commBuf(be, []float32{4, 5, 6})}
 	got := [2]kernels.Buf{be.Alloc(3), be.Alloc(3)}
@@ -459,17 +444,17 @@ func TestInprocCopiesOnce(t *testing.T) {
 				t.Fatalf("%s: rank %d received %v, want %v", step, r, kernels.Host(got[r]), want)
 			}
 		}
-		if n := w.copies.Swap(0); n != wantCopies {
+		if n := transport.TakeCopies(w); n != wantCopies {
 			t.Fatalf("%s: %d copies for 2 messages, want %d", step, n, wantCopies)
 		}
 		for r := range got {
 			be.Zero(got[r])
 		}
 	}
-	exchange := func(recvFirst, waitSendFirst bool) func(c Comm) error {
-		return func(c Comm) error {
+	exchange := func(recvFirst, waitSendFirst bool) func(c transport.Comm) error {
+		return func(c transport.Comm) error {
 			r := c.Rank()
-			var rq, sq Request
+			var rq, sq transport.Request
 			if recvFirst {
 				rq = c.Irecv(got[r], 1-r, 3, "p2p")
 				c.Barrier() // both receives are posted before either send

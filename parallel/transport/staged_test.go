@@ -1,4 +1,4 @@
-package parallel
+package transport_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"distflash/kernels"
+	"distflash/parallel/transport"
+	"distflash/parallel/transport/transporttest"
 )
 
 // devBuf is a buffer that is not host memory: only a Stager can move it, as with the CUDA
@@ -35,16 +37,16 @@ func (d *fakeDevice) Download(dst []float32, src kernels.Buf) {
 	copy(dst, src.(*devBuf).x)
 }
 
-// TestStagedMatchesHost runs every Comm call on host buffers and, through Staged, on buffers
+// TestStagedMatchesHost runs every transport.Comm call on host buffers and, through transport.Staged, on buffers
 // that only a Stager can read, on in-process worlds of 1 to 4 ranks (and a Split group), and
 // checks the same bits arrive and the same bytes are counted per call site.
 func TestStagedMatchesHost(t *testing.T) {
 	for _, P := range []int{1, 2, 3, 4} {
 		t.Run(fmt.Sprint("P", P), func(t *testing.T) {
-			run := func(staged bool) ([][]float32, []Traffic) {
-				outs, traffic := make([][]float32, P), make([]Traffic, P)
+			run := func(staged bool) ([][]float32, []transport.Traffic) {
+				outs, traffic := make([][]float32, P), make([]transport.Traffic, P)
 				dev := &fakeDevice{}
-				err := NewWorld(P).Run(func(c Comm) error {
+				err := transport.NewWorld(P).Run(func(c transport.Comm) error {
 					r := c.Rank()
 					buf := func(x []float32) kernels.Buf {
 						if staged {
@@ -59,9 +61,9 @@ func TestStagedMatchesHost(t *testing.T) {
 						return kernels.Host(b)
 					}
 					if staged {
-						c = Staged(c, dev)
+						c = transport.Staged(c, dev)
 					}
-					out := exerciseComm(c, buf, read)
+					out := transporttest.Exercise(c, buf, read)
 					c.Barrier()
 					outs[r], traffic[r] = out, c.Traffic()
 					return nil
@@ -115,8 +117,8 @@ func TestStagedPoolReuses(t *testing.T) {
 	const P, n, steps = 4, 6, 5
 	dev := &pinnedDevice{}
 	allocs := make([][]int, P)
-	err := NewWorld(P).Run(func(inner Comm) error {
-		c := Staged(inner, dev)
+	err := transport.NewWorld(P).Run(func(inner transport.Comm) error {
+		c := transport.Staged(inner, dev)
 		sub := c.Split(c.Rank()%2, c.Rank(), "split")
 		r := c.Rank()
 		for range steps {
@@ -128,7 +130,7 @@ func TestStagedPoolReuses(t *testing.T) {
 			c.AllReduce(ar, "ar")
 			sub.AllGather(&devBuf{make([]float32, sub.Size()*n)}, &devBuf{make([]float32, n)}, "sub.ag")
 			c.Barrier()
-			allocs[r] = append(allocs[r], c.(*stagedComm).pool.allocs)
+			allocs[r] = append(allocs[r], transport.PoolAllocs(c))
 		}
 		return nil
 	})
@@ -148,47 +150,4 @@ func TestStagedPoolReuses(t *testing.T) {
 	if dev.pinned != total {
 		t.Errorf("the HostAllocator made %d of the %d host buffers", dev.pinned, total)
 	}
-}
-
-// exerciseComm runs every Comm call once on c (collectives, a ring exchange, a split group's
-// all-gather) with values that depend on the rank and returns what this rank received; buf
-// makes a buffer of c's kind from values and read reads one back.
-func exerciseComm(c Comm, buf func([]float32) kernels.Buf, read func(kernels.Buf) []float32) []float32 {
-	r, P := c.Rank(), c.Size()
-	vals := func(n, salt int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(math.Sin(float64(1000*r + 37*salt + i)))
-		}
-		return x
-	}
-	const n = 5
-	var out []float32
-	g := buf(make([]float32, P*n))
-	c.AllGather(g, buf(vals(n, 1)), "ag")
-	out = append(out, read(g)...)
-	rs := buf(make([]float32, n))
-	c.ReduceScatter(rs, buf(vals(P*n, 2)), "rs")
-	out = append(out, read(rs)...)
-	ar := buf(vals(n, 3))
-	c.AllReduce(ar, "ar")
-	out = append(out, read(ar)...)
-	a2a := buf(make([]float32, P*n))
-	c.AllToAll(a2a, buf(vals(P*n, 4)), "a2a")
-	out = append(out, read(a2a)...)
-	// a ring exchange: send to the next rank, receive from the previous one
-	recv := buf(make([]float32, n))
-	src := buf(vals(n, 5))
-	rq := c.Irecv(recv, (r+P-1)%P, 7, "p2p")
-	sq := c.Isend(src, (r+1)%P, 7, "p2p")
-	sq.Wait()
-	rq.Wait()
-	rq.Wait() // a second Wait changes nothing
-	out = append(out, read(recv)...)
-	// a split group: even and odd ranks
-	sub := c.Split(r%2, r, "split")
-	sg := buf(make([]float32, sub.Size()*n))
-	sub.AllGather(sg, buf(vals(n, 6)), "sub.ag")
-	out = append(out, read(sg)...)
-	return out
 }
