@@ -322,7 +322,7 @@ func firstBatchLoss(t *testing.T, cfg config.Config, src string) float64 {
 	b := loader.Next()
 	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
 	m.LoadParams(em.Params)
-	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
+	sum, n := m.Forward(model.Batch{IDs: b.Inputs, Targets: b.Targets, B: b.B, Pos: model.Positions(b.T)})
 	return sum / float64(n)
 }
 
@@ -337,6 +337,6 @@ func freshBatchLoss(t *testing.T, cfg config.Config) float64 {
 	b := loader.Next()
 	m := model.New(cfg.Model, model.CheckpointNone, kernels.NewCPU())
 	m.LoadParams(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed))
-	sum, n := m.Forward(b.Inputs, b.Targets, b.B, model.Positions(b.T))
+	sum, n := m.Forward(model.Batch{IDs: b.Inputs, Targets: b.Targets, B: b.B, Pos: model.Positions(b.T)})
 	return sum / float64(n)
 }

@@ -248,7 +248,6 @@ func (e *Evaluator) Forward(ids, targets []int32, at []int) (losses []float32, a
 			return err
 		}
 		m := e.models[r]
-		m.SeqLen = n // the sample's length, not the padded T nor the rank's slice (dynamic RoPE)
 		if len(at) > 0 {
 			row := make([]float32, V)
 			be := m.Backend()
@@ -262,7 +261,8 @@ func (e *Evaluator) Forward(ids, targets []int32, at []int) (losses []float32, a
 			}
 			defer func() { m.RowHook = nil }()
 		}
-		m.Forward(parallel.Shard(ids2, 1, T, 1, pos), parallel.Shard(tg2, 1, T, 1, pos), 1, pos)
+		// SeqLen: the sample's length, not the padded T nor the rank's slice (dynamic RoPE)
+		m.Forward(model.Batch{IDs: parallel.Shard(ids2, 1, T, 1, pos), Targets: parallel.Shard(tg2, 1, T, 1, pos), B: 1, Pos: pos, SeqLen: n})
 		for i, l := range m.TokenLosses() {
 			if p := int(pos[i]); p < n {
 				losses[p] = l // each rank its own positions

@@ -38,13 +38,13 @@ func trainStep(t *testing.T, be kernels.Backend, cfg model.Config, ids, tg []int
 	opt := optim.NewAdamW(be, m.Layout.Size, segs, optim.Hyper{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	pos := model.Positions(T)
 	m.ZeroGrads()
-	loss, n := m.ForwardBackward(ids, tg, B, pos, float32(1/float64(B*T)))
+	loss, n := m.ForwardBackward(model.Batch{IDs: ids, Targets: tg, B: B, Pos: pos}, float32(1/float64(B*T)))
 	res := stepResult{loss: loss / float64(n), grads: make([]float32, m.Layout.Size), params: make([]float32, m.Layout.Size)}
 	be.Download(res.grads, m.Grads.Flat)
 	norm := optim.GradNorm(be, m.Grads.Flat)
 	opt.Update(m.Params.Flat, m.Grads.Flat, lr, optim.ClipScale(norm, 1))
 	be.Download(res.params, m.Params.Flat)
-	after, n := m.Forward(ids, tg, B, pos)
+	after, n := m.Forward(model.Batch{IDs: ids, Targets: tg, B: B, Pos: pos})
 	res.lossAfter = after / float64(n)
 	return res
 }
@@ -171,7 +171,7 @@ func BenchmarkCUDATrainStep(b *testing.B) {
 	pos := model.Positions(T)
 	step := func() {
 		m.ZeroGrads()
-		m.ForwardBackward(ids, tg, B, pos, 1.0/(B*T))
+		m.ForwardBackward(model.Batch{IDs: ids, Targets: tg, B: B, Pos: pos}, 1.0/(B*T))
 		norm := optim.GradNorm(gpu, m.Grads.Flat)
 		opt.Update(m.Params.Flat, m.Grads.Flat, 1e-4, optim.ClipScale(norm, 1))
 		gpu.(interface{ Sync() }).Sync()

@@ -24,11 +24,11 @@ func BenchmarkForwardBackward(b *testing.B) {
 			r := rand.New(rand.NewPCG(1, 1))
 			ids, tg := randomTokens(r, B*T, cfg.VocabSize), randomTokens(r, B*T, cfg.VocabSize)
 			pos := Positions(T)
-			m.ForwardBackward(ids, tg, B, pos, 1) // allocate
+			m.ForwardBackward(Batch{IDs: ids, Targets: tg, B: B, Pos: pos}, 1) // allocate
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				m.ZeroGrads()
-				m.ForwardBackward(ids, tg, B, pos, float32(1.0/float64(B*T)))
+				m.ForwardBackward(Batch{IDs: ids, Targets: tg, B: B, Pos: pos}, float32(1.0/float64(B*T)))
 			}
 			b.ReportMetric(float64(B*T*b.N)/b.Elapsed().Seconds(), "tokens/s")
 		})

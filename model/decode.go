@@ -116,8 +116,6 @@ func (d *Decoder) Prefill(ids, pos []int32, promptLen, maxNew int) []float32 {
 	d.pos = append(make([]int32, 0, capacity), pos[:held]...)
 	d.next, d.decoded, d.maxNew = int32(promptLen), 0, maxNew
 
-	defer func(was int) { m.SeqLen = was }(m.SeqLen)
-	m.SeqLen = promptLen + maxNew
 	m.KVHook = func(l int, k, v kernels.Buf) {
 		if held > 0 {
 			be.Copy(be.Slice(d.k[l], 0, held*KV), be.Slice(k, 0, held*KV))
@@ -137,7 +135,7 @@ func (d *Decoder) Prefill(ids, pos []int32, promptLen, maxNew int) []float32 {
 	for i := range targets {
 		targets[i] = -1
 	}
-	m.Forward(ids, targets, 1, pos)
+	m.Forward(Batch{IDs: ids, Targets: targets, B: 1, Pos: pos, SeqLen: promptLen + maxNew})
 	m.KVHook, m.RowHook = nil, nil
 	if d.g != nil { // the last token's rank has them, the others zeros: the sum is exact
 		d.g.AllReduce(d.logits, "decode.prefill_logits")

@@ -16,17 +16,16 @@ import (
 const tolDecode = 1e-5
 
 // fullLogits is the logits of every position of one Forward over ids ([len(ids), vocab]),
-// with the model's SeqLen set to seqLen (the RoPE table of a Decoder's whole sequence).
+// with the batch's SeqLen set to seqLen (the RoPE table of a Decoder's whole sequence).
 func fullLogits(m *Model, ids []int32, seqLen int) []float32 {
 	V := m.Cfg.VocabSize
 	out := make([]float32, len(ids)*V)
-	m.SeqLen = seqLen
 	m.RowHook = func(row0 int, lg kernels.Buf, rows int) {
 		copy(out[row0*V:(row0+rows)*V], kernels.Host(lg)[:rows*V])
 	}
 	targets := slices.Repeat([]int32{-1}, len(ids))
-	m.Forward(ids, targets, 1, Positions(len(ids)))
-	m.RowHook, m.SeqLen = nil, 0
+	m.Forward(Batch{IDs: ids, Targets: targets, B: 1, Pos: Positions(len(ids)), SeqLen: seqLen})
+	m.RowHook = nil
 	return out
 }
 

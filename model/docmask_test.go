@@ -74,8 +74,7 @@ func TestResetPositions(t *testing.T) {
 	docs := []int32{0, 0, 0, 3, 3, 5, 5, 5, 0, 1, 1, 1, 1, 1, 1, 1}
 	for _, reset := range []bool{false, true} {
 		m := New(cfg, CheckpointNone, kernels.NewCPU())
-		m.Docs, m.ResetPositions = docs, reset
-		m.Forward(make([]int32, 16), make([]int32, 16), 2, Positions(8))
+		m.Forward(Batch{IDs: make([]int32, 16), Targets: make([]int32, 16), B: 2, Pos: Positions(8), Docs: docs, ResetPositions: reset})
 		for b := 0; b < 2; b++ {
 			for i, p := range m.rpos[b] {
 				want := int32(i)
@@ -96,9 +95,8 @@ func (g goldenCase) compareDocs(t *testing.T, policy Checkpoint, docs []int32, r
 	t.Helper()
 	m := New(g.cfg, policy, kernels.NewCPU())
 	m.LoadParams(g.weights)
-	m.Docs, m.ResetPositions = docs, reset
-	pos := Positions(g.T)
-	lossSum, n := m.Forward(g.ids, g.targets, g.B, pos)
+	b := Batch{IDs: g.ids, Targets: g.targets, B: g.B, Pos: Positions(g.T), Docs: docs, ResetPositions: reset}
+	lossSum, n := m.Forward(b)
 	wantLogits, _, err := g.st.Float32("logits")
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +107,7 @@ func (g goldenCase) compareDocs(t *testing.T, policy Checkpoint, docs []int32, r
 	}
 	fwdErr = math.Max(relErr(kernels.Host(m.Logits()), wantLogits), relErr([]float32{float32(lossSum / float64(n))}, wantLoss))
 	m.ZeroGrads()
-	m.ForwardBackward(g.ids, g.targets, g.B, pos, float32(1/float64(g.B*g.T)))
+	m.ForwardBackward(b, float32(1/float64(g.B*g.T)))
 	grads := kernels.Host(m.Grads.Flat)
 	for _, tn := range g.layout.Tensors {
 		want, _, err := g.st.Float32("grad." + tn.Name)

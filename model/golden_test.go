@@ -112,10 +112,9 @@ func relErr(got, want []float32) float64 {
 func (g goldenCase) compare(t *testing.T, cfg Config, policy Checkpoint) (fwdErr, gradErr float64, worst string) {
 	t.Helper()
 	m := New(cfg, policy, kernels.NewCPU())
-	m.SeqLen = g.seqLen
 	m.LoadParams(g.weights)
-	pos := Positions(g.T)
-	lossSum, n := m.Forward(g.ids, g.targets, g.B, pos)
+	b := Batch{IDs: g.ids, Targets: g.targets, B: g.B, Pos: Positions(g.T), SeqLen: g.seqLen}
+	lossSum, n := m.Forward(b)
 	wantLogits, _, err := g.st.Float32("logits")
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +127,7 @@ func (g goldenCase) compare(t *testing.T, cfg Config, policy Checkpoint) (fwdErr
 	fwdErr = math.Max(fwdErr, relErr([]float32{float32(lossSum / float64(n))}, wantLoss))
 
 	m.ZeroGrads()
-	m.ForwardBackward(g.ids, g.targets, g.B, pos, float32(1/float64(g.B*g.T)))
+	m.ForwardBackward(b, float32(1/float64(g.B*g.T)))
 	grads := kernels.Host(m.Grads.Flat)
 	for _, tn := range g.layout.Tensors {
 		want, _, err := g.st.Float32("grad." + tn.Name)

@@ -85,19 +85,6 @@ type Model struct {
 	// Store, when set, lends the parameters unit by unit (FSDP, low-precision compute copies);
 	// Params and Grads are then empty and the gradients go where the store says.
 	Store ParamStore
-	// SeqLen is the length of the whole sequences whose positions Forward and ForwardBackward
-	// get: with sequence parallelism each rank holds a slice of the positions, and the caller
-	// sets the global length here. 0 means max(pos)+1, right for an unsharded sequence. Only
-	// model.rope_scaling.type dynamic depends on it (see Config.RoPE).
-	SeqLen int
-	// Docs, when not nil, packs documents (data.document_mask) into the sequences of the
-	// next Forward or ForwardBackward: Docs[b·S+p] is the global position at which the
-	// document of position p of sequence b starts (S the whole sequence's length, see
-	// SeqLen; data.Batch.DocStart), and attention sees only keys of the query's own
-	// document. With ResetPositions (data.position_reset) RoPE turns the token at p by its
-	// position in its document, p − Docs[b·S+p]; the mask still uses the global order.
-	Docs           []int32
-	ResetPositions bool
 	// LossChunk is how many tokens the final norm's output goes through the output head and
 	// the loss at a time (training.loss_chunk): the [tokens, vocab] logits exist one chunk at a
 	// time, and in ForwardBackward each chunk's head backward runs at once (dlogits → the
@@ -131,6 +118,8 @@ type Model struct {
 
 	units    []Unit
 	actBytes int64
+	arena    []kernels.Buf // the buffers ensure sizes, in the order it takes them (take)
+	taken    int           // how many of them ensure has taken for the current batch
 
 	be    kernels.Backend
 	batch int // sequences in the current micro-batch
@@ -206,15 +195,15 @@ func (m *Model) heads() Heads {
 
 // full allocates a complete LayerActs for n tokens.
 func (m *Model) full(n int) LayerActs {
-	be, c := m.be, m.Cfg
+	c := m.Cfg
 	a := LayerActs{
-		X: be.Alloc(n * c.Dim), Norm1: be.Alloc(n * c.Dim), Rstd1: be.Alloc(n),
-		Q: be.Alloc(n * c.QDim()), K: be.Alloc(n * c.KVDim()), V: be.Alloc(n * c.KVDim()),
-		AttnOut: be.Alloc(n * c.QDim()), Lse: be.Alloc(n * c.NHeads),
-		H: be.Alloc(n * c.Dim), Norm2: be.Alloc(n * c.Dim), Rstd2: be.Alloc(n),
+		X: m.take(n * c.Dim), Norm1: m.take(n * c.Dim), Rstd1: m.take(n),
+		Q: m.take(n * c.QDim()), K: m.take(n * c.KVDim()), V: m.take(n * c.KVDim()),
+		AttnOut: m.take(n * c.QDim()), Lse: m.take(n * c.NHeads),
+		H: m.take(n * c.Dim), Norm2: m.take(n * c.Dim), Rstd2: m.take(n),
 	}
 	if !m.tiled() { // tiled, the MLP's tensors live in m.mlp, one tile at a time
-		a.Gate, a.Up, a.Act = be.Alloc(n*c.FFNDim), be.Alloc(n*c.FFNDim), be.Alloc(n*c.FFNDim)
+		a.Gate, a.Up, a.Act = m.take(n*c.FFNDim), m.take(n*c.FFNDim), m.take(n*c.FFNDim)
 	}
 	return a
 }
@@ -226,13 +215,12 @@ func (m *Model) tiled() bool { return m.tile < m.batch*m.seq }
 // recomputing policy).
 func (m *Model) halfActs() bool { return m.ActPrecision != kernels.FP32 && m.Policy != CheckpointNone }
 
-// ensure sizes the activation and scratch buffers for B sequences of T tokens at positions pos.
-func (m *Model) ensure(B, T int, pos []int32) {
-	if len(pos) != T {
-		panic(fmt.Sprintf("model: %d positions for sequences of %d tokens", len(pos), T))
-	}
+// ensure sizes the activation and scratch buffers for the batch: B sequences of T tokens at
+// positions pos.
+func (m *Model) ensure(bt Batch) {
+	B, T, pos := bt.B, len(bt.Pos), bt.Pos
 	m.pos = pos
-	seqLen := m.SeqLen
+	seqLen := bt.SeqLen
 	if seqLen == 0 {
 		for _, p := range pos {
 			seqLen = max(seqLen, int(p)+1)
@@ -242,12 +230,12 @@ func (m *Model) ensure(B, T int, pos []int32) {
 	m.rpos, m.seqs = m.rpos[:0], m.seqs[:0]
 	for b := 0; b < B; b++ {
 		s, rp := Seq{Pos: pos}, pos
-		if m.Docs != nil {
-			if len(m.Docs) != B*seqLen {
-				panic(fmt.Sprintf("model: %d document starts for %d sequences of %d tokens", len(m.Docs), B, seqLen))
+		if bt.Docs != nil {
+			if len(bt.Docs) != B*seqLen {
+				panic(fmt.Sprintf("model: %d document starts for %d sequences of %d tokens", len(bt.Docs), B, seqLen))
 			}
-			s.DocStart = m.Docs[b*seqLen : (b+1)*seqLen]
-			if m.ResetPositions {
+			s.DocStart = bt.Docs[b*seqLen : (b+1)*seqLen]
+			if bt.ResetPositions {
 				rp = make([]int32, len(pos))
 				for i, p := range pos {
 					rp[i] = p - s.DocStart[p]
@@ -267,7 +255,8 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		return
 	}
 	m.batch, m.seq = B, T
-	n, be, c := B*T, m.be, m.Cfg
+	m.taken = 0
+	n, c := B*T, m.Cfg
 	m.tile = n
 	if m.MLPTile > 0 && m.MLPTile < n {
 		m.tile = m.MLPTile
@@ -276,18 +265,18 @@ func (m *Model) ensure(B, T int, pos []int32) {
 	ff := n * c.FFNDim // the MLP's [tokens, ffn] scratch of the backward: one tile when tiled
 	if m.tiled() {
 		ff = m.tile * c.FFNDim
-		m.mlp = LayerActs{Gate: be.Alloc(ff), Up: be.Alloc(ff), Act: be.Alloc(ff)}
+		m.mlp = LayerActs{Gate: m.take(ff), Up: m.take(ff), Act: m.take(ff)}
 	}
 	m.acts = make([]LayerActs, c.NLayers)
 	kept := func(elems int) kernels.Buf { // a kept activation: float32, or two 16-bit values an element
 		if m.halfActs() {
-			return be.Alloc((elems + 1) / 2)
+			return m.take((elems + 1) / 2)
 		}
-		return be.Alloc(elems)
+		return m.take(elems)
 	}
 	m.xin = [2]kernels.Buf{}
 	if m.halfActs() {
-		m.xin = [2]kernels.Buf{be.Alloc(n * c.Dim), be.Alloc(n * c.Dim)}
+		m.xin = [2]kernels.Buf{m.take(n * c.Dim), m.take(n * c.Dim)}
 	}
 	for l := range m.acts {
 		switch m.Policy {
@@ -296,23 +285,23 @@ func (m *Model) ensure(B, T int, pos []int32) {
 		case CheckpointLayer:
 			m.acts[l] = LayerActs{X: kept(n * c.Dim)}
 		case CheckpointAttnOutput:
-			m.acts[l] = LayerActs{X: kept(n * c.Dim), AttnOut: kept(n * c.QDim()), Lse: be.Alloc(n * c.NHeads)}
+			m.acts[l] = LayerActs{X: kept(n * c.Dim), AttnOut: kept(n * c.QDim()), Lse: m.take(n * c.NHeads)}
 		}
 	}
 	if m.Policy != CheckpointNone {
 		m.work = m.full(n)
 	}
-	m.xOut, m.normF, m.rstdF = be.Alloc(n*c.Dim), be.Alloc(n*c.Dim), be.Alloc(n)
+	m.xOut, m.normF, m.rstdF = m.take(n*c.Dim), m.take(n*c.Dim), m.take(n)
 	m.chunk = n
 	if m.LossChunk > 0 && m.LossChunk < n {
 		m.chunk = m.LossChunk
 	}
-	m.logit, m.loss = be.Alloc(m.chunk*c.VocabSize), be.Alloc(n)
+	m.logit, m.loss = m.take(m.chunk*c.VocabSize), m.take(n)
 	m.grad = gradScratch{
-		dx: be.Alloc(n * c.Dim), dnorm: be.Alloc(n * c.Dim), dh: be.Alloc(n * c.Dim),
-		dq: be.Alloc(n * c.QDim()), dattn: be.Alloc(n * c.QDim()),
-		dk: be.Alloc(n * c.KVDim()), dv: be.Alloc(n * c.KVDim()),
-		dgate: be.Alloc(ff), dup: be.Alloc(ff), dact: be.Alloc(ff),
+		dx: m.take(n * c.Dim), dnorm: m.take(n * c.Dim), dh: m.take(n * c.Dim),
+		dq: m.take(n * c.QDim()), dattn: m.take(n * c.QDim()),
+		dk: m.take(n * c.KVDim()), dv: m.take(n * c.KVDim()),
+		dgate: m.take(ff), dup: m.take(ff), dact: m.take(ff),
 		hostLoss: make([]float32, n),
 	}
 	m.actBytes = 0
@@ -332,6 +321,24 @@ func (m *Model) ensure(B, T int, pos []int32) {
 	for _, b := range []kernels.Buf{g.dx, g.dnorm, g.dh, g.dq, g.dattn, g.dk, g.dv, g.dgate, g.dup, g.dact} {
 		m.actBytes += int64(b.Len()) * 4
 	}
+}
+
+// take returns a buffer of n values for the batch ensure is sizing: a view of the next of the
+// buffers ensure has made, made anew only when the batch needs more than it holds. ensure asks
+// for its buffers in the same order each time, so a batch no larger than an earlier one (an
+// evaluation between training steps, samples of several lengths) allocates nothing, and the
+// buffers stay as large as the largest batch. Their contents are not cleared: every buffer is
+// written before it is read in a step, as they are reused from step to step anyway.
+func (m *Model) take(n int) kernels.Buf {
+	i := m.taken
+	m.taken++
+	if i == len(m.arena) {
+		m.arena = append(m.arena, nil)
+	}
+	if m.arena[i] == nil || m.arena[i].Len() < n {
+		m.arena[i] = m.be.Alloc(n)
+	}
+	return m.be.Slice(m.arena[i], 0, n)
 }
 
 // bytes is the memory of the buffers a holds.
@@ -539,14 +546,38 @@ func Positions(T int) []int32 {
 	return p
 }
 
-// forward runs embedding, blocks, final norm, head and the per-token loss for B sequences of
-// len(pos) tokens. When dscale is not zero the logits buffer is overwritten by dscale·dloss/dlogits.
-func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32) (lossSum float64, count int) {
-	T := len(pos)
+// Batch is what one Forward or ForwardBackward reads besides the weights: B sequences, of which
+// this rank holds the tokens at the global positions Pos of each (all of them on one rank:
+// Positions(T)), and how the whole sequences are made. It is passed with every call; the model
+// keeps none of it for the next.
+type Batch struct {
+	IDs     []int32 // [B·len(Pos)] the rank's tokens of each sequence, in Pos order
+	Targets []int32 // [B·len(Pos)] their next tokens; negative: not scored
+	B       int     // sequences
+	Pos     []int32 // the global positions of the rank's tokens, the same in every sequence
+	// SeqLen is the length of the whole sequences: with sequence parallelism each rank holds a
+	// slice of the positions and the caller gives the global length here; a decoder gives the
+	// prompt and the tokens to come. 0 means max(Pos)+1, right for an unsharded sequence. Only
+	// model.rope_scaling.type dynamic depends on it (see Config.RoPE).
+	SeqLen int
+	// Docs, when not nil, packs documents (data.document_mask) into the sequences: Docs[b·S+p]
+	// is the global position at which the document of position p of sequence b starts (S the
+	// whole sequence's length, SeqLen or max(Pos)+1; data.Batch.DocStart), and attention sees
+	// only keys of the query's own document. With ResetPositions (data.position_reset) RoPE
+	// turns the token at p by its position in its document, p − Docs[b·S+p]; the mask still
+	// uses the global order.
+	Docs           []int32
+	ResetPositions bool
+}
+
+// forward runs embedding, blocks, final norm, head and the per-token loss of the batch. When
+// dscale is not zero the logits buffer is overwritten by dscale·dloss/dlogits.
+func (m *Model) forward(bt Batch, dscale float32) (lossSum float64, count int) {
+	ids, targets, B, T := bt.IDs, bt.Targets, bt.B, len(bt.Pos)
 	if len(ids) != B*T || len(targets) != B*T {
 		panic(fmt.Sprintf("model: %d ids and %d targets for %d×%d tokens", len(ids), len(targets), B, T))
 	}
-	m.ensure(B, T, pos)
+	m.ensure(bt)
 	be, c := m.be, m.Cfg
 	n := B * T
 	// each block's input, kept as the policy says: with 16-bit kept activations it is made in
@@ -616,23 +647,23 @@ func (m *Model) forward(ids, targets []int32, B int, pos []int32, dscale float32
 // the next call.
 func (m *Model) TokenLosses() []float32 { return m.grad.hostLoss }
 
-// Forward computes the logits (see Logits) and returns the summed loss over the targets that
-// are not negative, and how many there are. pos are the global positions of the T tokens of
-// each sequence (Positions(T) for a whole sequence).
-func (m *Model) Forward(ids, targets []int32, B int, pos []int32) (lossSum float64, count int) {
-	return m.forward(ids, targets, B, pos, 0)
+// Forward computes the logits of the batch (see Logits) and returns the summed loss over the
+// targets that are not negative, and how many there are.
+func (m *Model) Forward(b Batch) (lossSum float64, count int) {
+	return m.forward(b, 0)
 }
 
 // ForwardBackward runs forward and backward for B sequences and adds dscale·∂(Σ loss)/∂θ into
 // Grads. The caller picks dscale: 1/(tokens in the global batch) gives the mean loss's
 // gradient however the batch is split over micro-batches and ranks.
-func (m *Model) ForwardBackward(ids, targets []int32, B int, pos []int32, dscale float32) (lossSum float64, count int) {
+func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count int) {
 	if dscale == 0 {
 		panic("model: ForwardBackward with dscale 0")
 	}
-	lossSum, count = m.forward(ids, targets, B, pos, dscale)
+	lossSum, count = m.forward(b, dscale)
+	ids := b.IDs
 	be, c, s := m.be, m.Cfg, &m.grad
-	n := B * len(pos)
+	n := b.B * len(b.Pos)
 	// the head's backward ran in the forward, chunk by chunk; s.dnorm holds dnormF
 	L := c.NLayers
 	head, headGrad := m.acquire(L+1), m.headGrad

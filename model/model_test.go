@@ -39,7 +39,7 @@ func runPolicy(t *testing.T, cfg Config, policy Checkpoint, B, T int) (float64, 
 	r := rand.New(rand.NewPCG(5, 6))
 	ids, tg := randomTokens(r, B*T, cfg.VocabSize), randomTokens(r, B*T, cfg.VocabSize)
 	m.ZeroGrads()
-	loss, n := m.ForwardBackward(ids, tg, B, Positions(T), float32(1/float64(B*T)))
+	loss, n := m.ForwardBackward(Batch{IDs: ids, Targets: tg, B: B, Pos: Positions(T)}, float32(1/float64(B*T)))
 	if n != B*T {
 		t.Fatalf("counted %d targets, want %d", n, B*T)
 	}
@@ -102,11 +102,11 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 9))
 	ids, tg := randomTokens(r, B*T, cfg.VocabSize), randomTokens(r, B*T, cfg.VocabSize)
 	m.ZeroGrads()
-	m.ForwardBackward(ids, tg, B, Positions(T), 1)
+	m.ForwardBackward(Batch{IDs: ids, Targets: tg, B: B, Pos: Positions(T)}, 1)
 	grad := slices.Clone(kernels.Host(m.Grads.Flat))
 	lossAt := func(q []float32) float64 {
 		m.LoadParams(q)
-		l, _ := m.Forward(ids, tg, B, Positions(T))
+		l, _ := m.Forward(Batch{IDs: ids, Targets: tg, B: B, Pos: Positions(T)})
 		return l
 	}
 	checked := 0
@@ -215,10 +215,10 @@ func testTokenSplit(t *testing.T, set func(m *Model, n int), reordered func(name
 				m.LoadParams(perturbedInit(cfg, m.Layout))
 				m.ZeroGrads()
 				if !backward {
-					l, _ := m.Forward(ids, tg, B, Positions(T))
+					l, _ := m.Forward(Batch{IDs: ids, Targets: tg, B: B, Pos: Positions(T)})
 					return l, nil
 				}
-				l, _ := m.ForwardBackward(ids, tg, B, Positions(T), 0.01)
+				l, _ := m.ForwardBackward(Batch{IDs: ids, Targets: tg, B: B, Pos: Positions(T)}, 0.01)
 				return l, slices.Clone(kernels.Host(m.Grads.Flat))
 			}
 			wantLoss, want := run(0, true)
@@ -267,7 +267,7 @@ func TestHalfActivations(t *testing.T) {
 			m.ActPrecision = p
 			m.LoadParams(perturbedInit(cfg, m.Layout))
 			m.ZeroGrads()
-			l, _ := m.ForwardBackward(ids, tg, B, Positions(T), 0.01)
+			l, _ := m.ForwardBackward(Batch{IDs: ids, Targets: tg, B: B, Pos: Positions(T)}, 0.01)
 			return l, slices.Clone(kernels.Host(m.Grads.Flat)), m.ActivationBytes()
 		}
 		for _, policy := range []Checkpoint{CheckpointLayer, CheckpointAttnOutput} {

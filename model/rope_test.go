@@ -166,13 +166,12 @@ func TestRopeDynamicSeqLen(t *testing.T) {
 
 	logits := func(seqLen int, T int) []float32 {
 		m := New(cfg, CheckpointNone, kernels.NewCPU())
-		m.SeqLen = seqLen
 		m.LoadParams(InitParams(cfg, m.Layout, 1))
 		ids := make([]int32, T)
 		for i := range ids {
 			ids[i] = int32(i * 7 % 61)
 		}
-		m.Forward(ids, ids, 1, Positions(T))
+		m.Forward(Batch{IDs: ids, Targets: ids, B: 1, Pos: Positions(T), SeqLen: seqLen})
 		return kernels.Host(m.Logits())
 	}
 	if a, b := logits(0, 24), logits(24, 24); !slicesEqual(a, b) {

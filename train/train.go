@@ -409,7 +409,6 @@ func (t *trainer) newRank(c transport.Comm, params0 []float32) (*rank, error) {
 			r.model.Store = r.cast
 		}
 	}
-	r.model.SeqLen = cfg.Data.SeqLen // the global length: a sequence-parallel rank holds a slice
 	r.be.SetMatMulPrecision(t.prec)
 	if sp > 1 {
 		a, err := parallel.NewAttention(p.Attention, spComm, r.be, parallel.Options{Overlap: p.OverlapComm, UlyssesDegree: p.UlyssesDegree})
@@ -567,8 +566,8 @@ func (t *trainer) gradients(r *rank, batches [][]data.Batch, lossScale float32) 
 		}
 		ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
 		tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
-		m.Docs, m.ResetPositions = b.DocStart, t.cfg.Data.PositionReset
-		l, n := m.ForwardBackward(ids, tg, B, r.pos, lossScale)
+		l, n := m.ForwardBackward(model.Batch{IDs: ids, Targets: tg, B: B, Pos: r.pos, SeqLen: T,
+			Docs: b.DocStart, ResetPositions: t.cfg.Data.PositionReset}, lossScale)
 		lossSum += l
 		count += n
 	}
