@@ -18,14 +18,15 @@ import (
 	"distflash/evaluate"
 	"distflash/model"
 	"distflash/parallel"
+	"distflash/weights"
 )
 
-// The fixtures are written by `/usr/bin/python3 scripts/reference.py hf` (see ckpt/hf_test.go):
+// The fixtures are written by `/usr/bin/python3 scripts/reference.py hf` (see weights/hf_test.go):
 // two tiny Hugging Face LLaMA directories, five documents, and the losses PyTorch computes
 // (its own LlamaForCausalLM, in float64, on exactly the stored weights) for
 // `eval --seq-len 40 --samples 4` and `--seq-len 512 --samples 5`.
 const (
-	hfFixtures = "ckpt/testdata/hf"
+	hfFixtures = "weights/testdata/hf"
 	hfDocs     = hfFixtures + "/docs/*.txt"
 )
 
@@ -132,10 +133,10 @@ func TestEvalMatchesPyTorch(t *testing.T) {
 }
 
 // hfEvaluator loads a fixture model into an evaluator on P ranks running schedule attn.
-func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluate.Evaluator, evaluate.Model) {
+func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluate.Evaluator, weights.Model) {
 	t.Helper()
 	cfg := config.Default()
-	em, err := evaluate.LoadModel(filepath.Join(hfFixtures, name), cfg, io.Discard)
+	em, err := weights.Load(filepath.Join(hfFixtures, name), cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluate.Evalu
 	return ev, em
 }
 
-func fixtureSamples(t *testing.T, em evaluate.Model, seqLen, n int) []evaluate.Sample {
+func fixtureSamples(t *testing.T, em weights.Model, seqLen, n int) []evaluate.Sample {
 	t.Helper()
 	ss, err := evaluate.LoadSamples(hfDocs, config.Default().Data, em.Tokenizer, em.BOS, seqLen, em.Config.VocabSize, n)
 	if err != nil {
@@ -263,7 +264,7 @@ var shardedModelSets = []string{"model.dim=32", "model.n_layers=2", "model.n_hea
 // loss bit for bit with the same BOS; without one (the default for distflash's own models)
 // the one-byte document is skipped and the first byte of each is not predicted.
 func TestEvalOwnSafetensors(t *testing.T) {
-	em, err := evaluate.LoadModel(filepath.Join(hfFixtures, "llama-sharded"), config.Default(), io.Discard)
+	em, err := weights.Load(filepath.Join(hfFixtures, "llama-sharded"), config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +420,7 @@ func TestEvalRefusesWhatDoesNotFit(t *testing.T) {
 		t.Fatalf("train: %v\n%s", err, stderr.String())
 	}
 	out := filepath.Join(dir, "result.json")
-	err := run([]string{"eval", "--model", filepath.Join(dir, "tiny"), "--seq-len", "50000000", "--data", "ckpt/testdata/hf/docs",
+	err := run([]string{"eval", "--model", filepath.Join(dir, "tiny"), "--seq-len", "50000000", "--data", "weights/testdata/hf/docs",
 		"--out", out, "--progress=false"}, &stdout, &stderr)
 	if err == nil {
 		t.Fatal("a 50M-token evaluation was not refused")

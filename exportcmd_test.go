@@ -11,11 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"distflash/ckpt"
 	"distflash/config"
 	"distflash/evaluate"
 	"distflash/model"
 	"distflash/train"
+	"distflash/weights"
+	"distflash/weights/safetensors"
 )
 
 // testdata/export holds a tiny model trained by distflash and exported twice (f32 in one
@@ -58,7 +59,7 @@ func exportTo(t *testing.T, args ...string) string {
 // hfParams reads the weights of an HF directory as eval does (model.NewLayout order).
 func hfParams(t *testing.T, dir string) (model.Config, []float32) {
 	t.Helper()
-	em, err := evaluate.LoadModel(dir, config.Default(), io.Discard)
+	em, err := weights.Load(dir, config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func hfParams(t *testing.T, dir string) (model.Config, []float32) {
 // bf16's precision. The export's config.json has every field transformers reads.
 func TestExportEvalRoundTrip(t *testing.T) {
 	run := tinyCheckpoint(t)
-	_, want, _, _, err := evaluate.LoadCheckpoint(run, io.Discard)
+	_, want, _, _, err := weights.LoadCheckpoint(run, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestExportEvalRoundTrip(t *testing.T) {
 			for i := range want {
 				w := want[i]
 				if bf16 {
-					w = math.Float32frombits(uint32(ckpt.BF16Bits(w)) << 16)
+					w = math.Float32frombits(uint32(safetensors.BF16Bits(w)) << 16)
 				}
 				if math.Float32bits(got[i]) != math.Float32bits(w) {
 					t.Fatalf("weight %d: %v, want %v", i, got[i], w)
@@ -233,21 +234,17 @@ func TestExportFixtureMatchesPyTorch(t *testing.T) {
 // the exporter writes.
 func TestExportWritesFixtureBytes(t *testing.T) {
 	mc, params := hfParams(t, filepath.Join(exportFixtures, "f32"))
-	layout := model.NewLayout(mc)
-	var ts []ckpt.WTensor
-	for _, tn := range layout.Tensors {
-		ts = append(ts, ckpt.WTensor{Name: tn.Name, Shape: tn.Shape, Data: params[tn.Off : tn.Off+tn.Size()]})
-	}
+	ts := weights.Tensors(mc, params)
 	for _, c := range []struct {
 		dir, dtype string
 		shard      int64
-	}{{"f32", ckpt.DTypeF32, 5e9}, {"bf16", ckpt.DTypeBF16, 40e3}} {
-		cfgJSON, err := ckpt.ExportConfig(evaluate.HFConfigOf(mc), c.dtype, -1, -1)
+	}{{"f32", safetensors.DTypeF32, 5e9}, {"bf16", safetensors.DTypeBF16, 40e3}} {
+		cfgJSON, err := weights.ExportConfig(weights.HFConfigOf(mc), c.dtype, -1, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out := filepath.Join(t.TempDir(), c.dir)
-		files, err := ckpt.WriteHF(out, ckpt.HFExport{Config: cfgJSON, Tensors: ts, DType: c.dtype, MaxShardSize: c.shard})
+		files, err := weights.WriteHF(out, weights.HFExport{Config: cfgJSON, Tensors: ts, DType: c.dtype, MaxShardSize: c.shard})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +282,7 @@ func TestExportErrors(t *testing.T) {
 		{[]string{"--model", run, "--out", full}, "exists and is not empty"},
 		{[]string{"--model", run, "--out", out, "--dtype", "f16"}, `--dtype "f16": want f32 or bf16`},
 		{[]string{"--model", run, "--out", out, "--max-shard-size", "lots"}, "--max-shard-size: size \"lots\""},
-		{[]string{"--model", "ckpt/testdata/hf/llama-sharded", "--out", out}, "want a distflash checkpoint"},
+		{[]string{"--model", "weights/testdata/hf/llama-sharded", "--out", out}, "want a distflash checkpoint"},
 		{[]string{"--model", filepath.Join(dir, "missing"), "--out", out}, "no such file"},
 		{[]string{"--model", dir, "--out", out}, "nor a readable distflash checkpoint"},
 		{[]string{"--out", out}, "--model CHECKPOINT and --out DIR are required"},
@@ -323,7 +320,7 @@ func TestExportConfigRopeScaling(t *testing.T) {
 			`"rope_scaling": {"factor": 8, "high_freq_factor": 4, "low_freq_factor": 1, "original_max_position_embeddings": 8192, "rope_type": "llama3"}`},
 	} {
 		mc.RopeScaling = c.rs
-		js, err := ckpt.ExportConfig(evaluate.HFConfigOf(mc), ckpt.DTypeF32, -1, -1)
+		js, err := weights.ExportConfig(weights.HFConfigOf(mc), safetensors.DTypeF32, -1, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -387,7 +384,7 @@ func TestExportRopeScalingRoundTrip(t *testing.T) {
 // the window is what travelled. A model windowed on some layers only is refused, nothing
 // written.
 func TestExportMistralRoundTrip(t *testing.T) {
-	const src = "ckpt/testdata/hf/mistral-window" // sliding_window 16
+	const src = "weights/testdata/hf/mistral-window" // sliding_window 16
 	dir := t.TempDir()
 	args := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", src},
 		append(initBase(dir), "--set", "training.steps=2", "--set", "checkpoint.interval=2")...)
@@ -407,7 +404,7 @@ func TestExportMistralRoundTrip(t *testing.T) {
 		t.Errorf("metrics %+v: want 2 steps, the first of loss %.9g (the windowed source's)", ms, want)
 	}
 	runDir := filepath.Join(dir, "tiny")
-	saved, _, _, _, err := evaluate.LoadCheckpoint(runDir, io.Discard)
+	saved, _, _, _, err := weights.LoadCheckpoint(runDir, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

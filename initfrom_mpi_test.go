@@ -16,13 +16,13 @@ func TestMPIInitFrom(t *testing.T) {
 	for _, fsdp := range []string{"false", "true"} {
 		t.Run("fsdp="+fsdp, func(t *testing.T) {
 			inproc, mpi := t.TempDir(), t.TempDir()
-			set := []string{"--init-from", "ckpt/testdata/hf/llama-sharded", "--set", "parallelism.fsdp=" + fsdp,
+			set := []string{"--init-from", "weights/testdata/hf/llama-sharded", "--set", "parallelism.fsdp=" + fsdp,
 				"--set", "data.seq_len=128"}
 			out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc))
 			if err != nil {
 				t.Fatalf("in-process: %v\n%s", err, out)
 			}
-			if !strings.Contains(out, "init: weights from ckpt/testdata/hf/llama-sharded (hf") {
+			if !strings.Contains(out, "init: weights from weights/testdata/hf/llama-sharded (hf") {
 				t.Errorf("no init line:\n%s", out)
 			}
 			out, _, err = mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)

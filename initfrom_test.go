@@ -13,12 +13,12 @@ import (
 	"strings"
 	"testing"
 
-	"distflash/ckpt"
 	"distflash/config"
-	"distflash/evaluate"
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/train"
+	"distflash/weights"
+	"distflash/weights/safetensors"
 )
 
 // initBase are the train overrides of the short --init-from runs: a little data, short
@@ -60,17 +60,12 @@ func tinyCheckpoint(t *testing.T, extra ...string) string {
 // .safetensors file with distflash's names.
 func sourceSafetensors(t *testing.T) string {
 	t.Helper()
-	em, err := evaluate.LoadModel("ckpt/testdata/hf/llama-sharded", config.Default(), io.Discard)
+	em, err := weights.Load("weights/testdata/hf/llama-sharded", config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	layout := model.NewLayout(em.Config)
-	var ts []ckpt.WTensor
-	for _, tn := range layout.Tensors {
-		ts = append(ts, ckpt.WTensor{Name: tn.Name, Shape: tn.Shape, Data: em.Params[tn.Off : tn.Off+tn.Size()]})
-	}
 	path := filepath.Join(t.TempDir(), "weights.safetensors")
-	if err := ckpt.WriteSafetensors(path, ts, ckpt.DTypeF32, nil); err != nil {
+	if err := safetensors.Write(path, weights.Tensors(em.Config, em.Params), safetensors.DTypeF32, nil); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -83,9 +78,9 @@ func sourceSafetensors(t *testing.T) string {
 func TestInitFromSources(t *testing.T) {
 	ckptDir := tinyCheckpoint(t)
 	for _, src := range []struct{ kind, path string }{
-		{"hf", "ckpt/testdata/hf/llama-sharded"},
-		{"hf", "ckpt/testdata/hf/llama-tied"},
-		{"hf", "ckpt/testdata/hf/mistral-window"},
+		{"hf", "weights/testdata/hf/llama-sharded"},
+		{"hf", "weights/testdata/hf/llama-tied"},
+		{"hf", "weights/testdata/hf/mistral-window"},
 		{"safetensors", sourceSafetensors(t)},
 		{"checkpoint", ckptDir},
 		{"checkpoint", filepath.Join(ckptDir, "step-000003")},
@@ -130,7 +125,7 @@ func TestInitFromSources(t *testing.T) {
 // max_seq_len, rope_scaling and the sliding window may be changed; any other key set otherwise must agree, and a
 // disagreement names the key and both values; an agreeing explicit [model] is accepted.
 func TestInitFromModelKeys(t *testing.T) {
-	const src = "ckpt/testdata/hf/llama-sharded" // dim 32, 2 layers, 4/2 heads, ffn 64, vocab 256, 512 positions
+	const src = "weights/testdata/hf/llama-sharded" // dim 32, 2 layers, 4/2 heads, ffn 64, vocab 256, 512 positions
 	base := setsOf(initBase(t.TempDir()))
 	cfg, _, err := train.LoadInitConfig("configs/tiny.toml", append(base, "model.max_seq_len=2048", "model.rope_theta=40000"), src, io.Discard)
 	if err != nil {
@@ -145,7 +140,7 @@ func TestInitFromModelKeys(t *testing.T) {
 	// that carries one is read with a note
 	llamaWindow := t.TempDir()
 	for _, f := range []string{"config.json", "model.safetensors"} {
-		b, err := os.ReadFile(filepath.Join("ckpt/testdata/hf/mistral-window", f))
+		b, err := os.ReadFile(filepath.Join("weights/testdata/hf/mistral-window", f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +155,7 @@ func TestInitFromModelKeys(t *testing.T) {
 		t.Errorf("a LLaMA config with sliding_window 16: %v, notes:\n%s", err, notes.String())
 	}
 	notes.Reset()
-	if em, err := evaluate.LoadModel(llamaWindow, config.Default(), &notes); err != nil || em.Config.SlidingWindow != 16 || !strings.Contains(notes.String(), "eval: note: ") {
+	if em, err := weights.Load(llamaWindow, config.Default(), &notes); err != nil || em.Config.SlidingWindow != 16 || !strings.Contains(notes.String(), "eval: note: ") {
 		t.Errorf("eval of a LLaMA config with sliding_window 16: %v, notes:\n%s", err, notes.String())
 	}
 	for _, c := range []struct {
@@ -170,9 +165,9 @@ func TestInitFromModelKeys(t *testing.T) {
 		layers []int
 	}{
 		{src, []string{"model.sliding_window=8", "model.sliding_window_layers=[1]"}, 8, []int{1}},
-		{"ckpt/testdata/hf/mistral-window", nil, 16, []int{}},
-		{"ckpt/testdata/hf/mistral-window", []string{"model.sliding_window=4"}, 4, []int{}},
-		{"ckpt/testdata/hf/mistral-window", []string{"model.sliding_window=0"}, 0, []int{}},
+		{"weights/testdata/hf/mistral-window", nil, 16, []int{}},
+		{"weights/testdata/hf/mistral-window", []string{"model.sliding_window=4"}, 4, []int{}},
+		{"weights/testdata/hf/mistral-window", []string{"model.sliding_window=0"}, 0, []int{}},
 	} {
 		var notes bytes.Buffer
 		cfg, _, err := train.LoadInitConfig("configs/tiny.toml", append(slices.Clone(base), c.sets...), c.src, &notes)
@@ -243,7 +238,7 @@ func TestInitFromBadSources(t *testing.T) {
 	edit := func(key string, v any) string {
 		dir := t.TempDir()
 		for _, f := range []string{"config.json", "model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"} {
-			b, err := os.ReadFile(filepath.Join("ckpt/testdata/hf/llama-sharded", f))
+			b, err := os.ReadFile(filepath.Join("weights/testdata/hf/llama-sharded", f))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,7 +263,7 @@ func TestInitFromBadSources(t *testing.T) {
 		{edit("num_local_experts", 8), "num_local_experts = 8"},
 		{edit("tie_word_embeddings", true), "tie_word_embeddings = true, but"},
 		{notModel, "not a Hugging Face directory"},
-		{"ckpt/testdata/hf/permute.safetensors", "no 2-D model.embed_tokens.weight"},
+		{"weights/testdata/hf/permute.safetensors", "no 2-D model.embed_tokens.weight"},
 		{"configs/tiny.toml", "want a Hugging Face LLaMA directory"},
 	} {
 		out := t.TempDir()
@@ -287,7 +282,7 @@ func TestInitFromBadSources(t *testing.T) {
 // the same --init-from and --resume auto, ends bit-identical to the run that never stopped
 // (the checkpoint's weights, moments and data position replace the source's).
 func TestInitFromResume(t *testing.T) {
-	const src = "ckpt/testdata/hf/llama-sharded"
+	const src = "weights/testdata/hf/llama-sharded"
 	straight, split := t.TempDir(), t.TempDir()
 	args := func(dir string, extra ...string) []string {
 		a := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", src}, initBase(dir)...)
@@ -311,7 +306,7 @@ func TestInitFromResume(t *testing.T) {
 // batch a run of cfg trains on, computed by one plain model.
 func firstBatchLoss(t *testing.T, cfg config.Config, src string) float64 {
 	t.Helper()
-	em, err := evaluate.LoadModel(src, cfg, io.Discard)
+	em, err := weights.Load(src, cfg, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func checkPNG(t *testing.T, path string) {
 // the prefill's and the decoding's tokens/s and, on 4 ranks, the bytes per token by call site;
 // sampling with a seed repeats; bad flags are refused by name.
 func TestGenerateCommand(t *testing.T) {
-	raw, err := os.ReadFile("ckpt/testdata/hf/generate.json")
+	raw, err := os.ReadFile("weights/testdata/hf/generate.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestGenerateCommand(t *testing.T) {
 	var texts []string
 	for _, P := range []int{1, 4} {
 		out := filepath.Join(dir, "gen"+strconv.Itoa(P)+".json")
-		stdout, stderr := runCLI(t, append([]string{"generate", "--model", "ckpt/testdata/hf/mistral-window", "--prompt", c.Prompt,
+		stdout, stderr := runCLI(t, append([]string{"generate", "--model", "weights/testdata/hf/mistral-window", "--prompt", c.Prompt,
 			"--max-new-tokens", "24", "--out", out}, ranksFlags(P, "zigzag")...)...)
 		var got struct {
 			Samples []struct {
@@ -104,7 +104,7 @@ func TestGenerateCommand(t *testing.T) {
 		t.Errorf("1 rank wrote %q, 4 ranks %q", texts[0], texts[1])
 	}
 	sampled := func() string {
-		s, _ := runCLI(t, "generate", "--model", "ckpt/testdata/hf/llama-sharded", "--prompt", "Once upon", "--max-new-tokens", "16",
+		s, _ := runCLI(t, "generate", "--model", "weights/testdata/hf/llama-sharded", "--prompt", "Once upon", "--max-new-tokens", "16",
 			"--temperature", "0.9", "--top-k", "50", "--top-p", "0.95", "--seed", "7", "--samples", "2")
 		return s
 	}
@@ -122,7 +122,7 @@ func TestGenerateCommand(t *testing.T) {
 		{[]string{"--prompt-file", filepath.Join(dir, "missing")}, "--prompt-file"},
 	} {
 		var stdout, stderr bytes.Buffer
-		err := run(append([]string{"generate", "--model", "ckpt/testdata/hf/llama-sharded"}, bad.args...), &stdout, &stderr)
+		err := run(append([]string{"generate", "--model", "weights/testdata/hf/llama-sharded"}, bad.args...), &stdout, &stderr)
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("generate %v: %v, want %q", bad.args, err, bad.want)
 		}
@@ -137,7 +137,7 @@ func TestEvalPositionsCommand(t *testing.T) {
 	var reps []evaluate.Report
 	for _, P := range []int{1, 4} {
 		out, pic := filepath.Join(dir, "pos"+strconv.Itoa(P)+".json"), filepath.Join(dir, "pos"+strconv.Itoa(P)+".png")
-		stdout, _ := runCLI(t, append([]string{"eval", "--model", "ckpt/testdata/hf/llama-tied", "--data", hfDocs, "--seq-len", "512",
+		stdout, _ := runCLI(t, append([]string{"eval", "--model", "weights/testdata/hf/llama-tied", "--data", hfDocs, "--seq-len", "512",
 			"--positions", "--plot", pic, "--out", out}, ranksFlags(P, "ring")...)...)
 		if !strings.Contains(stdout, "eval: positions [0, 64): loss") {
 			t.Errorf("P=%d: stdout lacks the buckets:\n%s", P, stdout)
@@ -167,7 +167,7 @@ func TestEvalPositionsCommand(t *testing.T) {
 	runCLI(t, "plot", "--positions", filepath.Join(dir, "pos1.json"), filepath.Join(dir, "pos4.json"), "--out", pic)
 	checkPNG(t, pic)
 	var stdout, stderr bytes.Buffer
-	if err := run([]string{"eval", "--model", "ckpt/testdata/hf/llama-tied", "--data", hfDocs, "--plot", pic}, &stdout, &stderr); err == nil ||
+	if err := run([]string{"eval", "--model", "weights/testdata/hf/llama-tied", "--data", hfDocs, "--plot", pic}, &stdout, &stderr); err == nil ||
 		!strings.Contains(err.Error(), "--plot draws --task passkey or --positions") {
 		t.Errorf("--plot without a picture to draw: %v", err)
 	}
@@ -181,7 +181,7 @@ func TestEvalPasskeyCommand(t *testing.T) {
 	var reps []evaluate.PasskeyReport
 	for _, P := range []int{1, 4} {
 		out, pic := filepath.Join(dir, "pk"+strconv.Itoa(P)+".json"), filepath.Join(dir, "pk"+strconv.Itoa(P)+".png")
-		stdout, _ := runCLI(t, append([]string{"eval", "--model", "ckpt/testdata/hf/llama-sharded", "--task", "passkey",
+		stdout, _ := runCLI(t, append([]string{"eval", "--model", "weights/testdata/hf/llama-sharded", "--task", "passkey",
 			"--lengths", "300,400", "--trials", "3", "--depth-bins", "3", "--plot", pic, "--out", out}, ranksFlags(P, "distflash")...)...)
 		if !strings.Contains(stdout, "eval: passkey 400 tokens: generated") {
 			t.Errorf("P=%d: stdout:\n%s", P, stdout)
@@ -198,7 +198,7 @@ func TestEvalPasskeyCommand(t *testing.T) {
 		t.Errorf("1 rank %+v\n4 ranks %+v", reps[0].Passkey.Records, reps[1].Passkey.Records)
 	}
 	var stdout, stderr bytes.Buffer
-	if err := run([]string{"eval", "--model", "ckpt/testdata/hf/llama-sharded", "--task", "passkey", "--lengths", "1K"}, &stdout, &stderr); err == nil ||
+	if err := run([]string{"eval", "--model", "weights/testdata/hf/llama-sharded", "--task", "passkey", "--lengths", "1K"}, &stdout, &stderr); err == nil ||
 		!strings.Contains(err.Error(), "--lengths 1024 exceeds the model's longest sequence, 512") {
 		t.Errorf("a length past the model's 512: %v", err)
 	}

@@ -484,8 +484,8 @@ func TestEvalFallsBackPastDamagedLatest(t *testing.T) {
 // number of ranks (3 ranks, a sequence length they do not divide). A directory with both
 // tokenizer.json and tokenizer.model uses tokenizer.json and says so.
 func TestEvalChecksTheEvaluatedModel(t *testing.T) {
-	hf := filepath.Join("ckpt", "testdata", "hf", "llama-sharded")
-	docs := filepath.Join("ckpt", "testdata", "hf", "docs", "*.txt")
+	hf := filepath.Join("weights", "testdata", "hf", "llama-sharded")
+	docs := filepath.Join("weights", "testdata", "hf", "docs", "*.txt")
 	for _, sets := range [][]string{
 		{"parallelism.attention=ulysses", "parallelism.sequence_parallel_degree=2", "parallelism.world_size=2"},
 		{"parallelism.attention=distflash", "parallelism.sequence_parallel_degree=3", "parallelism.world_size=3", "data.seq_len=100"},

@@ -38,7 +38,7 @@ var absurdShapes = []struct {
 func absurdHFDir(t *testing.T, config string) string {
 	t.Helper()
 	dir := t.TempDir()
-	st, err := os.ReadFile(filepath.Join("ckpt", "testdata", "hf", "llama-tied", "model.safetensors"))
+	st, err := os.ReadFile(filepath.Join("weights", "testdata", "hf", "llama-tied", "model.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func corpus(t *testing.T, dir, target string) map[string][][]byte {
 // directory and returns it.
 func copyFixture(t *testing.T) string {
 	t.Helper()
-	src, dir := filepath.Join("ckpt", "testdata", "hf", "llama-sharded"), t.TempDir()
+	src, dir := filepath.Join("weights", "testdata", "hf", "llama-sharded"), t.TempDir()
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)
@@ -209,17 +209,17 @@ func TestSeedsThroughCLI(t *testing.T) {
 		pkg, target string
 		run         func(t *testing.T, name string, args [][]byte)
 	}{
-		{"ckpt", "FuzzReadHFConfig", func(t *testing.T, name string, args [][]byte) {
+		{"weights", "FuzzReadHFConfig", func(t *testing.T, name string, args [][]byte) {
 			dir := copyFixture(t)
 			write(filepath.Join(dir, "config.json"), args[0])
 			check(t, name, eval(dir), dir)
 		}},
-		{"ckpt", "FuzzOpenHFIndex", func(t *testing.T, name string, args [][]byte) {
+		{"weights", "FuzzOpenHFIndex", func(t *testing.T, name string, args [][]byte) {
 			dir := copyFixture(t)
 			write(filepath.Join(dir, "model.safetensors.index.json"), args[0])
 			check(t, name, eval(dir), dir)
 		}},
-		{"ckpt", "FuzzReadSafetensors", func(t *testing.T, name string, args [][]byte) {
+		{"weights/safetensors", "FuzzReadSafetensors", func(t *testing.T, name string, args [][]byte) {
 			path := filepath.Join(t.TempDir(), "model.safetensors")
 			write(path, args[0])
 			check(t, name, append(eval(path), "--config", "configs/tiny.toml"), path)

@@ -173,7 +173,7 @@ func Commit(runDir, tmpDir string, m Manifest, keep int) (string, error) {
 			return "", fmt.Errorf("ckpt: Commit: %w", err)
 		}
 	}
-	if err := syncDir(tmpDir); err != nil {
+	if err := SyncDir(tmpDir); err != nil {
 		return "", err
 	}
 	if err := hook(stageManifest); err != nil {
@@ -186,7 +186,7 @@ func Commit(runDir, tmpDir string, m Manifest, keep int) (string, error) {
 	if err := hook(stageDirRenamed); err != nil {
 		return "", err
 	}
-	if err := syncDir(runDir); err != nil {
+	if err := SyncDir(runDir); err != nil {
 		return "", err
 	}
 	if err := hook(stageRunDirSynced); err != nil {
@@ -199,7 +199,7 @@ func Commit(runDir, tmpDir string, m Manifest, keep int) (string, error) {
 	if err := hook(stageLatestRenamed); err != nil {
 		return "", err
 	}
-	if err := syncDir(runDir); err != nil {
+	if err := SyncDir(runDir); err != nil {
 		return "", err
 	}
 	if err := hook(stageLatestDurable); err != nil {

@@ -63,7 +63,7 @@ func LockDir(dir string) (*Lock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: lock %s: %w", dir, err)
 	}
-	held, err := tryLock(f)
+	held, err := TryLock(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("ckpt: lock %s: %w", dir, err)

@@ -8,9 +8,10 @@ import (
 	"syscall"
 )
 
-// tryLock takes an exclusive flock on f without waiting; false means another open file
-// description holds it.
-func tryLock(f *os.File) (bool, error) {
+// TryLock takes an exclusive flock on f without waiting; false means another open file
+// description holds it. The kernel releases it when f's last descriptor closes, however the
+// process ends (LockDir's lock, and an export's temporary directory while it is written).
+func TryLock(f *os.File) (bool, error) {
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		switch {

@@ -1,3 +1,9 @@
+// Package ckpt is distflash's own checkpoint format: one zstd file per rank and a checksummed
+// manifest per step, committed atomically behind a `latest` pointer (BeginStep, WriteShard,
+// Commit), verified on Open, readable by any new world size (Checkpoint.Read re-shards); the
+// run directory's identity (run.json) and lock, and the file helpers other writers share
+// (WriteFileAtomic, SyncDir, TryLock). Every other model format (Hugging Face directories,
+// safetensors, export) is package weights'.
 package ckpt
 
 import (

@@ -222,7 +222,7 @@ func WriteShard(dir string, rank int, pieces []Piece, opt Options) (ShardInfo, e
 	if err := writeFileAtomic(filepath.Join(dir, sidecarFile(rank)), append(js, '\n'), nil); err != nil {
 		return ShardInfo{}, err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := SyncDir(dir); err != nil {
 		return ShardInfo{}, err
 	}
 	if err := hook(stageShardWritten); err != nil {
@@ -297,8 +297,8 @@ func writeFileAtomic(path string, data []byte, beforeRename func() error) error 
 	return nil
 }
 
-// syncDir fsyncs a directory, making the renames and creations in it durable.
-func syncDir(dir string) error {
+// SyncDir fsyncs a directory, making the renames and creations in it durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("ckpt: sync %s: %w", dir, err)

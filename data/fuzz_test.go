@@ -2,14 +2,11 @@ package data
 
 import (
 	"bytes"
-	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"distflash/internal/fuzztest"
 )
 
 // Fuzz targets for every file format this package reads from outside: Hugging Face
@@ -20,24 +17,6 @@ import (
 // gzip- and zstd-compressed ones included (FuzzReadDocuments). Their seed corpora in
 // testdata/fuzz/ hold hand-made attacks and run as ordinary tests; `go test -fuzz` explores
 // from there.
-
-// fuzzFile writes b to name in a fresh directory and returns its path.
-func fuzzFile(t *testing.T, name string, b []byte) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// mustName fails t unless err names path.
-func mustName(t *testing.T, err error, path string) {
-	t.Helper()
-	if !strings.Contains(err.Error(), path) {
-		t.Fatalf("error does not name %s: %v", path, err)
-	}
-}
 
 // checkTokens fails t unless every id is in [0, tok.VocabSize()).
 func checkTokens(t *testing.T, tok Tokenizer, ids []int32) {
@@ -52,11 +31,11 @@ func checkTokens(t *testing.T, tok Tokenizer, ids []int32) {
 // fuzzTokenizer loads file (written as name) with load and, when it loads, encodes and
 // decodes text and out-of-range ids: every id must be in the vocabulary, nothing may panic.
 func fuzzTokenizer[T Tokenizer](t *testing.T, name string, load func(string) (T, error), file, text []byte) {
-	defer watchdog(file, text)()
-	path := fuzzFile(t, name, file)
+	defer fuzztest.Watchdog(file, text)()
+	path := fuzztest.File(t, name, file)
 	tok, err := load(path)
 	if err != nil {
-		mustName(t, err, path)
+		fuzztest.MustName(t, err, path)
 		return
 	}
 	ids := tok.Encode(text)
@@ -77,11 +56,11 @@ func FuzzSentencePiece(f *testing.F) {
 
 func FuzzReadShard(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
-		defer watchdog(b)()
-		path := fuzzFile(t, "data.tokens", b)
+		defer fuzztest.Watchdog(b)()
+		path := fuzztest.File(t, "data.tokens", b)
 		h, toks, starts, err := ReadShardDocuments(path)
 		if err != nil {
-			mustName(t, err, path)
+			fuzztest.MustName(t, err, path)
 			return
 		}
 		if int64(len(toks)) != h.Tokens {
@@ -109,7 +88,7 @@ func FuzzReadShard(f *testing.F) {
 		// With a boundary, the documents are read as LoadTokens reads them, or refused
 		// naming the shard.
 		if _, err := markDocuments(slices.Clone(toks), 0, starts, []int32{0}, int32(h.VocabSize-1), path); err != nil {
-			mustName(t, err, path)
+			fuzztest.MustName(t, err, path)
 		}
 	})
 }
@@ -122,11 +101,11 @@ func FuzzReadDocuments(f *testing.F) {
 	defer func(n int) { MaxLineBytes = n }(MaxLineBytes)
 	MaxLineBytes = 1 << 20 // the bomb seeds hold 8 MiB lines
 	f.Fuzz(func(t *testing.T, b []byte) {
-		defer watchdog(b)()
-		path := fuzzFile(t, "data.jsonl", b)
+		defer fuzztest.Watchdog(b)()
+		path := fuzztest.File(t, "data.jsonl", b)
 		docs, err := ReadDocuments(Source{Path: path, Format: "jsonl", MaxBytes: fuzzMaxBytes}, 0)
 		if err != nil {
-			mustName(t, err, path)
+			fuzztest.MustName(t, err, path)
 			return
 		}
 		n := len(docs) - 1
@@ -150,7 +129,7 @@ func TestReadDocumentsBomb(t *testing.T) {
 		{"zstd", string(zstdData(t, line))},
 		{"file", string(line)},
 	} {
-		path := fuzzFile(t, "bomb.jsonl", []byte(tt.content))
+		path := fuzztest.File(t, "bomb.jsonl", []byte(tt.content))
 		_, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0)
 		if err == nil {
 			t.Fatalf("%s: an 8 MiB line was read with MaxLineBytes 1 MiB", tt.kind)
@@ -163,32 +142,17 @@ func TestReadDocumentsBomb(t *testing.T) {
 	}
 }
 
-// fuzzHangLimit is how long one input may take under go test -fuzz before the worker is
-// crashed on purpose, so that the fuzzer saves the input that hangs as a crasher (it saves
-// none for an input that merely never returns).
-const fuzzHangLimit = 20 * time.Second
-
-// watchdog arms fuzzHangLimit for input b when fuzzing (never when the seeds run as tests, on
-// a machine of any speed); call the returned function when the input is done.
-func watchdog(b ...[]byte) func() {
-	if f := flag.Lookup("test.fuzz"); f == nil || f.Value.String() == "" {
-		return func() {}
-	}
-	t := time.AfterFunc(fuzzHangLimit, func() { panic(fmt.Sprintf("input ran past %v: %q", fuzzHangLimit, b)) })
-	return func() { t.Stop() }
-}
-
 // TestReadDocumentsZstdWindow: a zstd frame whose header asks for a 1 GiB window is refused,
 // naming the file and the limit, before the decoder allocates it.
 func TestReadDocumentsZstdWindow(t *testing.T) {
 	frame := []byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 20 << 3, 0x09, 0x00, 0x00, '\n'}
-	path := fuzzFile(t, "big-window.jsonl", frame)
+	path := fuzztest.File(t, "big-window.jsonl", frame)
 	_, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0)
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "window larger than 134217728 bytes") {
 		t.Fatalf("1 GiB window: %v", err)
 	}
 	frame[5] = 17 << 3 // 128 MiB: read (an empty stream: one newline)
-	path = fuzzFile(t, "window.jsonl", frame)
+	path = fuzztest.File(t, "window.jsonl", frame)
 	if _, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 0); err == nil || !strings.Contains(err.Error(), "no text") {
 		t.Fatalf("128 MiB window: %v, want the error of an empty file", err)
 	}

@@ -1,34 +1,28 @@
-// Package evaluate measures a model on held-out text: it loads a model from any format
-// distflash reads (a Hugging Face LLaMA directory, a .safetensors file, a distflash
-// checkpoint: LoadModel, LoadCheckpoint), tokenizes documents into samples, and runs them on
+// Package evaluate measures a model on held-out text: it takes a model loaded from any format
+// distflash reads (package weights: a Hugging Face LLaMA directory, a .safetensors file, a
+// distflash checkpoint), tokenizes documents into samples, and runs them on
 // sequence-parallel ranks (Evaluator) for loss, perplexity and bits per byte; Prepare and Job
 // are the eval command after its flags.
 //
-// Layer: evaluate imports config, plan (its memory check), ckpt, data, model, parallel and
-// kernels. Package train
-// (which evaluates during training and starts --init-from runs from the models it loads) and
-// the command import it.
+// Layer: evaluate imports config, plan (its memory check), weights (the model it measures),
+// ckpt (its report's atomic write), data, model, parallel and kernels. Package train (which
+// evaluates during training) and the command import it.
 package evaluate
 
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
-	"distflash/ckpt"
 	"distflash/config"
 	"distflash/data"
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
 	"distflash/parallel/transport"
+	"distflash/weights"
 )
 
 // Evaluation: `distflash eval` (Prepare, Job) and the Evaluator that train calls every
@@ -293,241 +287,6 @@ func (e *Evaluator) Evaluate(ctx context.Context, samples []Sample, progress fun
 // SeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
 func SeqLen(cfg config.Config) int { return cmp.Or(cfg.Eval.SeqLen, cfg.Data.SeqLen) }
 
-// Model is a model ready to evaluate.
-type Model struct {
-	Config    model.Config
-	Params    []float32      // in model.NewLayout(cfg) order
-	Tokenizer data.Tokenizer // the model's tokenizer
-	BOS       int32          // BOS token prepended to every sample; -1: none
-	Source    string         // "hf", "safetensors" or "checkpoint"
-	Path      string         // what was evaluated: the step directory of a checkpoint, else --model
-	Step      int            // a checkpoint's step; -1 for other models
-	Saved     *config.Config // a checkpoint's training config; nil for other models
-}
-
-// LoadModel loads --model: a Hugging Face LLaMA directory (a config.json that is not
-// distflash's own, see ckpt.IsHFDir, and safetensors weights), a .safetensors file holding
-// distflash's parameter names for the config's [model] shape, or a checkpoint directory of
-// this program.
-func LoadModel(path string, cfg config.Config, stderr io.Writer) (Model, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return Model{}, fmt.Errorf("eval: --model: %w", err)
-	}
-	switch {
-	case fi.IsDir() && ckpt.IsHFDir(path):
-		return loadHFModel(path, cfg, stderr)
-	case fi.IsDir():
-		saved, params, dir, step, err := LoadCheckpoint(path, stderr)
-		if err != nil {
-			return Model{}, fmt.Errorf("eval: --model %w", err)
-		}
-		tok, err := ConfigTokenizer(saved) // the tokenizer the model was trained with
-		if err != nil {
-			return Model{}, err
-		}
-		return Model{Config: saved.Model, Params: params, Tokenizer: tok, BOS: -1, Source: "checkpoint",
-			Path: dir, Step: step, Saved: &saved}, nil
-	case strings.HasSuffix(path, ".safetensors"):
-		if err := cfg.Model.Resolve(); err != nil {
-			return Model{}, fmt.Errorf("eval: %s: the config's [model] gives its shape: %w", path, err)
-		}
-		params, err := LoadSafetensorsParams(path, cfg.Model)
-		if err != nil {
-			return Model{}, err
-		}
-		tok, err := ConfigTokenizer(cfg)
-		if err != nil {
-			return Model{}, err
-		}
-		return Model{Config: cfg.Model, Params: params, Tokenizer: tok, BOS: -1, Source: "safetensors", Path: path, Step: -1}, nil
-	}
-	return Model{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
-}
-
-// LoadCheckpoint reads a checkpoint written by distflash train: a step directory, or a
-// run directory, meaning its newest intact checkpoint (its latest, or, when that is damaged,
-// the newest older one that verifies, as --resume auto chooses, each one passed over named on
-// stderr). It returns the config the model was trained with, its parameters in
-// model.NewLayout order, verified (every shard's checksum) before use, and the step
-// directory and step read.
-func LoadCheckpoint(path string, stderr io.Writer) (cfg config.Config, params []float32, dir string, step int, err error) {
-	spec := path
-	if _, err := os.Stat(filepath.Join(path, ckpt.ManifestFile)); err != nil {
-		spec = "auto" // a run directory
-	}
-	var c *ckpt.Checkpoint
-	var skipped []error
-	if where, id, ok := runCheckpointDir(path); spec == "auto" && ok {
-		// a run that saved into its checkpoint.dir: its own checkpoints there
-		fmt.Fprintf(stderr, "%s saves its checkpoints in %s (checkpoint.dir): reading the newest of %s there\n", path, where, id)
-		c, skipped, err = ckpt.ResolveOpenRun(where, "auto", id)
-	} else {
-		c, skipped, err = ckpt.ResolveOpen(path, spec)
-	}
-	for _, s := range skipped {
-		fmt.Fprintf(stderr, "skipping damaged checkpoint: %v\n", s)
-	}
-	if err == nil && c == nil {
-		err = fmt.Errorf("%s holds no checkpoint (no %s, no step-NNNNNN directory)", path, ckpt.ManifestFile)
-	}
-	if err != nil {
-		return config.Config{}, nil, "", 0, fmt.Errorf("%s: not a Hugging Face directory (no config.json of one) nor a readable distflash checkpoint: %w", path, err)
-	}
-	defer c.Close()
-	dir, step = c.Dir(), c.Manifest().Step
-	saved := config.Default()
-	if err := json.Unmarshal(c.Manifest().Config, &saved); err != nil {
-		return config.Config{}, nil, "", 0, fmt.Errorf("%s: config in the manifest: %w", c.Dir(), err)
-	}
-	if err := saved.Model.Resolve(); err != nil {
-		return config.Config{}, nil, "", 0, fmt.Errorf("%s: model in the manifest: %w", c.Dir(), err)
-	}
-	m := saved.Model
-	what := fmt.Sprintf("the model of %s (model.dim %d, model.ffn_dim %d, model.n_layers %d, model.vocab_size %d)",
-		filepath.Join(c.Dir(), ckpt.ManifestFile), m.Dim, m.FFNDim, m.NLayers, m.VocabSize)
-	if err := config.CheckModelMemory(what, m, 1, config.WeightBytesPerParam); err != nil {
-		return config.Config{}, nil, "", 0, err
-	}
-	params, err = c.ReadTensor("params")
-	if err != nil {
-		return config.Config{}, nil, "", 0, err
-	}
-	if want := model.NewLayout(saved.Model).Size; len(params) != want {
-		return config.Config{}, nil, "", 0, fmt.Errorf("%s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
-	}
-	return saved, params, dir, step, nil
-}
-
-// runCheckpointDir reads a run directory's config.json and run.json: where the run saved its
-// checkpoints when its checkpoint.dir is elsewhere, and the run's identity; ok is false for a
-// run that saved them in its own directory (or a directory that is no run).
-func runCheckpointDir(run string) (dir string, id ckpt.RunID, ok bool) {
-	b, err := os.ReadFile(filepath.Join(run, "config.json"))
-	if err != nil {
-		return "", id, false
-	}
-	var cfg config.Config
-	if json.Unmarshal(b, &cfg) != nil || cfg.Checkpoint.Dir == "" || filepath.Clean(cfg.Checkpoint.Dir) == filepath.Clean(run) {
-		return "", id, false
-	}
-	id, ok, err = ckpt.ReadRunID(run)
-	if err != nil || !ok {
-		return "", id, false
-	}
-	return cfg.Checkpoint.Dir, id, true
-}
-
-// configTokenizer is the tokenizer named by data.tokenizer.
-func ConfigTokenizer(cfg config.Config) (data.Tokenizer, error) {
-	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
-	if err != nil {
-		return nil, fmt.Errorf("eval: data.tokenizer: %w", err)
-	}
-	return tok, nil
-}
-
-// hfModelConfig is the model.Config of a Hugging Face LLaMA config.
-func HFModelConfig(h ckpt.HFConfig) model.Config {
-	return model.Config{Dim: h.HiddenSize, NLayers: h.NumHiddenLayers, NHeads: h.NumAttentionHeads,
-		NKVHeads: h.NumKeyValueHeads, HeadDim: h.HeadDim, FFNDim: h.IntermediateSize, VocabSize: h.VocabSize,
-		NormEps: h.RMSNormEps, RopeTheta: h.RopeTheta, MaxSeqLen: h.ContextLength(), RopeScaling: model.RopeScaling(h.RopeScaling),
-		SlidingWindow: h.SlidingWindow, SlidingWindowLayers: []int{}}
-}
-
-// HFConfigOf is the Hugging Face config of model mc, in ckpt.ExportConfig's terms (the
-// inverse of HFModelConfig).
-func HFConfigOf(mc model.Config) ckpt.HFConfig {
-	return ckpt.HFConfig{HiddenSize: mc.Dim, IntermediateSize: mc.FFNDim, NumHiddenLayers: mc.NLayers,
-		NumAttentionHeads: mc.NHeads, NumKeyValueHeads: mc.NKVHeads, HeadDim: mc.HeadDim, VocabSize: mc.VocabSize,
-		RMSNormEps: mc.NormEps, RopeTheta: mc.RopeTheta, MaxPositionEmbeddings: mc.MaxSeqLen,
-		RopeScaling: ckpt.HFRopeScaling(mc.RopeScaling), SlidingWindow: mc.SlidingWindow}
-}
-
-// Tensors are the parameters of model mc (params in model.NewLayout order) as the tensors
-// ckpt writes, sharing params' memory.
-func Tensors(mc model.Config, params []float32) []ckpt.WTensor {
-	layout := model.NewLayout(mc)
-	ts := make([]ckpt.WTensor, len(layout.Tensors))
-	for i, t := range layout.Tensors {
-		ts[i] = ckpt.WTensor{Name: t.Name, Shape: t.Shape, Data: params[t.Off : t.Off+t.Size()]}
-	}
-	return ts
-}
-
-// HFShape names an HF directory's config.json with the keys that size its model.
-func HFShape(dir string, c ckpt.HFConfig) string {
-	return fmt.Sprintf("%s (hidden_size %d, intermediate_size %d, num_hidden_layers %d, num_attention_heads %d, num_key_value_heads %d, vocab_size %d)",
-		filepath.Join(dir, ckpt.HFConfigFile), c.HiddenSize, c.IntermediateSize, c.NumHiddenLayers, c.NumAttentionHeads, c.NumKeyValueHeads, c.VocabSize)
-}
-
-// loadHFModel loads a Hugging Face LLaMA directory: the shape from config.json, the weights
-// as they are (HF's q/k layout is distflash's, see package ckpt), the directory's tokenizer
-// when it has one (else data.tokenizer), and config.json's bos_token_id.
-func loadHFModel(dir string, cfg config.Config, stderr io.Writer) (Model, error) {
-	h, err := ckpt.OpenHF(dir)
-	if err != nil {
-		return Model{}, err
-	}
-	if note := h.Config.WindowNote(); note != "" {
-		fmt.Fprintf(stderr, "eval: note: %s: %s\n", filepath.Join(dir, ckpt.HFConfigFile), note)
-	}
-	mc := HFModelConfig(h.Config)
-	if err := mc.Resolve(); err != nil {
-		return Model{}, fmt.Errorf("eval: %s: %w", filepath.Join(dir, ckpt.HFConfigFile), err)
-	}
-	// The weights as read, and a copy in each sequence-parallel rank's model.
-	copies := 1 + float64(max(cfg.Parallelism.SequenceParallelDegree, 1))
-	if err := config.CheckModelMemory("eval: the model of "+HFShape(dir, h.Config), mc, copies, config.WeightBytesPerParam); err != nil {
-		return Model{}, err
-	}
-	layout := model.NewLayout(mc)
-	params := make([]float32, layout.Size)
-	dsts := make([]ckpt.Dest, len(layout.Tensors))
-	for i, t := range layout.Tensors {
-		dsts[i] = ckpt.Dest{Name: t.Name, Shape: t.Shape, Data: params[t.Off : t.Off+t.Size()]}
-	}
-	if err := h.Load(dsts); err != nil {
-		return Model{}, err
-	}
-	tokName := cfg.Data.Tokenizer
-	if h.Tokenizer != "" {
-		tokName = h.Tokenizer
-	}
-	tok, err := data.NewTokenizer(tokName)
-	if err != nil {
-		return Model{}, fmt.Errorf("eval: tokenizer %s: %w", tokName, err)
-	}
-	return Model{Config: mc, Params: params, Tokenizer: tok, BOS: int32(h.Config.BOSTokenID), Source: "hf", Path: dir, Step: -1}, nil
-}
-
-// loadSafetensorsParams reads a safetensors file holding every parameter of the model shape
-// mc under distflash's (Hugging Face) names, and nothing else.
-func LoadSafetensorsParams(path string, mc model.Config) ([]float32, error) {
-	st, err := ckpt.ReadSafetensors(path)
-	if err != nil {
-		return nil, err
-	}
-	layout := model.NewLayout(mc)
-	params := make([]float32, layout.Size)
-	for _, t := range layout.Tensors {
-		v, shape, err := st.Float32(t.Name)
-		if err != nil {
-			return nil, fmt.Errorf("eval: %w (the config's [model] must be the file's shape)", err)
-		}
-		if !slices.Equal(shape, t.Shape) {
-			return nil, fmt.Errorf("eval: %s: tensor %q has shape %v, the config's [model] needs %v", path, t.Name, shape, t.Shape)
-		}
-		copy(params[t.Off:], v)
-	}
-	for _, name := range st.Names() {
-		if _, ok := layout.Lookup(name); !ok {
-			return nil, fmt.Errorf("eval: %s: tensor %q is not a parameter of the config's [model]", path, name)
-		}
-	}
-	return params, nil
-}
-
 // Report is the JSON file eval writes: the result and what produced it.
 type Report struct {
 	Result
@@ -557,7 +316,7 @@ func LoadConfig(path string, sets []string) (config.Config, error) {
 // ConfigFor is the config an evaluation of em runs under: cfg with em's model shape. A
 // checkpoint evaluated without --config brings its training run's [data] and [eval]
 // sections (data.eval, data.format, data.seq_len…) as the defaults that --set overrides.
-func ConfigFor(cfg config.Config, em Model, configPath string, sets []string) (config.Config, error) {
+func ConfigFor(cfg config.Config, em weights.Model, configPath string, sets []string) (config.Config, error) {
 	if em.Saved != nil && configPath == "" {
 		cfg.Data, cfg.Eval = em.Saved.Data, em.Saved.Eval
 		for _, o := range sets {
@@ -586,12 +345,4 @@ func ParseBOS(s string, def int32) (int32, error) {
 		return 0, fmt.Errorf("eval: --bos %q: want auto, none or a token id >= 0", s)
 	}
 	return int32(n), nil
-}
-
-// describe names what was evaluated: "runs/tiny/step-000600 (step 600)" for a checkpoint.
-func (em Model) Describe() string {
-	if em.Step >= 0 {
-		return fmt.Sprintf("%s (step %d)", em.Path, em.Step)
-	}
-	return em.Path
 }

@@ -14,9 +14,10 @@ import (
 
 	"distflash/config"
 	"distflash/model"
+	"distflash/weights"
 )
 
-// generateCase is one case of ckpt/testdata/hf/generate.json (scripts/reference.py generate):
+// generateCase is one case of weights/testdata/hf/generate.json (scripts/reference.py generate):
 // PyTorch's float64 greedy decoding of a committed Hugging Face fixture, by full forwards.
 type generateCase struct {
 	Model       string    `json:"model"`
@@ -29,7 +30,7 @@ type generateCase struct {
 
 func readGenerateCases(t *testing.T) []generateCase {
 	t.Helper()
-	raw, err := os.ReadFile("../ckpt/testdata/hf/generate.json")
+	raw, err := os.ReadFile("../weights/testdata/hf/generate.json")
 	if err != nil {
 		t.Fatalf("%v (regenerate: /usr/bin/python3 scripts/reference.py generate)", err)
 	}
@@ -48,7 +49,7 @@ func readGenerateCases(t *testing.T) []generateCase {
 // evaluatorOf loads a fixture onto an evaluator of P ranks running schedule attn.
 func evaluatorOf(t *testing.T, dir string, P int, attn string) *Evaluator {
 	t.Helper()
-	em, err := LoadModel(dir, config.Default(), io.Discard)
+	em, err := weights.Load(dir, config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestGenerateMatchesPyTorch(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/P%d/%s/%d", c.Model, w.P, w.attn, len(c.PromptIDs)), func(t *testing.T) {
 				e := evs[c.Model]
 				if e == nil {
-					e = evaluatorOf(t, filepath.Join("../ckpt/testdata/hf", c.Model), w.P, w.attn)
+					e = evaluatorOf(t, filepath.Join("../weights/testdata/hf", c.Model), w.P, w.attn)
 					evs[c.Model] = e
 				}
 				var streamed []int32
@@ -120,7 +121,7 @@ func TestGenerateMatchesPyTorch(t *testing.T) {
 // sent to P − 1 ranks), and the token's share; the cache is spread over the ranks.
 func TestGenerateShardedTraffic(t *testing.T) {
 	const P = 4
-	e := evaluatorOf(t, "../ckpt/testdata/hf/llama-sharded", P, "zigzag")
+	e := evaluatorOf(t, "../weights/testdata/hf/llama-sharded", P, "zigzag")
 	c := e.Config
 	prompt := make([]int32, 40)
 	for i := range prompt {

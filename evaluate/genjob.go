@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"distflash/config"
+	"distflash/weights"
 )
 
 // GenRequest is what `distflash generate` is asked to do.
@@ -27,7 +28,7 @@ type GenRequest struct {
 type GenJob struct {
 	Req       GenRequest
 	Config    config.Config
-	Model     Model
+	Model     weights.Model
 	BOS       int32
 	Prompt    []int32 // BOS (when the model has one) and the prompt's tokens
 	Evaluator *Evaluator

@@ -17,6 +17,7 @@ import (
 	"distflash/data"
 	"distflash/plan"
 	"distflash/sysmem"
+	"distflash/weights"
 )
 
 // Request is what `distflash eval` is asked to do; zero values take the config's defaults.
@@ -40,7 +41,7 @@ type Request struct {
 type Job struct {
 	Req       Request
 	Config    config.Config
-	Model     Model // Params released once loaded into Evaluator
+	Model     weights.Model // Params released once loaded into Evaluator
 	BOS       int32
 	Stop      []int32 // the tokens that end a generation: the tokenizer's EOS
 	Evaluator *Evaluator
@@ -51,7 +52,7 @@ type Job struct {
 // tasks share.
 type loaded struct {
 	cfg  config.Config
-	em   Model
+	em   weights.Model
 	bos  int32
 	stop []int32
 	ev   *Evaluator
@@ -67,7 +68,7 @@ func loadModel(configPath string, sets []string, modelPath, bosFlag, what string
 	if err != nil {
 		return loaded{}, err
 	}
-	em, err := LoadModel(modelPath, cfg, stderr)
+	em, err := weights.Load(modelPath, cfg, stderr)
 	if err != nil {
 		return loaded{}, err
 	}

@@ -71,7 +71,7 @@ func TestPositionBuckets(t *testing.T) {
 // targets of the first window have the loss of one forward (the same context), those past it
 // another (at most W tokens of context), and a window as long as the sample is truncate.
 func TestSlidingWindowScoring(t *testing.T) {
-	e := evaluatorOf(t, "../ckpt/testdata/hf/llama-sharded", 1, "distflash")
+	e := evaluatorOf(t, "../weights/testdata/hf/llama-sharded", 1, "distflash")
 	n := 150
 	s := Sample{IDs: make([]int32, n), Targets: make([]int32, n)}
 	for i := range s.IDs {
@@ -130,7 +130,7 @@ func TestPositionsAndPasskeyOnRanks(t *testing.T) {
 	var pos []*PositionResult
 	var pk []PasskeyResult
 	for _, P := range []int{1, 4} {
-		e := evaluatorOf(t, "../ckpt/testdata/hf/llama-sharded", P, "zigzag")
+		e := evaluatorOf(t, "../weights/testdata/hf/llama-sharded", P, "zigzag")
 		r, p, err := e.EvaluateWith(context.Background(), samples, EvalOptions{Positions: true}, nil)
 		if err != nil {
 			t.Fatal(err)

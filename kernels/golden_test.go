@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"distflash/ckpt"
+	"distflash/weights/safetensors"
 )
 
 // TestAttnGolden checks the attention primitive against PyTorch's autograd on the vectors of
@@ -20,7 +20,7 @@ func TestAttnGolden(t *testing.T) {
 	}
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			st, err := ckpt.ReadSafetensors(path)
+			st, err := safetensors.Read(path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"distflash/ckpt"
+	"distflash/weights/safetensors"
 )
 
 func TestParsePrecision(t *testing.T) {
@@ -68,7 +68,7 @@ func isNaN32(x float32) bool { return x != x }
 // and Round must give its value. A NaN may be any quiet NaN (PyTorch writes 0xffff for bf16
 // and 0x7e00 / 0xfe00 for fp16). The vector is also checked to hold what it claims to.
 func TestHalfConvertGolden(t *testing.T) {
-	st, err := ckpt.ReadSafetensors("testdata/half/convert.safetensors")
+	st, err := safetensors.Read("testdata/half/convert.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func loadMatmulHalf(t *testing.T) []*matmulHalfCase {
 	}
 	var cases []*matmulHalfCase
 	for _, path := range files {
-		st, err := ckpt.ReadSafetensors(path)
+		st, err := safetensors.Read(path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,8 +8,8 @@ import (
 	"slices"
 	"testing"
 
-	"distflash/ckpt"
 	"distflash/kernels"
+	"distflash/weights/safetensors"
 )
 
 // Golden parity with an independent PyTorch LLaMA (scripts/reference.py writes
@@ -32,7 +32,7 @@ type goldenCase struct {
 	name    string
 	cfg     Config
 	B, T    int
-	st      *ckpt.Safetensors
+	st      *safetensors.File
 	weights []float32 // in Layout order
 	layout  Layout
 	ids     []int32
@@ -42,7 +42,7 @@ type goldenCase struct {
 
 func loadGolden(t *testing.T, path string) goldenCase {
 	t.Helper()
-	st, err := ckpt.ReadSafetensors(path)
+	st, err := safetensors.Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,10 @@
 package plan
 
 import (
-	"flag"
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"distflash/config"
+	"distflash/internal/fuzztest"
 )
 
 // FuzzLoadConfig feeds config.Load arbitrary TOML: whatever the bytes, it returns, an error
@@ -17,19 +12,11 @@ import (
 // planned without a panic. The seeds in testdata/fuzz/FuzzLoadConfig hold the attacks.
 func FuzzLoadConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
-			// Crash on purpose, so that the fuzzer saves an input that hangs.
-			defer time.AfterFunc(20*time.Second, func() { panic(fmt.Sprintf("input ran past 20s: %q", b)) }).Stop()
-		}
-		path := filepath.Join(t.TempDir(), "run.toml")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		defer fuzztest.Watchdog(b)()
+		path := fuzztest.File(t, "run.toml", b)
 		cfg, err := config.Load(path, nil)
 		if err != nil {
-			if !strings.Contains(err.Error(), path) {
-				t.Fatalf("error does not name %s: %v", path, err)
-			}
+			fuzztest.MustName(t, err, path)
 			return
 		}
 		cfg.Summary()

@@ -25,7 +25,7 @@ mkdir -p testdata/export
 "$tmp/distflash" export --model "$tmp/runs/fixture" --out testdata/export/bf16 --dtype bf16 --max-shard-size 40KB
 for d in f32 bf16; do
 	/usr/bin/python3 scripts/reference.py read-hf testdata/export/$d \
-		--docs 'ckpt/testdata/hf/docs/*.txt' --seq-len 128 --samples 5 \
+		--docs 'weights/testdata/hf/docs/*.txt' --seq-len 128 --samples 5 \
 		--out testdata/export/$d.reference.json >/dev/null
 	grep '"loss"' testdata/export/$d.reference.json
 done

@@ -36,7 +36,7 @@ Usage
         on every layer or some, with and without documents.  Deterministic.
 
     /usr/bin/python3 scripts/reference.py hf
-        Regenerate ckpt/testdata/hf/ (deterministic; see "Hugging Face
+        Regenerate weights/testdata/hf/ (deterministic; see "Hugging Face
         fixtures" below).
 
     /usr/bin/python3 scripts/reference.py read-hf DIR --docs 'GLOB' --seq-len N \\
@@ -46,7 +46,7 @@ Usage
         documents (see cmd_read_hf); prints JSON.
 
     /usr/bin/python3 scripts/reference.py generate
-        Regenerate ckpt/testdata/hf/generate.json: greedy decoding of the three
+        Regenerate weights/testdata/hf/generate.json: greedy decoding of the three
         Hugging Face fixtures, read back with this file's own reader, on fixed
         prompts (see "Greedy decoding" below).  Deterministic.
 
@@ -222,7 +222,7 @@ matmul_<case>.safetensors
     __metadata__: "config" = JSON {"m", "n", "k", "trans_a", "trans_b",
         "beta", "precision"}; "generator"; "torch"; "case".
 
-Hugging Face fixtures: ckpt/testdata/hf/
+Hugging Face fixtures: weights/testdata/hf/
     llama-sharded/  config.json (LlamaConfig keys), model.safetensors.index.json,
                     model-00001-of-00002.safetensors (F32: embed_tokens, layer 0),
                     model-00002-of-00002.safetensors (BF16: layer 1, norm, lm_head)
@@ -247,7 +247,7 @@ document is cut to seq_len + 1 tokens and every token after the first is
 predicted; loss = summed cross-entropy / predicted tokens, bits per byte =
 summed cross-entropy / ln 2 / predicted bytes (one byte per token).
 
-Greedy decoding: ckpt/testdata/hf/generate.json
+Greedy decoding: weights/testdata/hf/generate.json
 For each fixture (llama-sharded, llama-tied, mistral-window) and each prompt of
 GEN_PROMPTS (the last one 52 bytes, so mistral-window's 16-token window matters):
 prompt_ids = [bos_token_id] + UTF-8 bytes (no BOS, recorded as bos -1, when the
@@ -1121,9 +1121,9 @@ def cmd_half(_args):
     for path in paths:
         print("%-60s %8d bytes" % (os.path.relpath(path, REPO_ROOT), os.path.getsize(path)))
 
-# Hugging Face LLaMA directories (ckpt/testdata/hf)
+# Hugging Face LLaMA directories (weights/testdata/hf)
 
-HF_DIR = os.path.join(REPO_ROOT, "ckpt", "testdata", "hf")
+HF_DIR = os.path.join(REPO_ROOT, "weights", "testdata", "hf")
 
 # Token ids are the UTF-8 bytes of the text (distflash's "byte" tokenizer, vocabulary 256), with
 # bos_token_id = 1 (LLaMA's) prepended to every document.
@@ -1498,7 +1498,7 @@ def cmd_read_hf(a):
 
 
 # --------------------------------------------------------------------------
-# greedy decoding of the Hugging Face fixtures (ckpt/testdata/hf/generate.json)
+# greedy decoding of the Hugging Face fixtures (weights/testdata/hf/generate.json)
 
 GEN_MODELS = ["llama-sharded", "llama-tied", "mistral-window"]
 GEN_PROMPTS = [
@@ -1573,7 +1573,7 @@ def gen_generate_case(name, c, P, hc, prompt):
 
 
 def cmd_generate(_args):
-    """Write ckpt/testdata/hf/generate.json and print one line per case."""
+    """Write weights/testdata/hf/generate.json and print one line per case."""
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     cases, low = [], []
@@ -1711,8 +1711,8 @@ def main(argv=None):
     sub.add_parser("golden", help="regenerate golden safetensors files")
     sub.add_parser("half", help="regenerate the bf16 / fp16 test vectors")
     sub.add_parser("rope", help="regenerate the RoPE scaling vectors in model/testdata/rope")
-    sub.add_parser("hf", help="regenerate the Hugging Face LLaMA fixtures in ckpt/testdata/hf")
-    sub.add_parser("generate", help="regenerate ckpt/testdata/hf/generate.json (greedy decoding of the HF fixtures)")
+    sub.add_parser("hf", help="regenerate the Hugging Face LLaMA fixtures in weights/testdata/hf")
+    sub.add_parser("generate", help="regenerate weights/testdata/hf/generate.json (greedy decoding of the HF fixtures)")
     r = sub.add_parser("read-hf", help="loss of a Hugging Face LLaMA directory, read with this file's own safetensors reader")
     r.add_argument("dir")
     r.add_argument("--docs", required=True, help="glob of text files, one document each, in sorted order")

@@ -3,17 +3,14 @@ package train
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
-	"distflash/ckpt"
 	"distflash/config"
 	"distflash/data"
-	"distflash/evaluate"
 	"distflash/model"
 	"distflash/parallel/transport"
+	"distflash/weights"
 )
 
 // train --init-from: a new run (step 0, fresh AdamW moments, the data order from its start)
@@ -21,7 +18,8 @@ import (
 //
 // The source is a Hugging Face LLaMA directory, a .safetensors file with distflash's (Hugging
 // Face's) tensor names, or a distflash checkpoint (a step directory, or a run directory for
-// its newest step; only its weights are used).
+// its newest step; only its weights are used), read by weights.LoadSource; this file merges
+// its [model] and tokenizer into the run's config.
 //
 // Which [model] the run has. Each [model] key the config leaves at its built-in default
 // (model.DefaultConfig; configs/tiny.toml writes them out; 0 for head_dim and n_kv_heads,
@@ -37,102 +35,6 @@ import (
 // --set names it, is used; otherwise the source's: an HF directory's tokenizer.model or
 // tokenizer.json, the checkpoint's data.tokenizer. A tokenizer with more tokens than the
 // model's vocabulary is an error naming both sizes.
-
-// initSource is a model loaded to start a run from.
-type initSource struct {
-	path      string
-	kind      string       // "hf", "safetensors" or "checkpoint"
-	model     model.Config // its shape (resolved); for a .safetensors file, the config's with the shapes the file implies
-	params    []float32    // in model.NewLayout(model) order
-	tokenizer string       // the source's tokenizer ("" none)
-}
-
-// loadInitSource loads path (see the file comment). mc is the config's [model], which a
-// .safetensors file needs for what its shapes do not say.
-func loadInitSource(path string, mc model.Config, stderr io.Writer) (*initSource, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("--init-from: %w", err)
-	}
-	switch {
-	case fi.IsDir() && ckpt.IsHFDir(path):
-		h, err := ckpt.OpenHF(path)
-		if err != nil {
-			return nil, fmt.Errorf("--init-from: %w", err)
-		}
-		if note := h.Config.WindowNote(); note != "" {
-			fmt.Fprintf(stderr, "init: note: %s: %s\n", filepath.Join(path, ckpt.HFConfigFile), note)
-		}
-		src := &initSource{path: path, kind: "hf", model: evaluate.HFModelConfig(h.Config), tokenizer: h.Tokenizer}
-		if err := src.model.Resolve(); err != nil {
-			return nil, fmt.Errorf("--init-from %s: config.json: %w", path, err)
-		}
-		// Training it keeps the whole fp32 state: refuse it before loading the weights.
-		if err := config.CheckModelMemory("--init-from: training the model of "+evaluate.HFShape(path, h.Config), src.model, 1, config.StateBytesPerParam); err != nil {
-			return nil, err
-		}
-		layout := model.NewLayout(src.model)
-		src.params = make([]float32, layout.Size)
-		dsts := make([]ckpt.Dest, len(layout.Tensors))
-		for i, t := range layout.Tensors {
-			dsts[i] = ckpt.Dest{Name: t.Name, Shape: t.Shape, Data: src.params[t.Off : t.Off+t.Size()]}
-		}
-		if err := h.Load(dsts); err != nil {
-			return nil, fmt.Errorf("--init-from: %w", err)
-		}
-		return src, nil
-	case fi.IsDir():
-		saved, params, _, _, err := evaluate.LoadCheckpoint(path, io.Discard)
-		if err != nil {
-			return nil, fmt.Errorf("--init-from %w", err)
-		}
-		return &initSource{path: path, kind: "checkpoint", model: saved.Model, params: params, tokenizer: saved.Data.Tokenizer}, nil
-	case strings.HasSuffix(path, ".safetensors"):
-		st, err := ckpt.ReadSafetensors(path)
-		if err != nil {
-			return nil, fmt.Errorf("--init-from: %w", err)
-		}
-		m, err := safetensorsShape(st, mc)
-		if err != nil {
-			return nil, fmt.Errorf("--init-from: %w", err)
-		}
-		params, err := evaluate.LoadSafetensorsParams(path, m)
-		if err != nil {
-			return nil, fmt.Errorf("--init-from: %w", err)
-		}
-		return &initSource{path: path, kind: "safetensors", model: m, params: params}, nil
-	}
-	return nil, fmt.Errorf("--init-from %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a distflash checkpoint (step or run directory), or a .safetensors file", path)
-}
-
-// safetensorsShape is mc with the sizes the tensors of st fix: vocab_size and dim from the
-// embedding, n_layers from the blocks present, ffn_dim from the first gate projection.
-func safetensorsShape(st *ckpt.Safetensors, mc model.Config) (model.Config, error) {
-	emb, ok := st.Tensors["model.embed_tokens.weight"]
-	if !ok || len(emb.Shape) != 2 {
-		return mc, fmt.Errorf("%s: no 2-D model.embed_tokens.weight: not a model with distflash's (Hugging Face) tensor names", st.Path)
-	}
-	mc.VocabSize, mc.Dim = emb.Shape[0], emb.Shape[1]
-	layers := 0
-	for _, name := range st.Names() {
-		var i int
-		var rest string
-		if n, _ := fmt.Sscanf(name, "model.layers.%d.%s", &i, &rest); n == 2 {
-			layers = max(layers, i+1)
-		}
-	}
-	mc.NLayers = layers
-	if g, ok := st.Tensors["model.layers.0.mlp.gate_proj.weight"]; ok && len(g.Shape) == 2 {
-		mc.FFNDim = g.Shape[0]
-	}
-	if mc.HeadDim == 0 && mc.NHeads > 0 {
-		mc.HeadDim = mc.Dim / mc.NHeads
-	}
-	if err := mc.Resolve(); err != nil {
-		return mc, fmt.Errorf("%s: the shape its tensors and the config's [model] give: %w", st.Path, err)
-	}
-	return mc, nil
-}
 
 // modelKey is one [model] key: its name and how to read and write it.
 type modelKey struct {
@@ -183,13 +85,13 @@ func setByFlag(sets []string, key string) bool {
 // applyInitSource makes cfg's [model] and data.tokenizer those of the run started from src
 // (see the file comment) and validates the result. Notes on what was taken or changed go to
 // stderr.
-func applyInitSource(cfg *config.Config, src *initSource, sets []string, stderr io.Writer) error {
+func applyInitSource(cfg *config.Config, src *weights.Source, sets []string, stderr io.Writer) error {
 	def := model.DefaultConfig()
 	user := cfg.Model
-	final := src.model
+	final := src.Model
 	var disagree, taken, changed []string
 	for _, k := range modelKeys {
-		u, d, s := k.get(&user), k.get(&def), k.get(&src.model)
+		u, d, s := k.get(&user), k.get(&def), k.get(&src.Model)
 		derive := (k.name == "head_dim" || k.name == "n_kv_heads") && u == 0 // 0: derived, as left out
 		explicit := setByFlag(sets, "model."+k.name) || u != d && !derive
 		switch {
@@ -209,15 +111,15 @@ func applyInitSource(cfg *config.Config, src *initSource, sets []string, stderr 
 	}
 	if len(disagree) > 0 {
 		return fmt.Errorf("%s: --init-from %s (%s): %s (leave these keys out of [model] to take the source's values)",
-			cfg.Path, src.path, src.kind, strings.Join(disagree, "; "))
+			cfg.Path, src.Path, src.Kind, strings.Join(disagree, "; "))
 	}
 	cfg.Model = final
-	tokFromSource := src.tokenizer != "" && src.tokenizer != cfg.Data.Tokenizer && cfg.Data.Tokenizer == config.Default().Data.Tokenizer && !setByFlag(sets, "data.tokenizer")
+	tokFromSource := src.Tokenizer != "" && src.Tokenizer != cfg.Data.Tokenizer && cfg.Data.Tokenizer == config.Default().Data.Tokenizer && !setByFlag(sets, "data.tokenizer")
 	if tokFromSource {
-		cfg.Data.Tokenizer = src.tokenizer
+		cfg.Data.Tokenizer = src.Tokenizer
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("--init-from %s: with [model] from the source: %w", src.path, err)
+		return fmt.Errorf("--init-from %s: with [model] from the source: %w", src.Path, err)
 	}
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
@@ -225,17 +127,17 @@ func applyInitSource(cfg *config.Config, src *initSource, sets []string, stderr 
 	}
 	if v := tok.VocabSize(); v > cfg.Model.VocabSize {
 		own := "the model's own tokenizer (data.tokenizer)"
-		if src.tokenizer != "" && src.tokenizer != cfg.Data.Tokenizer {
-			own = fmt.Sprintf("the model's own tokenizer: --set data.tokenizer=%s (or leave data.tokenizer out, and the source's is taken)", src.tokenizer)
+		if src.Tokenizer != "" && src.Tokenizer != cfg.Data.Tokenizer {
+			own = fmt.Sprintf("the model's own tokenizer: --set data.tokenizer=%s (or leave data.tokenizer out, and the source's is taken)", src.Tokenizer)
 		}
 		return fmt.Errorf("%s: --init-from %s: data.tokenizer = %q has %d tokens, but the model's vocabulary has %d: use %s",
-			cfg.Path, src.path, cfg.Data.Tokenizer, v, cfg.Model.VocabSize, own)
+			cfg.Path, src.Path, cfg.Data.Tokenizer, v, cfg.Model.VocabSize, own)
 	}
 	what := "weights"
-	if src.kind == "checkpoint" {
+	if src.Kind == "checkpoint" {
 		what = "weights only (step 0, fresh optimizer and data order)"
 	}
-	fmt.Fprintf(stderr, "init: %s from %s (%s, %s params)\n", what, src.path, src.kind, config.Count(cfg.Model.NumParams()))
+	fmt.Fprintf(stderr, "init: %s from %s (%s, %s params)\n", what, src.Path, src.Kind, config.Count(cfg.Model.NumParams()))
 	if len(taken) > 0 {
 		fmt.Fprintf(stderr, "init: [model] from the source: %s\n", strings.Join(taken, ", "))
 	}
@@ -263,17 +165,17 @@ func LoadInitConfig(path string, sets []string, from string, stderr io.Writer) (
 	if err != nil {
 		return config.Config{}, nil, err
 	}
-	src, err := loadInitSource(from, cfg.Model, stderr)
+	src, err := weights.LoadSource(from, cfg.Model, stderr)
 	if err != nil {
 		return config.Config{}, nil, err
 	}
 	if err := applyInitSource(&cfg, src, sets, stderr); err != nil {
 		return config.Config{}, nil, err
 	}
-	if n := model.NewLayout(cfg.Model).Size; n != len(src.params) {
-		return config.Config{}, nil, fmt.Errorf("--init-from %s: %d weights for a model of %d", from, len(src.params), n)
+	if n := model.NewLayout(cfg.Model).Size; n != len(src.Params) {
+		return config.Config{}, nil, fmt.Errorf("--init-from %s: %d weights for a model of %d", from, len(src.Params), n)
 	}
-	return cfg, src.params, nil
+	return cfg, src.Params, nil
 }
 
 // loadWeights replaces every rank's weights with params (model Layout order): all of them,

@@ -1153,9 +1153,9 @@ type trainEval struct {
 
 // newTrainEval loads data.eval's first eval.samples documents and builds the evaluator.
 func newTrainEval(cfg config.Config) (*trainEval, error) {
-	tok, err := evaluate.ConfigTokenizer(cfg)
+	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
 	}
 	seqLen := evaluate.SeqLen(cfg)
 	samples, err := evaluate.LoadSamples(cfg.Data.Eval, cfg.Data, tok, -1, seqLen, cfg.Model.VocabSize, cfg.Eval.Samples)
@@ -1191,9 +1191,9 @@ type trainSampler struct {
 
 // newTrainSampler tokenizes eval.sample_prompt and builds a one-rank evaluator.
 func newTrainSampler(cfg config.Config, runDir string) (*trainSampler, error) {
-	tok, err := evaluate.ConfigTokenizer(cfg)
+	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
 	}
 	prompt := tok.Encode([]byte(cfg.Eval.SamplePrompt))
 	if len(prompt) == 0 {

@@ -148,7 +148,7 @@ func TestResumeOlderCheckpointKeys(t *testing.T) {
 // bf16 compute, every rank starts from exactly the source's weights (gathered back bit for
 // bit), and the first step's loss equals the one-worker run's.
 func TestInitFromEveryParallelism(t *testing.T) {
-	const src = "../ckpt/testdata/hf/llama-sharded"
+	const src = "../weights/testdata/hf/llama-sharded"
 	// the root's initBase: a little data, short sequences, one step
 	base := []string{"data.max_bytes=65536", "data.seq_len=64", "data.batch_size=2", "training.steps=1",
 		"training.warmup_steps=0", "run.output_dir=" + t.TempDir()}
@@ -211,7 +211,7 @@ func TestEvaluateForTrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	params := model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)
-	ss, err := evaluate.LoadSamples("../ckpt/testdata/hf/docs/*.txt", cfg.Data, data.ByteTokenizer{}, -1, evaluate.SeqLen(cfg), 256, cfg.Eval.Samples)
+	ss, err := evaluate.LoadSamples("../weights/testdata/hf/docs/*.txt", cfg.Data, data.ByteTokenizer{}, -1, evaluate.SeqLen(cfg), 256, cfg.Eval.Samples)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package ckpt
+package safetensors
 
 import (
 	"encoding/binary"
@@ -29,7 +29,7 @@ func writeST(t *testing.T, header map[string]any, data []byte) string {
 	return path
 }
 
-func TestReadSafetensorsDTypes(t *testing.T) {
+func TestReadDTypes(t *testing.T) {
 	var data []byte
 	data = binary.LittleEndian.AppendUint32(data, math.Float32bits(1.5))
 	data = binary.LittleEndian.AppendUint32(data, math.Float32bits(-2))
@@ -46,7 +46,7 @@ func TestReadSafetensorsDTypes(t *testing.T) {
 		"b":            map[string]any{"dtype": "BF16", "shape": []int{1}, "data_offsets": []int{14, 16}},
 		"i":            map[string]any{"dtype": "I64", "shape": []int{1}, "data_offsets": []int{16, 24}},
 	}, data)
-	st, err := ReadSafetensors(path)
+	st, err := Read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestReadSafetensorsDTypes(t *testing.T) {
 	}
 }
 
-func TestReadSafetensorsDamage(t *testing.T) {
+func TestReadDamage(t *testing.T) {
 	good := map[string]any{"a": map[string]any{"dtype": "F32", "shape": []int{2}, "data_offsets": []int{0, 8}}}
 	for _, c := range []struct {
 		name   string
@@ -90,7 +90,7 @@ func TestReadSafetensorsDamage(t *testing.T) {
 			path := writeST(t, c.header, c.data)
 			raw, _ := os.ReadFile(path)
 			os.WriteFile(path, raw[:len(raw)-c.cut], 0o644)
-			_, err := ReadSafetensors(path)
+			_, err := Read(path)
 			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), path) {
 				t.Fatalf("error %v, want one naming the file and %q", err, c.want)
 			}

@@ -1,4 +1,4 @@
-package ckpt
+package weights
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"distflash/data"
+	"distflash/model"
+	"distflash/weights/safetensors"
 )
 
 // hfConfigJSON is the config.json export writes: every field transformers' LlamaConfig reads,
@@ -83,7 +85,7 @@ func ExportConfig(c HFConfig, dtype string, bos, eos int32) ([]byte, error) {
 		NumAttentionHeads: c.NumAttentionHeads, NumKeyValueHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim,
 		HiddenAct: "silu", RMSNormEps: c.RMSNormEps,
 		RopeTheta: c.RopeTheta, VocabSize: c.VocabSize, PretrainingTP: 1, InitializerRange: 0.02,
-		UseCache: true, TorchDtype: map[string]string{DTypeF32: "float32", DTypeBF16: "bfloat16"}[dtype],
+		UseCache: true, TorchDtype: map[string]string{safetensors.DTypeF32: "float32", safetensors.DTypeBF16: "bfloat16"}[dtype],
 	}
 	j.RopeScaling, j.MaxPositionEmbeddings = exportRopeScaling(c.RopeScaling, c.MaxPositionEmbeddings)
 	if c.SlidingWindow > 0 { // a window on every layer: Mistral, which transformers masks so
@@ -147,20 +149,66 @@ func TokenizerFiles(name string) (map[string]string, error) {
 	return files, nil
 }
 
-// Exported is what ExportLlama wrote.
-type Exported struct {
-	Files      []string // names in the directory
-	Bytes      int64    // their total size
-	Tokenizer  string   // the tokenizer's name
-	NoTokFiles bool     // the tokenizer has no Hugging Face files (the byte tokenizer): none written
+// ExportOptions are how ExportHF stores the weights.
+type ExportOptions struct {
+	DType    string   // safetensors.DTypeF32 or safetensors.DTypeBF16
+	MaxShard int64    // most tensor bytes per safetensors file (HFExport.MaxShardSize); 0: one file
+	Hooks    *HFHooks // see HFExport.Hooks; nil: none
 }
 
-// ExportLlama writes a model of shape c (as ExportConfig takes it) with the given tensors
-// (Hugging Face's names and q/k row layout, which are distflash's) as a LLaMA directory out,
-// which must not exist or be empty: config.json with the BOS and EOS of the tokenizer
-// (data.tokenizer) when it has them, the weights as safetensors of dtype (DTypeF32 or
-// DTypeBF16) in shards of at most maxShard bytes, and the tokenizer's files (TokenizerFiles).
-func ExportLlama(out string, c HFConfig, tensors []WTensor, tokenizer, dtype string, maxShard int64, hooks *HFHooks) (Exported, error) {
+// Exported is what ExportHF read and wrote.
+type Exported struct {
+	Checkpoint string       // the step directory read
+	Step       int          // its step
+	Model      model.Config // the model's shape
+	Arch       string       // the architecture config.json names: LlamaForCausalLM or MistralForCausalLM
+	Files      []string     // names in the directory
+	Bytes      int64        // their total size
+	Tokenizer  string       // the tokenizer's name
+	NoTokFiles bool         // the tokenizer has no Hugging Face files (the byte tokenizer): none written
+}
+
+// ExportHF writes the distflash checkpoint at path (a step directory, or a run directory for
+// its newest intact step, as LoadCheckpoint reads it; what it read is noted on stderr) as a
+// Hugging Face directory out, which must not exist or be empty, with WriteHF: config.json
+// (LlamaForCausalLM, or MistralForCausalLM for a model windowed on every layer) with the BOS
+// and EOS of the run's data.tokenizer when it has them, the weights as safetensors, and the
+// tokenizer's files (TokenizerFiles). A model windowed on some layers only is refused before
+// anything is written: config.json has a window on every layer or none. Tensor names and the
+// q/k row layout are already Hugging Face's (see hf.go), so the weights are written as they
+// are.
+func ExportHF(path, out string, o ExportOptions, stderr io.Writer) (Exported, error) {
+	if ents, err := os.ReadDir(out); err == nil && len(ents) > 0 {
+		return Exported{}, fmt.Errorf("export: --out %s exists and is not empty: export writes a new directory", out)
+	}
+	if fi, err := os.Stat(path); err != nil {
+		return Exported{}, fmt.Errorf("export: --model: %w", err)
+	} else if !fi.IsDir() || IsHFDir(path) {
+		return Exported{}, fmt.Errorf("export: --model %s: want a distflash checkpoint (a step directory or a run directory)", path)
+	}
+	saved, params, dir, step, err := LoadCheckpoint(path, stderr)
+	if err != nil {
+		return Exported{}, fmt.Errorf("export: --model %w", err)
+	}
+	fmt.Fprintf(stderr, "export: %s (step %d)\n", dir, step)
+	mc := saved.Model
+	ex := Exported{Checkpoint: dir, Step: step, Model: mc, Arch: "LlamaForCausalLM"}
+	if mc.SlidingWindow > 0 {
+		// Mistral's config.json has one window for every layer and no way to say "these
+		// layers only": exporting a model windowed on some layers would give another model
+		var global []int
+		for l := range mc.NLayers {
+			if mc.Window(l) == 0 {
+				global = append(global, l)
+			}
+		}
+		if len(global) > 0 {
+			return Exported{}, fmt.Errorf("export: --model %s: model.sliding_window = %d leaves layers %v of %d without the window (model.sliding_window_layers = %v, model.sliding_window_pattern = %d): a Hugging Face LLaMA or Mistral config.json has a window on every layer or none; nothing written",
+				dir, mc.SlidingWindow, global, mc.NLayers, mc.SlidingWindowLayers, mc.SlidingWindowPattern)
+		}
+		ex.Arch = "MistralForCausalLM"
+	}
+	tokenizer := saved.Data.Tokenizer
 	tok, err := data.NewTokenizer(tokenizer)
 	if err != nil {
 		return Exported{}, fmt.Errorf("export: the run's data.tokenizer %q: %w", tokenizer, err)
@@ -169,7 +217,7 @@ func ExportLlama(out string, c HFConfig, tensors []WTensor, tokenizer, dtype str
 	if st, ok := tok.(data.SpecialTokens); ok {
 		bos, eos = st.Specials()
 	}
-	cfgJSON, err := ExportConfig(c, dtype, bos, eos)
+	cfgJSON, err := ExportConfig(HFConfigOf(mc), o.DType, bos, eos)
 	if err != nil {
 		return Exported{}, err
 	}
@@ -177,11 +225,11 @@ func ExportLlama(out string, c HFConfig, tensors []WTensor, tokenizer, dtype str
 	if err != nil {
 		return Exported{}, fmt.Errorf("export: the run's data.tokenizer %q: %w", tokenizer, err)
 	}
-	files, err := WriteHF(out, HFExport{Config: cfgJSON, Tensors: tensors, DType: dtype, MaxShardSize: maxShard, Copy: copies, Hooks: hooks})
+	files, err := WriteHF(out, HFExport{Config: cfgJSON, Tensors: Tensors(mc, params), DType: o.DType, MaxShardSize: o.MaxShard, Copy: copies, Hooks: o.Hooks})
 	if err != nil {
 		return Exported{}, fmt.Errorf("export: %w", err)
 	}
-	ex := Exported{Files: files, Tokenizer: tok.Name(), NoTokFiles: len(copies) == 0}
+	ex.Files, ex.Tokenizer, ex.NoTokFiles = files, tok.Name(), len(copies) == 0
 	for _, f := range files {
 		if fi, err := os.Stat(filepath.Join(out, f)); err == nil {
 			ex.Bytes += fi.Size()

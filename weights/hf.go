@@ -1,12 +1,10 @@
-package ckpt
+package weights
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -15,6 +13,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"distflash/weights/safetensors"
 )
 
 // Hugging Face LLaMA import.
@@ -135,11 +135,11 @@ func (c HFConfig) WindowNote() string {
 func ReadHFConfig(path string) (HFConfig, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return HFConfig{}, fmt.Errorf("ckpt: read %s: %w", path, err)
+		return HFConfig{}, fmt.Errorf("weights: read %s: %w", path, err)
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return HFConfig{}, fmt.Errorf("ckpt: %s: %w", path, err)
+		return HFConfig{}, fmt.Errorf("weights: %s: %w", path, err)
 	}
 	r := hfReader{path: path, m: m}
 	c := HFConfig{
@@ -233,7 +233,7 @@ type hfReader struct {
 }
 
 func (r *hfReader) fail(format string, args ...any) {
-	r.errs = append(r.errs, fmt.Errorf("ckpt: %s: "+format, append([]any{r.path}, args...)...))
+	r.errs = append(r.errs, fmt.Errorf("weights: %s: "+format, append([]any{r.path}, args...)...))
 }
 
 // get returns the raw value of key, or nil when it is absent or null. A required key
@@ -456,10 +456,10 @@ func OpenHF(dir string) (*HFModel, error) {
 			WeightMap map[string]string `json:"weight_map"`
 		}
 		if err := json.Unmarshal(raw, &index); err != nil {
-			return nil, fmt.Errorf("ckpt: %s: %w", indexPath, err)
+			return nil, fmt.Errorf("weights: %s: %w", indexPath, err)
 		}
 		if len(index.WeightMap) == 0 {
-			return nil, fmt.Errorf("ckpt: %s: weight_map is empty or missing", indexPath)
+			return nil, fmt.Errorf("weights: %s: weight_map is empty or missing", indexPath)
 		}
 		byFile := map[string][]string{}
 		for name, file := range index.WeightMap {
@@ -470,17 +470,17 @@ func OpenHF(dir string) (*HFModel, error) {
 			if err != nil {
 				return nil, err
 			}
-			names, err := safetensorsNames(path)
+			names, err := safetensors.ReadNames(path)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
-					return nil, fmt.Errorf("ckpt: %s lists shard %s (for %d tensors, e.g. %q), which is missing: %w",
+					return nil, fmt.Errorf("weights: %s lists shard %s (for %d tensors, e.g. %q), which is missing: %w",
 						indexPath, file, len(byFile[file]), slices.Min(byFile[file]), err)
 				}
 				return nil, err
 			}
 			for _, name := range byFile[file] {
 				if !slices.Contains(names, name) {
-					return nil, fmt.Errorf("ckpt: %s puts tensor %q in %s, which does not hold it", indexPath, name, path)
+					return nil, fmt.Errorf("weights: %s puts tensor %q in %s, which does not hold it", indexPath, name, path)
 				}
 				h.Files[name] = path
 			}
@@ -488,26 +488,26 @@ func OpenHF(dir string) (*HFModel, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
 		if len(files) == 0 {
-			return nil, fmt.Errorf("ckpt: %s: no model.safetensors, %s or other *.safetensors file (PyTorch .bin weights are not read: convert them to safetensors)", dir, HFIndexFile)
+			return nil, fmt.Errorf("weights: %s: no model.safetensors, %s or other *.safetensors file (PyTorch .bin weights are not read: convert them to safetensors)", dir, HFIndexFile)
 		}
 		sort.Strings(files)
 		for _, path := range files {
 			if _, err := localFile(dir, dir, filepath.Base(path)); err != nil {
 				return nil, err
 			}
-			names, err := safetensorsNames(path)
+			names, err := safetensors.ReadNames(path)
 			if err != nil {
 				return nil, err
 			}
 			for _, name := range names {
 				if prev, dup := h.Files[name]; dup {
-					return nil, fmt.Errorf("ckpt: %s: tensor %q is in both %s and %s", dir, name, prev, path)
+					return nil, fmt.Errorf("weights: %s: tensor %q is in both %s and %s", dir, name, prev, path)
 				}
 				h.Files[name] = path
 			}
 		}
 	default:
-		return nil, fmt.Errorf("ckpt: read %s: %w", indexPath, err)
+		return nil, fmt.Errorf("weights: read %s: %w", indexPath, err)
 	}
 	if err := h.checkTied(); err != nil {
 		return nil, err
@@ -546,30 +546,30 @@ func (h *HFModel) Load(dsts []Dest) error {
 		}
 		file, ok := h.Files[src[i]]
 		if !ok {
-			msg := fmt.Sprintf("ckpt: %s: no tensor %q in its safetensors files", h.Dir, src[i])
+			msg := fmt.Sprintf("weights: %s: no tensor %q in its safetensors files", h.Dir, src[i])
 			if d.Name == "lm_head.weight" {
 				msg += " (and tie_word_embeddings is false)"
 			}
 			return errors.New(msg)
 		}
 		if n := shapeSize(d.Shape); len(d.Data) != n {
-			return fmt.Errorf("ckpt: Load %s: %d values for shape %v", d.Name, len(d.Data), d.Shape)
+			return fmt.Errorf("weights: Load %s: %d values for shape %v", d.Name, len(d.Data), d.Shape)
 		}
 		byFile[file] = append(byFile[file], i)
 		wanted[src[i]] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(h.Files)) {
 		if !wanted[name] && !ignoredHFTensor(name) {
-			return fmt.Errorf("ckpt: %s: tensor %q is not a parameter of the model (a bias, or another architecture?)", h.Files[name], name)
+			return fmt.Errorf("weights: %s: tensor %q is not a parameter of the model (a bias, or another architecture?)", h.Files[name], name)
 		}
 	}
 	for _, file := range slices.Sorted(maps.Keys(byFile)) {
-		st, err := ReadSafetensors(file)
+		st, err := safetensors.Read(file)
 		if err != nil {
 			return err
 		}
 		for _, i := range byFile[file] {
-			if err := st.load(src[i], dsts[i]); err != nil {
+			if err := loadTensor(st, src[i], dsts[i]); err != nil {
 				return err
 			}
 		}
@@ -577,19 +577,19 @@ func (h *HFModel) Load(dsts []Dest) error {
 	return nil
 }
 
-// load copies tensor name of s into d, checking its dtype and shape.
-func (s *Safetensors) load(name string, d Dest) error {
+// loadTensor copies tensor name of s into d, checking its dtype and shape.
+func loadTensor(s *safetensors.File, name string, d Dest) error {
 	t, ok := s.Tensors[name]
 	if !ok {
-		return fmt.Errorf("ckpt: %s: no tensor %q", s.Path, name)
+		return fmt.Errorf("weights: %s: no tensor %q", s.Path, name)
 	}
 	switch t.DType {
 	case "F32", "F16", "BF16", "F64":
 	default:
-		return fmt.Errorf("ckpt: %s: tensor %q has dtype %s: want a floating-point dtype (F32, F16, BF16, F64)", s.Path, name, t.DType)
+		return fmt.Errorf("weights: %s: tensor %q has dtype %s: want a floating-point dtype (F32, F16, BF16, F64)", s.Path, name, t.DType)
 	}
 	if !slices.Equal(t.Shape, d.Shape) {
-		return fmt.Errorf("ckpt: %s: tensor %q has shape %v, the model (from config.json) needs %v", s.Path, name, t.Shape, d.Shape)
+		return fmt.Errorf("weights: %s: tensor %q has shape %v, the model (from config.json) needs %v", s.Path, name, t.Shape, d.Shape)
 	}
 	v, _, err := s.Float32(name)
 	if err != nil {
@@ -605,37 +605,6 @@ func shapeSize(shape []int) int {
 		n *= d
 	}
 	return n
-}
-
-// safetensorsNames reads only the header of a safetensors file and returns its tensor names.
-func safetensorsNames(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("ckpt: %w", err)
-	}
-	defer f.Close()
-	var lenBuf [8]byte
-	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
-		return nil, fmt.Errorf("ckpt: %s: too short for a safetensors header: %w", path, err)
-	}
-	hl := binary.LittleEndian.Uint64(lenBuf[:])
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("ckpt: %w", err)
-	}
-	if hl > uint64(fi.Size()-8) {
-		return nil, fmt.Errorf("ckpt: %s: header length %d exceeds the file (%d bytes): truncated or not safetensors", path, hl, fi.Size())
-	}
-	header := make([]byte, hl)
-	if _, err := io.ReadFull(f, header); err != nil {
-		return nil, fmt.Errorf("ckpt: read %s: %w", path, err)
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(header, &m); err != nil {
-		return nil, fmt.Errorf("ckpt: %s: header: %w", path, err)
-	}
-	delete(m, "__metadata__")
-	return slices.Sorted(maps.Keys(m)), nil
 }
 
 // PermuteQK converts the rows of a q or k projection ([heads·headDim, in], row-major) from
@@ -656,7 +625,7 @@ func UnpermuteQK(w []float32, heads, headDim, in int) []float32 {
 
 func permuteQK(w []float32, heads, headDim, in int, inverse bool) []float32 {
 	if heads <= 0 || headDim <= 0 || headDim%2 != 0 || in <= 0 || len(w) != heads*headDim*in {
-		panic(fmt.Sprintf("ckpt: PermuteQK of %d values as %d heads × %d (even) × %d", len(w), heads, headDim, in))
+		panic(fmt.Sprintf("weights: PermuteQK of %d values as %d heads × %d (even) × %d", len(w), heads, headDim, in))
 	}
 	out := make([]float32, len(w))
 	half := headDim / 2

@@ -1,14 +1,14 @@
-package ckpt
+package weights
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
+
+	"distflash/weights/safetensors"
 )
 
 // Architecture checks of Hugging Face directories beyond the keys ReadHFConfig reads: a
@@ -45,11 +45,11 @@ var unsupportedHFKeys = []struct{ key, what string }{
 func CheckHFArchitecture(path string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("ckpt: read %s: %w", path, err)
+		return fmt.Errorf("weights: read %s: %w", path, err)
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return fmt.Errorf("ckpt: %s: %w", path, err)
+		return fmt.Errorf("weights: %s: %w", path, err)
 	}
 	var errs []error
 	for _, u := range unsupportedHFKeys {
@@ -57,7 +57,7 @@ func CheckHFArchitecture(path string) error {
 		if !ok || isOff(v) {
 			continue
 		}
-		errs = append(errs, fmt.Errorf("ckpt: %s: %s = %s: %s is not implemented; want null or absent", path, u.key, compact(v), u.what))
+		errs = append(errs, fmt.Errorf("weights: %s: %s = %s: %s is not implemented; want null or absent", path, u.key, compact(v), u.what))
 	}
 	return errors.Join(errs...)
 }
@@ -96,63 +96,17 @@ func (h *HFModel) checkTied() error {
 	if !ok {
 		return nil // Load reports the missing embedding
 	}
-	head, err := rawTensor(headFile, "lm_head.weight")
+	head, err := safetensors.ReadTensor(headFile, "lm_head.weight")
 	if err != nil {
 		return err
 	}
-	emb, err := rawTensor(embFile, "model.embed_tokens.weight")
+	emb, err := safetensors.ReadTensor(embFile, "model.embed_tokens.weight")
 	if err != nil {
 		return err
 	}
 	if head.DType != emb.DType || !slices.Equal(head.Shape, emb.Shape) || string(head.Data) != string(emb.Data) {
-		return fmt.Errorf("ckpt: %s: tie_word_embeddings = true, but %s holds an lm_head.weight (%s %v) that differs from model.embed_tokens.weight (%s %v): set tie_word_embeddings to false to use the separate head, or drop lm_head.weight",
+		return fmt.Errorf("weights: %s: tie_word_embeddings = true, but %s holds an lm_head.weight (%s %v) that differs from model.embed_tokens.weight (%s %v): set tie_word_embeddings to false to use the separate head, or drop lm_head.weight",
 			filepath.Join(h.Dir, HFConfigFile), filepath.Base(headFile), head.DType, head.Shape, emb.DType, emb.Shape)
 	}
 	return nil
-}
-
-// rawTensor reads one tensor of a safetensors file, header and that tensor's bytes only.
-func rawTensor(path, name string) (STensor, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return STensor{}, fmt.Errorf("ckpt: %w", err)
-	}
-	defer f.Close()
-	var lenBuf [8]byte
-	if _, err := io.ReadFull(f, lenBuf[:]); err != nil {
-		return STensor{}, fmt.Errorf("ckpt: %s: too short for a safetensors header: %w", path, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		return STensor{}, fmt.Errorf("ckpt: %w", err)
-	}
-	hl := binary.LittleEndian.Uint64(lenBuf[:])
-	if hl > uint64(fi.Size()-8) {
-		return STensor{}, fmt.Errorf("ckpt: %s: header length %d exceeds the file (%d bytes)", path, hl, fi.Size())
-	}
-	header := make([]byte, hl)
-	if _, err := io.ReadFull(f, header); err != nil {
-		return STensor{}, fmt.Errorf("ckpt: read %s: %w", path, err)
-	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(header, &m); err != nil {
-		return STensor{}, fmt.Errorf("ckpt: %s: header: %w", path, err)
-	}
-	var t struct {
-		DType   string   `json:"dtype"`
-		Shape   []int    `json:"shape"`
-		Offsets [2]int64 `json:"data_offsets"`
-	}
-	if err := json.Unmarshal(m[name], &t); err != nil {
-		return STensor{}, fmt.Errorf("ckpt: %s: tensor %q: %w", path, name, err)
-	}
-	b, e := t.Offsets[0], t.Offsets[1]
-	if b < 0 || e < b || e > fi.Size()-8-int64(hl) {
-		return STensor{}, fmt.Errorf("ckpt: %s: tensor %q: offsets [%d, %d) outside the file", path, name, b, e)
-	}
-	data := make([]byte, e-b)
-	if _, err := f.ReadAt(data, 8+int64(hl)+b); err != nil {
-		return STensor{}, fmt.Errorf("ckpt: read %s: %w", path, err)
-	}
-	return STensor{DType: t.DType, Shape: t.Shape, Data: data}, nil
 }

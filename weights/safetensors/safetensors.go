@@ -1,9 +1,8 @@
-// Package ckpt reads and writes model state: the safetensors format of Hugging Face (the
-// PyTorch reference's test vectors, and Hugging Face LLaMA directories: OpenHF), and
-// distflash's own checkpoints — one zstd file per rank and a checksummed manifest per step,
-// committed atomically behind a `latest` pointer (BeginStep, WriteShard, Commit), verified
-// on Open, readable by any new world size (Checkpoint.Read re-shards).
-package ckpt
+// Package safetensors reads and writes the safetensors format of Hugging Face: the weights of
+// Hugging Face model directories (package weights) and the PyTorch reference's test vectors.
+// Read parses a whole file; ReadNames and ReadTensor read its header, and one tensor, only;
+// Write stores float32 tensors as F32 or BF16.
+package safetensors
 
 import (
 	"cmp"
@@ -16,43 +15,43 @@ import (
 	"sort"
 )
 
-// STensor is one tensor of a safetensors file.
-type STensor struct {
+// Tensor is one tensor of a safetensors file.
+type Tensor struct {
 	DType string // "F32", "F16", "BF16", "F64", "I32", "I64"
 	Shape []int
 	Data  []byte // little-endian raw values
 }
 
-// Safetensors is a parsed safetensors file.
-type Safetensors struct {
+// File is a parsed safetensors file.
+type File struct {
 	Path     string
-	Metadata map[string]string
-	Tensors  map[string]STensor
+	Metadata map[string]string // __metadata__
+	Tensors  map[string]Tensor
 }
 
 var dtypeSize = map[string]int{"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4}
 
-// ReadSafetensors parses a whole safetensors file: an 8-byte little-endian header length, a
+// Read parses a whole safetensors file: an 8-byte little-endian header length, a
 // JSON header mapping names to dtype, shape and data offsets, then the raw data. Every
 // tensor's extent is checked against its shape and the file size.
-func ReadSafetensors(path string) (*Safetensors, error) {
+func Read(path string) (*File, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("ckpt: read %s: %w", path, err)
+		return nil, fmt.Errorf("safetensors: read %s: %w", path, err)
 	}
 	if len(raw) < 8 {
-		return nil, fmt.Errorf("ckpt: %s: %d bytes is too short for a safetensors header", path, len(raw))
+		return nil, fmt.Errorf("safetensors: %s: %d bytes is too short for a safetensors header", path, len(raw))
 	}
 	hl := binary.LittleEndian.Uint64(raw)
 	if hl > uint64(len(raw)-8) {
-		return nil, fmt.Errorf("ckpt: %s: header length %d exceeds the file (%d bytes): truncated or not safetensors", path, hl, len(raw))
+		return nil, fmt.Errorf("safetensors: %s: header length %d exceeds the file (%d bytes): truncated or not safetensors", path, hl, len(raw))
 	}
 	var header map[string]json.RawMessage
 	if err := json.Unmarshal(raw[8:8+hl], &header); err != nil {
-		return nil, fmt.Errorf("ckpt: %s: header: %w", path, err)
+		return nil, fmt.Errorf("safetensors: %s: header: %w", path, err)
 	}
 	data := raw[8+hl:]
-	st := &Safetensors{Path: path, Metadata: map[string]string{}, Tensors: map[string]STensor{}}
+	st := &File{Path: path, Metadata: map[string]string{}, Tensors: map[string]Tensor{}}
 	type span struct {
 		name string
 		b, e int
@@ -61,7 +60,7 @@ func ReadSafetensors(path string) (*Safetensors, error) {
 	for name, msg := range header {
 		if name == "__metadata__" {
 			if err := json.Unmarshal(msg, &st.Metadata); err != nil {
-				return nil, fmt.Errorf("ckpt: %s: __metadata__: %w", path, err)
+				return nil, fmt.Errorf("safetensors: %s: __metadata__: %w", path, err)
 			}
 			continue
 		}
@@ -71,21 +70,21 @@ func ReadSafetensors(path string) (*Safetensors, error) {
 			Offsets [2]int `json:"data_offsets"`
 		}
 		if err := json.Unmarshal(msg, &h); err != nil {
-			return nil, fmt.Errorf("ckpt: %s: tensor %q: %w", path, name, err)
+			return nil, fmt.Errorf("safetensors: %s: tensor %q: %w", path, name, err)
 		}
 		size, ok := dtypeSize[h.DType]
 		if !ok {
-			return nil, fmt.Errorf("ckpt: %s: tensor %q has dtype %q; supported: F64 F32 F16 BF16 I64 I32", path, name, h.DType)
+			return nil, fmt.Errorf("safetensors: %s: tensor %q has dtype %q; supported: F64 F32 F16 BF16 I64 I32", path, name, h.DType)
 		}
 		if slices.ContainsFunc(h.Shape, func(d int) bool { return d < 0 }) {
-			return nil, fmt.Errorf("ckpt: %s: tensor %q: shape %v has a negative dimension", path, name, h.Shape)
+			return nil, fmt.Errorf("safetensors: %s: tensor %q: shape %v has a negative dimension", path, name, h.Shape)
 		}
 		n, fits := shapeBytes(h.Shape, size, len(data))
 		b, e := h.Offsets[0], h.Offsets[1]
 		if !fits || b < 0 || e < b || e > len(data) || e-b != n {
-			return nil, fmt.Errorf("ckpt: %s: tensor %q: offsets [%d, %d) do not hold %v %s in %d data bytes", path, name, b, e, h.Shape, h.DType, len(data))
+			return nil, fmt.Errorf("safetensors: %s: tensor %q: offsets [%d, %d) do not hold %v %s in %d data bytes", path, name, b, e, h.Shape, h.DType, len(data))
 		}
-		st.Tensors[name] = STensor{DType: h.DType, Shape: h.Shape, Data: data[b:e]}
+		st.Tensors[name] = Tensor{DType: h.DType, Shape: h.Shape, Data: data[b:e]}
 		spans = append(spans, span{name, b, e})
 	}
 	// As the safetensors format requires, no two tensors share bytes: one tensor's write
@@ -93,14 +92,15 @@ func ReadSafetensors(path string) (*Safetensors, error) {
 	slices.SortFunc(spans, func(x, y span) int { return cmp.Or(cmp.Compare(x.b, y.b), cmp.Compare(x.e, y.e)) })
 	for i := 1; i < len(spans); i++ {
 		if p, q := spans[i-1], spans[i]; q.b < p.e {
-			return nil, fmt.Errorf("ckpt: %s: tensors %q [%d, %d) and %q [%d, %d) overlap", path, p.name, p.b, p.e, q.name, q.b, q.e)
+			return nil, fmt.Errorf("safetensors: %s: tensors %q [%d, %d) and %q [%d, %d) overlap", path, p.name, p.b, p.e, q.name, q.b, q.e)
 		}
 	}
 	return st, nil
 }
 
-// shapeBytes is the number of bytes of a tensor of shape (no negative dimension) with
-// elemSize-byte elements, and false when that is more than limit (overflowing or not).
+// shapeBytes is the number of bytes of a tensor of shape with elemSize-byte elements, and
+// false when that is more than limit (overflowing or not), or when a dimension is negative
+// and none is zero.
 func shapeBytes(shape []int, elemSize, limit int) (int, bool) {
 	if slices.Contains(shape, 0) {
 		return 0, true
@@ -116,7 +116,7 @@ func shapeBytes(shape []int, elemSize, limit int) (int, bool) {
 }
 
 // Names returns the tensor names in sorted order.
-func (s *Safetensors) Names() []string {
+func (s *File) Names() []string {
 	names := make([]string, 0, len(s.Tensors))
 	for n := range s.Tensors {
 		names = append(names, n)
@@ -126,10 +126,10 @@ func (s *Safetensors) Names() []string {
 }
 
 // Float32 returns tensor name converted to float32, with its shape.
-func (s *Safetensors) Float32(name string) ([]float32, []int, error) {
+func (s *File) Float32(name string) ([]float32, []int, error) {
 	t, ok := s.Tensors[name]
 	if !ok {
-		return nil, nil, fmt.Errorf("ckpt: %s: no tensor %q", s.Path, name)
+		return nil, nil, fmt.Errorf("safetensors: %s: no tensor %q", s.Path, name)
 	}
 	n := len(t.Data) / dtypeSize[t.DType]
 	out := make([]float32, n)
@@ -154,10 +154,10 @@ func (s *Safetensors) Float32(name string) ([]float32, []int, error) {
 }
 
 // Int32 returns integer tensor name (I32 or I64) as int32, with its shape.
-func (s *Safetensors) Int32(name string) ([]int32, []int, error) {
+func (s *File) Int32(name string) ([]int32, []int, error) {
 	t, ok := s.Tensors[name]
 	if !ok {
-		return nil, nil, fmt.Errorf("ckpt: %s: no tensor %q", s.Path, name)
+		return nil, nil, fmt.Errorf("safetensors: %s: no tensor %q", s.Path, name)
 	}
 	var out []int32
 	switch t.DType {
@@ -171,12 +171,12 @@ func (s *Safetensors) Int32(name string) ([]int32, []int, error) {
 		for i := range out {
 			v := int64(binary.LittleEndian.Uint64(t.Data[8*i:]))
 			if v != int64(int32(v)) {
-				return nil, nil, fmt.Errorf("ckpt: %s: tensor %q value %d does not fit int32", s.Path, name, v)
+				return nil, nil, fmt.Errorf("safetensors: %s: tensor %q value %d does not fit int32", s.Path, name, v)
 			}
 			out[i] = int32(v)
 		}
 	default:
-		return nil, nil, fmt.Errorf("ckpt: %s: tensor %q is %s, want an integer dtype", s.Path, name, t.DType)
+		return nil, nil, fmt.Errorf("safetensors: %s: tensor %q is %s, want an integer dtype", s.Path, name, t.DType)
 	}
 	return out, t.Shape, nil
 }

@@ -1,4 +1,4 @@
-package ckpt
+package weights
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"distflash/weights/safetensors"
 )
 
 // The fixtures in testdata/hf are written by `/usr/bin/python3 scripts/reference.py hf`: two
@@ -402,7 +404,7 @@ func TestIsHFDir(t *testing.T) {
 // permuted weights under rotate-half RoPE give the attention scores of Meta's weights under
 // Meta's interleaved RoPE), bit for bit, and UnpermuteQK undoes it.
 func TestPermuteQK(t *testing.T) {
-	st, err := ReadSafetensors("testdata/hf/permute.safetensors")
+	st, err := safetensors.Read("testdata/hf/permute.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}

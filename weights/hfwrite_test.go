@@ -1,102 +1,22 @@
-package ckpt
+package weights
 
 import (
 	"encoding/json"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"distflash/weights/safetensors"
 )
 
-// testTensors are three small tensors with values that are not bf16-exact.
-func testTensors() []WTensor {
-	mk := func(name string, shape ...int) WTensor {
-		t := WTensor{Name: name, Shape: shape, Data: make([]float32, shapeSize(shape))}
-		for i := range t.Data {
-			t.Data[i] = float32(math.Sin(float64(len(name)*1000+i))) * 1.2345
-		}
-		return t
-	}
-	return []WTensor{mk("a.weight", 3, 5), mk("b.weight", 7), mk("c.weight", 4, 4)}
-}
-
-// TestWriteSafetensorsRoundTrip: what WriteSafetensors writes, ReadSafetensors reads back:
-// F32 bit for bit, BF16 as each value rounded to nearest even (the top 16 bits after
-// rounding), with the metadata and an 8-byte-aligned header.
-func TestWriteSafetensorsRoundTrip(t *testing.T) {
-	for _, dtype := range []string{DTypeF32, DTypeBF16} {
-		t.Run(dtype, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "x.safetensors")
-			ts := testTensors()
-			if err := WriteSafetensors(path, ts, dtype, map[string]string{"format": "pt"}); err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := os.ReadFile(path)
-			if hl := int(raw[0]) | int(raw[1])<<8; hl%8 != 0 {
-				t.Errorf("header length %d is not a multiple of 8", hl)
-			}
-			st, err := ReadSafetensors(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.Metadata["format"] != "pt" || len(st.Tensors) != len(ts) {
-				t.Fatalf("metadata %v, %d tensors", st.Metadata, len(st.Tensors))
-			}
-			for _, w := range ts {
-				got, shape, err := st.Float32(w.Name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(shape, w.Shape) || st.Tensors[w.Name].DType != dtype {
-					t.Errorf("%s: shape %v dtype %s, want %v %s", w.Name, shape, st.Tensors[w.Name].DType, w.Shape, dtype)
-				}
-				for i, x := range w.Data {
-					want := x
-					if dtype == DTypeBF16 {
-						want = math.Float32frombits(uint32(BF16Bits(x)) << 16)
-						if d := math.Abs(float64(want - x)); d > math.Abs(float64(x))/256 {
-							t.Fatalf("bf16 of %v is %v: more than half an ulp away", x, want)
-						}
-					}
-					if math.Float32bits(got[i]) != math.Float32bits(want) {
-						t.Fatalf("%s[%d] = %v, want %v", w.Name, i, got[i], want)
-					}
-				}
-			}
-		})
-	}
-}
-
-// TestBF16BitsMatchesPyTorch compares BF16Bits with PyTorch's x.to(torch.bfloat16) on the
-// vector kernels/testdata/half/convert.safetensors (ties, overflow, subnormals, NaN).
-func TestBF16BitsMatchesPyTorch(t *testing.T) {
-	st, err := ReadSafetensors("../kernels/testdata/half/convert.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, _, err := st.Float32("x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, _, err := st.Int32("bf16")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bad := 0
-	for i, xi := range x {
-		got, w := BF16Bits(xi), uint16(want[i])
-		isNaN := func(b uint16) bool { return b&0x7f80 == 0x7f80 && b&0x7f != 0 }
-		if got != w && !(isNaN(got) && isNaN(w)) {
-			if bad < 5 {
-				t.Errorf("BF16Bits(%v = %#08x) = %#04x, PyTorch %#04x", xi, math.Float32bits(xi), got, w)
-			}
-			bad++
-		}
-	}
-	if bad > 0 || len(x) < 10000 {
-		t.Fatalf("%d of %d conversions differ", bad, len(x))
+// testTensors are three small tensors, of 60, 28 and 64 bytes in F32.
+func testTensors() []safetensors.WTensor {
+	return []safetensors.WTensor{
+		{Name: "a.weight", Shape: []int{3, 5}, Data: make([]float32, 15)},
+		{Name: "b.weight", Shape: []int{7}, Data: make([]float32, 7)},
+		{Name: "c.weight", Shape: []int{4, 4}, Data: make([]float32, 16)},
 	}
 }
 
@@ -133,7 +53,7 @@ func TestWriteHFShards(t *testing.T) {
 		{50, [][]string{{"a.weight"}, {"b.weight"}, {"c.weight"}}},
 	} {
 		dir := filepath.Join(t.TempDir(), "out")
-		files, err := WriteHF(dir, HFExport{Config: cfg, Tensors: ts, DType: DTypeF32, MaxShardSize: c.max})
+		files, err := WriteHF(dir, HFExport{Config: cfg, Tensors: ts, DType: safetensors.DTypeF32, MaxShardSize: c.max})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +62,7 @@ func TestWriteHFShards(t *testing.T) {
 			t.Errorf("max %d: files %v, want %d", c.max, files, want)
 		}
 		for i, names := range c.files {
-			st, err := ReadSafetensors(filepath.Join(dir, shardFile(i, n)))
+			st, err := safetensors.Read(filepath.Join(dir, shardFile(i, n)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +105,7 @@ func TestWriteHFRefusesAndLeavesNothing(t *testing.T) {
 	full := filepath.Join(parent, "full")
 	os.MkdirAll(full, 0o755)
 	os.WriteFile(filepath.Join(full, "keep.txt"), []byte("x"), 0o644)
-	e := HFExport{Config: []byte("{}"), Tensors: testTensors(), DType: DTypeF32}
+	e := HFExport{Config: []byte("{}"), Tensors: testTensors(), DType: safetensors.DTypeF32}
 	if _, err := WriteHF(full, e); err == nil || !strings.Contains(err.Error(), "not empty") {
 		t.Errorf("non-empty directory: %v", err)
 	}

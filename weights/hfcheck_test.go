@@ -1,10 +1,12 @@
-package ckpt
+package weights
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"distflash/weights/safetensors"
 )
 
 // TestHFUnsupportedArchitecture: each setting distflash's LLaMA does not implement is refused
@@ -62,22 +64,22 @@ func TestHFTiedMismatch(t *testing.T) {
 	}
 
 	// The same head as the embedding, stored twice: fine.
-	st, err := ReadSafetensors("testdata/hf/llama-tied/model.safetensors")
+	st, err := safetensors.Read("testdata/hf/llama-tied/model.safetensors")
 	if err != nil {
 		t.Fatal(err)
 	}
 	same := t.TempDir()
 	raw, _ := os.ReadFile("testdata/hf/llama-tied/config.json")
 	os.WriteFile(filepath.Join(same, HFConfigFile), raw, 0o644)
-	var ts []WTensor
+	var ts []safetensors.WTensor
 	for _, name := range st.Names() {
 		v, shape, _ := st.Float32(name)
-		ts = append(ts, WTensor{Name: name, Shape: shape, Data: v})
+		ts = append(ts, safetensors.WTensor{Name: name, Shape: shape, Data: v})
 		if name == "model.embed_tokens.weight" {
-			ts = append(ts, WTensor{Name: "lm_head.weight", Shape: shape, Data: v})
+			ts = append(ts, safetensors.WTensor{Name: "lm_head.weight", Shape: shape, Data: v})
 		}
 	}
-	if err := WriteSafetensors(filepath.Join(same, "model.safetensors"), ts, DTypeF32, nil); err != nil {
+	if err := safetensors.Write(filepath.Join(same, "model.safetensors"), ts, safetensors.DTypeF32, nil); err != nil {
 		t.Fatal(err)
 	}
 	h, err := OpenHF(same)

@@ -1,9 +1,6 @@
-package ckpt
+package weights
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,34 +14,12 @@ import (
 	"strings"
 	"syscall"
 
+	"distflash/ckpt"
 	"distflash/sysmem"
+	"distflash/weights/safetensors"
 )
 
-// Hugging Face export: safetensors files and whole model directories.
-
-// WTensor is a tensor to write: its name, its shape (row-major) and its float32 values
-// (len(Data) = the product of Shape).
-type WTensor struct {
-	Name  string
-	Shape []int
-	Data  []float32
-}
-
-// Storage dtypes WriteSafetensors can write.
-const (
-	DTypeF32  = "F32"
-	DTypeBF16 = "BF16"
-)
-
-// BF16Bits is the bfloat16 encoding of x, rounded to nearest with ties to even, as PyTorch's
-// x.to(torch.bfloat16); a NaN stays a (quiet) NaN.
-func BF16Bits(x float32) uint16 {
-	u := math.Float32bits(x)
-	if u&0x7fffffff > 0x7f800000 {
-		return uint16((u | 0x00400000) >> 16)
-	}
-	return uint16((u + 0x7fff + (u>>16)&1) >> 16)
-}
+// Hugging Face export: whole model directories.
 
 // ParseSize reads a byte size as Hugging Face's max_shard_size does: a number with an
 // optional unit, decimal (B, KB, MB, GB, TB: powers of 1000) or binary (KiB, MiB, GiB, TiB).
@@ -64,104 +39,11 @@ func ParseSize(s string) (int64, error) {
 	return int64(v * mult), nil
 }
 
-func dtypeBytes(dtype string) (int, error) {
-	switch dtype {
-	case DTypeF32:
-		return 4, nil
-	case DTypeBF16:
-		return 2, nil
-	}
-	return 0, fmt.Errorf("ckpt: dtype %q: want %s or %s", dtype, DTypeF32, DTypeBF16)
-}
-
-// WriteSafetensors writes tensors to path in the safetensors format, in the given order,
-// stored as dtype (F32, or BF16 rounded to nearest even), with metadata as __metadata__.
-// The header is JSON padded with spaces to a multiple of 8 bytes and the data follow with
-// no gaps, as the safetensors library writes them. The file is written in place; WriteHF
-// makes a whole directory appear at once.
-func WriteSafetensors(path string, tensors []WTensor, dtype string, metadata map[string]string) error {
-	size, err := dtypeBytes(dtype)
-	if err != nil {
-		return err
-	}
-	var h bytes.Buffer
-	h.WriteByte('{')
-	if len(metadata) > 0 {
-		js, err := json.Marshal(metadata) // keys sorted: reproducible
-		if err != nil {
-			return fmt.Errorf("ckpt: %s: metadata: %w", path, err)
-		}
-		h.WriteString(`"__metadata__":`)
-		h.Write(js)
-	}
-	seen := map[string]bool{}
-	var off int64
-	for i, t := range tensors {
-		if t.Name == "" || t.Name == "__metadata__" || seen[t.Name] {
-			return fmt.Errorf("ckpt: %s: tensor name %q is empty, reserved or repeated", path, t.Name)
-		}
-		seen[t.Name] = true
-		if n := shapeSize(t.Shape); n != len(t.Data) {
-			return fmt.Errorf("ckpt: %s: tensor %q: %d values for shape %v", path, t.Name, len(t.Data), t.Shape)
-		}
-		if i > 0 || len(metadata) > 0 {
-			h.WriteByte(',')
-		}
-		name, _ := json.Marshal(t.Name)
-		shape := t.Shape
-		if shape == nil {
-			shape = []int{}
-		}
-		sh, _ := json.Marshal(shape)
-		end := off + int64(len(t.Data)*size)
-		fmt.Fprintf(&h, `%s:{"dtype":"%s","shape":%s,"data_offsets":[%d,%d]}`, name, dtype, sh, off, end)
-		off = end
-	}
-	h.WriteByte('}')
-	for h.Len()%8 != 0 {
-		h.WriteByte(' ')
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("ckpt: %w", err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	var lenBuf [8]byte
-	binary.LittleEndian.PutUint64(lenBuf[:], uint64(h.Len()))
-	w.Write(lenBuf[:])
-	w.Write(h.Bytes())
-	buf := make([]byte, 0, 1<<16)
-	for _, t := range tensors {
-		for lo := 0; lo < len(t.Data); lo += 1 << 14 {
-			buf = buf[:0]
-			for _, x := range t.Data[lo:min(lo+1<<14, len(t.Data))] {
-				if dtype == DTypeF32 {
-					buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(x))
-				} else {
-					buf = binary.LittleEndian.AppendUint16(buf, BF16Bits(x))
-				}
-			}
-			w.Write(buf)
-		}
-	}
-	err = w.Flush() // a bufio.Writer keeps its first error
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("ckpt: write %s: %w", path, err)
-	}
-	return nil
-}
-
 // HFExport is what WriteHF puts in a Hugging Face model directory.
 type HFExport struct {
-	Config  []byte    // config.json, as it is written
-	Tensors []WTensor // the weights, in the order they are stored
-	DType   string    // DTypeF32 or DTypeBF16
+	Config  []byte                // config.json, as it is written
+	Tensors []safetensors.WTensor // the weights, in the order they are stored
+	DType   string                // safetensors.DTypeF32 or safetensors.DTypeBF16
 	// MaxShardSize is the most bytes of tensor data per safetensors file (Hugging Face's
 	// max_shard_size); 0 means one file. Above it the weights are split into
 	// model-0000k-of-0000n.safetensors, in order, with model.safetensors.index.json; a tensor
@@ -201,7 +83,7 @@ func shardFile(i, n int) string {
 // killed before it could clean up left them, and WriteHF removes them (e.Hooks.Stale hears of
 // each). It returns the names of the files written, in order.
 func WriteHF(dir string, e HFExport) ([]string, error) {
-	size, err := dtypeBytes(e.DType)
+	size, err := safetensors.ElemBytes(e.DType)
 	if err != nil {
 		return nil, err
 	}
@@ -222,7 +104,7 @@ func WriteHF(dir string, e HFExport) ([]string, error) {
 		if freeOK {
 			had = fmt.Sprintf("%.1f MB", float64(free)/1e6)
 		}
-		return nil, fmt.Errorf("ckpt: disk full: the export to %s needs %.1f MB and %s was free when it began; the partial output is removed, nothing is at %s: free space or export elsewhere: %w",
+		return nil, fmt.Errorf("weights: disk full: the export to %s needs %.1f MB and %s was free when it began; the partial output is removed, nothing is at %s: free space or export elsewhere: %w",
 			dir, float64(need)/1e6, had, dir, syscall.ENOSPC)
 	}
 	return files, err
@@ -232,13 +114,13 @@ func WriteHF(dir string, e HFExport) ([]string, error) {
 func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	switch ents, err := os.ReadDir(dir); {
 	case err == nil && len(ents) > 0:
-		return nil, fmt.Errorf("ckpt: %s exists and is not empty (%d entries, e.g. %s): export writes a new directory", dir, len(ents), ents[0].Name())
+		return nil, fmt.Errorf("weights: %s exists and is not empty (%d entries, e.g. %s): export writes a new directory", dir, len(ents), ents[0].Name())
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("ckpt: %w", err)
+		return nil, fmt.Errorf("weights: %w", err)
 	}
 	parent := filepath.Dir(filepath.Clean(dir))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
-		return nil, fmt.Errorf("ckpt: %w", err)
+		return nil, fmt.Errorf("weights: %w", err)
 	}
 	hooks := HFHooks{Temp: func(string) {}, Stale: func(string, int64) {}}
 	if e.Hooks != nil {
@@ -247,7 +129,7 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	prefix := "." + filepath.Base(filepath.Clean(dir)) + ".tmp-"
 	tmp, err := os.MkdirTemp(parent, prefix)
 	if err != nil {
-		return nil, fmt.Errorf("ckpt: %w", err)
+		return nil, fmt.Errorf("weights: %w", err)
 	}
 	hooks.Temp(tmp)
 	// The temporary directory is locked (flock) while this export writes it, so another
@@ -255,11 +137,11 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	held, err := os.Open(tmp)
 	if err == nil {
 		defer held.Close()
-		_, err = tryLock(held)
+		_, err = ckpt.TryLock(held)
 	}
 	if err != nil {
 		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("ckpt: lock %s: %w", tmp, err)
+		return nil, fmt.Errorf("weights: lock %s: %w", tmp, err)
 	}
 	stale, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
 	for _, p := range stale {
@@ -269,7 +151,7 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 		hooks.Stale(p, sysmem.TreeBytes(p))
 		if err := os.RemoveAll(p); err != nil {
 			os.RemoveAll(tmp)
-			return nil, fmt.Errorf("ckpt: remove the partial export %s: %w", p, err)
+			return nil, fmt.Errorf("weights: remove the partial export %s: %w", p, err)
 		}
 	}
 	ok := false
@@ -279,11 +161,11 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 		}
 	}()
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return nil, fmt.Errorf("ckpt: %w", err)
+		return nil, fmt.Errorf("weights: %w", err)
 	}
 
 	// Shards: consecutive tensors while they fit in MaxShardSize.
-	var shards [][]WTensor
+	var shards [][]safetensors.WTensor
 	var cur int64
 	for _, t := range e.Tensors {
 		b := int64(len(t.Data) * size)
@@ -296,7 +178,7 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	}
 	var files []string
 	write := func(name string, data []byte) error {
-		if err := writeSynced(filepath.Join(tmp, name), data); err != nil {
+		if err := ckpt.WriteFileAtomic(filepath.Join(tmp, name), data); err != nil {
 			return err
 		}
 		files = append(files, name)
@@ -309,7 +191,7 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	var total int64
 	for i, s := range shards {
 		name := shardFile(i, len(shards))
-		if err := WriteSafetensors(filepath.Join(tmp, name), s, e.DType, map[string]string{"format": "pt"}); err != nil {
+		if err := safetensors.Write(filepath.Join(tmp, name), s, e.DType, map[string]string{"format": "pt"}); err != nil {
 			return nil, err
 		}
 		files = append(files, name)
@@ -325,7 +207,7 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 		}{map[string]int64{"total_size": total}, weightMap}
 		js, err := json.MarshalIndent(index, "", "  ")
 		if err != nil {
-			return nil, fmt.Errorf("ckpt: %w", err)
+			return nil, fmt.Errorf("weights: %w", err)
 		}
 		if err := write(HFIndexFile, append(js, '\n')); err != nil {
 			return nil, err
@@ -333,28 +215,28 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(e.Copy)) {
 		if name == "" || filepath.Base(name) != name {
-			return nil, fmt.Errorf("ckpt: file to copy %q: want a plain file name", name)
+			return nil, fmt.Errorf("weights: file to copy %q: want a plain file name", name)
 		}
 		data, err := os.ReadFile(e.Copy[name])
 		if err != nil {
-			return nil, fmt.Errorf("ckpt: copy %s: %w", name, err)
+			return nil, fmt.Errorf("weights: copy %s: %w", name, err)
 		}
 		if err := write(name, data); err != nil {
 			return nil, err
 		}
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := ckpt.SyncDir(tmp); err != nil {
 		return nil, err
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // an empty directory
-		return nil, fmt.Errorf("ckpt: %w", err)
+		return nil, fmt.Errorf("weights: %w", err)
 	}
 	if err := os.Rename(tmp, dir); err != nil {
-		return nil, fmt.Errorf("ckpt: %w", err)
+		return nil, fmt.Errorf("weights: %w", err)
 	}
 	ok = true
 	hooks.Temp("") // renamed: nothing temporary is left
-	if err := syncDir(parent); err != nil {
+	if err := ckpt.SyncDir(parent); err != nil {
 		return files, err
 	}
 	return files, nil
@@ -367,25 +249,6 @@ func unlocked(path string) bool {
 		return false
 	}
 	defer f.Close()
-	ok, err := tryLock(f)
+	ok, err := ckpt.TryLock(f)
 	return ok && err == nil
-}
-
-// writeSynced writes data to path and syncs it.
-func writeSynced(path string, data []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("ckpt: %w", err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("ckpt: write %s: %w", path, err)
-	}
-	return nil
 }

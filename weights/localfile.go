@@ -1,4 +1,4 @@
-package ckpt
+package weights
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 )
 
 // localFile returns the path of file name in dir, where name comes from inside a file (a
-// shard named by an index or a manifest) and so is not trusted: it must be a plain file
+// shard named by model.safetensors.index.json) and so is not trusted: it must be a plain file
 // name (not empty, ".", "..", absolute or with a separator), and the file it names, after
 // symbolic links, must lie inside dir. One exception keeps the Hugging Face hub cache
 // readable: there dir is models--ORG--NAME/snapshots/REV, whose files are links to
@@ -16,7 +16,7 @@ import (
 // that gave the name, for the error.
 func localFile(what, dir, name string) (string, error) {
 	if name == "" || name == "." || name == ".." || filepath.Base(name) != name || !filepath.IsLocal(name) || strings.ContainsRune(name, 0) {
-		return "", fmt.Errorf("ckpt: %s names file %q: want a file name in %s (no directory part, no ..)", what, name, dir)
+		return "", fmt.Errorf("weights: %s names file %q: want a file name in %s (no directory part, no ..)", what, name, dir)
 	}
 	path := filepath.Join(dir, name)
 	fi, err := os.Lstat(path)
@@ -25,11 +25,11 @@ func localFile(what, dir, name string) (string, error) {
 	}
 	target, err := filepath.EvalSymlinks(path)
 	if err != nil {
-		return "", fmt.Errorf("ckpt: %s names file %q, a symbolic link that does not resolve: %w", what, name, err)
+		return "", fmt.Errorf("weights: %s names file %q, a symbolic link that does not resolve: %w", what, name, err)
 	}
 	realDir, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return "", fmt.Errorf("ckpt: %w", err)
+		return "", fmt.Errorf("weights: %w", err)
 	}
 	inside := func(parent string) bool {
 		rel, err := filepath.Rel(parent, target)
@@ -41,5 +41,5 @@ func localFile(what, dir, name string) (string, error) {
 	if snaps := filepath.Dir(realDir); filepath.Base(snaps) == "snapshots" && inside(filepath.Join(filepath.Dir(snaps), "blobs")) {
 		return path, nil
 	}
-	return "", fmt.Errorf("ckpt: %s names file %q, a symbolic link to %s, outside %s: refused", what, name, target, dir)
+	return "", fmt.Errorf("weights: %s names file %q, a symbolic link to %s, outside %s: refused", what, name, target, dir)
 }
