@@ -75,6 +75,11 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer job.Close()
+	if !job.Leader() { // every rank evaluates; rank 0 speaks and writes
+		stdout, stderr, *progress = io.Discard, io.Discard, false
+		*plotOut = ""
+	}
 	fmt.Fprintln(stderr, job.Describe())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -87,7 +92,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		_ = bar.Add(1)
 	})
 	_ = bar.Finish()
-	if err != nil {
+	if err != nil || !job.Leader() {
 		return err
 	}
 	// The result first, so that a file that cannot be written loses nothing.
@@ -128,7 +133,7 @@ func runPasskey(ctx context.Context, job *evaluate.Job, plotOut string, progress
 	bar := newBar(stderr, int64(len(p.Lengths)*p.Trials), "", false, progress)
 	rep, err := job.RunPasskey(ctx, func(done, total int) { _ = bar.Add(1) })
 	_ = bar.Finish()
-	if err != nil {
+	if err != nil || !job.Leader() {
 		return err
 	}
 	r := rep.Passkey

@@ -142,11 +142,8 @@ func hfEvaluator(t *testing.T, name string, P int, attn string) (*evaluate.Evalu
 	}
 	par := cfg.Parallelism
 	par.WorldSize, par.SequenceParallelDegree, par.Attention = P, P, attn
-	ev, err := evaluate.NewEvaluator(em.Config, par)
+	ev, err := evaluate.Local(em.Config, par, em.Params)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ev.Load(em.Params); err != nil {
 		t.Fatal(err)
 	}
 	return ev, em

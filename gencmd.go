@@ -49,6 +49,10 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer job.Close()
+	if !job.Leader() { // every rank generates; rank 0 speaks and writes
+		stdout, stderr, *stream, *out = io.Discard, io.Discard, false, ""
+	}
 	fmt.Fprintln(stderr, job.Describe())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

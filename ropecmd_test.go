@@ -25,11 +25,8 @@ func TestEvalDynamicRopeSequenceParallel(t *testing.T) {
 	evaluator := func(P int, attn string) *evaluate.Evaluator {
 		par := config.Default().Parallelism
 		par.WorldSize, par.SequenceParallelDegree, par.Attention = P, P, attn
-		ev, err := evaluate.NewEvaluator(cfg, par)
+		ev, err := evaluate.Local(cfg, par, em.Params)
 		if err != nil {
-			t.Fatal(err)
-		}
-		if err := ev.Load(em.Params); err != nil {
 			t.Fatal(err)
 		}
 		return ev

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"distflash/config"
-	"distflash/parallel/transport"
 	"distflash/train"
+	"distflash/world"
 )
 
 // runTrain is `distflash train`.
@@ -57,28 +57,28 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return &everyRank{fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
 			cfg.Path, strings.Join(reqs, "\n  - "))}
 	}
-	if err := train.CheckMemory(cfg); err != nil {
-		return &everyRank{err}
-	}
 	if *fresh && *resume != "" {
 		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
 	}
 	opt := train.Options{Progress: *progress, Resume: *resume, Fresh: *fresh, StopAfter: *stopAfter,
 		Clock: train.NewClock(*timeLimit), InitParams: initParams, Profile: *profile, ProfileSteps: steps}
-	comm, err := train.Launch(&cfg, stderr)
+	w, err := world.Launch(&cfg, stderr)
+	if w != nil {
+		defer w.Finalize()
+	}
 	if err != nil {
 		return err
 	}
-	if comm != nil {
-		opt.Comm = comm
-		defer transport.FinalizeMPI()
+	if err := train.CheckMemory(cfg, w); err != nil {
+		return &everyRank{err}
 	}
-	ctx, stop := train.OnSignal(stderr, opt.Clock, comm == nil || comm.Rank() == 0)
+	opt.World = w
+	ctx, stop := train.OnSignal(stderr, opt.Clock, w.Leader())
 	defer stop()
 	if err := train.Run(ctx, cfg, stdout, stderr, opt); err != nil {
 		return err
 	}
-	return train.WriteTraffic(comm)
+	return train.WriteTraffic(w)
 }
 
 // parseSteps reads FIRST..LAST, two steps counted from 1 with FIRST <= LAST.

@@ -126,6 +126,18 @@ type ParallelismConfig struct {
 	UlyssesDegree int `toml:"ulysses_degree" json:"ulysses_degree,omitempty"`
 }
 
+// Dims are the section's parallel dimensions: world_size ranks as replicas of
+// sequence_parallel_degree ranks, ulysses_degree inside them, under the attention schedule.
+// A config Validate passes has valid ones; the error names the keys of one that has not.
+func (p ParallelismConfig) Dims() (parallel.Dims, error) {
+	d, err := parallel.NewDims(p.WorldSize, p.SequenceParallelDegree, p.UlyssesDegree, p.Attention)
+	if err != nil {
+		return parallel.Dims{}, fmt.Errorf("parallelism.world_size = %d, sequence_parallel_degree = %d, ulysses_degree = %d, attention = %q: %w",
+			p.WorldSize, p.SequenceParallelDegree, p.UlyssesDegree, p.Attention, err)
+	}
+	return d, nil
+}
+
 // CheckpointConfig is the [checkpoint] section: activation checkpointing (recomputation in the
 // backward pass) and the saving of model checkpoints.
 type CheckpointConfig struct {

@@ -11,17 +11,11 @@ package evaluate
 
 import (
 	"cmp"
-	"context"
 	"fmt"
-	"slices"
 	"strconv"
 
 	"distflash/config"
 	"distflash/data"
-	"distflash/kernels"
-	"distflash/model"
-	"distflash/parallel"
-	"distflash/parallel/transport"
 	"distflash/weights"
 )
 
@@ -37,11 +31,9 @@ import (
 // or bytes 2..seq_len+1 without one, since the first token is then not predicted). The BOS
 // token itself is never predicted and never counted.
 //
-// Sequence parallelism. With parallelism.sequence_parallel_degree P > 1, P in-process ranks
-// share every sample, as in training: each holds its tokens of the configured schedule's
-// layout and runs the schedule's attention. A sample of n tokens is padded to a multiple of
-// the layout's divisor (P, or 2P for zig-zag) with targets -1, which the loss ignores; the
-// padding sits after the sample, so causal attention keeps the real tokens from seeing it.
+// Ranks. The evaluation runs on the ranks of a world (package world), as training does: in
+// process, or over MPI and NCCL, on the configured devices, sequence-parallel and
+// FSDP-sharded; see Evaluator.
 
 // Result is what one evaluation measured.
 type Result struct {
@@ -130,158 +122,6 @@ func LoadSamples(path string, d config.DataConfig, tok data.Tokenizer, bos int32
 			return samples, nil
 		}
 	}
-}
-
-// Evaluator runs forward passes of one model on P in-process sequence-parallel ranks, each
-// with its own backend and copy of the parameters, as train's ranks.
-type Evaluator struct {
-	Config model.Config
-	P      int
-	Attn   string // schedule, when P > 1
-	layout parallel.Layout
-	world  *transport.World
-	models []*model.Model
-}
-
-// NewEvaluator builds the ranks for model mc under the [parallelism] section par (P =
-// sequence_parallel_degree; world_size beyond it would be data-parallel replicas, which an
-// evaluation does not need). The models keep only each block's input (the forward never
-// needs more), so activation memory is that of CheckpointLayer.
-func NewEvaluator(mc model.Config, par config.ParallelismConfig) (*Evaluator, error) {
-	if par.Backend != "inproc" {
-		return nil, fmt.Errorf("eval: parallelism.backend = %q: this build evaluates on in-process ranks (\"inproc\")", par.Backend)
-	}
-	if err := mc.Resolve(); err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
-	}
-	P := max(par.SequenceParallelDegree, 1)
-	e := &Evaluator{Config: mc, P: P, world: transport.NewWorld(P)}
-	if P > 1 {
-		if err := parallel.CheckHybrid(par.Attention, model.Heads{N: mc.NHeads, KV: mc.NKVHeads, Dim: mc.HeadDim}, P, max(par.UlyssesDegree, 1)); err != nil {
-			return nil, fmt.Errorf("eval: parallelism.attention = %q on %d sequence-parallel ranks: %w", par.Attention, P, err)
-		}
-		l, err := parallel.LayoutOf(par.Attention)
-		if err != nil {
-			return nil, fmt.Errorf("eval: %w", err)
-		}
-		e.Attn, e.layout = par.Attention, l
-	}
-	for r := 0; r < P; r++ {
-		be := kernels.NewCPU()
-		m := model.New(mc, model.CheckpointLayer, be)
-		m.LossChunk, m.MLPTile = config.AutoLossChunk(mc.VocabSize), config.AutoMLPTile(mc.FFNDim) // as training's defaults
-		if P > 1 {
-			a, err := parallel.NewAttention(par.Attention, e.world.Comm(r), be, parallel.Options{Overlap: par.OverlapComm, UlyssesDegree: par.UlyssesDegree})
-			if err != nil {
-				return nil, fmt.Errorf("eval: %w", err)
-			}
-			m.Attn = a
-		}
-		e.models = append(e.models, m)
-	}
-	return e, nil
-}
-
-// load copies params (in model.NewLayout order) into every rank.
-func (e *Evaluator) Load(params []float32) error {
-	if n := e.models[0].Layout.Size; len(params) != n {
-		return fmt.Errorf("eval: %d parameter values for a model of %d", len(params), n)
-	}
-	for _, m := range e.models {
-		m.LoadParams(params)
-	}
-	return nil
-}
-
-// Score returns the summed loss of one sample's targets and their count.
-func (e *Evaluator) Score(s Sample) (lossSum float64, count int, err error) {
-	losses, _, err := e.Forward(s.IDs, s.Targets, nil)
-	if err != nil {
-		return 0, 0, err
-	}
-	for i, t := range s.Targets { // in sequence order: the same sum on any number of ranks
-		if t >= 0 {
-			lossSum += float64(losses[i])
-			count++
-		}
-	}
-	return lossSum, count, nil
-}
-
-// Forward runs one forward of the sequence ids (one sample, positions from 0) on the ranks,
-// with next-token targets (negative: not scored), and returns each position's loss (0 where
-// the target is negative) in sequence order, and the argmax of the logits at each position of
-// at (ties: the lowest id), for a teacher-forced check of what the model predicts there.
-func (e *Evaluator) Forward(ids, targets []int32, at []int) (losses []float32, argmaxAt []int32, err error) {
-	n := len(ids)
-	if len(targets) != n {
-		return nil, nil, fmt.Errorf("eval: %d tokens and %d targets", n, len(targets))
-	}
-	losses, argmaxAt = make([]float32, n), make([]int32, len(at))
-	want := map[int32]int{} // position → index in at
-	for i, p := range at {
-		if p < 0 || p >= n {
-			return nil, nil, fmt.Errorf("eval: argmax at position %d of %d", p, n)
-		}
-		want[int32(p)] = i
-	}
-	T := n
-	if e.P > 1 {
-		d := e.layout.Divisor(e.P)
-		T = (n + d - 1) / d * d
-	}
-	ids2 := make([]int32, T) // padding: token 0, target -1 (ignored), after the sample
-	tg2 := slices.Repeat([]int32{-1}, T)
-	copy(ids2, ids)
-	copy(tg2, targets)
-	V := e.Config.VocabSize
-	err = e.world.Run(func(c transport.Comm) error {
-		r := c.Rank()
-		pos, err := e.positions(T, r)
-		if err != nil {
-			return err
-		}
-		m := e.models[r]
-		if len(at) > 0 {
-			row := make([]float32, V)
-			be := m.Backend()
-			m.RowHook = func(row0 int, lg kernels.Buf, rows int) {
-				for i := row0; i < row0+rows; i++ {
-					if j, ok := want[pos[i]]; ok {
-						be.Download(row, be.Slice(lg, (i-row0)*V, V))
-						argmaxAt[j] = argmax(row)
-					}
-				}
-			}
-			defer func() { m.RowHook = nil }()
-		}
-		// SeqLen: the sample's length, not the padded T nor the rank's slice (dynamic RoPE)
-		m.Forward(model.Batch{IDs: parallel.Shard(ids2, 1, T, 1, pos), Targets: parallel.Shard(tg2, 1, T, 1, pos), B: 1, Pos: pos, SeqLen: n})
-		for i, l := range m.TokenLosses() {
-			if p := int(pos[i]); p < n {
-				losses[p] = l // each rank its own positions
-			}
-		}
-		return nil
-	})
-	return losses, argmaxAt, err
-}
-
-// positions returns the global positions rank r holds of a T-token sequence: all of them on
-// one rank, its layout's share on several.
-func (e *Evaluator) positions(T, r int) ([]int32, error) {
-	if e.P == 1 {
-		return model.Positions(T), nil
-	}
-	return e.layout.Positions(T, e.P, r)
-}
-
-// Evaluate runs every sample (one forward each, every target scored) and returns the result;
-// progress, when not nil, is called after each sample with the number done and the running
-// mean loss. A cancelled ctx stops it between samples with an error.
-func (e *Evaluator) Evaluate(ctx context.Context, samples []Sample, progress func(done int, loss float64)) (Result, error) {
-	r, _, err := e.EvaluateWith(ctx, samples, EvalOptions{}, progress)
-	return r, err
 }
 
 // SeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.

@@ -7,12 +7,13 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"distflash/model"
 	"distflash/parallel"
 	"distflash/parallel/transport"
-	"distflash/sysmem"
+	"distflash/world"
 )
 
 // Generation: `distflash generate`, passkey's generated scoring and train's samples.
@@ -149,9 +150,10 @@ func argmax(x []float32) int32 {
 }
 
 // Generate continues prompt (token ids, BOS included when the model wants one) by up to
-// opt.MaxNew tokens on the evaluator's ranks. emit, when not nil, is called with each new
-// token as it is chosen (on rank 0's goroutine). A cancelled ctx stops it after the token
-// being chosen (Stopped "cancelled").
+// opt.MaxNew tokens on the evaluator's ranks: every replica generates the same text (the same
+// seed, the same logits), each sequence group with its cache sharded over its ranks. emit, when
+// not nil, is called with each new token as it is chosen (on rank 0's goroutine). A cancelled
+// ctx (on any process) stops it after the token being chosen (Stopped "cancelled").
 func (e *Evaluator) Generate(ctx context.Context, prompt []int32, opt GenOptions, emit func(tok int32)) (Generation, error) {
 	if err := opt.Validate(); err != nil {
 		return Generation{}, err
@@ -164,78 +166,94 @@ func (e *Evaluator) Generate(ctx context.Context, prompt []int32, opt GenOptions
 		return Generation{}, fmt.Errorf("generate: %d prompt tokens + --max-new-tokens %d = %d exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)",
 			n, opt.MaxNew, total, e.Config.MaxSeqLen)
 	}
-	T := n
-	if e.P > 1 {
-		d := e.layout.Divisor(e.P)
-		T = (n + d - 1) / d * d
-	}
+	d := e.w.Dims
+	T := d.Padded(n)
 	ids := make([]int32, T) // padding after the prompt: neither cached nor seen
 	copy(ids, prompt)
-	g := Generation{PromptLen: n, Stopped: "length", CacheBytes: model.CacheBytes(e.Config, T+opt.MaxNew)}
-	if avail, source, ok := sysmem.Available(); ok && g.CacheBytes > avail {
-		return Generation{}, fmt.Errorf("generate: the key/value cache of %d prompt tokens + --max-new-tokens %d needs %.2f GiB (%d layers × 2 × %d values a token, float32), this machine has %.2f GiB available (%s): shorten the prompt or --max-new-tokens",
-			n, opt.MaxNew, float64(g.CacheBytes)/(1<<30), e.Config.NLayers, e.Config.KVDim(), float64(avail)/(1<<30), source)
+	g := Generation{PromptLen: n, Stopped: "length", CacheBytes: model.CacheBytes(e.Config, T+opt.MaxNew) * int64(d.DP())}
+	// each rank holds its sequence group's share of one replica's cache
+	perRank := model.CacheBytes(e.Config, T+opt.MaxNew) / int64(d.SP)
+	if avail, source, ok := e.w.Memory(); ok && float64(perRank) > avail {
+		return Generation{}, fmt.Errorf("generate: the key/value cache of %d prompt tokens + --max-new-tokens %d needs %.2f GiB per rank (%d layers × 2 × %d values a token, float32, over %d ranks), a rank has %.2f GiB (%s): shorten the prompt or --max-new-tokens",
+			n, opt.MaxNew, float64(perRank)/(1<<30), e.Config.NLayers, e.Config.KVDim(), d.SP, avail/(1<<30), source)
 	}
-	sent := make([]transport.Traffic, e.P) // each rank's bytes over the decoding steps
-	err := e.world.Run(func(c transport.Comm) error {
-		r := c.Rank()
-		pos, err := e.positions(T, r)
+	// the decoding's stop reasons, shared with the token: a token id, or one of these
+	const eos, cancelled = -1, -2
+	gens := make(map[int]*Generation)       // each local rank's, written by its goroutine
+	sent := make(map[int]transport.Traffic) // each local rank's bytes over the decoding steps
+	var mu sync.Mutex
+	err := e.w.Run(func(r *world.Rank) error {
+		my := &Generation{}
+		mu.Lock()
+		gens[r.ID] = my
+		mu.Unlock()
+		pos, err := r.Positions(T)
 		if err != nil {
 			return err
 		}
 		var grp model.Group
-		if e.P > 1 {
-			grp = c
+		if d.SP > 1 {
+			grp = r.Seq
 		}
-		d := model.NewDecoder(e.models[r], grp)
+		dec := model.NewDecoder(r.Model, grp)
 		smp := newSampler(opt)
 		start := time.Now()
-		logits := d.Prefill(parallel.Shard(ids, 1, T, 1, pos), pos, n, opt.MaxNew)
-		before := c.Traffic()
-		if r == 0 {
-			g.PrefillSec = time.Since(start).Seconds()
-			start = time.Now()
-		}
+		logits := dec.Prefill(parallel.Shard(ids, 1, T, 1, pos), pos, n, opt.MaxNew)
+		before := r.Comm.Traffic()
+		my.PrefillSec = time.Since(start).Seconds()
+		start = time.Now()
 		for i := 0; ; i++ {
-			tok := int32(-1)
-			if r == 0 {
+			tok := int32(cancelled)
+			if r.SPRank() == 0 { // each sequence group's first rank chooses; the group takes its choice
 				tok = smp.next(logits)
 				switch {
 				case slices.Contains(opt.Stop, tok):
-					g.Stopped, tok = "eos", -1
+					tok = eos
 				case ctx.Err() != nil:
-					g.Stopped, tok = "cancelled", -1
-				default:
-					g.Tokens = append(g.Tokens, tok)
-					if emit != nil {
-						emit(tok)
-					}
+					tok = cancelled
 				}
 			}
-			// every rank takes rank 0's choice; -1 ends the text
-			if tok = d.Share(tok); tok < 0 || i+1 == opt.MaxNew {
+			// the replicas stop together (their FSDP gathers meet): one more flag, agreed by all
+			if d.DP() > 1 && e.stoppedOn(r, ctx) {
+				tok = cancelled
+			}
+			if tok = dec.Share(tok); tok < 0 {
+				my.Stopped = map[int32]string{eos: "eos", cancelled: "cancelled"}[tok]
 				break
 			}
-			logits = d.Step(tok)
+			my.Tokens = append(my.Tokens, tok)
+			if emit != nil && r.ID == 0 {
+				emit(tok)
+			}
+			if i+1 == opt.MaxNew {
+				break
+			}
+			logits = dec.Step(tok)
 		}
-		if r == 0 {
-			g.DecodeSec = time.Since(start).Seconds()
-		}
-		after := c.Traffic()
+		my.DecodeSec = time.Since(start).Seconds()
+		after := r.Comm.Traffic()
 		for site, b := range after {
 			after[site] = b - before[site]
 		}
-		sent[r] = after
+		mu.Lock()
+		sent[r.ID] = after
+		mu.Unlock()
 		return nil
 	})
 	if err != nil {
 		return Generation{}, fmt.Errorf("generate: %w", err)
 	}
+	first := gens[e.w.First().ID]
+	g.Tokens, g.PrefillSec, g.DecodeSec = first.Tokens, first.PrefillSec, first.DecodeSec
+	if first.Stopped != "" {
+		g.Stopped = first.Stopped
+	}
 	g.Decoded = max(len(g.Tokens)-1, 0)
 	if g.Stopped != "length" {
 		g.Decoded = len(g.Tokens)
 	}
-	if steps := len(g.Tokens); e.P > 1 && steps > 0 {
+	if steps := len(g.Tokens); e.w.Dims.World > 1 && steps > 0 {
+		// per call site, the bytes the busiest of this process's ranks sent per token
 		g.BytesPerToken = map[string]float64{}
 		for _, tr := range sent {
 			for site, b := range tr {

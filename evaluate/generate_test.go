@@ -55,11 +55,8 @@ func evaluatorOf(t *testing.T, dir string, P int, attn string) *Evaluator {
 	}
 	par := config.Default().Parallelism
 	par.SequenceParallelDegree, par.WorldSize, par.Attention = P, P, attn
-	e, err := NewEvaluator(em.Config, par)
+	e, err := Local(em.Config, par, em.Params)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Load(em.Params); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -101,7 +98,7 @@ func TestGenerateMatchesPyTorch(t *testing.T) {
 					t.Errorf("stopped %q after %d steps, prompt %d: want length, %d, %d", g.Stopped, g.Decoded, g.PromptLen, len(c.Tokens)-1, len(c.PromptIDs))
 				}
 				if w.P == 1 {
-					d := model.NewDecoder(e.models[0], nil)
+					d := model.NewDecoder(e.w.First().Model, nil)
 					got := d.Prefill(c.PromptIDs, model.Positions(len(c.PromptIDs)), len(c.PromptIDs), 1)
 					var diff, scale float64
 					for i, v := range c.FirstLogits {

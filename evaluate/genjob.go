@@ -9,6 +9,7 @@ import (
 
 	"distflash/config"
 	"distflash/weights"
+	"distflash/world"
 )
 
 // GenRequest is what `distflash generate` is asked to do.
@@ -32,7 +33,14 @@ type GenJob struct {
 	BOS       int32
 	Prompt    []int32 // BOS (when the model has one) and the prompt's tokens
 	Evaluator *Evaluator
+	World     *world.World // the ranks the evaluator runs on; Close ends it
 }
+
+// Leader reports whether this process speaks for the job: it holds rank 0.
+func (j *GenJob) Leader() bool { return j.World.Leader() }
+
+// Close releases the job's communicators and ends MPI when the job ran over it.
+func (j *GenJob) Close() error { return closeWorld(j.World) }
 
 // PrepareGenerate loads the model of req and tokenizes its prompt. The model's tokenizer's
 // EOS (when it has one) is added to the options' stop tokens.
@@ -78,15 +86,15 @@ func PrepareGenerate(req GenRequest, stderr io.Writer) (*GenJob, error) {
 		return nil, err
 	}
 	req.Options.Stop = append(req.Options.Stop, l.stop...)
-	return &GenJob{Req: req, Config: l.cfg, Model: l.em, BOS: l.bos, Prompt: prompt, Evaluator: l.ev}, nil
+	return &GenJob{Req: req, Config: l.cfg, Model: l.em, BOS: l.bos, Prompt: prompt, Evaluator: l.ev, World: l.w}, nil
 }
 
 // Describe is the line that says what the job generates from and how.
 func (j *GenJob) Describe() string {
 	mc, ev, o := j.Model.Config, j.Evaluator, j.Req.Options
-	world := "1 worker"
-	if ev.P > 1 {
-		world = fmt.Sprintf("%d sequence-parallel ranks (%s; the cache sharded)", ev.P, ev.Attn)
+	world := ev.Describe()
+	if ev.P() > 1 {
+		world += " (the cache sharded)"
 	}
 	how := "greedy"
 	if o.Temperature > 0 {

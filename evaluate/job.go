@@ -15,9 +15,11 @@ import (
 	"distflash/ckpt"
 	"distflash/config"
 	"distflash/data"
+	"distflash/kernels"
+	"distflash/model"
 	"distflash/plan"
-	"distflash/sysmem"
 	"distflash/weights"
+	"distflash/world"
 )
 
 // Request is what `distflash eval` is asked to do; zero values take the config's defaults.
@@ -45,17 +47,35 @@ type Job struct {
 	BOS       int32
 	Stop      []int32 // the tokens that end a generation: the tokenizer's EOS
 	Evaluator *Evaluator
+	World     *world.World // the ranks the evaluator runs on; Close ends it
 	Samples   []Sample
+}
+
+// Leader reports whether this process speaks for the job: it holds rank 0 (under mpirun the
+// other processes evaluate alike and say nothing).
+func (j *Job) Leader() bool { return j.World.Leader() }
+
+// Close releases the job's communicators and ends MPI when the job ran over it.
+func (j *Job) Close() error { return closeWorld(j.World) }
+
+// closeWorld ends a job's world: its communicators, then MPI.
+func closeWorld(w *world.World) error {
+	if err := w.CloseComms(); err != nil {
+		return err
+	}
+	return w.Finalize()
 }
 
 // loaded is a model on an evaluator's ranks under its config: what eval, generate and their
 // tasks share.
 type loaded struct {
-	cfg  config.Config
-	em   weights.Model
-	bos  int32
-	stop []int32
-	ev   *Evaluator
+	cfg    config.Config
+	em     weights.Model
+	bos    int32
+	stop   []int32
+	w      *world.World
+	ev     *Evaluator
+	stderr io.Writer // the process's stderr on the leader, io.Discard on the other processes
 }
 
 // loadModel reads the config and the model of an eval or generate request (the config a
@@ -68,15 +88,23 @@ func loadModel(configPath string, sets []string, modelPath, bosFlag, what string
 	if err != nil {
 		return loaded{}, err
 	}
+	if reqs := cfg.Requirements(); len(reqs) > 0 {
+		return loaded{}, fmt.Errorf("%s: this build cannot run the config; it needs:\n  - %s", what, strings.Join(reqs, "\n  - "))
+	}
+	// the world first: under mpirun every process loads the model, and only rank 0 speaks
+	w, err := world.Launch(&cfg, stderr)
+	if err != nil {
+		return loaded{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if !w.Leader() {
+		stderr = io.Discard
+	}
 	em, err := weights.Load(modelPath, cfg, stderr)
 	if err != nil {
 		return loaded{}, err
 	}
 	if cfg, err = ConfigFor(cfg, em, configPath, sets); err != nil {
 		return loaded{}, err
-	}
-	if cfg.Device.Kind != "cpu" {
-		return loaded{}, fmt.Errorf("%s: device.kind = %q needs a build with -tags %s (this build runs on the CPU)", what, cfg.Device.Kind, cfg.Device.Kind)
 	}
 	if bosFlag == "" {
 		bosFlag = "auto"
@@ -98,26 +126,30 @@ func loadModel(configPath string, sets []string, modelPath, bosFlag, what string
 			stop = []int32{eos}
 		}
 	}
-	return loaded{cfg: cfg, em: em, bos: bos, stop: stop}, nil
+	return loaded{cfg: cfg, em: em, bos: bos, stop: stop, w: w, stderr: stderr}, nil
 }
 
-// build checks that sequences of tokens tokens fit the model and the memory its ranks have,
-// then loads the weights into an evaluator's ranks (and drops the host copy).
+// build checks that sequences of tokens tokens fit the model, opens the world's devices,
+// checks that such a sequence fits the memory each rank has, then puts the model on the ranks
+// (forward only: each block's input kept, float32, FSDP-sharded when parallelism.fsdp says
+// so) and drops the host copy of the weights.
 func (l *loaded) build(tokens int, what string) error {
 	if longest := l.em.Config.MaxSeqLen; tokens > longest {
 		return fmt.Errorf("%s: %d tokens exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)", what, tokens, longest)
 	}
-	if err := checkMemory(l.cfg, tokens); err != nil {
+	if err := l.w.Open(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if err := checkMemory(l.cfg, l.w, tokens, what); err != nil {
 		return err
 	}
-	ev, err := NewEvaluator(l.em.Config, l.cfg.Parallelism)
-	if err != nil {
-		return err
+	mc := l.em.Config
+	spec := world.Spec{Model: mc, Policy: model.CheckpointLayer, Precision: kernels.FP32, FSDP: l.cfg.Parallelism.FSDP,
+		LossChunk: config.AutoLossChunk(mc.VocabSize), MLPTile: config.AutoMLPTile(mc.FFNDim), Params: l.em.Params} // as training's defaults
+	if err := l.w.Build(spec); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := ev.Load(l.em.Params); err != nil {
-		return err
-	}
-	l.em.Params, l.ev = nil, ev
+	l.em.Params, l.ev = nil, NewEvaluator(l.w)
 	return nil
 }
 
@@ -152,7 +184,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 		if req.Out == "" {
 			req.Out = filepath.Clean(l.em.Path) + ".passkey.json"
 		}
-		return &Job{Req: req, Config: l.cfg, Model: l.em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev}, nil
+		return &Job{Req: req, Config: l.cfg, Model: l.em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev, World: l.w}, nil
 	}
 	cfg, em := l.cfg, l.em
 	if req.Data == "" {
@@ -188,18 +220,14 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 		return nil, err
 	}
 	if len(ss) < req.Samples {
-		fmt.Fprintf(stderr, "eval: %s has %d documents to evaluate, fewer than --samples %d\n", req.Data, len(ss), req.Samples)
+		fmt.Fprintf(l.stderr, "eval: %s has %d documents to evaluate, fewer than --samples %d\n", req.Data, len(ss), req.Samples)
 	}
-	return &Job{Req: req, Config: cfg, Model: em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev, Samples: ss}, nil
+	return &Job{Req: req, Config: cfg, Model: em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev, World: l.w, Samples: ss}, nil
 }
 
 // Describe is the line that says what the job evaluates, on what and how.
 func (j *Job) Describe() string {
-	mc, ev := j.Model.Config, j.Evaluator
-	world := "1 worker"
-	if ev.P > 1 {
-		world = fmt.Sprintf("%d sequence-parallel ranks (%s)", ev.P, ev.Attn)
-	}
+	mc, world := j.Model.Config, j.Evaluator.Describe()
 	what := fmt.Sprintf("%s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d)",
 		j.Model.Describe(), j.Model.Source, config.Count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize)
 	if j.Req.Task == "passkey" {
@@ -283,7 +311,7 @@ func (j *Job) RunPasskey(ctx context.Context, progress func(done, total int)) (P
 	}
 	rep := PasskeyReport{Task: "passkey", Model: j.Req.Model, Source: j.Model.Source, Evaluated: j.Model.Path,
 		TrainSeqLen: j.trainSeqLen(), Tokenizer: j.Model.Tokenizer.Name(), BOS: j.BOS, Params: j.Model.Config.NumParams(),
-		SequenceParallel: j.Evaluator.P, Attention: j.Evaluator.Attn, ElapsedSec: time.Since(start).Seconds(), Passkey: res}
+		SequenceParallel: j.Evaluator.P(), Attention: j.Evaluator.Attn(), ElapsedSec: time.Since(start).Seconds(), Passkey: res}
 	if j.Model.Step >= 0 {
 		step := j.Model.Step
 		rep.Step = &step
@@ -325,28 +353,27 @@ func WriteReport(path string, rep any) error {
 	return nil
 }
 
-// checkMemory refuses, before the evaluator's ranks are built, an evaluation whose
-// sequence-parallel ranks (all in this process) do not fit in the memory the process has:
-// plan.EvalMemoryFor of a sample of seqLen tokens, times the ranks. The error names what is
-// needed and available and the longest --seq-len that fits.
-func checkMemory(cfg config.Config, seqLen int) error {
+// checkMemory refuses, before the model is put on the ranks, an evaluation whose sequences of
+// seqLen tokens do not fit in the memory each rank has (world.Memory: the host's shared by
+// the process's ranks, or the GPU's): plan.EvalMemoryFor of the rank's share. The error names
+// what is needed and available and the longest --seq-len that fits.
+func checkMemory(cfg config.Config, w *world.World, seqLen int, what string) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(10) // as train: a few large buffers live for the whole run
 	}
-	avail, source, ok := sysmem.Available()
+	avail, source, ok := w.Memory()
 	if !ok {
 		return nil
 	}
-	P := max(cfg.Parallelism.SequenceParallelDegree, 1)
 	cfg.Data.SeqLen = seqLen
-	m := plan.EvalMemoryFor(cfg, float64(avail)/float64(P))
+	m := plan.EvalMemoryFor(cfg, avail)
 	if m.Fits {
 		return nil
 	}
 	gib := func(x float64) string { return fmt.Sprintf("%.1f GiB", x/(1<<30)) }
-	msg := fmt.Sprintf("eval: a sample of %d tokens needs %s per rank × %d ranks (the weights %s, activations %s, logits %s, attention %s, collector headroom %s), this machine has %s available (%s)",
-		seqLen, gib(m.Peak), P, gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(float64(avail)), source)
-	if longest := plan.MaxEvalSeqLen(cfg, float64(avail)/float64(P)); longest > 0 {
+	msg := fmt.Sprintf("%s: a sample of %d tokens needs %s per rank (the weights %s, activations %s, logits %s, attention %s, collector headroom %s), a rank has %s available (%s)",
+		what, seqLen, gib(m.Peak), gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(avail), source)
+	if longest := plan.MaxEvalSeqLen(cfg, avail); longest > 0 {
 		msg += fmt.Sprintf("; the longest --seq-len that fits is %d", longest)
 	}
 	return errors.New(msg)

@@ -163,8 +163,8 @@ func (e *Evaluator) Passkey(ctx context.Context, tok data.Tokenizer, bos int32, 
 		}
 		rng := rand.New(rand.NewPCG(opt.Seed, uint64(length)))
 		for range opt.Trials {
-			if err := ctx.Err(); err != nil {
-				return PasskeyResult{}, fmt.Errorf("eval: stopped after %d of %d passkey trials: %w", done, total, err)
+			if e.stopped(ctx) { // on every rank alike
+				return PasskeyResult{}, fmt.Errorf("eval: stopped after %d of %d passkey trials: %w", done, total, context.Canceled)
 			}
 			key, prefix := 10000+rng.IntN(90000), rng.IntN(f+1)
 			t, err := e.passkeyTrial(ctx, tok, bos, stop, key, f, prefix)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -142,33 +143,58 @@ func (r *PositionResult) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// scoreSample scores one sample as opt says and returns the loss of each target (by position)
-// and whether it was scored.
-func (e *Evaluator) scoreSample(s Sample, opt EvalOptions) ([]float32, error) {
+// windows are the forwards that score a sample as opt says: one over the whole sample, or the
+// sliding windows, each scoring only the targets no earlier window scored.
+func windows(s Sample, opt EvalOptions) []request {
 	n := len(s.IDs)
 	if opt.Window == 0 || opt.Window >= n {
-		losses, _, err := e.Forward(s.IDs, s.Targets, nil)
-		return losses, err
+		return []request{{ids: s.IDs, targets: s.Targets}}
 	}
-	out := make([]float32, n)
-	targets := make([]int32, 0, opt.Window)
+	var out []request
 	for begin, scored := 0, 0; scored < n; begin += opt.Stride {
 		end := min(begin+opt.Window, n)
-		targets = append(targets[:0], s.Targets[begin:end]...)
+		targets := slices.Clone(s.Targets[begin:end])
 		for i := 0; i < scored-begin; i++ {
 			targets[i] = -1 // scored by an earlier window
 		}
-		losses, _, err := e.Forward(s.IDs[begin:end], targets, nil)
-		if err != nil {
-			return nil, err
-		}
-		copy(out[scored:end], losses[scored-begin:])
+		out = append(out, request{ids: s.IDs[begin:end], targets: targets})
 		scored = end
 	}
-	return out, nil
+	return out
 }
 
-// EvaluateWith is Evaluate with the scoring of opt, and the loss by position when it asks.
+// assemble is the loss of each target of s (by position) from the outcomes of its windows,
+// the first of outs, each window's own targets at their positions; it returns the outcomes
+// left.
+func assemble(s Sample, opt EvalOptions, outs []outcome) (losses []float32, rest []outcome) {
+	losses = make([]float32, len(s.IDs))
+	begin := 0
+	for _, q := range windows(s, opt) {
+		o := outs[0]
+		outs = outs[1:]
+		for j, t := range q.targets {
+			if t >= 0 {
+				losses[begin+j] = o.losses[j]
+			}
+		}
+		begin += opt.Stride
+	}
+	return losses, outs
+}
+
+// scoreSample scores one sample as opt says and returns the loss of each target (by position).
+func (e *Evaluator) scoreSample(s Sample, opt EvalOptions) ([]float32, error) {
+	outs, err := e.forwardAll(windows(s, opt))
+	if err != nil {
+		return nil, err
+	}
+	losses, _ := assemble(s, opt, outs)
+	return losses, nil
+}
+
+// EvaluateWith is Evaluate with the scoring of opt, and the loss by position when it asks. The
+// samples go to the replicas a round at a time (as many samples as replicas); their losses
+// are added up in sample order, so the result is the same on any number of ranks.
 func (e *Evaluator) EvaluateWith(ctx context.Context, samples []Sample, opt EvalOptions, progress func(done int, loss float64)) (Result, *PositionResult, error) {
 	if err := opt.Validate(); err != nil {
 		return Result{}, nil, err
@@ -184,27 +210,38 @@ func (e *Evaluator) EvaluateWith(ctx context.Context, samples []Sample, opt Eval
 	}
 	var lossSum float64
 	var tokens, nbytes int64
-	for i, s := range samples {
-		if err := ctx.Err(); err != nil {
-			return Result{}, nil, fmt.Errorf("eval: stopped after %d of %d samples: %w", i, len(samples), err)
+	dp := e.w.Dims.DP()
+	for i0 := 0; i0 < len(samples); i0 += dp {
+		if e.stopped(ctx) {
+			return Result{}, nil, fmt.Errorf("eval: stopped after %d of %d samples: %w", i0, len(samples), context.Canceled)
 		}
-		losses, err := e.scoreSample(s, opt)
+		group := samples[i0:min(i0+dp, len(samples))]
+		var reqs []request
+		for _, s := range group {
+			reqs = append(reqs, windows(s, opt)...)
+		}
+		outs, err := e.forwardAll(reqs)
 		if err != nil {
-			return Result{}, nil, fmt.Errorf("eval: sample %d: %w", i+1, err)
+			return Result{}, nil, fmt.Errorf("eval: samples %d-%d: %w", i0+1, i0+len(group), err)
 		}
-		for p, t := range s.Targets { // in sequence order: the same sum on any number of ranks
-			if t < 0 {
-				continue
+		for k, s := range group {
+			i := i0 + k
+			var losses []float32
+			losses, outs = assemble(s, opt, outs)
+			for p, t := range s.Targets { // in sequence order: the same sum on any number of ranks
+				if t < 0 {
+					continue
+				}
+				lossSum += float64(losses[p])
+				tokens++
+				if pr != nil {
+					pr.add(p, float64(losses[p]))
+				}
 			}
-			lossSum += float64(losses[p])
-			tokens++
-			if pr != nil {
-				pr.add(p, float64(losses[p]))
+			nbytes += int64(s.Bytes)
+			if progress != nil {
+				progress(i+1, lossSum/float64(tokens))
 			}
-		}
-		nbytes += int64(s.Bytes)
-		if progress != nil {
-			progress(i+1, lossSum/float64(tokens))
 		}
 	}
 	if tokens == 0 {
@@ -216,7 +253,7 @@ func (e *Evaluator) EvaluateWith(ctx context.Context, samples []Sample, opt Eval
 	elapsed := time.Since(start).Seconds()
 	loss := lossSum / float64(tokens)
 	r := Result{Loss: loss, Perplexity: math.Exp(loss), Tokens: tokens, Bytes: nbytes,
-		Samples: len(samples), SequenceParallel: e.P, Attention: e.Attn,
+		Samples: len(samples), SequenceParallel: e.P(), Attention: e.Attn(),
 		ElapsedSec: elapsed, TokensPerSec: float64(tokens) / elapsed}
 	if nbytes > 0 {
 		r.BitsPerByte = lossSum / math.Ln2 / float64(nbytes)

@@ -107,7 +107,7 @@ func runFSDP(t *testing.T, world func(func(transport.Comm) error) error, cfg mod
 		r := c.Rank()
 		// two micro-batches of half the loss each: gradients accumulate in the chunks
 		for range 2 {
-			l, _ := m.ForwardBackward(model.Batch{IDs: ids[r*T:(r+1)*T], Targets: targets[r*T:(r+1)*T], B: 1, Pos: model.Positions(T)}, dscale/2)
+			l, _ := m.ForwardBackward(model.Batch{IDs: ids[r*T : (r+1)*T], Targets: targets[r*T : (r+1)*T], B: 1, Pos: model.Positions(T)}, dscale/2)
 			losses[r] += l / 2
 		}
 		grads[r] = append([]float32(nil), kernels.Host(st.MasterGrads)...)
@@ -222,7 +222,7 @@ func BenchmarkFSDPPrefetch(b *testing.B) {
 			for range b.N {
 				if err := w.Run(func(c transport.Comm) error {
 					r := c.Rank()
-					models[r].ForwardBackward(model.Batch{IDs: ids[r*T:(r+1)*T], Targets: targets[r*T:(r+1)*T], B: 1, Pos: model.Positions(T)}, 1)
+					models[r].ForwardBackward(model.Batch{IDs: ids[r*T : (r+1)*T], Targets: targets[r*T : (r+1)*T], B: 1, Pos: model.Positions(T)}, 1)
 					return nil
 				}); err != nil {
 					b.Fatal(err)

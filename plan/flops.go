@@ -24,11 +24,26 @@ func FLOPsPerToken(m model.Config, seqLen int) float64 {
 // PeakFLOPS is the dense bf16 peak of the GPU a CUDA backend names (cuDeviceGetName, e.g.
 // "NVIDIA H200"), from the presets of --cluster, or 0 when the name is not one of them.
 func PeakFLOPS(device string) float64 {
-	for _, g := range gpuTypes {
-		gpu, _, _ := strings.Cut(g.Name, "-")
-		if strings.Contains(device, gpu) {
-			return g.FLOPS
+	g, _ := GPUByDevice(device)
+	return g.FLOPS
+}
+
+// GPUByDevice is the preset of --cluster for the GPU a CUDA backend names ("NVIDIA H100 80GB
+// HBM3", "NVIDIA A100-SXM4-40GB"): the one whose model is in the name, and of several (A100's
+// 40 and 80 GB) the one whose memory the name gives too, else the first. ok is false when no
+// preset is in the name.
+func GPUByDevice(device string) (g GPUType, ok bool) {
+	for _, t := range gpuTypes {
+		gpu, mem, _ := strings.Cut(t.Name, "-")
+		if !strings.Contains(device, gpu) {
+			continue
+		}
+		if !ok || strings.Contains(device, mem) {
+			g, ok = t, true
+		}
+		if strings.Contains(device, mem) {
+			break
 		}
 	}
-	return 0
+	return g, ok
 }

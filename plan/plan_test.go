@@ -396,3 +396,23 @@ func TestPlanDocumentIdleMatchesCounters(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUByDevice: the names CUDA gives its devices find their preset, of A100's two the one
+// whose memory the name gives; a name of no preset finds none, and its peak is 0.
+func TestGPUByDevice(t *testing.T) {
+	for _, tc := range []struct{ device, want string }{
+		{"NVIDIA H100 80GB HBM3", "H100-80GB"},
+		{"NVIDIA H200", "H200-141GB"},
+		{"NVIDIA A100-SXM4-80GB", "A100-80GB"},
+		{"NVIDIA A100-PCIE-40GB", "A100-40GB"},
+		{"NVIDIA GeForce RTX 4090", ""},
+	} {
+		g, ok := GPUByDevice(tc.device)
+		if ok != (tc.want != "") || g.Name != tc.want {
+			t.Errorf("%q: %q (%v), want %q", tc.device, g.Name, ok, tc.want)
+		}
+		if want := g.FLOPS; PeakFLOPS(tc.device) != want {
+			t.Errorf("%q: peak %g, want the preset's %g", tc.device, PeakFLOPS(tc.device), want)
+		}
+	}
+}

@@ -181,17 +181,17 @@ func LoadInitConfig(path string, sets []string, from string, stderr io.Writer) (
 // loadWeights replaces every rank's weights with params (model Layout order): all of them,
 // or the rank's FSDP chunks, and the 16-bit compute copy where there is one.
 func (t *trainer) loadWeights(params []float32) error {
-	if n := t.ranks[0].model.Layout.Size; len(params) != n {
+	if n := t.ranks[0].Model.Layout.Size; len(params) != n {
 		return fmt.Errorf("init: %d weights for a model of %d", len(params), n)
 	}
 	return t.run(func(r *rank) error {
-		if r.fsdp != nil {
-			r.fsdp.Load(params)
+		if r.FSDP != nil {
+			r.FSDP.Load(params)
 			return nil
 		}
-		r.model.LoadParams(params)
-		if r.cast != nil {
-			r.cast.Refresh()
+		r.Model.LoadParams(params)
+		if r.Cast != nil {
+			r.Cast.Refresh()
 		}
 		return nil
 	})

@@ -6,32 +6,29 @@ import (
 
 	"distflash/config"
 	"distflash/plan"
-	"distflash/sysmem"
+	"distflash/world"
 )
 
-// CheckMemory refuses, before anything is allocated, a config whose ranks in this process do
-// not fit in the memory the process has (sysmem.Available: MemAvailable, or the room under
-// its cgroup's limit): plan's per-rank estimate (plan.MemoryFor: the model state or its FSDP
-// share, the activations the checkpoint policy keeps, the logits, the backward scratch and
-// the attention's working set) times the ranks the process runs (parallelism.world_size
-// in-process, one under MPI). The error says what is needed and available, term by term, the
+// CheckMemory refuses, before anything is allocated, a config whose ranks do not fit in the
+// memory each has (world.Memory: the memory the process has, MemAvailable or the room under its
+// cgroup's limit, shared by the ranks the process runs, all of them in process, one under
+// MPI): plan's per-rank estimate (plan.MemoryFor: the model state or its FSDP share, the
+// activations the checkpoint policy keeps, the logits, the backward scratch and the
+// attention's working set). The error says what is needed and available, term by term, the
 // longest data.seq_len that fits and the knobs that shrink what grows with it. On a GPU
-// (device.kind other than cpu) the estimate is of device memory, which this check does not
-// see, so it passes.
-func CheckMemory(cfg config.Config) error {
-	if cfg.Device.Kind != "cpu" {
+// (device.kind cuda) the estimate is of device memory, which is not known before the devices
+// are opened, so it passes.
+func CheckMemory(cfg config.Config, w *world.World) error {
+	if cfg.Device.Kind == "cuda" {
 		return nil
 	}
-	avail, source, ok := sysmem.Available()
+	perRank, source, ok := w.Memory()
 	if !ok {
 		return nil
 	}
 	p := cfg.Parallelism
-	ranks := 1
-	if p.Backend == "inproc" {
-		ranks = max(p.WorldSize, 1)
-	}
-	perRank := float64(avail) / float64(ranks)
+	ranks := w.LocalRanks()
+	avail := perRank * float64(ranks)
 	m := plan.MemoryFor(cfg, perRank)
 	if m.Fits {
 		return nil
@@ -49,7 +46,7 @@ func CheckMemory(cfg config.Config) error {
 		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, b(m.Peak*float64(ranks)))
 	}
 	fmt.Fprintf(&msg, " (model state %s; growing with data.seq_len × data.batch_size: activations %s, logits %s, backward scratch %s, attention %s), this machine has %s available (%s)",
-		b(state), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(float64(avail)), source)
+		b(state), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(avail), source)
 	if tokens := plan.MaxTokensPerGPU(cfg, perRank); tokens > 0 {
 		seq := tokens * p.SequenceParallelDegree
 		fmt.Fprintf(&msg, ". The longest data.seq_len that fits is %d (data.batch_size %d)", seq, cfg.Data.BatchSize)

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math"
 	"os"
 
 	"distflash/ckpt"
+	"distflash/world"
 )
 
 // MarshalJSON writes m as one metrics.jsonl object, with null for a loss, gradient norm or
@@ -103,6 +105,77 @@ func (w *metricsFile) close() error {
 	w.f = nil
 	if err != nil {
 		return fmt.Errorf("train: write %s: %w", w.path, err)
+	}
+	return nil
+}
+
+// Metrics is one line of runs/<name>/metrics.jsonl.
+type Metrics struct {
+	Step         int      `json:"step"`
+	Loss         float64  `json:"loss"`
+	LR           float64  `json:"lr"`
+	GradNorm     float64  `json:"grad_norm"`
+	TokensPerSec float64  `json:"tokens_per_s"`
+	Tokens       int64    `json:"tokens"`
+	ElapsedSec   float64  `json:"elapsed_s"`
+	AttnForwards int64    `json:"attn_forwards"`
+	AttnBytes    int64    `json:"attn_bytes"`           // the bytes the busiest rank sent for attention (sequence-parallel blocks, statistics, all-to-alls)
+	FLOPsPerSec  float64  `json:"flops_per_s"`          // the model FLOPs of the step's tokens (plan.FLOPsPerToken) per second, all ranks together
+	MFU          float64  `json:"mfu,omitempty"`        // FLOPsPerSec over the peak of all devices (device.peak_tflops or the GPU's); absent when the peak is not known (CPU)
+	Skipped      bool     `json:"skipped,omitempty"`    // fp16: gradients overflowed, the update was skipped
+	LossScale    float64  `json:"loss_scale,omitempty"` // fp16: the scale this step's loss was multiplied by
+	Memory       []Memory `json:"memory"`               // per rank
+	// Held-out evaluation, on the steps where it runs (eval.interval).
+	EvalLoss        float64 `json:"eval_loss,omitempty"`
+	EvalPerplexity  float64 `json:"eval_perplexity,omitempty"`
+	EvalBitsPerByte float64 `json:"eval_bits_per_byte,omitempty"`
+	// EvalSec is the time the step's held-out evaluation and sample took on the training ranks
+	// (not counted in TokensPerSec).
+	EvalSec float64 `json:"eval_s,omitempty"`
+
+	stop     bool // some rank was asked to stop after this step (all ranks stop together)
+	diverged bool // fp32/bf16: the gradients hold Inf or NaN; no update was applied
+}
+
+// Memory is what one rank holds, in bytes (metrics.jsonl "memory", one entry per rank).
+type Memory struct {
+	Params      int64 `json:"params"`      // fp32 master weights: all of them, or the rank's FSDP chunks
+	Grads       int64 `json:"grads"`       // fp32 gradients, likewise
+	Optimizer   int64 `json:"optimizer"`   // AdamW first and second moments (fp32, same extent as Params)
+	Compute     int64 `json:"compute"`     // per-unit working buffers: FSDP's gathered units (peak) and unit gradient, or the 16-bit compute copy
+	Activations int64 `json:"activations"` // the model's activation buffers of the step (peak)
+}
+
+// writeMemory prints the per-rank memory table of the end of a run.
+func writeMemory(w io.Writer, mems []Memory) {
+	if len(mems) == 0 {
+		return
+	}
+	mib := func(b int64) string { return fmt.Sprintf("%.2f", float64(b)/(1<<20)) }
+	fmt.Fprintf(w, "memory per rank (MiB): %-5s %9s %9s %9s %9s %11s %9s\n", "rank", "params", "grads", "optimizer", "compute", "activations", "total")
+	for r, m := range mems {
+		total := m.Params + m.Grads + m.Optimizer + m.Compute + m.Activations
+		fmt.Fprintf(w, "                       %-5d %9s %9s %9s %9s %11s %9s\n", r, mib(m.Params), mib(m.Grads),
+			mib(m.Optimizer), mib(m.Compute), mib(m.Activations), mib(total))
+	}
+}
+
+// WriteTraffic writes, when DISTFLASH_TRAFFIC names a path prefix, the bytes this MPI rank
+// sent by call site over the whole run to PREFIX.rankN as JSON (bench/netns_overlap.sh
+// reads them). The in-process world writes nothing.
+func WriteTraffic(w *world.World) error {
+	prefix := os.Getenv("DISTFLASH_TRAFFIC")
+	if prefix == "" || !w.MPI() {
+		return nil
+	}
+	r := w.First()
+	b, err := json.Marshal(r.Comm.Traffic())
+	if err != nil {
+		return fmt.Errorf("DISTFLASH_TRAFFIC: %w", err)
+	}
+	path := fmt.Sprintf("%s.rank%d", prefix, r.ID)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("DISTFLASH_TRAFFIC=%s: %w", prefix, err)
 	}
 	return nil
 }

@@ -36,10 +36,10 @@ type trainState struct {
 var StateTensors = []string{"params", "adam.m", "adam.v"}
 
 // stateBufs are the buffers behind stateTensors on rank r (all parameters or its FSDP chunks).
-func (r *rank) stateBufs() []kernels.Buf { return []kernels.Buf{r.params, r.opt.M, r.opt.V} }
+func (r *rank) stateBufs() []kernels.Buf { return []kernels.Buf{r.Params, r.opt.M, r.opt.V} }
 
 // isLeader reports whether this process runs rank 0, which writes the run's shared files.
-func (t *trainer) isLeader() bool { return t.ranks[0].id == 0 }
+func (t *trainer) isLeader() bool { return t.ranks[0].ID == 0 }
 
 // runDir is where the run's checkpoints and metrics go.
 func (t *trainer) runDir() string {
@@ -60,19 +60,19 @@ func (t *trainer) pieces(r *rank) []ckpt.Piece {
 			return kernels.Host(b)
 		}
 		host := make([]float32, b.Len())
-		r.be.Download(host, b)
+		r.Backend.Download(host, b)
 		return host
 	}
 	var out []ckpt.Piece
 	for i, b := range r.stateBufs() {
 		name := StateTensors[i]
-		if r.fsdp == nil { // replicated: only this rank's share leaves the device
-			lo, hi := ckpt.Chunk(int64(b.Len()), t.size, r.id)
-			out = append(out, ckpt.Piece{Tensor: name, Off: lo, Data: hostOf(r.be.Slice(b, int(lo), int(hi-lo)))})
+		if r.FSDP == nil { // replicated: only this rank's share leaves the device
+			lo, hi := ckpt.Chunk(int64(b.Len()), t.size(), r.ID)
+			out = append(out, ckpt.Piece{Tensor: name, Off: lo, Data: hostOf(r.Backend.Slice(b, int(lo), int(hi-lo)))})
 			continue
 		}
 		host := hostOf(b)
-		for _, g := range r.fsdp.Owned() {
+		for _, g := range r.FSDP.Owned() {
 			out = append(out, ckpt.Piece{Tensor: name, Off: int64(g.Off), Data: host[g.Local : g.Local+g.N]})
 		}
 	}
@@ -108,17 +108,17 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 	var final string
 	err = t.run(func(r *rank) error {
 		r.Comm.Barrier() // the directory exists
-		if _, err := ckpt.WriteShard(tmp, r.id, t.pieces(r), ckpt.Options{Level: t.cfg.Checkpoint.CompressionLevel}); err != nil {
+		if _, err := ckpt.WriteShard(tmp, r.ID, t.pieces(r), ckpt.Options{Level: t.cfg.Checkpoint.CompressionLevel}); err != nil {
 			return err
 		}
 		r.Comm.Barrier() // every shard is written
-		if r.id != 0 {
+		if r.ID != 0 {
 			return nil
 		}
-		n := int64(r.model.Layout.Size)
+		n := int64(r.Model.Layout.Size)
 		m := ckpt.Manifest{Step: st.Step, Config: cfgJSON, State: stateJSON, Run: t.id,
-			World: ckpt.WorldLayout{Size: t.size, SequenceParallel: t.cfg.Parallelism.SequenceParallelDegree,
-				DataParallel: t.size / t.cfg.Parallelism.SequenceParallelDegree, FSDP: t.cfg.Parallelism.FSDP}}
+			World: ckpt.WorldLayout{Size: t.size(), SequenceParallel: t.cfg.Parallelism.SequenceParallelDegree,
+				DataParallel: t.size() / t.cfg.Parallelism.SequenceParallelDegree, FSDP: t.cfg.Parallelism.FSDP}}
 		for _, name := range StateTensors {
 			m.Tensors = append(m.Tensors, ckpt.TensorInfo{Name: name, Len: n, DType: "f32"})
 		}
@@ -142,10 +142,10 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 // what to do. The partial save is already removed.
 func (t *trainer) diskFull(step int, prev string, err error) error {
 	dir := t.runDir()
-	raw, _ := checkpointSize(dir, t.ranks[0].model.Layout.Size)
+	raw, _ := checkpointSize(dir, t.ranks[0].Model.Layout.Size)
 	need := fmt.Sprintf("up to %.1f MB (the fp32 weights and AdamW moments before compression)", float64(raw)/1e6)
 	if prev != "" {
-		if _, stored := checkpointSize(filepath.Join(dir, filepath.Base(prev)), t.ranks[0].model.Layout.Size); stored > 0 {
+		if _, stored := checkpointSize(filepath.Join(dir, filepath.Base(prev)), t.ranks[0].Model.Layout.Size); stored > 0 {
 			need = fmt.Sprintf("about %.1f MB (the last one took %.1f MB)", float64(stored)/1e6, float64(stored)/1e6)
 		}
 	}
@@ -240,7 +240,7 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 	}
 	// Replicated ranks all need every element: read (decompress) them once for this process.
 	var whole [][]float32
-	if t.ranks[0].fsdp == nil {
+	if t.ranks[0].FSDP == nil {
 		for _, name := range StateTensors {
 			host, err := c.ReadTensor(name)
 			if err != nil {
@@ -251,30 +251,30 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 	}
 	err = t.run(func(r *rank) error {
 		for i, buf := range r.stateBufs() {
-			if r.fsdp == nil {
-				r.be.Upload(buf, whole[i])
+			if r.FSDP == nil {
+				r.Backend.Upload(buf, whole[i])
 				continue
 			}
 			host := make([]float32, buf.Len())
-			for _, g := range r.fsdp.Owned() {
+			for _, g := range r.FSDP.Owned() {
 				if err := c.Read(StateTensors[i], int64(g.Off), host[g.Local:g.Local+g.N]); err != nil {
 					return err
 				}
 			}
-			r.be.Upload(buf, host)
+			r.Backend.Upload(buf, host)
 		}
 		r.opt.Step = st.AdamStep
-		if r.cast != nil {
-			r.cast.Refresh()
+		if r.Cast != nil {
+			r.Cast.Refresh()
 		}
 		return nil
 	})
 	if err != nil {
 		return st, false, fmt.Errorf("resume from %s: %w", c.Dir(), err)
 	}
-	raw, stored := checkpointSize(c.Dir(), t.ranks[0].model.Layout.Size)
+	raw, stored := checkpointSize(c.Dir(), t.ranks[0].Model.Layout.Size)
 	fmt.Fprintf(stderr, "resume: step %d from %s (saved by %d ranks, now %d; %.1f MB read, %.1f MB of fp32 state, %.0f MB/s)\n",
-		st.Step, c.Dir(), m.World.Size, t.size, float64(stored)/1e6, float64(raw)/1e6, float64(raw)/1e6/time.Since(start).Seconds())
+		st.Step, c.Dir(), m.World.Size, t.size(), float64(stored)/1e6, float64(raw)/1e6, float64(raw)/1e6/time.Since(start).Seconds())
 	return st, true, nil
 }
 

@@ -130,11 +130,11 @@ func TestFP16OverflowSkipsThatStep(t *testing.T) {
 			}
 			const bad = 3
 			tr.beforeUpdate = func(step int, r *rank) {
-				if step == bad && r.id == 1 {
-					host := make([]float32, r.grads.Len())
-					r.be.Download(host, r.grads)
+				if step == bad && r.ID == 1 {
+					host := make([]float32, r.Grads.Len())
+					r.Backend.Download(host, r.Grads)
 					host[len(host)/2] = float32(math.Inf(1))
-					r.be.Upload(r.grads, host)
+					r.Backend.Upload(r.Grads, host)
 				}
 			}
 			var before []float32
@@ -248,7 +248,7 @@ func TestLossChunksTrainLikeWhole(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			whole, trW := trainSteps(t, steps, append(sets, "training.loss_chunk=0", "training.mlp_tile=0")...)
 			chunked, trC := trainSteps(t, steps, append(sets, "training.loss_chunk=37", "training.mlp_tile=29")...)
-			if m := trC.ranks[0].model; m.LossChunk != 37 || m.MLPTile != 29 {
+			if m := trC.ranks[0].Model; m.LossChunk != 37 || m.MLPTile != 29 {
 				t.Fatalf("the model's loss chunk and MLP tile are %d and %d, want 37 and 29", m.LossChunk, m.MLPTile)
 			}
 			rel, abs := 1e-6, 1e-5
@@ -279,8 +279,8 @@ func TestHalfActivationsTrain(t *testing.T) {
 	ref, _ := trainSteps(t, steps, "checkpoint.activation=attn_output")
 	band, _ := trainSteps(t, steps, "checkpoint.activation=none", "training.mixed_precision=bf16")
 	half, trH := trainSteps(t, steps, "checkpoint.activation=attn_output", "training.mixed_precision=bf16")
-	if trH.ranks[0].model.ActPrecision != kernels.BF16 {
-		t.Fatalf("bf16 training keeps its activations in %v", trH.ranks[0].model.ActPrecision)
+	if trH.ranks[0].Model.ActPrecision != kernels.BF16 {
+		t.Fatalf("bf16 training keeps its activations in %v", trH.ranks[0].Model.ActPrecision)
 	}
 	b, h := dev(band, ref), dev(half, ref)
 	t.Logf("bf16 band (float32 activations) %.4f; 16-bit activations %.4f", b, h)

@@ -88,8 +88,8 @@ func TestRematAwareSavesForwardAndItsCommunication(t *testing.T) {
 				}
 				var busiest int64 // the step's attention bytes: every site the schedule names
 				for r := 0; r < P; r++ {
-					fwdBytes[policy] += tr.world.Traffic(r).Sum(name + ".fwd")
-					busiest = max(busiest, tr.world.Traffic(r).Sum(name+"."))
+					fwdBytes[policy] += tr.w.Ranks()[r].Comm.Traffic().Sum(name + ".fwd")
+					busiest = max(busiest, tr.w.Ranks()[r].Comm.Traffic().Sum(name+"."))
 				}
 				if m.AttnBytes != busiest || m.AttnBytes == 0 {
 					t.Errorf("%s: metrics attn_bytes %d, the busiest rank's %s.* sites %d", policy, m.AttnBytes, name, busiest)
@@ -251,11 +251,8 @@ func BenchmarkEval(b *testing.B) {
 			if err := cfg.Validate(); err != nil {
 				b.Fatal(err)
 			}
-			ev, err := evaluate.NewEvaluator(cfg.Model, cfg.Parallelism)
+			ev, err := evaluate.Local(cfg.Model, cfg.Parallelism, model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1))
 			if err != nil {
-				b.Fatal(err)
-			}
-			if err := ev.Load(model.InitParams(cfg.Model, model.NewLayout(cfg.Model), 1)); err != nil {
 				b.Fatal(err)
 			}
 			doc := bytes.Repeat([]byte("func main() { fmt.Println(\"hello, world\") }\n"), 64)
@@ -278,11 +275,11 @@ func BenchmarkEval(b *testing.B) {
 // evaluateAll is the evaluation train runs (trainEval) in one call: the loss of params, in the
 // layout of cfg.Model, on samples, on cfg's sequence-parallel world.
 func evaluateAll(ctx context.Context, cfg config.Config, params []float32, samples []evaluate.Sample) (evaluate.Result, error) {
-	ev, err := evaluate.NewEvaluator(cfg.Model, cfg.Parallelism)
+	ev, err := evaluate.Local(cfg.Model, cfg.Parallelism, params)
 	if err != nil {
 		return evaluate.Result{}, err
 	}
-	return (&trainEval{ev: ev, samples: samples, seqLen: evaluate.SeqLen(cfg)}).run(ctx, params)
+	return (&trainEval{ev: ev, samples: samples, seqLen: evaluate.SeqLen(cfg)}).run(ctx)
 }
 
 // TestMetricsLinesWholeOnFullDisk writes metrics lines onto a tmpfs until it is full: the

@@ -1,0 +1,228 @@
+package train
+
+import (
+	"fmt"
+	"math"
+
+	"distflash/data"
+	"distflash/model"
+	"distflash/optim"
+	"distflash/parallel"
+	"distflash/parallel/transport"
+)
+
+// stepStats are what each rank contributes to a step's metrics, exchanged in one all-gather.
+// Float64 values travel as two float32 (hi, lo) so that sums keep ~48 bits.
+const (
+	statLoss    = 0 // 2 slots: summed token loss
+	statCount   = 2 // 2 slots: tokens
+	statSumSq   = 4 // 2 slots: Σ g² over what this rank owns (FSDP) or all (else)
+	statBad     = 6 // 1 slot: 1 when this rank's gradients hold Inf or NaN
+	statParams  = 7 // 2 slots each: the rank's Memory
+	statGrads   = 9
+	statOptim   = 11
+	statCompute = 13
+	statActs    = 15
+	statStop    = 17 // 1 slot: 1 when this rank was asked to stop (a signal)
+	statAttn    = 18 // 2 slots: the bytes this rank sent for attention in the step
+	statLen     = 20
+)
+
+func putStat(s []float32, at int, v float64) {
+	hi := float32(v)
+	s[at], s[at+1] = hi, float32(v-float64(hi))
+}
+
+func getStat(s []float32, at int) float64 { return float64(s[at]) + float64(s[at+1]) }
+
+// step runs one optimizer step (grad_accum_steps micro-batches per replica) on every rank and
+// returns its metrics. Each rank computes the loss and gradients of its tokens of its
+// replica's sequences; the gradients are summed over all ranks (dscale makes the sum the
+// global mean's gradient) by an all-reduce, or by FSDP's reduce-scatters, and each rank
+// applies the update to what it holds.
+func (t *trainer) step(step int) (Metrics, error) {
+	cfg := t.cfg
+	accum := cfg.Training.GradAccumSteps
+	dp := t.w.Dims.DP()
+	B, T := cfg.Data.BatchSize, cfg.Data.SeqLen
+	dscale := 1 / float64(B*T*accum*dp)
+	scale := 1.0
+	if t.scaler != nil {
+		scale = t.scaler.Scale
+	}
+	batches := make([][]data.Batch, accum) // [micro-batch][replica]
+	for a := range batches {
+		for d := 0; d < dp; d++ {
+			batches[a] = append(batches[a], t.loader.Next())
+		}
+	}
+	lr := t.sched.At(step)
+	var out Metrics
+	err := t.run(func(r *rank) error {
+		sent := attnBytes(r.Comm.Traffic())
+		lossSum, count := t.gradients(r, batches, float32(dscale*scale))
+		sent = attnBytes(r.Comm.Traffic()) - sent
+		if t.beforeUpdate != nil {
+			t.beforeUpdate(step, r)
+		}
+		st := t.gatherStats(r, lossSum, count, sent)
+		norm := math.Sqrt(st.sumsq) / scale
+		if !st.bad {
+			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
+			r.opt.Update(r.Params, r.Grads, lr, float32(clip/scale))
+			if r.Cast != nil {
+				r.Cast.Refresh()
+			}
+		}
+		if r == t.ranks[0] {
+			out = Metrics{Step: step + 1, Loss: st.loss / st.tokens, LR: lr, GradNorm: norm, Tokens: int64(st.tokens),
+				AttnForwards: r.Model.Stats.AttnForwards, AttnBytes: st.attnBytes, Skipped: st.bad && t.scaler != nil, Memory: st.mems, stop: st.stop,
+				diverged: st.bad && t.scaler == nil}
+		}
+		return nil
+	})
+	if err != nil {
+		return Metrics{}, fmt.Errorf("train: step %d: %w", step+1, err)
+	}
+	if t.scaler != nil {
+		out.LossScale = scale
+		t.scaler.Update(!out.Skipped)
+	}
+	return out, nil
+}
+
+// gradients is rank r's forward and backward over the step's micro-batches (its replica's
+// batch of each, its tokens of each sequence), with the loss scaled by lossScale: the
+// gradients accumulate in r.Grads (summed over the data-parallel replicas without FSDP;
+// FSDP reduce-scatters them as it goes). It returns r's summed loss and target count.
+func (t *trainer) gradients(r *rank, batches [][]data.Batch, lossScale float32) (lossSum float64, count int) {
+	m, par := r.Model, t.cfg.Parallelism
+	B, T := t.cfg.Data.BatchSize, t.cfg.Data.SeqLen
+	if r.FSDP != nil {
+		r.FSDP.ZeroGrads()
+	} else {
+		m.ZeroGrads()
+	}
+	for _, mb := range batches {
+		b := mb[r.Replica]
+		if par.BalanceDocuments {
+			b = balanceBatch(b, par.Attention, t.w.Dims.BalanceGroups())
+		}
+		ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
+		tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
+		l, n := m.ForwardBackward(model.Batch{IDs: ids, Targets: tg, B: B, Pos: r.pos, SeqLen: T,
+			Docs: b.DocStart, ResetPositions: t.cfg.Data.PositionReset}, lossScale)
+		lossSum += l
+		count += n
+	}
+	if r.FSDP == nil && t.size() > 1 {
+		r.Comm.AllReduce(r.Grads, "grad.allreduce")
+	}
+	return lossSum, count
+}
+
+// anyStop reports on every rank whether some rank's process was asked to stop (local: this
+// process was), so that all stop at the same point: an all-gather of one flag per rank.
+func (t *trainer) anyStop(local bool) bool {
+	stop := false
+	_ = t.run(func(r *rank) error {
+		s := r.stats
+		clear(s)
+		if local {
+			s[statStop] = 1
+		}
+		r.Backend.Upload(r.statBuf, s)
+		r.Comm.AllGather(r.statAll, r.statBuf, "stats.stop")
+		all := make([]float32, statLen*t.size())
+		r.Backend.Download(all, r.statAll)
+		any := false
+		for q := range t.size() {
+			any = any || all[q*statLen+statStop] != 0
+		}
+		if r == t.ranks[0] {
+			stop = any
+		}
+		return nil
+	})
+	return stop
+}
+
+// stepStats is what every rank knows after gatherStats: the step's summed loss and targets,
+// the squared gradient norm, whether some gradient is not finite, whether some rank was
+// asked to stop, and every rank's memory.
+type stepStats struct {
+	loss, tokens, sumsq float64
+	bad, stop           bool
+	mems                []Memory
+	attnBytes           int64 // the busiest rank's
+}
+
+// attnBytes is what a rank's traffic holds of attention: everything but the gradients'
+// all-reduce, FSDP's collectives and the step's statistics.
+func attnBytes(tr transport.Traffic) int64 {
+	return tr.Total() - tr.Sum("grad.") - tr.Sum("fsdp.") - tr.Sum("stats")
+}
+
+// gatherStats all-gathers rank r's loss, target count, squared gradient norm (every rank's
+// share with FSDP; rank 0's whole sum without), finiteness, stop request, memory and attention
+// bytes, and sums them in rank order (the bytes: the largest), so every rank reaches the same
+// numbers.
+func (t *trainer) gatherStats(r *rank, lossSum float64, count int, attn int64) stepStats {
+	s := r.stats
+	clear(s)
+	putStat(s, statLoss, lossSum)
+	putStat(s, statCount, float64(count))
+	if r.FSDP != nil || r.ID == 0 { // without FSDP every rank holds the same summed gradient
+		putStat(s, statSumSq, r.Backend.SumSquares(r.Grads))
+	}
+	if !r.Backend.AllFinite(r.Grads) {
+		s[statBad] = 1
+	}
+	if t.stopRequested != nil && t.stopRequested() {
+		s[statStop] = 1
+	}
+	mem := r.memory()
+	putStat(s, statParams, float64(mem.Params))
+	putStat(s, statGrads, float64(mem.Grads))
+	putStat(s, statOptim, float64(mem.Optimizer))
+	putStat(s, statCompute, float64(mem.Compute))
+	putStat(s, statActs, float64(mem.Activations))
+	putStat(s, statAttn, float64(attn))
+	r.Backend.Upload(r.statBuf, s)
+	r.Comm.AllGather(r.statAll, r.statBuf, "stats")
+	all := make([]float32, statLen*t.size())
+	r.Backend.Download(all, r.statAll)
+	out := stepStats{mems: make([]Memory, t.size())}
+	for q := range t.size() {
+		st := all[q*statLen : (q+1)*statLen]
+		out.loss += getStat(st, statLoss)
+		out.tokens += getStat(st, statCount)
+		out.sumsq += getStat(st, statSumSq)
+		out.bad = out.bad || st[statBad] != 0
+		out.stop = out.stop || st[statStop] != 0
+		out.attnBytes = max(out.attnBytes, int64(getStat(st, statAttn)))
+		out.mems[q] = Memory{Params: int64(getStat(st, statParams)), Grads: int64(getStat(st, statGrads)),
+			Optimizer: int64(getStat(st, statOptim)), Compute: int64(getStat(st, statCompute)),
+			Activations: int64(getStat(st, statActs))}
+	}
+	return out
+}
+
+// balanceBatch returns b with the documents of each sequence reordered for even attention
+// work on P ranks of schedule (parallel.BalanceDocuments); each token keeps its target and
+// its offset in its document, so the loss is the same. Every rank computes the same order.
+func balanceBatch(b data.Batch, schedule string, P int) data.Batch {
+	T := b.T
+	out := data.Batch{B: b.B, T: T, Inputs: make([]int32, len(b.Inputs)), Targets: make([]int32, len(b.Targets)), DocStart: make([]int32, len(b.DocStart))}
+	for s := 0; s < b.B; s++ {
+		perm, start, err := parallel.BalanceDocuments(b.DocStart[s*T:(s+1)*T], schedule, P, uint64(s))
+		if err != nil {
+			panic(err) // the loader's document starts are intervals by construction
+		}
+		for i, p := range perm {
+			out.Inputs[s*T+i], out.Targets[s*T+i] = b.Inputs[s*T+int(p)], b.Targets[s*T+int(p)]
+		}
+		copy(out.DocStart[s*T:], start)
+	}
+	return out
+}
