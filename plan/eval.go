@@ -5,18 +5,25 @@ import (
 )
 
 // EvalMemoryFor is one sequence-parallel rank's memory in an evaluation (package evaluate) of
-// one sample of data.seq_len tokens: the model's float32 weights, whole on every rank; each
+// one sample of data.seq_len tokens: the model's float32 weights, whole on every rank (with
+// parallelism.fsdp its chunks and two gathered units); each
 // block's input and one block's full set (the evaluator's models keep what CheckpointLayer
 // keeps: the forward needs no more); one loss chunk of logits with the final norm's output;
 // the attention's working set; and the Go collector's headroom. No gradients, optimizer or
 // backward scratch.
 func EvalMemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	m := cfg.Model
-	n := float64(cfg.Data.SeqLen) / float64(max(cfg.Parallelism.SequenceParallelDegree, 1))
+	n := float64(cfg.Data.SeqLen) / float64(dims(cfg).SP)
 	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
 	a := float64(actElemBytes)
 	var mp MemoryPlan
 	mp.Params = config.WeightBytesPerParam * m.ParamCount()
+	if d := dims(cfg); cfg.Parallelism.FSDP && d.World > 1 {
+		// the rank's chunks, and two gathered units (the one computing and the prefetch),
+		// float32 under eval
+		block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / float64(m.NLayers)
+		mp.Params = mp.Params/float64(d.World) + 2*block*4
+	}
 	full := actBytesPerToken(cfg, nil, a)
 	if tile := config.AutoMLPTile(m.FFNDim); float64(tile) < n {
 		full -= 3 * f * a
@@ -38,7 +45,7 @@ func EvalMemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 // MaxEvalSeqLen is the longest sample (a multiple of 1024 tokens per rank, times
 // sequence_parallel_degree) whose EvalMemoryFor fits capacity; 0 if none does.
 func MaxEvalSeqLen(cfg config.Config, capacity float64) int {
-	sp := max(cfg.Parallelism.SequenceParallelDegree, 1)
+	sp := dims(cfg).SP
 	fits := func(k int) bool {
 		cfg.Data.SeqLen = k * 1024 * sp
 		return EvalMemoryFor(cfg, capacity).Fits

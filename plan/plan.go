@@ -405,12 +405,12 @@ func actBytesPerToken(cfg config.Config, names []string, elem float64) float64 {
 
 // MemoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
 func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
-	m, p := cfg.Model, cfg.Parallelism
+	m, p, dm := cfg.Model, cfg.Parallelism, dims(cfg)
 	N := m.ParamCount()
 	e := elemBytes(cfg)
 	shard := 1.0
 	if p.FSDP {
-		shard = float64(p.WorldSize)
+		shard = float64(dm.World)
 	}
 	var mp MemoryPlan
 	mp.Params = config.WeightBytesPerParam * N / shard
@@ -419,7 +419,7 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	}
 	mp.Grads = config.GradBytesPerParam * N / shard
 	mp.Optimizer = config.OptimizerBytesPerParam * N / shard
-	n := float64(cfg.Data.BatchSize) * float64(cfg.Data.SeqLen) / float64(p.SequenceParallelDegree)
+	n := float64(cfg.Data.BatchSize) * float64(cfg.Data.SeqLen) / float64(dm.SP)
 	L := float64(m.NLayers)
 	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
 	a := float64(actElemBytes)
@@ -457,7 +457,7 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	mp.Logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4) // logits of a chunk; last block output, final norm, rstd
 	mp.BackwardScratch = n*a*(3*d+2*q+2*kv) + tile*a*3*f
 	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
-	if p.FSDP && p.WorldSize > 1 {
+	if p.FSDP && dm.World > 1 {
 		block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / L
 		mp.CommBuffers = 2*block*e + block*4
 	}
@@ -478,7 +478,7 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 // tokens × sequence_parallel_degree) whose peak memory fits capacity; 0 if none does.
 func MaxTokensPerGPU(cfg config.Config, capacity float64) int {
 	fits := func(k int) bool {
-		cfg.Data.SeqLen = k * 1024 * cfg.Parallelism.SequenceParallelDegree
+		cfg.Data.SeqLen = k * 1024 * dims(cfg).SP
 		return MemoryFor(cfg, capacity).Fits
 	}
 	return LargestFitting(fits, 1<<20) * 1024
@@ -772,8 +772,8 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	cfg.Data.SeqLen = seqLen
 	cfg.Model.MaxSeqLen = max(cfg.Model.MaxSeqLen, seqLen)
 	cfg.Parallelism.Attention = name
-	m, p := cfg.Model, cfg.Parallelism
-	SP, world := p.SequenceParallelDegree, p.WorldSize
+	m, p, dm := cfg.Model, cfg.Parallelism, dims(cfg)
+	SP, world := dm.SP, dm.World
 	pl := Plan{Attention: name, SeqLen: seqLen, TokensPerGPU: seqLen / SP}
 	h := model.Heads{N: m.NHeads, KV: m.NKVHeads, Dim: m.HeadDim}
 	refuse := func(err error) Plan {

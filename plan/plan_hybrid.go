@@ -5,6 +5,7 @@ import (
 
 	"distflash/config"
 	"distflash/model"
+	"distflash/parallel"
 )
 
 // hybridTraffic predicts one layer's attention bytes per rank (fp32, as the in-process world
@@ -106,8 +107,18 @@ func hybridOuterCross(t traffic, U, gpn int) float64 {
 // hybridDegree is the ulysses_degree plan applies to schedule name: 1 (none) for ulysses and
 // when the config sets none.
 func hybridDegree(cfg config.Config, name string) int {
-	if name == "ulysses" || cfg.Parallelism.UlyssesDegree < 1 {
+	if name == "ulysses" {
 		return 1
 	}
-	return cfg.Parallelism.UlyssesDegree
+	return dims(cfg).Ulysses
+}
+
+// dims are cfg's parallel dimensions (parallel.Dims); a config that does not split (which
+// Validate refuses) gets the nearest that does, so that a plan of it can say what is wrong.
+func dims(cfg config.Config) parallel.Dims {
+	if d, err := cfg.Parallelism.Dims(); err == nil {
+		return d
+	}
+	p := cfg.Parallelism
+	return parallel.Dims{World: max(p.WorldSize, 1), SP: max(p.SequenceParallelDegree, 1), Ulysses: max(p.UlyssesDegree, 1), Attention: p.Attention}
 }

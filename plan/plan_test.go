@@ -416,3 +416,25 @@ func TestGPUByDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestEvalMemoryFSDP: an evaluation sharded over the world holds its 1/world of the weights
+// and two gathered blocks instead of all of them; the rest of the estimate is the same.
+func TestEvalMemoryFSDP(t *testing.T) {
+	cfg, err := config.Load("../configs/llama7b-512k.toml", []string{"data.seq_len=65536"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Parallelism.FSDP = false
+	whole := EvalMemoryFor(cfg, 1e12)
+	cfg.Parallelism.FSDP = true
+	sharded := EvalMemoryFor(cfg, 1e12)
+	world := float64(cfg.Parallelism.WorldSize)
+	m := cfg.Model
+	block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / float64(m.NLayers)
+	if want := whole.Params/world + 2*block*4; math.Abs(sharded.Params-want) > 1 || world < 2 {
+		t.Errorf("FSDP eval weights %.0f bytes over %g ranks, want %.0f", sharded.Params, world, want)
+	}
+	if sharded.Activations != whole.Activations || sharded.Logits != whole.Logits || sharded.AttnWork != whole.AttnWork {
+		t.Errorf("FSDP changed what is not the weights: %+v vs %+v", sharded, whole)
+	}
+}

@@ -31,7 +31,7 @@ func Make(cfg config.Config, req Request) (Report, error) {
 	var cl Cluster
 	var err error
 	if req.Cluster == "" {
-		cl = DefaultCluster(cfg.Parallelism.WorldSize)
+		cl = DefaultCluster(dims(cfg).World)
 	} else if cl, err = ParseCluster(req.Cluster); err != nil {
 		return Report{}, err
 	}

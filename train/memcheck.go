@@ -48,7 +48,7 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 	fmt.Fprintf(&msg, " (model state %s; growing with data.seq_len × data.batch_size: activations %s, logits %s, backward scratch %s, attention %s), this machine has %s available (%s)",
 		b(state), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(avail), source)
 	if tokens := plan.MaxTokensPerGPU(cfg, perRank); tokens > 0 {
-		seq := tokens * p.SequenceParallelDegree
+		seq := tokens * w.Dims.SP
 		fmt.Fprintf(&msg, ". The longest data.seq_len that fits is %d (data.batch_size %d)", seq, cfg.Data.BatchSize)
 	} else {
 		msg.WriteString(". Not even 1024 tokens per rank fit: the model state alone is too large")
@@ -60,7 +60,7 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 	if cfg.Data.BatchSize > 1 {
 		knobs = append(knobs, fmt.Sprintf("a smaller data.batch_size (now %d) with more training.grad_accum_steps", cfg.Data.BatchSize))
 	}
-	if !p.FSDP && p.WorldSize > 1 {
+	if !p.FSDP && w.Dims.World > 1 {
 		knobs = append(knobs, "parallelism.fsdp = true (each rank holds 1/world_size of the model state)")
 	}
 	knobs = append(knobs, "more parallelism.sequence_parallel_degree, with the ranks as MPI processes on more machines (parallelism.backend = \"mpi\")")

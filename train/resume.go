@@ -117,8 +117,7 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 		}
 		n := int64(r.Model.Layout.Size)
 		m := ckpt.Manifest{Step: st.Step, Config: cfgJSON, State: stateJSON, Run: t.id,
-			World: ckpt.WorldLayout{Size: t.size(), SequenceParallel: t.cfg.Parallelism.SequenceParallelDegree,
-				DataParallel: t.size() / t.cfg.Parallelism.SequenceParallelDegree, FSDP: t.cfg.Parallelism.FSDP}}
+			World: ckpt.WorldLayout{Size: t.size(), SequenceParallel: t.w.Dims.SP, DataParallel: t.w.Dims.DP(), FSDP: t.cfg.Parallelism.FSDP}}
 		for _, name := range StateTensors {
 			m.Tensors = append(m.Tensors, ckpt.TensorInfo{Name: name, Len: n, DType: "f32"})
 		}
@@ -351,10 +350,11 @@ func resumeChanges(dir string, saved, current json.RawMessage, w io.Writer) erro
 	_ = json.Unmarshal(saved, &was)
 	_ = json.Unmarshal(current, &now)
 	replicas := func(c config.Config) int {
-		if c.Parallelism.SequenceParallelDegree < 1 {
+		d, err := c.Parallelism.Dims()
+		if err != nil {
 			return 0
 		}
-		return c.Parallelism.WorldSize / c.Parallelism.SequenceParallelDegree
+		return d.DP()
 	}
 	var refused []string
 	for _, d := range diffs {

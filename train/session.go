@@ -147,7 +147,7 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 	r.clock.last.Store(int64(r.st.Step)) // the checkpoint resumed from, or 0
 	r.clock.guessSave(int64(len(StateTensors)) * 4 * int64(t.ranks[0].Model.Layout.Size))
 	r.flopsPerToken = plan.FLOPsPerToken(cfg.Model, cfg.Data.SeqLen)
-	r.peak = peakFLOPS(cfg, t.ranks[0].Backend)
+	r.peak = peakFLOPS(cfg, t.w)
 	if opt.Profile != "" && leader {
 		r.prof = &profiler{dir: opt.Profile, from: r.st.Step + opt.ProfileSteps[0], to: r.st.Step + opt.ProfileSteps[1]}
 	}

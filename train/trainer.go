@@ -171,10 +171,10 @@ func (t *trainer) fullParams() []float32 { return t.w.FullParams() }
 
 // peakFLOPS is the FLOP/s MFU divides by, of all the world's devices: device.peak_tflops each,
 // else the dense bf16 peak of the GPU the backend names (a CUDA backend), else 0 (not known).
-func peakFLOPS(cfg config.Config, be kernels.Backend) float64 {
+func peakFLOPS(cfg config.Config, w *world.World) float64 {
 	per := cfg.Device.PeakTFLOPS * 1e12
-	if d, ok := be.(interface{ DeviceName() string }); ok && per == 0 {
+	if d, ok := w.First().Backend.(interface{ DeviceName() string }); ok && per == 0 {
 		per = plan.PeakFLOPS(d.DeviceName())
 	}
-	return per * float64(cfg.Parallelism.WorldSize)
+	return per * float64(w.Dims.World)
 }

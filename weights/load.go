@@ -233,8 +233,9 @@ func loadHF(dir string, cfg config.Config, stderr io.Writer) (Model, error) {
 	if err := mc.Resolve(); err != nil {
 		return Model{}, fmt.Errorf("eval: %s: %w", filepath.Join(dir, HFConfigFile), err)
 	}
-	// The weights as read, and a copy in each sequence-parallel rank's model.
-	copies := 1 + float64(max(cfg.Parallelism.SequenceParallelDegree, 1))
+	// The weights as read; the ranks' copies are the caller's to check (the eval command
+	// checks each rank's share against the memory the rank has, package evaluate).
+	copies := 1.0
 	if err := config.CheckModelMemory("eval: the model of "+hfShape(dir, h.Config), mc, copies, config.WeightBytesPerParam); err != nil {
 		return Model{}, err
 	}
