@@ -56,6 +56,17 @@ phases took 7 minutes together (bench/results/h200-2026-11-26):
                NCCL against one rank (sums in NCCL's order: 1e-5 relative still). A dry run
                skips NCCL (it needs a GPU).
 
+  commands     every command where train runs (issue "one world", part 4): a tiny checkpoint
+               trained on the CPU here, then `eval` (loss and --positions), `eval --task
+               passkey` and greedy `generate` of it on CUDA in one process, on 4 MPI processes
+               on the GPU (4 sequence-parallel ranks, ring; 2 replicas × 2 ranks, zigzag, FSDP)
+               and over NCCL (one rank; 4 ranks on the GPU where NCCL ≥ 2.30 allows it), each
+               against one CPU rank: the loss and every position bucket within 1e-5 relative
+               (float32 per-token losses summed in float64 in sample order on every world; the
+               kernels differ in rounding only), the passkey answers and the generated tokens
+               equal (greedy: the largest logit, which rounding moves only where the top two
+               are within 1e-5). --dry runs the same with device.kind = cpu-device.
+
 MFU counts 6·N + 6·L·d·S FLOPs per token: N the parameters without the input embedding table
 (the output head's matmul counts), L layers, d = heads × head_dim, S the sequence length; the
 attention term is 12·L·d·S (QKᵀ and PV, forward and backward) halved for the causal mask.
@@ -85,12 +96,12 @@ import tarfile
 import threading
 import time
 
-PHASES = ["correctness", "attention", "model", "multigpu"]
+PHASES = ["correctness", "attention", "model", "multigpu", "commands"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480}
+BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480, "commands": 240}
 # The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
-SHARE = {"correctness": 0.3, "attention": 0.2, "model": 0.3, "multigpu": 0.2}
+SHARE = {"correctness": 0.25, "attention": 0.2, "model": 0.25, "multigpu": 0.15, "commands": 0.15}
 CURVE_STEPS = 50
 DOC_STEPS = 20
 FP32_TOL = 1e-5
@@ -1148,6 +1159,137 @@ def phase_multigpu(r):
     r.step("multigpu", "NCCL: one rank; 4 ranks on one GPU (NCCL >= 2.30) vs 1 rank", lambda t: nccl_runs(r, t), 200)
 
 
+CMD_CASES = [("mpi4-ring", 4, ("--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4",
+                                "--set", "parallelism.attention=ring")),
+             ("mpi4-dp2-zigzag-fsdp", 4, ("--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=2",
+                                          "--set", "parallelism.attention=zigzag", "--set", "parallelism.fsdp=true"))]
+
+
+def cmd_source(r, limit):
+    """Trains the checkpoint the commands run on: tiny, 100 steps on the CPU."""
+    runs = os.path.join(r.work, "runs")
+    r.sh("cmd-train", [r.bin("distflash"), "train", "--config", os.path.join(r.pack, "configs", "tiny.toml"),
+                       "--set", f"data.train={os.path.join(r.pack, 'data', 'go.tokens')}", "--set", "data.format=tokens",
+                       "--set", "training.steps=100", "--set", f"run.output_dir={runs}", "--set", "run.name=cmd-src",
+                       "--progress=false"], limit, cwd=r.work)
+    r.cmd_src = os.path.join(runs, "cmd-src")
+    return {"model": r.cmd_src}
+
+
+def cmd_all(r, tag, binary, device, np, extra, limit, env=None):
+    """eval (with --positions), passkey and generate of r.cmd_src: their JSON results."""
+    out = os.path.join(r.work, "cmd", tag)
+    os.makedirs(out, exist_ok=True)
+    evald = os.path.join(r.pack, "data", "eval")
+    sets = ("--set", f"device.kind={device}", *extra)
+    runs = [("eval", ["eval", "--model", r.cmd_src, "--data", evald, "--set", "data.format=text", "--samples", "8",
+                      "--seq-len", "256", "--positions", "--out", os.path.join(out, "eval.json"), "--progress=false"]),
+            ("passkey", ["eval", "--model", r.cmd_src, "--task", "passkey", "--lengths", "512", "--trials", "4",
+                         "--out", os.path.join(out, "passkey.json"), "--progress=false"]),
+            ("generate", ["generate", "--model", r.cmd_src, "--prompt", "func main() {", "--max-new-tokens", "32",
+                          "--out", os.path.join(out, "generate.json"), "--stream=false"])]
+    deadline = time.monotonic() + limit
+    res = {}
+    for i, (what, args) in enumerate(runs):
+        cmd = [binary, *args, *sets]
+        if np > 1:
+            usr = r.mpi_env["OPAL_PREFIX"]
+            cmd = [os.path.join(usr, "bin", "mpirun.openmpi"), "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                   "-np", str(np), *cmd]
+        e = {**(r.mpi_env if binary == getattr(r, "mpi_bin", None) else {}), **(env or {})}
+        r.sh(f"cmd-{tag}-{what}", cmd, (deadline - time.monotonic()) / (len(runs) - i), cwd=r.work, env=e)
+        with open(os.path.join(out, what + ".json")) as f:
+            res[what] = json.load(f)
+    return res
+
+
+def cmd_compare(got, want):
+    """What differs between two cmd_all results beyond the tolerances (the phase's doc)."""
+    bad = []
+    def rel(a, b):
+        return abs(a - b) / max(abs(b), 1e-30)
+    g, w = got["eval"], want["eval"]
+    if rel(g["loss"], w["loss"]) > FP32_TOL or g["tokens"] != w["tokens"]:
+        bad.append(f"eval loss {g['loss']} over {g['tokens']} tokens, cpu {w['loss']} over {w['tokens']}")
+    for i, (a, b) in enumerate(zip(g["positions"]["loss"], w["positions"]["loss"])):
+        if a is not None and b is not None and rel(a, b) > FP32_TOL:
+            bad.append(f"positions bucket {i}: {a} vs cpu {b}")
+    gp, wp = got["passkey"]["passkey"], want["passkey"]["passkey"]
+    answers = lambda p: [(t["generated"], t["forced_hit"]) for t in p["records"]]
+    if answers(gp) != answers(wp):
+        bad.append(f"passkey: generated {gp['generated']['accuracy']}, teacher-forced {gp['teacher_forced']['accuracy']}; "
+                   f"cpu {wp['generated']['accuracy']}, {wp['teacher_forced']['accuracy']}")
+    gt, wt = got["generate"]["samples"][0]["tokens"], want["generate"]["samples"][0]["tokens"]
+    if gt != wt:
+        bad.append(f"generate: tokens {gt} vs cpu {wt}")
+    return bad
+
+
+def cmd_worlds(r, limit):
+    """The commands on one CPU rank, one GPU rank and 4 MPI processes on the GPU."""
+    if not getattr(r, "cmd_src", None):
+        raise Skip("no checkpoint to run the commands on")
+    device = "cpu-device" if r.dry else "cuda"
+    deadline = time.monotonic() + limit
+    r.cmd_cpu = cmd_all(r, "cpu-1", r.bin("distflash"), "cpu", 1, (), limit / 6)
+    res, bad = {"cpu": {"eval_loss": r.cmd_cpu["eval"]["loss"]}}, []
+    cases = [(f"{device}-1", r.bin("distflash"), 1, ())]
+    if getattr(r, "mpi_env", None):
+        cases += [(f"{device}-{name}", r.mpi_bin, np, extra) for name, np, extra in CMD_CASES]
+    else:
+        res["mpi"] = "skipped: Open MPI was not unpacked (the multigpu phase unpacks it)"
+    for i, (tag, binary, np, extra) in enumerate(cases):
+        try:
+            got = cmd_all(r, tag, binary, device, np, extra, (deadline - time.monotonic()) / (len(cases) - i))
+        except (Fail, Timeout) as e:
+            bad.append(f"{tag}: {e}")
+            continue
+        res[tag] = {"eval_loss": got["eval"]["loss"], "passkey": got["passkey"]["passkey"]["generated"]["accuracy"],
+                    "tokens": got["generate"]["samples"][0]["tokens"][:8]}
+        bad += [f"{tag}: {b}" for b in cmd_compare(got, r.cmd_cpu)]
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
+def cmd_nccl(r, limit):
+    """The commands over NCCL: one rank; 4 ranks on the GPU where NCCL >= 2.30 allows it."""
+    if not getattr(r, "nccl", None) or not getattr(r, "cmd_cpu", None) or not getattr(r, "mpi_env", None):
+        raise Skip("no NCCL library (the multigpu phase finds it), or no CPU run to compare with")
+    env = {"DISTFLASH_LIBNCCL": r.nccl["lib"]}
+    nccl = ("--set", "parallelism.backend=nccl")
+    cases = [("nccl-1", 1, nccl)]
+    if r.nccl["version"] >= 23000:
+        env.update({"NCCL_MULTI_RANK_GPU_ENABLE": "1", "NCCL_NVLS_ENABLE": "0"})
+        cases += [(f"nccl-{name}", np, (*extra, *nccl)) for name, np, extra in CMD_CASES]
+    deadline = time.monotonic() + limit
+    res, bad = {}, []
+    for i, (tag, np, extra) in enumerate(cases):
+        try:
+            got = cmd_all(r, tag, r.mpi_bin, "cuda", np, extra, (deadline - time.monotonic()) / (len(cases) - i), env)
+        except (Fail, Timeout) as e:
+            bad.append(f"{tag}: {e}")
+            continue
+        res[tag] = {"eval_loss": got["eval"]["loss"]}
+        bad += [f"{tag}: {b}" for b in cmd_compare(got, r.cmd_cpu)]
+    if r.nccl["version"] < 23000:
+        res["several_ranks"] = f"skipped: NCCL {r.nccl['version']} refuses several ranks on one GPU (2.30 adds NCCL_MULTI_RANK_GPU_ENABLE)"
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
+def phase_commands(r):
+    if not getattr(r, "mpi_env", None):
+        r.step("commands", "Open MPI unpacked and relocated", lambda t: unpack_mpi(r, t), 60)
+    if not getattr(r, "nccl", None) and not r.dry:
+        r.step("commands", "NCCL library, version, ABI against its header", lambda t: find_nccl(r, t), 30)
+    r.step("commands", "a tiny checkpoint trained on the CPU", lambda t: cmd_source(r, t), 60)
+    r.step("commands", "eval, positions, passkey, generate: 1 GPU rank, 4 MPI ranks on the GPU vs 1 CPU rank",
+           lambda t: cmd_worlds(r, t), 150)
+    r.step("commands", "the same over NCCL: 1 rank; 4 ranks on one GPU (NCCL >= 2.30)", lambda t: cmd_nccl(r, t), 90)
+
+
 def cmd_run(a):
     phases = PHASES if a.phase == "all" else [a.phase]
     r = Runner(a.pack, a.out, a.budget, a.dry, a.steps)
@@ -1156,7 +1298,7 @@ def cmd_run(a):
     for i, p in enumerate(phases):
         r.start_phase(phases, i)
         {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model,
-         "multigpu": phase_multigpu}[p](r)
+         "multigpu": phase_multigpu, "commands": phase_commands}[p](r)
     rep = write_report(r, phases)
     print(render(rep))
     bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")

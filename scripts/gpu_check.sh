@@ -6,12 +6,12 @@
 #       the -tags cuda distflash binary and the kernels test binary (stripped), and copies them
 #       with the kernels' test vectors, the configs, 2 MiB of the Go source as byte-token shards
 #       (the tiny config's training text) and the PyTorch scripts into DIR (about 30 MB).
-#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|multigpu|all] [--budget SECONDS]
+#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|multigpu|commands|all] [--budget SECONDS]
 #       On a machine with an NVIDIA GPU, python3 with PyTorch and optionally ncu; no Go needed.
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
 #       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7, multigpu 8; all 25 (each phase a share of it:
+#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7, multigpu 8, commands 4; all 32 (each phase a share of it:
 #       SHARE in bench/gpu_check.py).
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
@@ -67,6 +67,9 @@ pack() {
 		fi
 		cp -r kernels/testdata "$dir/kernels/"
 		cp configs/tiny.toml configs/llama-1b.toml "$dir/configs/"
+		# the commands phase's evaluation text: a few Go source files, one document each
+		mkdir -p "$dir/data/eval"
+		cp "$(go env GOROOT)"/src/fmt/{format,print,scan,errors}.go "$dir/data/eval/"
 		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py "$dir/bench/"
 		cp scripts/gpu_check.sh scripts/check_nccl_abi.sh scripts/check_nccl_abi.c "$dir/scripts/"
 		mkdir -p "$dir/kernels/cuda" # the NCCL ABI check's declarations
@@ -121,10 +124,10 @@ dry-run)
 		echo "dry-run: no cuda.h here: kernels/cuda/cuda_abi.h not compared with the CUDA headers"
 	fi
 	pack "$out/pack"
-	for phase in correctness attention model multigpu; do
+	for phase in correctness attention model multigpu commands; do
 		"$py" "$out/pack/bench/gpu_check.py" run --pack "$out/pack" --out "$out/$phase" --phase "$phase" --dry || status=1
 	done
-	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model,multigpu}
+	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model,multigpu,commands}
 	exit $status
 	;;
 *)
