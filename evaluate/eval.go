@@ -1,12 +1,14 @@
 // Package evaluate measures a model on held-out text: it takes a model loaded from any format
 // distflash reads (package weights: a Hugging Face LLaMA directory, a .safetensors file, a
-// distflash checkpoint), tokenizes documents into samples, and runs them on
-// sequence-parallel ranks (Evaluator) for loss, perplexity and bits per byte; Prepare and Job
-// are the eval command after its flags.
+// distflash checkpoint), tokenizes documents into samples, and runs them on the ranks of a
+// world (Evaluator: the eval command's, or the training ranks) for loss, perplexity and bits
+// per byte, the loss by position, passkey retrieval and generation; Prepare and Job are the
+// eval command after its flags, PrepareGenerate and GenJob the generate command's.
 //
-// Layer: evaluate imports config, plan (its memory check), weights (the model it measures),
-// ckpt (its report's atomic write), data, model, parallel and kernels. Package train (which
-// evaluates during training) and the command import it.
+// Layer: evaluate imports world (the ranks it runs on), config, plan (its memory check),
+// weights (the model it measures), ckpt (its report's atomic write), data, model, parallel,
+// parallel/transport and kernels. Package train (which evaluates during training) and the
+// command import it.
 package evaluate
 
 import (
