@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -351,6 +352,48 @@ func WriteReport(path string, rep any) error {
 		return fmt.Errorf("eval: write result: %w", err)
 	}
 	return nil
+}
+
+// NonFinite names the results of r that are not finite numbers (a model whose arithmetic
+// overflowed on the data): "loss", "perplexity", "bits_per_byte".
+func (r Result) NonFinite() []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"loss", r.Loss}, {"perplexity", r.Perplexity}, {"bits_per_byte", r.BitsPerByte}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
+// MarshalJSON writes the report with null for a result that is not a finite number (JSON has
+// none) and names such results in "non_finite", so that a damaged evaluation is written and
+// read as one rather than failing to encode.
+func (r Report) MarshalJSON() ([]byte, error) {
+	type plain Report // without this method
+	bad := r.NonFinite()
+	p := plain(r)
+	for _, f := range []*float64{&p.Loss, &p.Perplexity, &p.BitsPerByte} {
+		if math.IsNaN(*f) || math.IsInf(*f, 0) {
+			*f = 0
+		}
+	}
+	b, err := json.Marshal(p)
+	if err != nil || len(bad) == 0 {
+		return b, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for _, k := range bad {
+		m[k] = nil
+	}
+	m["non_finite"] = bad
+	return json.Marshal(m)
 }
 
 // checkMemory refuses, before the model is put on the ranks, an evaluation whose sequences of

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -141,6 +142,9 @@ func LoadCheckpoint(path string, stderr io.Writer) (cfg config.Config, params []
 	if want := model.NewLayout(saved.Model).Size; len(params) != want {
 		return config.Config{}, nil, "", 0, fmt.Errorf("%s: %d parameters, the model in its manifest has %d", c.Dir(), len(params), want)
 	}
+	if err := CheckFinite(c.Dir(), saved.Model, params); err != nil {
+		return config.Config{}, nil, "", 0, err
+	}
 	return saved, params, dir, step, nil
 }
 
@@ -215,7 +219,10 @@ func (h *HFModel) params(mc model.Config) ([]float32, error) {
 	for i, t := range ts {
 		dsts[i] = Dest(t)
 	}
-	return params, h.Load(dsts)
+	if err := h.Load(dsts); err != nil {
+		return nil, err
+	}
+	return params, CheckFinite(h.Dir, mc, params)
 }
 
 // loadHF loads a Hugging Face LLaMA directory: the shape from config.json, the weights
@@ -285,5 +292,26 @@ func safetensorsParams(st *safetensors.File, mc model.Config) ([]float32, error)
 			return nil, fmt.Errorf("%s: tensor %q is not a parameter of the config's [model]", st.Path, name)
 		}
 	}
-	return params, nil
+	return params, CheckFinite(st.Path, mc, params)
+}
+
+// CheckFinite refuses weights that hold a NaN or an infinity: params (model.NewLayout(mc)
+// order) read from where. The error names the tensor, the first such value's index in it and
+// its row and column, so that a damaged file is found before it is evaluated, generated from
+// or trained on.
+func CheckFinite(where string, mc model.Config, params []float32) error {
+	for _, t := range model.NewLayout(mc).Tensors {
+		for i, v := range params[t.Off : t.Off+t.Size()] {
+			if f := float64(v); !math.IsNaN(f) && !math.IsInf(f, 0) {
+				continue
+			}
+			at := fmt.Sprintf("index %d", i)
+			if len(t.Shape) == 2 {
+				at += fmt.Sprintf(" (row %d, column %d)", i/t.Shape[1], i%t.Shape[1])
+			}
+			return fmt.Errorf("%s: tensor %s %v holds %g at %s: the weights are damaged (not a number or infinite); nothing was run on them",
+				where, t.Name, t.Shape, v, at)
+		}
+	}
+	return nil
 }
