@@ -215,7 +215,14 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 		total, textLen int64
 	)
 	sep := tok.Encode([]byte{DocSeparator})
+	checked := map[string]bool{}
 	for _, f := range w.files {
+		if d := filepath.Dir(f); !checked[d] {
+			checked[d] = true
+			if err := checkShardSet(d); err != nil {
+				return nil, err
+			}
+		}
 		h, err := ReadShardHeader(f)
 		if err != nil {
 			return nil, err

@@ -311,6 +311,12 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		return fail(err)
 	}
 	st.Shards = append(st.Shards, sw.path)
+	if !single {
+		// the set's members, published with them (last, when the shards move one by one)
+		if err := writeShardSet(filepath.Join(stage, "shards"), st.Shards, tok.Name()); err != nil {
+			return fail(err)
+		}
+	}
 	if st.Shards, err = publish(stage, st.Shards, opt.Out, single); err != nil {
 		return fail(err)
 	}
@@ -408,6 +414,10 @@ func publish(stage string, shards []string, out string, single bool) ([]string, 
 			}
 			return nil, fmt.Errorf("data: write shards: %w", err)
 		}
+	}
+	// the set's file last: with it in place, every shard it lists is
+	if err := os.Rename(filepath.Join(stage, "shards", ShardSetFile), filepath.Join(out, ShardSetFile)); err != nil {
+		return nil, fmt.Errorf("data: write shards: %w", err)
 	}
 	return moved, nil
 }
