@@ -121,15 +121,22 @@ type GPUType struct {
 	InterBW  float64 `json:"inter_bw"`  // network bytes/s per GPU between nodes
 	MFU      float64 `json:"mfu"`       // fraction of FLOPS distflash's dense products reach
 	AttnMFU  float64 `json:"attn_mfu"`  // fraction of FLOPS its attention kernels reach
+	// Efficiency says where MFU and AttnMFU come from: measured, and on what, or assumed.
+	Efficiency string `json:"efficiency"`
 }
 
 // gpuTypes are the presets of the table in the file comment.
 var gpuTypes = []GPUType{
-	{"A100-40GB", 40e9, 312e12, 300e9, 25e9, 0.5, 0.5},
-	{"A100-80GB", 80e9, 312e12, 300e9, 25e9, 0.5, 0.5},
-	{"H100-80GB", 80e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU},
-	{"H200-141GB", 141e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU},
+	{"A100-40GB", 40e9, 312e12, 300e9, 25e9, hopperMFU, hopperAttnMFU, ampereEfficiency},
+	{"A100-80GB", 80e9, 312e12, 300e9, 25e9, hopperMFU, hopperAttnMFU, ampereEfficiency},
+	{"H100-80GB", 80e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU, "assumed the H200's (measured there; the same SMs)"},
+	{"H200-141GB", 141e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU, "measured on one H200 (bench/results/h200-2026-11-26, configs/llama-1b.toml)"},
 }
+
+// ampereEfficiency is the A100's, which no run has measured: the Hopper fractions, so that a
+// plan never ranks an A100 above an H100 on a guess (distflash's mma.sync kernels reach no
+// larger a fraction of Hopper's peak than of Ampere's; an A100 run would replace it).
+const ampereEfficiency = "assumed the H200's fractions: not measured on an A100"
 
 // hopperMFU and hopperAttnMFU are the fractions of the bf16 peak that distflash's CUDA
 // backend reached on one H200 (bench/results/h200-2026-11-26: configs/llama-1b.toml in bf16
@@ -137,8 +144,8 @@ var gpuTypes = []GPUType{
 // unknowns fitted to the two step times, the dense one covering the cuBLAS products and every
 // memory-bound kernel, the attention one the FlashAttention-2 kernels (their own benchmark
 // gave 0.10–0.12 forward+backward at head_dim 128 beside 0.55–0.57 for PyTorch's SDPA). The
-// H100 has the same multiprocessors and takes the same fractions. The A100's 0.5 is not a
-// measurement.
+// H100 has the same multiprocessors and takes the same fractions; the A100 takes them too
+// until a run measures it (ampereEfficiency).
 const (
 	hopperMFU     = 0.22
 	hopperAttnMFU = 0.15
@@ -150,7 +157,7 @@ const (
 // is 1; memory per rank this machine's available memory shared by a host's ranks (16 GB where
 // it cannot be read), within a host 2 GB/s (MPI's shared memory), between hosts 1 Gbit/s per
 // host shared by its ranks, unless --gpu-mem, --intra-bw, --inter-bw say otherwise.
-var cpuType = GPUType{Name: "cpu", MemBytes: 16e9, IntraBW: 2e9, InterBW: 125e6 / 2}
+var cpuType = GPUType{Name: "cpu", MemBytes: 16e9, IntraBW: 2e9, InterBW: 125e6 / 2, Efficiency: "--flops, measured on the hosts"}
 
 // Cluster is the machine a plan is made for.
 type Cluster struct {
@@ -961,9 +968,14 @@ func WriteDetail(w io.Writer, rep Report) {
 	if src := rep.Cluster.MemSource; src != "" {
 		mem += " (" + src + ")"
 	}
-	fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f (attention %.2f), NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
-		rep.Cluster, rep.Cluster.GPUs(), mem, rep.Cluster.GPU.FLOPS/1e12, rep.Cluster.MFU, rep.Cluster.AttnMFU,
-		rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9)
+	cl := rep.Cluster
+	if cl.GPU.Name == cpuType.Name {
+		fmt.Fprintf(w, "cluster:  %s: %d CPU ranks, %s each, %.3g GFLOP/s each (%s), within a host %.3g GB/s (shared memory), between hosts %.3g GB/s per rank\n",
+			cl, cl.GPUs(), mem, cl.GPU.FLOPS/1e9, cl.GPU.Efficiency, cl.GPU.IntraBW/1e9, cl.GPU.InterBW/1e9)
+	} else {
+		fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f (attention %.2f; %s), NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
+			cl, cl.GPUs(), mem, cl.GPU.FLOPS/1e12, cl.MFU, cl.AttnMFU, efficiencyOf(cl), cl.GPU.IntraBW/1e9, cl.GPU.InterBW/1e9)
+	}
 	fmt.Fprintf(w, "schedule: %s, seq_len %s (%s tokens per GPU)\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
 	if pl.Refused != "" {
 		fmt.Fprintf(w, "refused:  %s\n", pl.Refused)
@@ -994,6 +1006,9 @@ func WriteDetail(w io.Writer, rep Report) {
 		verdict = "DOES NOT FIT"
 	}
 	fmt.Fprintf(w, "  %s in %s: margin %s (%.0f%%)\n", verdict, gb(mp.Capacity), gb(mp.Margin), 100*mp.Margin/mp.Capacity)
+	if mp.Fits && mp.Margin < thinMargin*mp.Capacity {
+		fmt.Fprintf(w, "  note: a margin under %.0f%% of the memory: what the estimate does not count (the CUDA context, NCCL's buffers, the allocator's fragmentation; measured/estimated was 1.10 on the CPU at 64K) can take that much, so a run may not fit; keep the margin above it\n", 100*thinMargin)
+	}
 	fmt.Fprintf(w, "  longest sequence per GPU that fits: %s tokens (seq_len %s)\n", seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
 	c := pl.Comm
 	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
@@ -1103,4 +1118,17 @@ func writeDocTable(w io.Writer, rep Report) {
 			}
 		}
 	}
+}
+
+// thinMargin is the fraction of the memory under which a margin that fits gets a note: what
+// the estimate leaves out can take that much.
+const thinMargin = 0.05
+
+// efficiencyOf says where the cluster's mfu and attention mfu come from: the flags, or its
+// GPU's preset (measured, and on what, or assumed).
+func efficiencyOf(cl Cluster) string {
+	if cl.MFU != cl.GPU.MFU || cl.AttnMFU != cl.GPU.AttnMFU {
+		return "given by --mfu / --attn-mfu"
+	}
+	return cl.GPU.Efficiency
 }

@@ -438,3 +438,61 @@ func TestEvalMemoryFSDP(t *testing.T) {
 		t.Errorf("FSDP changed what is not the weights: %+v vs %+v", sharded, whole)
 	}
 }
+
+// TestPlanPhysicalOrder: a plan never ranks a GPU of a smaller peak above one of a larger peak
+// on figures that are not measured (the A100's fractions are the measured Hopper ones), the
+// detail says where the fractions come from, a thin margin gets a note, and a CPU cluster is
+// described as CPU ranks, not GPUs on NVLink.
+func TestPlanPhysicalOrder(t *testing.T) {
+	cfg, err := config.Load("../configs/llama7b-512k.toml", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(cluster string) (float64, string) {
+		t.Helper()
+		cl, err := ParseCluster(cluster)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := FitToCluster(cfg, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl := PlanFor(c, cl, c.Parallelism.Attention, c.Data.SeqLen)
+		var b strings.Builder
+		WriteDetail(&b, Report{Summary: "x", Cluster: cl, Plans: []Plan{pl}})
+		return pl.Time.Step, b.String()
+	}
+	a100, a100Text := step("2x8xA100-80GB")
+	h100, h100Text := step("2x8xH100-80GB")
+	if !(h100 < a100) {
+		t.Errorf("2×8 H100 plans %.1f s a step, 2×8 A100 %.1f s", h100, a100)
+	}
+	if !strings.Contains(a100Text, "not measured on an A100") || !strings.Contains(h100Text, "measured there") {
+		t.Errorf("the cluster lines do not say where the fractions come from:\n%s\n%s", firstLine(a100Text, "cluster:"), firstLine(h100Text, "cluster:"))
+	}
+	_, one := step("1x8xA100-80GB")
+	if !strings.Contains(one, "note: a margin under 5%") {
+		t.Errorf("1×8 A100 fits with a thin margin and no note:\n%s", firstLine(one, "fits in"))
+	}
+	cl, err := ParseCluster("2x2xcpu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.GPU.FLOPS = 1e10
+	var b strings.Builder
+	WriteDetail(&b, Report{Summary: "x", Cluster: cl, Plans: []Plan{{Attention: "ring", SeqLen: 1024, TokensPerGPU: 256, Refused: "-"}}})
+	if line := firstLine(b.String(), "cluster:"); !strings.Contains(line, "4 CPU ranks") || strings.Contains(line, "NVLink") || strings.Contains(line, "GPU") {
+		t.Errorf("a CPU cluster: %s", line)
+	}
+}
+
+// firstLine is the first line of s that contains sub.
+func firstLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
