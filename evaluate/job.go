@@ -416,8 +416,8 @@ func checkMemory(cfg config.Config, w *world.World, seqLen int, what string) err
 	gib := func(x float64) string { return fmt.Sprintf("%.1f GiB", x/(1<<30)) }
 	msg := fmt.Sprintf("%s: a sample of %d tokens needs %s per rank (the weights %s, activations %s, logits %s, attention %s, collector headroom %s), a rank has %s available (%s)",
 		what, seqLen, gib(m.Peak), gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(avail), source)
-	if longest := plan.MaxEvalSeqLen(cfg, avail); longest > 0 {
-		msg += fmt.Sprintf("; the longest --seq-len that fits is %d", longest)
+	if longest := plan.MaxEvalSeqLen(cfg, plan.SafeCapacity(avail)); longest > 0 {
+		msg += fmt.Sprintf("; the longest --seq-len that fits is %d (%.0f%% of the memory left for what the estimate misses)", longest, 100*plan.EstimateError)
 	}
 	return errors.New(msg)
 }

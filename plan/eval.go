@@ -52,3 +52,12 @@ func MaxEvalSeqLen(cfg config.Config, capacity float64) int {
 	}
 	return LargestFitting(fits, 1<<22) * 1024 * sp
 }
+
+// EstimateError is how far a measured peak has been above the estimate of MemoryFor:
+// measured/estimated 1.10 on the CPU at 64K tokens (bench/memory.sh, docs/training.md's table;
+// the Go runtime, its stacks and fragmentation beyond the live heap). A length suggested as the
+// longest that fits leaves this much of the memory to spare (SafeCapacity), so that it runs.
+const EstimateError = 0.10
+
+// SafeCapacity is the memory a suggested length may fill: capacity less EstimateError of it.
+func SafeCapacity(capacity float64) float64 { return capacity * (1 - EstimateError) }

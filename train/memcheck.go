@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"distflash/config"
@@ -47,23 +48,38 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 	}
 	fmt.Fprintf(&msg, " (model state %s; growing with data.seq_len × data.batch_size: activations %s, logits %s, backward scratch %s, attention %s), this machine has %s available (%s)",
 		b(state), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(avail), source)
-	if tokens := plan.MaxTokensPerGPU(cfg, perRank); tokens > 0 {
+	if tokens := plan.MaxTokensPerGPU(cfg, plan.SafeCapacity(perRank)); tokens > 0 {
 		seq := tokens * w.Dims.SP
-		fmt.Fprintf(&msg, ". The longest data.seq_len that fits is %d (data.batch_size %d)", seq, cfg.Data.BatchSize)
+		fmt.Fprintf(&msg, ". The longest data.seq_len that fits is %d (data.batch_size %d; %.0f%% of the memory left for what the estimate misses)",
+			seq, cfg.Data.BatchSize, 100*plan.EstimateError)
+	} else if state >= plan.SafeCapacity(perRank) {
+		msg.WriteString(". The model state alone does not fit")
 	} else {
-		msg.WriteString(". Not even 1024 tokens per rank fit: the model state alone is too large")
+		msg.WriteString(". Not even 1024 tokens per rank fit beside the model state")
 	}
 	var knobs []string
-	if cfg.Checkpoint.Activation != "layer" {
-		knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %q)`, cfg.Checkpoint.Activation))
+	if state >= plan.SafeCapacity(perRank)/2 {
+		// what shrinks the model state: sharding it over more ranks, as processes on machines
+		// of this size (in process they would share this machine's memory)
+		all := state
+		if p.FSDP {
+			all *= float64(w.Dims.World)
+		}
+		n := int(math.Ceil(all / (plan.SafeCapacity(perRank*float64(ranks)) / 2)))
+		knobs = append(knobs, fmt.Sprintf("parallelism.fsdp = true over %d or more MPI processes (parallelism.world_size = %d, mpirun -np %d, on machines of this one's %s each: each holds %s of the %s of model state, half its memory)",
+			n, n, n, b(avail), b(all/float64(n)), b(all)))
+	} else {
+		if cfg.Checkpoint.Activation != "layer" {
+			knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %q)`, cfg.Checkpoint.Activation))
+		}
+		if cfg.Data.BatchSize > 1 {
+			knobs = append(knobs, fmt.Sprintf("a smaller data.batch_size (now %d) with more training.grad_accum_steps", cfg.Data.BatchSize))
+		}
+		if !p.FSDP && w.Dims.World > 1 {
+			knobs = append(knobs, "parallelism.fsdp = true (each rank holds 1/world_size of the model state)")
+		}
+		knobs = append(knobs, "more parallelism.sequence_parallel_degree, with the ranks as MPI processes on more machines (parallelism.backend = \"mpi\")")
 	}
-	if cfg.Data.BatchSize > 1 {
-		knobs = append(knobs, fmt.Sprintf("a smaller data.batch_size (now %d) with more training.grad_accum_steps", cfg.Data.BatchSize))
-	}
-	if !p.FSDP && w.Dims.World > 1 {
-		knobs = append(knobs, "parallelism.fsdp = true (each rank holds 1/world_size of the model state)")
-	}
-	knobs = append(knobs, "more parallelism.sequence_parallel_degree, with the ranks as MPI processes on more machines (parallelism.backend = \"mpi\")")
 	fmt.Fprintf(&msg, ". To fit: %s", strings.Join(knobs, "; "))
 	return fmt.Errorf("%s", msg.String())
 }
