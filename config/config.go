@@ -881,12 +881,16 @@ func (c Config) Requirements() []string {
 }
 
 // Notes lists, one sentence each, what a user should know of the config before a long run
-// that does not stop it: the size of the model state when it is above 16 GiB, and per rank
-// with FSDP; a schedule that gains nothing from the sliding window.
+// that does not stop it: a warmup longer than the run, the size of the model state when it is
+// above 16 GiB, and per rank with FSDP; a schedule that gains nothing from the sliding window.
 func (c Config) Notes() []string {
 	c = c.Resolved()
 	p := c.Parallelism
 	var notes []string
+	if t := c.Training; t.WarmupSteps > t.Steps {
+		notes = append(notes, fmt.Sprintf("training.warmup_steps = %d is more than training.steps = %d: the learning rate never reaches training.lr = %g (it ends at %.3g, %d/%d of it)",
+			t.WarmupSteps, t.Steps, t.LR, t.LR*float64(t.Steps)/float64(t.WarmupSteps), t.Steps, t.WarmupSteps))
+	}
 	n := c.Model.NumParams()
 	if state := n * StateBytesPerParam; state > memoryNoteBytes {
 		msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",

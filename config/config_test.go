@@ -430,6 +430,11 @@ func TestConfigNotes(t *testing.T) {
 	if n := tiny.Notes(); len(n) != 0 {
 		t.Errorf("tiny: notes %q, want none", n)
 	}
+	short := tiny
+	short.Training.WarmupSteps, short.Training.Steps = 100, 10
+	if n := strings.Join(short.Notes(), "\n"); !strings.Contains(n, "training.warmup_steps = 100 is more than training.steps = 10") || !strings.Contains(n, "10/100") {
+		t.Errorf("a warmup of 100 in a run of 10 steps: notes %q", n)
+	}
 	// a sliding window under a schedule that sends every block anyway
 	for _, c := range []struct {
 		attention string

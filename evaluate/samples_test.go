@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"distflash/config"
 	"distflash/data"
+	"distflash/weights"
 )
 
 // TestEvalSamples: BOS, truncation to seq_len, which bytes count, skipped short documents.
@@ -45,5 +47,28 @@ func TestEvalSamples(t *testing.T) {
 	ss, err := CollectSamples(docs, tok, -1, 8, 256, 2)
 	if err != nil || len(ss) != 2 || string(tok.Decode(ss[1].Targets)) != "orld" {
 		t.Errorf("collectSamples skips one-byte documents and stops at n: %v, %v", ss, err)
+	}
+}
+
+// TestConfigForRefusesModelKeys: --set model.* is refused for a checkpoint or a Hugging Face
+// directory, which bring their own shape, and taken for a .safetensors file, whose shape the
+// config gives.
+func TestConfigForRefusesModelKeys(t *testing.T) {
+	cfg := config.Default()
+	if err := cfg.Model.Resolve(); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{"checkpoint", "hf"} {
+		em := weights.Model{Config: cfg.Model, Source: src, Path: "m"}
+		if _, err := ConfigFor(cfg, em, "", []string{"model.sliding_window=8"}); err == nil || !strings.Contains(err.Error(), "model.sliding_window=8") {
+			t.Errorf("%s: --set model.sliding_window: %v", src, err)
+		}
+		if _, err := ConfigFor(cfg, em, "", []string{"eval.samples=3"}); err != nil {
+			t.Errorf("%s: --set eval.samples: %v", src, err)
+		}
+	}
+	em := weights.Model{Config: cfg.Model, Source: "safetensors", Path: "m.safetensors"}
+	if _, err := ConfigFor(cfg, em, "", []string{"model.sliding_window=8"}); err != nil {
+		t.Errorf("safetensors: --set model.sliding_window: %v", err)
 	}
 }

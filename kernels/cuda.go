@@ -5,6 +5,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -121,13 +122,21 @@ func newCUDA(ordinal int) (*CUDA, error) {
 		return fail(err)
 	}
 	sigs := map[string][]string{}
-	for _, name := range []string{"elementwise", "attn_f32", "attn_mma"} {
+	cubins := os.Getenv("DISTFLASH_CUDA_IMAGE") == "cubin"
+	for _, name := range moduleNames {
 		file := fmt.Sprintf("%s_%s.ptx", name, arch)
 		ptx, err := cuda.PTX.ReadFile(file)
-		if err == nil {
-			err = d.LoadModule(file, ptx, ptxKernels[name])
-		}
 		if err != nil {
+			return fail(err)
+		}
+		img, imgFile := ptx, file
+		if cf := cubinFile(name, d.Major, d.Minor); cubins && cf != "" {
+			if img, err = cuda.Cubins.ReadFile(cf); err != nil {
+				return fail(err)
+			}
+			imgFile = cf
+		}
+		if err := d.LoadModule(imgFile, img, ptxKernels[name]); err != nil {
 			return fail(err)
 		}
 		for k, sig := range ptxSignatures(string(ptx)) {
@@ -135,6 +144,23 @@ func newCUDA(ordinal int) (*CUDA, error) {
 		}
 	}
 	return newCUDAOn(d, deviceInfo{name: d.Name, major: d.Major, minor: d.Minor, sms: d.SMs, smemOptin: d.SmemOptin}, sigs), nil
+}
+
+// moduleNames are the embedded modules, in the order they are loaded.
+var moduleNames = []string{"elementwise", "attn_f32", "attn_mma"}
+
+// cubinFile names the embedded cubin of module name for a GPU of compute capability
+// major.minor, or "" when none runs on it: sm_80 code runs on 8.x, sm_90a code on 9.0 only.
+// The backend loads cubins instead of PTX when DISTFLASH_CUDA_IMAGE=cubin (the default, PTX,
+// is JIT-compiled by the driver).
+func cubinFile(name string, major, minor int) string {
+	switch {
+	case major == 8:
+		return name + "_sm80.cubin"
+	case major == 9 && minor == 0:
+		return name + "_sm90a.cubin"
+	}
+	return ""
 }
 
 // newCUDAOn returns a backend on an opened device whose kernels have the given signatures.
