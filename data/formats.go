@@ -106,6 +106,10 @@ type docWalk struct {
 	// progress reports.
 	onRead func(n int64)
 	onFile func()
+	// onText, when set, is called with the bytes of text of each document the walk gives (a
+	// separator before every one but the first counted), for a reader ahead of its consumer
+	// to relate the input read to the text read.
+	onText func(n int64)
 
 	// Set by each: the text passed on (separators included), the files opened, and
 	// whether MaxBytes ended the walk before the text did.
@@ -263,6 +267,9 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 		}
 		used += int64(len(d))
 		docs++
+		if w.onText != nil {
+			w.onText(int64(len(d)) + int64(min(docs-1, 1)))
+		}
 		return fn(d)
 	}
 	for i, f := range w.files {

@@ -228,9 +228,15 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		}
 	}
 	var mu sync.Mutex // InputBytes is counted on the walking goroutine
+	var textRead int64 // the text the walk has given, ahead of what is written
 	w.onRead = func(n int64) {
 		mu.Lock()
 		st.InputBytes += n
+		mu.Unlock()
+	}
+	w.onText = func(n int64) {
+		mu.Lock()
+		textRead += n
 		mu.Unlock()
 	}
 	w.onFile = func() {
@@ -256,10 +262,12 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 	free, freeOK := sysmem.DiskFree(stage)
 	fail := func(err error) (TokenizeStats, error) {
 		if errors.Is(err, syscall.ENOSPC) {
-			done := float64(st.InputBytes) / float64(st.InputTotal)
-			if src.MaxBytes > 0 && src.MaxBytes < st.InputTotal {
-				done = float64(st.TextBytes) / float64(src.MaxBytes)
-			}
+			// the fraction of the input whose text is in the shards written: the walk reads
+			// ahead of the writer, so the input read is scaled by the text written over the
+			// text read (compressed input: bytes on disk per byte of text)
+			mu.Lock()
+			done := writtenFraction(st.TokenizeProgress, textRead, src.MaxBytes)
+			mu.Unlock()
 			err = diskFull(opt.Out, sysmem.TreeBytes(stage), done, free, freeOK)
 		}
 		if sw != nil {
@@ -361,6 +369,21 @@ func newStage(out string, stale func(string, int64)) (string, error) {
 		return "", fmt.Errorf("data: write shards: %w", err)
 	}
 	return stage, nil
+}
+
+// writtenFraction is the fraction of the input whose text the shards written hold, from the
+// progress p and the text the walk has given (textRead, ahead of the writer by its queues):
+// the input read scaled by the text written over the text read (so a compressed input counts
+// its bytes on disk per byte of text), or the text written over maxBytes when that cuts the
+// input.
+func writtenFraction(p TokenizeProgress, textRead, maxBytes int64) float64 {
+	if maxBytes > 0 && maxBytes < p.InputTotal {
+		return float64(p.TextBytes) / float64(maxBytes)
+	}
+	if textRead == 0 || p.InputTotal == 0 {
+		return 0
+	}
+	return float64(p.InputBytes) * float64(p.TextBytes) / float64(textRead) / float64(p.InputTotal)
 }
 
 // diskFull explains a write that filled the disk: how much was written, and how much the
