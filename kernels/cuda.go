@@ -45,6 +45,8 @@ type CUDA struct {
 	f64s   *cuda.Mem    // reduction partials, RoPE frequencies
 	flag   *cuda.Mem    // AllFinite's flag
 	halves [4]*cuda.Mem // 16-bit operands of the tensor-core attention
+
+	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
 }
 
 // ptxKernels lists the embedded modules and the kernels each defines.
@@ -60,6 +62,9 @@ var ptxKernels = map[string][]string{
 		"df_attn_bwd_dkdv_f32",
 	},
 	"attn_mma": mmaKernelNames(),
+	"cudnn_aux": {
+		"df_pad_half", "df_cudnn_dsplit", "df_add_half", "df_cudnn_fold", "df_lse_scatter",
+	},
 }
 
 // mmaKernelNames lists the tensor-core attention kernels of attn_mma.cu.
@@ -122,6 +127,10 @@ func newCUDA(ordinal int) (*CUDA, error) {
 		return fail(err)
 	}
 	sigs := map[string][]string{}
+	mode, err := AttentionFromEnv()
+	if err != nil {
+		return fail(err)
+	}
 	cubins := os.Getenv("DISTFLASH_CUDA_IMAGE") == "cubin"
 	for _, name := range moduleNames {
 		file := fmt.Sprintf("%s_%s.ptx", name, arch)
@@ -143,11 +152,13 @@ func newCUDA(ordinal int) (*CUDA, error) {
 			sigs[k] = sig
 		}
 	}
-	return newCUDAOn(d, deviceInfo{name: d.Name, major: d.Major, minor: d.Minor, sms: d.SMs, smemOptin: d.SmemOptin}, sigs), nil
+	c := newCUDAOn(d, deviceInfo{name: d.Name, major: d.Major, minor: d.Minor, sms: d.SMs, smemOptin: d.SmemOptin}, sigs)
+	c.dnn.mode = mode
+	return c, nil
 }
 
 // moduleNames are the embedded modules, in the order they are loaded.
-var moduleNames = []string{"elementwise", "attn_f32", "attn_mma"}
+var moduleNames = []string{"elementwise", "attn_f32", "attn_mma", "cudnn_aux"}
 
 // cubinFile names the embedded cubin of module name for a GPU of compute capability
 // major.minor, or "" when none runs on it: sm_80 code runs on 8.x, sm_90a code on 9.0 only.
@@ -167,6 +178,7 @@ func cubinFile(name string, major, minor int) string {
 func newCUDAOn(d gpuDevice, info deviceInfo, sigs map[string][]string) *CUDA {
 	c := &CUDA{dev: d, info: info, sigs: sigs}
 	c.flag = c.alloc(4)
+	c.initCUDNN()
 	return c
 }
 
@@ -186,6 +198,9 @@ func ptxArch(major, minor int) (string, error) {
 // of the backend must not be used afterwards.
 func (c *CUDA) Close() error {
 	err := c.dev.Sync()
+	if derr := c.dnn.close(); err == nil {
+		err = derr
+	}
 	if cerr := c.dev.Close(); err == nil {
 		err = cerr
 	}

@@ -68,6 +68,9 @@ func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	}
 	c.counters.AttnBlocks.Add(1)
 	c.counters.AttnFwdFLOPs.Add(4 * pairs * int64(hd*H))
+	if c.cudnnForward(st, qb, kb, vb, sh) {
+		return
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -131,6 +134,9 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Att
 	}
 	c.counters.AttnBackwards.Add(1)
 	c.counters.AttnBwdFLOPs.Add(10 * pairs * int64(hd*H))
+	if c.cudnnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db, sh) {
+		return
+	}
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -43,7 +43,7 @@ func newFakeCUDA(t *testing.T) (*CUDA, *fakeDevice) {
 		t.Fatal(err)
 	}
 	sigs := ptxSignatures(string(ptx))
-	for _, mod := range []string{"attn_f32", "attn_mma"} {
+	for _, mod := range []string{"attn_f32", "attn_mma", "cudnn_aux"} {
 		ptx, err := cuda.PTX.ReadFile(mod + "_sm90.ptx")
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +52,9 @@ func newFakeCUDA(t *testing.T) (*CUDA, *fakeDevice) {
 			sigs[k] = v
 		}
 	}
-	return newCUDAOn(f, deviceInfo{name: "fake", major: 9, sms: 132, smemOptin: f.optin}, sigs), f
+	c := newCUDAOn(f, deviceInfo{name: "fake", major: 9, sms: 132, smemOptin: f.optin}, sigs)
+	c.dnn.mode = AttentionOwn // the fake has no cuDNN (TestCUDAHostCUDNNStub drives that path)
+	return c, f
 }
 
 func (f *fakeDevice) Alloc(bytes int) (*cuda.Mem, error) {

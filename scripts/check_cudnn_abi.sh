@@ -7,14 +7,16 @@
 #                                                  nvidia-cudnn-cu13 wheel: .../nvidia/cudnn/include)
 #   scripts/check_cudnn_abi.sh --wheel [PACKAGE==VERSION]
 #                                                  fetches that wheel with pip (default
-#                                                  nvidia-cudnn-cu13==9.28.1.4; nvidia-cudnn-cu12==9.0.0.312
-#                                                  is the oldest cuDNN 9) into $CUDNN_WHEEL_CACHE
-#                                                  (default ~/.cache/distflash/cudnn), keeps only its
-#                                                  include directory, and checks against it
+#                                                  nvidia-cudnn-cu13==9.28.1.4; the oldest cuDNN 9
+#                                                  is nvidia-cudnn-cu12==9.0.0.312) into
+#                                                  $CUDNN_WHEEL_CACHE (default
+#                                                  ~/.cache/distflash/cudnn), keeps only its include
+#                                                  directory, and checks against it
 # cudnn_graph.h includes <cuda_runtime_api.h> and <library_types.h>: CUDA_INCLUDE=DIR names a
 # CUDA toolkit's include directory; without it the script writes the few declarations cuDNN's
-# header needs from them (cudaStream_t, cudaGraph_t, libraryPropertyType) into a temporary directory. Needs gcc
-# (and pip with --wheel). The wheel is about 520 MB; only the headers (about 1 MB) are kept.
+# header needs from them (cudaStream_t, cudaGraph_t, libraryPropertyType) into a temporary
+# directory. Needs gcc (and pip with --wheel). The wheel is about 520 MB; only the headers
+# (about 1 MB) are kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)

@@ -1,0 +1,996 @@
+//go:build cuda
+
+package kernels
+
+// The CUDA backend's cuDNN path run against cudnnstub (testdata/cudnnstub/cudnnstub.c), a
+// shared library built here with the C compiler that stands in for libcudnn.so.9: it checks
+// every descriptor, attribute and finalisation as cuDNN documents them, logs every call, and
+// writes out each operation graph and each execution's variant pack. The backend runs on the
+// fake device of cuda_fake_test.go (its kernels and copies are recorded, not run), with a
+// cuDNN handle on the stub. Needs no GPU.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"distflash/kernels/cuda"
+)
+
+const cudnnStubChildEnv = "DISTFLASH_CUDNNSTUB_CHILD"
+
+// The stub's context and stream (any non-null values: the stub only records them).
+const (
+	stubCtx    = 0xc0de0000
+	stubStream = 0x5eed0000
+)
+
+// cudnnStubScenarios are the child processes of TestCUDAHostCUDNNStub: each loads the library
+// once (a process loads cuDNN once), with the stub's settings in env.
+var cudnnStubScenarios = []struct {
+	name string
+	env  []string
+}{
+	{"h100-cudnn-9.10.2", []string{"CUDNNSTUB_VERSION=91002"}},
+	{"h100-cudnn-9.0.0", []string{"CUDNNSTUB_VERSION=90000"}},
+	{"h100-cudnn-9.10.2-atomics", []string{"CUDNNSTUB_VERSION=91002", "DISTFLASH_CUDNN_DETERMINISTIC=0"}},
+	{"a100-cudnn-9.5.1", []string{"CUDNNSTUB_VERSION=90501"}},
+	{"no-engine", []string{"CUDNNSTUB_ENGINES_A=0", "CUDNNSTUB_ENGINES_FALLBACK=0"}},
+	{"fallback-engine", []string{"CUDNNSTUB_ENGINES_A=1", "CUDNNSTUB_PLAN_FAILS=1"}},
+	{"too-old", []string{"CUDNNSTUB_VERSION=80907"}},
+	{"buggy-9.10.0", []string{"CUDNNSTUB_VERSION=91000"}},
+	{"missing", nil},
+	{"cudnn-mode-missing", nil},
+}
+
+// TestCUDAHostCUDNNStub builds cudnnstub and runs each scenario of cudnnStubScenarios in a
+// child process of the test binary (DISTFLASH_LIBCUDNN and DISTFLASH_LIBCUDA naming the stub,
+// or a file that does not exist for "missing"); the child's checks are cudnnStubChild's.
+func TestCUDAHostCUDNNStub(t *testing.T) {
+	if os.Getenv(cudnnStubChildEnv) != "" {
+		cudnnStubChild(t, os.Getenv(cudnnStubChildEnv))
+		return
+	}
+	lib := buildCUDNNStub(t)
+	for _, sc := range cudnnStubScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			logPath := filepath.Join(t.TempDir(), "calls.log")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestCUDAHostCUDNNStub$", "-test.v")
+			cudnn := lib
+			if strings.Contains(sc.name, "missing") {
+				cudnn = "/nonexistent/libcudnn.so.9"
+			}
+			cmd.Env = append(os.Environ(), cudnnStubChildEnv+"="+sc.name, "DISTFLASH_LIBCUDNN="+cudnn, "DISTFLASH_LIBCUDA="+lib,
+				"CUDNNSTUB_LOG="+logPath, "DISTFLASH_ATTENTION=", "DISTFLASH_CUDNN_DETERMINISTIC=")
+			cmd.Env = append(cmd.Env, sc.env...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				log, _ := os.ReadFile(logPath)
+				t.Fatalf("the child failed: %v\n%s\nthe stub's log (last 60 lines):\n%s", err, out, tail(string(log), 60))
+			}
+			if testing.Verbose() {
+				t.Logf("%s", out)
+			}
+		})
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// buildCUDNNStub compiles the stub into a temporary directory (-Wl,--no-undefined: it must
+// define every entry point it declares from cudnn_abi_funcs.h).
+func buildCUDNNStub(t *testing.T) string {
+	cc := cudnnCC(t)
+	lib := filepath.Join(t.TempDir(), "libcudnnstub.so")
+	args := slices.Concat(cc[1:], []string{"-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("cuda"),
+		"-o", lib, filepath.Join("testdata", "cudnnstub", "cudnnstub.c"), "-Wl,--no-undefined", "-lpthread"})
+	out, err := exec.Command(cc[0], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", cc[0], strings.Join(args, " "), err, out)
+	}
+	return lib
+}
+
+// cudnnCC returns $CC (split into the command and its flags) where it names a program found,
+// else gcc or cc on PATH; it skips the test when there is none (CI has gcc).
+func cudnnCC(t *testing.T) []string {
+	if cc := strings.Fields(os.Getenv("CC")); len(cc) > 0 {
+		if p, err := exec.LookPath(cc[0]); err == nil {
+			return append([]string{p}, cc[1:]...)
+		}
+	}
+	for _, cc := range []string{"gcc", "cc"} {
+		if p, err := exec.LookPath(cc); err == nil {
+			return []string{p}
+		}
+	}
+	t.Skip("no C compiler ($CC, gcc or cc) to build the cuDNN stub; CI has gcc, so this test runs there")
+	return nil
+}
+
+// ---- the stub's log ----
+
+// stubLine is one line of the log: its first word and its key=value pairs (why= takes the rest
+// of the line).
+type stubLine struct {
+	text string
+	name string
+	kv   map[string]string
+}
+
+func parseStubLine(line string) stubLine {
+	l := stubLine{text: line, kv: map[string]string{}}
+	if i := strings.Index(line, " why="); i >= 0 {
+		l.kv["why"] = line[i+5:]
+		line = line[:i]
+	}
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return l
+	}
+	l.name = f[0]
+	for _, kv := range f[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		l.kv[k] = v
+	}
+	return l
+}
+
+// stubLog reads the log from the child's phase marks on.
+type stubLog struct {
+	path string
+	off  int
+}
+
+// mark appends "# phase" to the log.
+func (l *stubLog) mark(t *testing.T, phase string) {
+	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "# %s\n", phase)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// since returns the lines written since the last call.
+func (l *stubLog) since(t *testing.T) []stubLine {
+	b, err := os.ReadFile(l.path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	new := b[min(l.off, len(b)):]
+	l.off = len(b)
+	var lines []stubLine
+	sc := bufio.NewScanner(strings.NewReader(string(new)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if s := sc.Text(); s != "" && !strings.HasPrefix(s, "# ") {
+			lines = append(lines, parseStubLine(s))
+		}
+	}
+	return lines
+}
+
+// stubGraph is an operation graph as the stub wrote it at finalisation.
+type stubGraph struct {
+	tensors map[int64]stubTensor
+	ops     []stubLine
+}
+
+type stubTensor struct {
+	dtype            int
+	dims, strides    []int64
+	virtual, byValue bool
+	ragged           int64 // the ragged offset's uid, 0 for none
+}
+
+func ints(s string) []int64 {
+	var v []int64
+	for _, f := range strings.Split(s, ",") {
+		if f == "" || f == "-" {
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			panic(err)
+		}
+		v = append(v, n)
+	}
+	return v
+}
+
+func atoi(s string) int64 {
+	if s == "-" || s == "" {
+		return 0
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		panic(fmt.Sprintf("%q: %v", s, err))
+	}
+	return n
+}
+
+// graphs returns the operation graphs in lines.
+func graphs(lines []stubLine) []*stubGraph {
+	var gs []*stubGraph
+	var g *stubGraph
+	for _, l := range lines {
+		switch l.name {
+		case "graph":
+			g = &stubGraph{tensors: map[int64]stubTensor{}}
+			gs = append(gs, g)
+		case "tensor":
+			g.tensors[atoi(l.kv["uid"])] = stubTensor{dtype: int(atoi(l.kv["dtype"])), dims: ints(l.kv["dims"]),
+				strides: ints(l.kv["strides"]), virtual: l.kv["virtual"] == "1", byValue: l.kv["byvalue"] == "1", ragged: atoi(l.kv["ragged"])}
+		case "op":
+			g.ops = append(g.ops, l)
+		}
+	}
+	return gs
+}
+
+// execution is one cudnnBackendExecute: its bound addresses and by-value scalars by uid.
+type execution struct {
+	stream string
+	ws     uint64
+	ptrs   map[int64]uint64
+	values map[int64]float64
+}
+
+func executions(t *testing.T, lines []stubLine) []execution {
+	var es []execution
+	for _, l := range lines {
+		switch l.name {
+		case "execute":
+			ws, _ := strconv.ParseUint(strings.TrimPrefix(l.kv["workspace"], "0x"), 16, 64)
+			es = append(es, execution{stream: l.kv["stream"], ws: ws, ptrs: map[int64]uint64{}, values: map[int64]float64{}})
+		case "bind":
+			e := &es[len(es)-1]
+			uid := atoi(l.kv["uid"])
+			if v, ok := l.kv["value"]; ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					t.Fatalf("%q: %v", l.text, err)
+				}
+				e.values[uid] = f
+			} else {
+				p, err := strconv.ParseUint(strings.TrimPrefix(l.kv["ptr"], "0x"), 16, 64)
+				if err != nil {
+					t.Fatalf("%q: %v", l.text, err)
+				}
+				e.ptrs[uid] = p
+			}
+		}
+	}
+	return es
+}
+
+// failures returns the calls that failed, but for the execution plans the stub refuses on
+// purpose (CUDNNSTUB_PLAN_FAILS: an engine that does not take the graph, which the builder
+// answers by trying the next).
+func failures(lines []stubLine) []string {
+	var f []string
+	for _, l := range lines {
+		if l.name == "cudnnBackendFinalize" && l.kv["type"] == "EXECUTION_PLAN" && l.kv["result"] == "3001" {
+			continue
+		}
+		if l.kv["result"] != "" {
+			f = append(f, l.text)
+		}
+	}
+	return f
+}
+
+// ---- the child ----
+
+// stubBlock is one attention block the child runs.
+type stubBlock struct {
+	name string
+	sh   AttnShape
+	kind string // the path expected: "cudnn <kind>" or "own: <why>"
+}
+
+// seqPos is n consecutive positions from p0.
+func seqPos(p0, n int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32(p0 + i)
+	}
+	return p
+}
+
+// stubStarts returns each position's document start (documents start at starts, sorted) and
+// with a window the later of that and p − window + 1.
+func stubStarts(pos []int32, starts []int32, window int) []int32 {
+	q := make([]int32, len(pos))
+	for i, p := range pos {
+		for _, s := range starts {
+			if s <= p {
+				q[i] = s
+			}
+		}
+		if window > 0 {
+			q[i] = max(q[i], p-int32(window)+1)
+		}
+	}
+	return q
+}
+
+// stubBlocks are the blocks of the main scenario: every kind cuDNN takes, GQA and MHA, and some
+// it does not.
+func stubBlocks() []stubBlock {
+	const H, KVH, hd = 8, 2, 64
+	sh := func(qp, kp, qs []int32, causal bool, kvh int) AttnShape {
+		s := AttnShape{NQ: len(qp), NK: len(kp), Heads: H, KVHeads: kvh, HeadDim: hd, Causal: causal,
+			Scale: float32(1 / math.Sqrt(hd)), QPos: qp, KPos: kp, QStart: qs}
+		if !causal {
+			s.QPos, s.KPos = nil, nil
+		}
+		return s
+	}
+	diag := seqPos(0, 128)
+	cyclic := make([]int32, 128)
+	for i := range cyclic {
+		cyclic[i] = int32(4 * i)
+	}
+	return []stubBlock{
+		{"full", sh(seqPos(0, 128), seqPos(0, 96), nil, false, KVH), "cudnn full"},
+		{"past", sh(seqPos(256, 128), seqPos(0, 128), nil, true, KVH), "cudnn full"},
+		{"causal", sh(diag, diag, nil, true, KVH), "cudnn causal"},
+		{"causal-mha", sh(diag, diag, nil, true, H), "cudnn causal"},
+		{"bottom-right", sh(seqPos(64, 64), seqPos(0, 128), nil, true, KVH), "cudnn causal bottom-right"},
+		{"shifted", sh(seqPos(32, 128), seqPos(0, 128), nil, true, KVH), "cudnn causal shifted"},
+		{"band", sh(diag, diag, stubStarts(diag, nil, 48), true, KVH), "cudnn band"},
+		{"documents-diagonal", sh(diag, diag, stubStarts(diag, []int32{0, 40, 100}, 0), true, KVH), "cudnn documents causal"},
+		{"documents-past", sh(seqPos(128, 128), seqPos(0, 128), stubStarts(seqPos(128, 128), []int32{0, 50, 180}, 0), true, KVH),
+			"cudnn documents"},
+		{"documents-band", sh(diag, diag, stubStarts(diag, []int32{0, 40, 100}, 16), true, KVH), "cudnn documents band"},
+		{"cyclic", sh(cyclic, cyclic, nil, true, KVH), "own: keys at non-consecutive positions"},
+	}
+}
+
+// expectPath is the path block b takes in scenario name: what stubBlocks says, except where
+// the scenario's cuDNN version or GPU cannot compute the block (cudnn-frontend's support
+// surface, which SDPA.Check follows).
+func expectPath(scenario string, b stubBlock) string {
+	over := map[string]map[string]string{
+		"h100-cudnn-9.0.0": {
+			"shifted":            "own: a shifted diagonal (right bound 32) needs cuDNN ≥ 9.6",
+			"band":               "own: a sliding window (left bound) needs cuDNN ≥ 9.2",
+			"documents-band":     "own: a sliding window (left bound) needs cuDNN ≥ 9.2",
+			"documents-diagonal": "own: ragged offsets with grouped-query attention need cuDNN ≥ 9.6",
+			"documents-past":     "own: ragged offsets with grouped-query attention need cuDNN ≥ 9.6",
+		},
+		"a100-cudnn-9.5.1": {
+			"shifted":            "own: a shifted diagonal (right bound 32) needs cuDNN ≥ 9.6",
+			"documents-diagonal": "own: ragged offsets on sm_80 need cuDNN ≥ 9.18.1 (Hopper has them from 9.0)",
+			"documents-past":     "own: ragged offsets on sm_80 need cuDNN ≥ 9.18.1 (Hopper has them from 9.0)",
+			"documents-band":     "own: ragged offsets on sm_80 need cuDNN ≥ 9.18.1 (Hopper has them from 9.0)",
+		},
+	}
+	if w, ok := over[scenario][b.name]; ok {
+		return w
+	}
+	return b.kind
+}
+
+// cudnnStubChild runs scenario name against the stub and checks the log as it goes.
+func cudnnStubChild(t *testing.T, name string) {
+	log := &stubLog{path: os.Getenv("CUDNNSTUB_LOG")}
+	var notices []string
+	cudnnNotice = func(m string) { notices = append(notices, m) }
+	c, f := newFakeCUDA(t)
+	c.initCUDNN()
+	c.dnn.open = func() (*cuda.DNN, error) { return cuda.OpenDNNOn(stubCtx, stubStream) }
+	if strings.HasPrefix(name, "a100") {
+		c.info.major, c.info.minor = 8, 0
+	}
+	c.SetMatMulPrecision(BF16)
+	switch name {
+	case "missing", "too-old", "buggy-9.10.0":
+		stubFallback(t, c, log, name, &notices)
+		return
+	case "cudnn-mode-missing":
+		err := c.SetAttention(AttentionCUDNN)
+		for _, want := range []string{"kernels: device.attention = cudnn: ", "cannot load cuDNN", "/nonexistent/libcudnn.so.9", "DISTFLASH_LIBCUDNN"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("SetAttention(cudnn) without cuDNN: %v, want an error with %q", err, want)
+			}
+		}
+		if err := c.SetAttention("fast"); err == nil || !strings.Contains(err.Error(), `device.attention = "fast"`) {
+			t.Errorf("SetAttention(fast): %v", err)
+		}
+		return
+	case "no-engine":
+		b := stubBlocks()[2]
+		for range 2 {
+			runStubForward(c, b.sh)
+		}
+		p := c.AttentionPaths()
+		want := "own: cuDNN has no plan: no engine finalises the graph: cudnnStatus_t 3000"
+		if len(p.Forward) != 1 || p.Forward[firstKey(p.Forward)] != 2 || !strings.HasPrefix(firstKey(p.Forward), want) {
+			t.Errorf("paths without an engine: %v, want 2 blocks %q…", p.Forward, want)
+		}
+		lines := log.since(t)
+		if n := len(graphs(lines)); n != 1 {
+			t.Errorf("%d graphs built for two blocks of one shape: a graph cuDNN has no plan for must be remembered", n)
+		}
+		return
+	}
+
+	// every block kind, forward and backward, each twice (the second from the plan cache)
+	version := int(atoi(os.Getenv("CUDNNSTUB_VERSION")))
+	if version == 0 {
+		version = 91002
+	}
+	plans := 0
+	for _, b := range stubBlocks() {
+		for _, backward := range []bool{false, true} {
+			dir := map[bool]string{false: "forward", true: "backward"}[backward]
+			for rep := range 2 {
+				log.mark(t, b.name+" "+dir)
+				at := len(f.launches)
+				bufs := runStubBlock(c, b.sh, backward)
+				lines := log.since(t)
+				if fs := failures(lines); len(fs) > 0 {
+					t.Errorf("%s %s: calls failed:\n%s", b.name, dir, strings.Join(fs, "\n"))
+				}
+				want := expectPath(name, b)
+				paths := c.AttentionPaths()
+				m := paths.Forward
+				if backward {
+					m = paths.Backward
+				}
+				if m[want] < int64(rep+1) {
+					t.Errorf("%s %s: paths %v, want %q", b.name, dir, m, want)
+					continue
+				}
+				if !strings.HasPrefix(want, "cudnn") {
+					if gs := graphs(lines); len(gs) != 0 {
+						t.Errorf("%s %s: took the own path but built %d graphs", b.name, dir, len(gs))
+					}
+					continue
+				}
+				gs := graphs(lines)
+				if rep == 1 && len(gs) != 0 {
+					t.Errorf("%s %s: the second block of one shape built a graph again (no plan cache)", b.name, dir)
+				}
+				if rep == 0 {
+					if len(gs) != 1 {
+						t.Fatalf("%s %s: %d graphs built, want 1", b.name, dir, len(gs))
+					}
+					plans++
+					spec := c.sdpaSpec(b.sh, mustClassify(t, b.sh), backward)
+					checkStubGraph(t, b.name+" "+dir, gs[0], spec, b.sh)
+					checkContext(t, b.name+" "+dir, lines)
+				}
+				es := executions(t, lines)
+				if len(es) != 1 {
+					t.Fatalf("%s %s: %d executions, want 1", b.name, dir, len(es))
+				}
+				checkExecution(t, b.name+" "+dir, c, f, es[0], b.sh, backward, bufs, version)
+				checkLaunches(t, b.name+" "+dir, c, f, at, b.sh, backward, bufs)
+			}
+		}
+	}
+	// the first plan of the process: its first engine configuration fails to finalise (the
+	// stub's CUDNNSTUB_PLAN_FAILS=1), the next is taken: the second of mode A, or with one
+	// mode-A engine the fallback list's first
+	first := c.sdpaSpec(stubBlocks()[0].sh, mustClassify(t, stubBlocks()[0].sh), false)
+	if p := c.dnn.plans[first.Key()]; p == nil || p.plan == nil {
+		t.Errorf("no plan for the first block")
+	} else {
+		wantEngine, wantHeur := int64(1), "A"
+		if name == "fallback-engine" {
+			wantEngine, wantHeur = 100, "fallback"
+		}
+		if p.plan.Engine != wantEngine || p.plan.Heuristic != wantHeur || len(p.plan.Tried) != 1 ||
+			!strings.Contains(p.plan.Tried[0], "cudnnStatus_t 3001") {
+			t.Errorf("first plan: engine %d from heuristics %s after %q; want engine %d from %s after one engine that failed with 3001",
+				p.plan.Engine, p.plan.Heuristic, p.plan.Tried, wantEngine, wantHeur)
+		}
+	}
+	if len(notices) != 0 {
+		t.Errorf("notices with a working cuDNN: %q", notices)
+	}
+	// the fp32 precision and device.attention = own take the own kernel
+	c.SetMatMulPrecision(FP32)
+	runStubForward(c, stubBlocks()[2].sh)
+	c.SetMatMulPrecision(BF16)
+	if err := c.SetAttention(AttentionOwn); err != nil {
+		t.Fatal(err)
+	}
+	runStubForward(c, stubBlocks()[2].sh)
+	p := c.AttentionPaths()
+	if p.Forward["own: fp32"] != 1 || p.Forward["own: device.attention = own"] != 1 {
+		t.Errorf("fp32 and own blocks: %v", p.Forward)
+	}
+	if !strings.HasPrefix(p.Library, "cuDNN "+cuda.CUDNNVersionString(version)+" (") {
+		t.Errorf("AttentionPaths().Library = %q", p.Library)
+	}
+	fmt.Println(p)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closing := log.since(t)
+	destroyed := false
+	for _, l := range closing {
+		destroyed = destroyed || (l.name == "cudnnDestroy" && l.kv["result"] == "")
+	}
+	if !destroyed {
+		t.Errorf("Close did not destroy the cuDNN handle")
+	}
+	fmt.Printf("%s: %d plans built and checked\n", name, plans)
+}
+
+func firstKey(m map[string]int64) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+func mustClassify(t *testing.T, sh AttnShape) cudnnBlock {
+	b, why := classifyCUDNN(sh)
+	if why != "" {
+		t.Fatalf("classifyCUDNN: %s", why)
+	}
+	return b
+}
+
+// stubBufs are a block's buffers on the fake device.
+type stubBufs struct {
+	q, k, v, o, m, l, do, lse, d, dq, dk, dv Buf
+}
+
+func runStubBlock(c *CUDA, sh AttnShape, backward bool) stubBufs {
+	H, KVH, hd := sh.Heads, sh.KVHeads, sh.HeadDim
+	b := stubBufs{q: c.Alloc(sh.NQ * H * hd), k: c.Alloc(sh.NK * KVH * hd), v: c.Alloc(sh.NK * KVH * hd),
+		o: c.Alloc(sh.NQ * H * hd), m: c.Alloc(H * sh.NQ), l: c.Alloc(H * sh.NQ)}
+	if !backward {
+		c.AttnForward(AttnState{O: b.o, M: b.m, L: b.l}, b.q, b.k, b.v, sh)
+		return b
+	}
+	b.do, b.lse, b.d = c.Alloc(sh.NQ*H*hd), c.Alloc(H*sh.NQ), c.Alloc(H*sh.NQ)
+	b.dq, b.dk, b.dv = c.Alloc(sh.NQ*H*hd), c.Alloc(sh.NK*KVH*hd), c.Alloc(sh.NK*KVH*hd)
+	c.AttnBackward(b.dq, b.dk, b.dv, b.q, b.k, b.v, b.do, b.lse, b.d, sh)
+	return b
+}
+
+func runStubForward(c *CUDA, sh AttnShape) { runStubBlock(c, sh, false) }
+
+// checkContext checks that every call that reaches the device ran with the stub's context
+// current (kernels/cuda's helpers make it current first: a goroutine's cgo calls may run on
+// several threads).
+func checkContext(t *testing.T, what string, lines []stubLine) {
+	want := fmt.Sprintf("%#x", stubCtx)
+	for _, l := range lines {
+		switch l.name {
+		case "cudnnBackendFinalize", "cudnnBackendExecute", "cudnnCreate", "cudnnSetStream":
+			if l.kv["cur"] != want {
+				t.Errorf("%s: %q ran with context %s current, want %s", what, l.text, l.kv["cur"], want)
+			}
+		}
+	}
+}
+
+// Pointwise modes and data types as the stub logs them (cudnn_abi.h's values).
+const (
+	pwAdd, pwMul, pwDiv, pwSub, pwExp, pwLog, pwIdentity = 0, 1, 6, 9, 13, 15, 21
+	pwCmpGT, pwCmpGE, pwCmpLT, pwAnd, pwGenIndex, pwSel  = 302, 303, 304, 400, 501, 601
+	dtFloat, dtHalf, dtInt32, dtBF16, dtBool             = 0, 2, 4, 9, 11
+)
+
+// checkStubGraph checks the graph the stub received against what block sh needs: the operand
+// tensors (dims, strides, types, ragged offsets), the operations in order, the mask, the
+// softmax statistics, GQA's head reductions, and that it is the graph DescribeSDPA describes.
+func checkStubGraph(t *testing.T, what string, g *stubGraph, s cuda.SDPA, sh AttnShape) {
+	t.Helper()
+	errorf := func(format string, args ...any) { t.Errorf(what+": "+format, args...) }
+	io := dtBF16
+	if s.IO == cuda.Half {
+		io = dtHalf
+	}
+	H, KVH, D, DV := int64(sh.Heads), int64(sh.KVHeads), int64(sh.HeadDim), s.DV
+	B, SQ, SKV := s.B, s.SQ, s.SKV
+	packedT := func(heads, rows, dim int64) ([]int64, []int64) {
+		return []int64{B, heads, rows, dim}, []int64{rows * heads * dim, dim, heads * dim, 1}
+	}
+	type want struct {
+		uid           int64
+		dtype         int
+		dims, strides []int64
+	}
+	qd, qs := packedT(H, SQ, D)
+	kd, ks := packedT(KVH, SKV, D)
+	kd[2], kd[3], ks[2], ks[3] = kd[3], kd[2], ks[3], ks[2] // Kᵀ
+	vd, vs := packedT(KVH, SKV, DV)
+	if s.Backward {
+		vd[2], vd[3], vs[2], vs[3] = vd[3], vd[2], vs[3], vs[2] // Vᵀ
+	}
+	od, os := packedT(H, SQ, DV)
+	wants := []want{
+		{cuda.UIDQ, io, qd, qs}, {cuda.UIDK, io, kd, ks}, {cuda.UIDV, io, vd, vs}, {cuda.UIDO, io, od, os},
+		{cuda.UIDStats, dtFloat, []int64{B, H, SQ, 1}, []int64{H * SQ, SQ, 1, 1}},
+	}
+	if s.Backward {
+		dqd, dqs := packedT(H, SQ, D)
+		dkd, dks := packedT(KVH, SKV, D)
+		dvd, dvs := packedT(KVH, SKV, DV)
+		wants = append(wants, want{cuda.UIDdO, io, od, os}, want{cuda.UIDdQ, io, dqd, dqs}, want{cuda.UIDdK, io, dkd, dks},
+			want{cuda.UIDdV, io, dvd, dvs}, want{cuda.UIDSoftmaxSum, dtFloat, []int64{B, H, SQ, 1}, []int64{H * SQ, SQ, 1, 1}})
+		if s.DV != D+cudnnPadDV {
+			errorf("backward DV = %d, want D+%d = %d (the columns that carry D)", s.DV, cudnnPadDV, D+cudnnPadDV)
+		}
+	}
+	for _, w := range wants {
+		got, ok := g.tensors[w.uid]
+		switch {
+		case !ok:
+			errorf("no tensor %d", w.uid)
+		case got.virtual || got.byValue || got.dtype != w.dtype || !slices.Equal(got.dims, w.dims) || !slices.Equal(got.strides, w.strides):
+			errorf("tensor %d: %+v, want type %d dims %v strides %v", w.uid, got, w.dtype, w.dims, w.strides)
+		}
+	}
+	// ragged offsets and sequence lengths
+	raggedOf := map[int64]int64{cuda.UIDQ: cuda.UIDOffQ, cuda.UIDK: cuda.UIDOffK, cuda.UIDV: cuda.UIDOffV, cuda.UIDO: cuda.UIDOffO,
+		cuda.UIDdO: cuda.UIDOffO, cuda.UIDdQ: cuda.UIDOffQ, cuda.UIDdK: cuda.UIDOffK, cuda.UIDdV: cuda.UIDOffV}
+	for uid, off := range raggedOf {
+		got, ok := g.tensors[uid]
+		if !ok {
+			continue
+		}
+		if want := map[bool]int64{true: off, false: 0}[s.Ragged]; got.ragged != want {
+			errorf("tensor %d: ragged offset %d, want %d", uid, got.ragged, want)
+		}
+	}
+	for _, uid := range []int64{cuda.UIDOffQ, cuda.UIDOffK, cuda.UIDOffV, cuda.UIDOffO} {
+		got, ok := g.tensors[uid]
+		if ok != s.Ragged || (ok && (got.dtype != dtInt32 || !slices.Equal(got.dims, []int64{B + 1, 1, 1, 1}))) {
+			errorf("ragged offset tensor %d: %+v (present %v), want int32 [%d,1,1,1] when ragged (%v)", uid, got, ok, B+1, s.Ragged)
+		}
+	}
+	padding := s.Ragged || s.BackwardWorkaround()
+	for _, uid := range []int64{cuda.UIDSeqQ, cuda.UIDSeqKV} {
+		got, ok := g.tensors[uid]
+		if ok != padding || (ok && (got.dtype != dtInt32 || !slices.Equal(got.dims, []int64{B, 1, 1, 1}))) {
+			errorf("sequence-length tensor %d: %+v (present %v), want int32 [%d,1,1,1] with the padding mask (%v)", uid, got, ok, B, padding)
+		}
+	}
+
+	// the operations, as a compact signature: kind and mode
+	var sig []string
+	modes := map[int64]string{pwAdd: "add", pwMul: "mul", pwDiv: "div", pwSub: "sub", pwExp: "exp", pwLog: "log", pwIdentity: "identity",
+		pwCmpGT: "gt", pwCmpGE: "ge", pwCmpLT: "lt", pwAnd: "and", pwGenIndex: "index", pwSel: "select"}
+	count := map[string]int{}
+	for _, op := range g.ops {
+		var x string
+		switch op.kv["kind"] {
+		case "MATMUL":
+			x = "matmul"
+		case "REDUCTION":
+			x = map[string]string{"0": "sum", "3": "max"}[op.kv["mode"]]
+		case "RESHAPE":
+			x = "reshape"
+		case "POINTWISE":
+			x = modes[atoi(op.kv["mode"])]
+		}
+		sig = append(sig, x)
+		count[x]++
+	}
+	joined := strings.Join(sig, " ")
+	m := s.Mask
+	masks := 0
+	if m.Causal {
+		masks++
+	}
+	if m.Left > 0 {
+		masks++
+	}
+	if padding {
+		masks++
+	}
+	if s.Backward && padding && s.Version < 91000 {
+		masks++ // the second padding mask of cuDNN 9.0-9.9
+	}
+	if count["select"] != masks {
+		errorf("%d masks (BINARY_SELECT), want %d: %s", count["select"], masks, joined)
+	}
+	if got, want := count["ge"], map[bool]int{true: 1}[m.Causal]; got != want {
+		errorf("%d right bounds (CMP_GE), want %d: %s", got, want, joined)
+	}
+	if got, want := count["gt"], map[bool]int{true: 1}[m.Left > 0]; got != want {
+		errorf("%d left bounds (CMP_GT), want %d: %s", got, want, joined)
+	}
+	if !s.Backward {
+		// Q·Kᵀ, scale, masks, then the composite softmax with its statistics and P·V
+		if !strings.HasPrefix(joined, "matmul mul ") || !strings.HasSuffix(joined, " max sub exp sum log add div matmul") {
+			errorf("forward operations %q, want matmul mul … max sub exp sum log add div matmul", joined)
+		}
+		stats := g.ops[len(g.ops)-3] // the add of max and log(sum): the statistics
+		if atoi(stats.kv["out"]) != cuda.UIDStats {
+			errorf("the log-sum-exp %q is not written to Stats (%d)", stats.text, cuda.UIDStats)
+		}
+		if last := g.ops[len(g.ops)-1]; atoi(last.kv["out"]) != cuda.UIDO || atoi(last.kv["b"]) != cuda.UIDV {
+			errorf("the last operation %q is not O = P·V", last.text)
+		}
+	} else {
+		if !strings.HasPrefix(joined, "mul sum mul matmul mul ") || count["reshape"] != 3 || count["exp"] != 1 {
+			errorf("backward operations %q, want mul sum mul (softmax_sum) matmul mul … with 3 reshapes and one exp", joined)
+		}
+		first := g.ops[0]
+		if in := ints(first.kv["in"]); !slices.Equal(in, []int64{cuda.UIDdO, cuda.UIDO}) {
+			errorf("softmax_sum from %v, want dO′·O′ (%d, %d)", in, cuda.UIDdO, cuda.UIDO)
+		}
+		if atoi(g.ops[2].kv["out"]) != cuda.UIDSoftmaxSum || g.tensors[cuda.UIDSoftmaxSum].virtual {
+			errorf("softmax_sum is not the non-virtual tensor %d: %q", cuda.UIDSoftmaxSum, g.ops[2].text)
+		}
+		reductions := count["sum"] - 1
+		if want := map[bool]int{true: 2}[H != KVH]; reductions != want {
+			errorf("%d head reductions (dK, dV of GQA), want %d: %s", reductions, want, joined)
+		}
+		_, accum := g.tensors[cuda.UIDdQAccum]
+		if accum == s.Deterministic {
+			errorf("dQ accumulator present %v with a deterministic backward %v", accum, s.Deterministic)
+		}
+		if accum != (count["identity"] == 1) {
+			errorf("dQ accumulator present %v but %d IDENTITY", accum, count["identity"])
+		}
+	}
+	// GQA: the matmuls read K and V with KVH heads and write the score with H
+	for _, op := range g.ops {
+		if op.kv["kind"] == "MATMUL" && op.kv["prec"] != strconv.Itoa(dtFloat) {
+			errorf("matmul %q does not accumulate in float", op.text)
+		}
+		if op.kv["kind"] == "MATMUL" && padding != (op.kv["m"] != "-") {
+			errorf("matmul %q: M override present %v, padding mask %v", op.text, op.kv["m"] != "-", padding)
+		}
+	}
+	// the stub's graph is the one DescribeSDPA describes
+	dg, _ := cuda.DescribeSDPA(s)
+	if err := dg.Err(); err != nil {
+		errorf("DescribeSDPA: %v", err)
+	}
+	if len(dg.Ops) != len(g.ops) {
+		errorf("%d operations reached the stub, DescribeSDPA has %d", len(g.ops), len(dg.Ops))
+	} else {
+		for i, op := range dg.Ops {
+			if got := atoi(g.ops[i].kv["out"]); got != op.Out.UID {
+				errorf("operation %d (%s %s) writes %d at the stub, %d in DescribeSDPA", i, op.Kind, op.Name, got, op.Out.UID)
+			}
+		}
+	}
+	for _, tt := range dg.Tensors {
+		got, ok := g.tensors[tt.UID]
+		if !ok && !tt.ByValue {
+			errorf("tensor %d (%s) did not reach the stub", tt.UID, tt.Name)
+		} else if ok && (!slices.Equal(got.dims, tt.Dims) || !slices.Equal(got.strides, tt.Strides) || got.dtype != int(tt.Type) || got.virtual != tt.Virtual) {
+			errorf("tensor %d (%s): %+v at the stub, %v %v %s virtual=%v in DescribeSDPA", tt.UID, tt.Name, got, tt.Dims, tt.Strides, tt.Type, tt.Virtual)
+		}
+	}
+}
+
+// checkExecution checks the variant pack of one execution: the operands' 16-bit copies, the
+// outputs and statistics at the backend's buffers, the scalars' values (the scale, −Inf or the
+// lowest float by cuDNN version, the diagonal's shift, the window), and the workspace.
+func checkExecution(t *testing.T, what string, c *CUDA, f *fakeDevice, e execution, sh AttnShape, backward bool, b stubBufs, version int) {
+	t.Helper()
+	errorf := func(format string, args ...any) { t.Errorf(what+": "+format, args...) }
+	if e.stream != fmt.Sprintf("%#x", stubStream) {
+		errorf("executed on stream %s, want the device's %#x", e.stream, stubStream)
+	}
+	blk := mustClassify(t, sh)
+	spec := c.sdpaSpec(sh, blk, backward)
+	s := &c.dnn
+	p := s.plans[spec.Key()]
+	if p == nil || p.plan == nil {
+		errorf("no cached plan")
+		return
+	}
+	at := func(m **cuda.Mem) uint64 { return uint64((*m).Ptr) }
+	want := map[int64]uint64{cuda.UIDQ: at(&c.halves[0]), cuda.UIDK: at(&c.halves[1])}
+	if !backward {
+		want[cuda.UIDV], want[cuda.UIDO], want[cuda.UIDStats] = at(&c.halves[2]), at(&s.scratch[scrO]), at(&s.scratch[scrStats])
+	} else {
+		want[cuda.UIDV], want[cuda.UIDO], want[cuda.UIDdO] = at(&s.scratch[scrV]), at(&s.scratch[scrO]), at(&s.scratch[scrDO])
+		want[cuda.UIDdQ], want[cuda.UIDdK], want[cuda.UIDdV] = at(&s.scratch[scrDQ]), at(&s.scratch[scrDK]), at(&s.scratch[scrDV])
+		want[cuda.UIDStats] = uint64(dbuf(b.lse).ptr())
+		if blk.ragged {
+			want[cuda.UIDStats] = at(&s.scratch[scrStats])
+		}
+	}
+	for _, x := range p.lay.Extra {
+		want[x.UID] = at(&s.ws) + uint64(x.Off)
+	}
+	if blk.ragged || spec.BackwardWorkaround() {
+		for _, uid := range []int64{cuda.UIDSeqQ, cuda.UIDSeqKV} {
+			if v, ok := e.ptrs[uid]; !ok || v < uint64(c.ints.Ptr) || v >= uint64(c.ints.Ptr)+uint64(c.ints.Bytes) {
+				errorf("sequence lengths %d at %#x, not in the uploaded integers", uid, v)
+			}
+			want[uid] = e.ptrs[uid]
+		}
+	}
+	if blk.ragged {
+		for _, uid := range []int64{cuda.UIDOffQ, cuda.UIDOffK, cuda.UIDOffV, cuda.UIDOffO} {
+			if v, ok := e.ptrs[uid]; !ok || v < uint64(c.ints.Ptr) || v >= uint64(c.ints.Ptr)+uint64(c.ints.Bytes) {
+				errorf("ragged offsets %d at %#x, not in the uploaded integers", uid, v)
+			}
+			want[uid] = e.ptrs[uid]
+		}
+	}
+	for uid, w := range want {
+		if got, ok := e.ptrs[uid]; !ok || got != w {
+			errorf("tensor %d bound at %#x (present %v), want %#x", uid, got, ok, w)
+		}
+	}
+	for uid := range e.ptrs {
+		if _, ok := want[uid]; !ok {
+			errorf("tensor %d bound, not expected", uid)
+		}
+	}
+	// every bound operand lies in an allocation large enough for it
+	g := p.plan.Graph()
+	for _, tt := range g.Tensors {
+		a, ok := e.ptrs[tt.UID]
+		if !ok || tt.Ragged != nil {
+			continue
+		}
+		extent := int64(1)
+		for i, d := range tt.Dims {
+			extent += (d - 1) * tt.Strides[i]
+		}
+		bytes := int(extent) * map[cuda.DataType]int{cuda.Float32: 4, cuda.Int32: 4, cuda.BFloat16: 2, cuda.Half: 2}[tt.Type]
+		if err := f.check("tensor "+tt.Name, cuda.Ptr(a), bytes); err != nil {
+			errorf("%v", err)
+		}
+	}
+	if e.ws < uint64(s.ws.Ptr) || int(p.ws) > s.ws.Bytes {
+		errorf("workspace at %#x of %d bytes, the plan needs %d", e.ws, s.ws.Bytes, p.ws)
+	}
+	// by-value scalars: the scale, the masks' −Inf, shift and window
+	negInf := math.Inf(-1)
+	if version < 91000 {
+		negInf = -math.MaxFloat32
+	}
+	for _, tt := range g.Tensors {
+		if !tt.ByValue {
+			continue
+		}
+		got, ok := e.values[tt.UID]
+		var w float64
+		switch tt.Name {
+		case "attn_scale":
+			w = float64(sh.Scale)
+		case "negative_inf", "negative_inf_padding":
+			w = negInf
+		case "one":
+			w = 1
+		case "shift_right_bound":
+			w = float64(spec.Mask.Shift)
+		case "left_bound":
+			w = float64(spec.Mask.Left)
+			if spec.Mask.BottomRight && !spec.Ragged {
+				w = float64(spec.Mask.Left - spec.SKV + spec.SQ)
+			}
+		case "s_q":
+			w = float64(spec.SQ)
+		case "s_kv":
+			w = float64(spec.SKV)
+		default:
+			errorf("scalar %d (%s) unexpected", tt.UID, tt.Name)
+			continue
+		}
+		if !ok || (got != w && math.Abs(got-w) > 1e-6*math.Abs(w)) {
+			errorf("scalar %s = %v (bound %v), want %v", tt.Name, got, ok, w)
+		}
+	}
+}
+
+// checkLaunches checks the backend's own launches around the cuDNN call: the 16-bit operands,
+// then (forward) the fold into the state, or (backward) V′, dO′/O′, and the three adds into
+// the float32 gradients.
+func checkLaunches(t *testing.T, what string, c *CUDA, f *fakeDevice, at int, sh AttnShape, backward bool, b stubBufs) {
+	t.Helper()
+	got := f.names(at)
+	var want []string
+	if !backward {
+		want = []string{"df_to_half", "df_to_half", "df_to_half", "df_cudnn_fold"}
+	} else {
+		want = []string{"df_to_half", "df_to_half", "df_pad_half", "df_cudnn_dsplit"}
+		blk := mustClassify(t, sh)
+		if blk.ragged {
+			want = append(want, "df_lse_scatter")
+		}
+		want = append(want, "df_add_half", "df_add_half", "df_add_half")
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: launches %v, want %v", what, got, want)
+		return
+	}
+	last := f.launches[len(f.launches)-1]
+	if !backward {
+		// df_cudnn_fold(o, m, l, o_b, stats, rowmap, nq, H, hd, sq, fp16)
+		a := last.args
+		if a[0] != uint64(dbuf(b.o).ptr()) || a[1] != uint64(dbuf(b.m).ptr()) || a[2] != uint64(dbuf(b.l).ptr()) ||
+			a[3] != uint64(c.dnn.scratch[scrO].Ptr) || a[4] != uint64(c.dnn.scratch[scrStats].Ptr) {
+			t.Errorf("%s: df_cudnn_fold args %#x: not the state and cuDNN's output and statistics", what, a)
+		}
+		if mustClassify(t, sh).ragged == (a[5] == 0) {
+			t.Errorf("%s: df_cudnn_fold row map %#x for a ragged block %v", what, a[5], mustClassify(t, sh).ragged)
+		}
+		if int(a[6]) != sh.NQ || int(a[7]) != sh.Heads || int(a[8]) != sh.HeadDim {
+			t.Errorf("%s: df_cudnn_fold sizes %v", what, a[6:9])
+		}
+		return
+	}
+	// the three adds: dq += dQ (ld hd), dk += dK (ld hd), dv += dV′ (ld hd+8)
+	adds := f.launches[len(f.launches)-3:]
+	ld := sh.HeadDim + cudnnPadDV
+	for i, w := range []struct {
+		dst  Buf
+		src  *cuda.Mem
+		rows int
+		ld   int
+	}{{b.dq, c.dnn.scratch[scrDQ], sh.NQ * sh.Heads, sh.HeadDim}, {b.dk, c.dnn.scratch[scrDK], sh.NK * sh.KVHeads, sh.HeadDim},
+		{b.dv, c.dnn.scratch[scrDV], sh.NK * sh.KVHeads, ld}} {
+		a := adds[i].args
+		if a[0] != uint64(dbuf(w.dst).ptr()) || a[1] != uint64(w.src.Ptr) || int(a[2]) != w.rows || int(a[3]) != sh.HeadDim || int(a[4]) != w.ld {
+			t.Errorf("%s: df_add_half %d args %v, want dst %#x src %#x rows %d cols %d ld %d", what, i, a, dbuf(w.dst).ptr(), w.src.Ptr, w.rows, sh.HeadDim, w.ld)
+		}
+	}
+}
+
+// stubFallback checks the scenarios where cuDNN is not used: the reason said once, every block
+// on the own kernel, the reason in AttentionPaths.
+func stubFallback(t *testing.T, c *CUDA, log *stubLog, name string, notices *[]string) {
+	blocks := stubBlocks()
+	for _, b := range blocks[:4] {
+		runStubBlock(c, b.sh, false)
+		runStubBlock(c, b.sh, true)
+	}
+	want := map[string]string{
+		"missing":      "cannot load cuDNN (tried /nonexistent/libcudnn.so.9: cannot open shared object file",
+		"too-old":      "is too old: fused attention needs cuDNN 9.0.0 or later",
+		"buggy-9.10.0": "cuDNN 9.10.0 has known SDPA bugs",
+	}[name]
+	if len(*notices) != 1 || !strings.Contains((*notices)[0], want) {
+		t.Errorf("notices %q, want one that says %q", *notices, want)
+	}
+	p := c.AttentionPaths()
+	if n, m := len(p.Forward), len(p.Backward); n != 1 || m != 1 {
+		t.Errorf("paths %v / %v, want every block on one own path", p.Forward, p.Backward)
+	}
+	if fwd, bwd := p.CUDNNBlocks(); fwd != 0 || bwd != 0 {
+		t.Errorf("cuDNN blocks %d, %d without a usable cuDNN", fwd, bwd)
+	}
+	for k, n := range p.Forward {
+		if !strings.HasPrefix(k, "own: ") || n != 4 {
+			t.Errorf("forward path %q × %d, want own × 4", k, n)
+		}
+	}
+	if name != "buggy-9.10.0" && !strings.Contains(p.Library, want) {
+		t.Errorf("AttentionPaths().Library = %q, want the reason %q", p.Library, want)
+	}
+	if gs := graphs(log.since(t)); len(gs) != 0 {
+		t.Errorf("%d graphs built without a usable cuDNN", len(gs))
+	}
+	fmt.Println(p)
+}
