@@ -511,6 +511,24 @@ func cudnnStubChild(t *testing.T, name string) {
 	if len(notices) != 0 {
 		t.Errorf("notices with a working cuDNN: %q", notices)
 	}
+	// fp16: binary16 operands and outputs, another plan, and the kernels told so
+	c.SetMatMulPrecision(FP16)
+	for _, backward := range []bool{false, true} {
+		log.mark(t, "fp16")
+		at := len(f.launches)
+		runStubBlock(c, stubBlocks()[2].sh, backward)
+		lines := log.since(t)
+		gs := graphs(lines)
+		if len(gs) != 1 || gs[0].tensors[cuda.UIDQ].dtype != dtHalf || gs[0].tensors[cuda.UIDO].dtype != dtHalf {
+			t.Errorf("fp16 (backward %v): %d graphs, Q %+v: want one new graph of half tensors", backward, len(gs), gs)
+		}
+		for _, l := range f.launches[at:] {
+			if fp16 := l.args[len(l.args)-1]; fp16 != 1 {
+				t.Errorf("fp16 (backward %v): %s launched with fp16 = %d", backward, l.name, fp16)
+			}
+		}
+	}
+	c.SetMatMulPrecision(BF16)
 	// the fp32 precision and device.attention = own take the own kernel
 	c.SetMatMulPrecision(FP32)
 	runStubForward(c, stubBlocks()[2].sh)
