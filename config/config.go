@@ -168,6 +168,11 @@ type DeviceConfig struct {
 	// of the GPU a CUDA backend names when plan knows it (A100, H100, H200), else no MFU (a
 	// CPU's peak is not known; its FLOP/s are still reported).
 	PeakTFLOPS float64 `toml:"peak_tflops" json:"peak_tflops,omitempty"`
+	// Attention is the path of a GPU's attention blocks: "auto" (cuDNN's fused attention for
+	// each block it can compute in bf16/fp16, the own kernel for the rest, and for all of it
+	// without cuDNN, said once), "cudnn" (the same, but a cuDNN that cannot be loaded is an
+	// error) or "own" (the own FlashAttention kernel only). The CPU has one path.
+	Attention string `toml:"attention" json:"attention,omitempty"`
 }
 
 // The allowed values of the enumerated keys, in the order error messages list them.
@@ -177,6 +182,7 @@ var (
 	mixedPrecisions    = []string{"fp32", "bf16", "fp16"}
 	backends           = []string{"inproc", "mpi", "nccl"}
 	attentions         = []string{"distflash", "ring", "zigzag", "burst", "ulysses", "attn2d"}
+	deviceAttentions   = []string{"auto", "cudnn", "own"}
 	activationPolicies = []string{"none", "layer", "attn_output"}
 	deviceKinds        = []string{"cpu", "cuda", "cpu-device"}
 )
@@ -198,7 +204,7 @@ func Default() Config {
 			Attention: "distflash", OverlapComm: true, FSDP: false, UlyssesDegree: 1},
 		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
 		Eval:       EvalConfig{Samples: 100, SeqLen: 0, Interval: 0, SampleInterval: 0, SamplePrompt: "\n", SampleTokens: 64},
-		Device:     DeviceConfig{Kind: "cpu"},
+		Device:     DeviceConfig{Kind: "cpu", Attention: "auto"},
 	}
 }
 
@@ -728,6 +734,10 @@ func (c *Config) validate(forEval bool) error {
 
 	// [device]
 	oneOf("device.kind", c.Device.Kind, deviceKinds)
+	oneOf("device.attention", c.Device.Attention, deviceAttentions)
+	if c.Device.Attention == "cudnn" && c.Device.Kind != "cuda" {
+		fail("device.attention = \"cudnn\" with device.kind = %q: cuDNN runs on a GPU (device.kind = \"cuda\"); the CPU has one path (\"auto\")", c.Device.Kind)
+	}
 	if !(c.Device.PeakTFLOPS >= 0) || !finite(c.Device.PeakTFLOPS) {
 		fail("device.peak_tflops = %g: must be a finite number >= 0 (one device's peak in TFLOP/s, e.g. 989 for an H100's dense bf16; 0 = known from the GPU, or no MFU)", c.Device.PeakTFLOPS)
 	}

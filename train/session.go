@@ -14,6 +14,7 @@ import (
 	"distflash/config"
 	"distflash/data"
 	"distflash/evaluate"
+	"distflash/kernels"
 	"distflash/parallel/transport"
 	"distflash/plan"
 	"distflash/runplot"
@@ -242,6 +243,7 @@ func (r *session) loop(ctx context.Context) error {
 		r.tb.write(m)
 		if r.first.Step == 0 {
 			r.first = m
+			r.attentionPaths() // which path the first step's attention blocks took
 		}
 		r.last, r.done = m, s+1
 		if r.recent = append(r.recent, m.Loss); len(r.recent) > runplot.LastSteps {
@@ -355,5 +357,18 @@ func (r *session) finish() error {
 		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)
 	}
 	writeMemory(stdout, r.last.Memory)
+	r.attentionPaths()
 	return nil
+}
+
+// attentionPaths says, on a GPU whose attention blocks have paths (cuDNN's fused attention or
+// the own kernel: device.attention), which blocks of the leader's rank took which, so far.
+func (r *session) attentionPaths() {
+	if !r.leader {
+		return
+	}
+	if ar, ok := r.t.ranks[0].Backend.(kernels.AttentionRouter); ok {
+		r.bar.Clear()
+		fmt.Fprintf(r.stderr, "%s\n", ar.AttentionPaths())
+	}
 }

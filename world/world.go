@@ -141,7 +141,7 @@ func (w *World) Run(fn func(r *Rank) error) error {
 }
 
 // Open makes this process's ranks: each one's backend from [device] (a GPU: the local rank's,
-// modulo the GPUs the process sees), its communicator of the whole world (NCCL's, bootstrapped
+// modulo the GPUs the process sees, its attention path device.attention), its communicator of the whole world (NCCL's, bootstrapped
 // over MPI or the in-process world, under parallelism.backend = "nccl"; else the host
 // communicator, through host copies for a device whose memory it cannot read:
 // transport.Staged), and its sequence group. It is collective: every rank splits off its
@@ -154,6 +154,11 @@ func (w *World) Open() error {
 		be, err := kernels.NewDevice(w.Device.Kind, transport.LocalRank())
 		if err != nil {
 			return nil, err
+		}
+		if ar, ok := be.(kernels.AttentionRouter); ok && w.Device.Attention != "" {
+			if err := ar.SetAttention(w.Device.Attention); err != nil {
+				return nil, fmt.Errorf("device.attention = %q: %w", w.Device.Attention, err)
+			}
 		}
 		if w.Par.Backend == "nccl" {
 			// NCCL moves the device buffers itself; c (MPI, or the in-process world of one
