@@ -1,74 +1,28 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
+	"cmp"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
 
-	"distflash/ckpt"
 	"distflash/config"
 	"distflash/data"
 	"distflash/evaluate"
 	"distflash/plan"
 )
 
-const dataUsage = `Usage:
-  distflash data tokenize --config FILE [--set k=v ...] --out DIR|FILE.tokens [--shard-tokens N]
-  distflash data fetch c4 [--split validation|train] [--shards N] [--first K] [--out DIR] [--base-url URL]
-  distflash data passkey --out FILE.jsonl --docs N --chars MIN..MAX [--seed S]
-
-Subcommands:
-  tokenize  encode data.train (format text, jsonl or c4) with data.tokenizer into token shards,
-            which train reads with --set data.format=tokens --set data.train=DIR
-  fetch c4  download files of the C4 "en" dataset (allenai/c4 on the Hugging Face Hub),
-            resuming interrupted downloads
-  passkey   write synthetic passkey-retrieval documents (eval --task passkey's prompt and its
-            answer) as jsonl, to mix into training data
-
-Run 'distflash data SUBCOMMAND -h' for its flags.
-`
-
-// runData is `distflash data`.
-func runData(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, dataUsage)
-		return errors.New("data: no subcommand given")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	switch args[0] {
-	case "tokenize":
-		return runTokenize(ctx, args[1:], stdout, stderr)
-	case "fetch":
-		return runFetch(ctx, args[1:], stdout, stderr)
-	case "passkey":
-		return runPasskeyDocs(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, dataUsage)
-		return nil
-	}
-	fmt.Fprint(stderr, dataUsage)
-	return fmt.Errorf("data: unknown subcommand %q: want tokenize, fetch or passkey", args[0])
-}
-
 // progressLogInterval is how often a command without a progress bar logs a line.
 const progressLogInterval = 10 * time.Second
 
 // runTokenize is `distflash data tokenize`.
-func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("data tokenize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func runTokenize(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("data tokenize", stderr)
 	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults): data.train, data.format, data.include, data.max_bytes, data.tokenizer and run.seed say what is read")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set data.train=c4-validation.*.json.gz (repeatable)")
@@ -76,11 +30,8 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	shardTokens := fs.Int64("shard-tokens", 0, fmt.Sprintf("most tokens per shard, ending at a document boundary (default %d); only with a directory", data.DefaultShardTokens))
 	workers := fs.Int("workers", 0, "goroutines that encode (default: GOMAXPROCS)")
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every 10s)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("data tokenize: unexpected arguments %q", fs.Args())
 	}
 	if *out == "" {
 		return errors.New("data tokenize: --out is required: a directory for the shards, or a file ending in .tokens")
@@ -104,26 +55,14 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		lastLog = time.Now()
 		start   = time.Now()
 	)
-	// The bar follows the bytes read from disk, or the text when data.max_bytes stops the
-	// read before the files end.
-	byText := func(p data.TokenizeProgress) bool { return src.MaxBytes > 0 && src.MaxBytes < p.InputTotal }
 	report := func(p data.TokenizeProgress) {
+		done, total := p.Read(src.MaxBytes)
 		if *progress {
 			if bar == nil {
-				total := p.InputTotal
-				if byText(p) {
-					total = src.MaxBytes
-				}
 				bar = newBar(stderr, total, "tokenize", true, true)
 			}
-			if byText(p) {
-				bar.Set64(p.TextBytes)
-			} else {
-				bar.Set64(p.InputBytes)
-			}
-			return
-		}
-		if time.Since(lastLog) >= progressLogInterval {
+			bar.Set64(done)
+		} else if time.Since(lastLog) >= progressLogInterval {
 			lastLog = time.Now()
 			fmt.Fprintf(stderr, "tokenize: %s documents, %s tokens, %.1f of %.1f MB read (%.1f MB/s of text)\n",
 				config.Count(p.Documents), config.Count(p.Tokens), float64(p.InputBytes)/1e6, float64(p.InputTotal)/1e6,
@@ -133,6 +72,8 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	stale := func(p string, bytes int64) {
 		fmt.Fprintf(stderr, "tokenize: removing %s (%.1f MB), the partial output of an earlier tokenize of %s that was killed\n", p, float64(bytes)/1e6, *out)
 	}
+	ctx, stop := onSignal(stopping(stderr, "data tokenize", "; the next data tokenize of "+*out+" removes what it wrote"))
+	defer stop()
 	st, err := data.WriteShards(ctx, src, tok, data.ShardOptions{Out: *out, ShardTokens: *shardTokens, Workers: *workers, Progress: report, Stale: stale})
 	if bar != nil {
 		bar.Finish()
@@ -163,13 +104,8 @@ func runTokenize(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 // runFetch is `distflash data fetch`.
-func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("data fetch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: distflash data fetch c4 [flags]")
-		fs.PrintDefaults()
-	}
+func runFetch(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("data fetch", stderr)
 	split := fs.String("split", "validation", "C4 split: validation (8 files) or train (1024 files)")
 	shards := fs.Int("shards", 1, "number of files to fetch")
 	first := fs.Int("first", 0, "index of the first file")
@@ -203,91 +139,58 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	var (
-		bar        *progressbar.ProgressBar
-		barIndex   = -1
-		downloaded int64
-		fileStart  time.Time
+		bar   *progressbar.ProgressBar
+		log   data.FetchLog
+		start = time.Now()
 	)
-	start := time.Now()
 	report := func(p data.FetchProgress) {
-		name := filepath.Base(p.File)
-		if p.Index != barIndex {
-			if bar != nil {
-				bar.Finish()
-			}
-			bar, barIndex, fileStart = nil, p.Index, time.Now()
-			if *progress && !p.Skipped {
-				bar = newBar(stderr, p.Total, fmt.Sprintf("[%d/%d] %s", p.Index+1, p.Count, name), true, true)
-			}
+		if *progress && bar == nil && !p.Final {
+			bar = newBar(stderr, p.Total, fmt.Sprintf("[%d/%d] %s", p.Index+1, p.Count, filepath.Base(p.File)), true, true)
 		}
-		if p.Retry > 0 {
-			if bar != nil {
-				_ = bar.Clear()
-			}
-			fmt.Fprintf(stderr, "[%d/%d] %s: %v; retry %d of %d in %s\n", p.Index+1, p.Count, name, p.Err, p.Retry, p.Retries, p.Wait)
-			return
-		}
-		if bar != nil {
+		if bar != nil && p.Retry == 0 {
 			if p.Total > 0 && bar.GetMax64() != p.Total {
 				bar.ChangeMax64(p.Total)
 			}
 			bar.Set64(p.Done)
 		}
-		if !p.Final {
+		line := log.Line(p)
+		switch {
+		case line == "":
 			return
-		}
-		if bar != nil {
+		case bar != nil && p.Final:
 			bar.Finish()
 			bar = nil
+		case bar != nil:
+			_ = bar.Clear()
 		}
-		switch {
-		case p.Skipped:
-			fmt.Fprintf(stderr, "[%d/%d] %s: complete already (%.1f MB)\n", p.Index+1, p.Count, name, float64(p.Done)/1e6)
-		default:
-			got := p.Done - p.Resumed
-			downloaded += got
-			secs := time.Since(fileStart).Seconds()
-			resumed := ""
-			if p.Resumed > 0 {
-				resumed = fmt.Sprintf(", resumed after %.1f MB", float64(p.Resumed)/1e6)
-			}
-			fmt.Fprintf(stderr, "[%d/%d] %s: %.1f MB in %.1fs (%.1f MB/s%s)\n", p.Index+1, p.Count, name,
-				float64(p.Done)/1e6, secs, float64(got)/1e6/secs, resumed)
-		}
+		fmt.Fprintln(stderr, line)
 	}
+	ctx, stop := onSignal(stopping(stderr, "data fetch", "; the next data fetch resumes the file it was downloading"))
+	defer stop()
 	paths, err := data.FetchC4(ctx, data.FetchOptions{Split: *split, First: *first, Shards: *shards, Dir: *out,
 		BaseURL: *baseURL, Retries: *retries, Progress: report})
 	if bar != nil {
-		bar.Exit()
+		_ = bar.Exit()
 		fmt.Fprintln(stderr)
 	}
 	if err != nil {
 		return fmt.Errorf("%w\n  to fetch by hand: download %s/en/c4-%s.NNNNN-of-NNNNN.json.gz (curl -C - -O resumes) into %s;\n"+
-			"  or point --base-url at a mirror (files under BASE/en/); --retries sets the attempts", err, baseOf(*baseURL), *split, *out)
+			"  or point --base-url at a mirror (files under BASE/en/); --retries sets the attempts", err, cmp.Or(*baseURL, data.C4BaseURL), *split, *out)
 	}
 	secs := time.Since(start).Seconds()
 	fmt.Fprintf(stdout, "fetched %d C4 %s files into %s: %.1f MB downloaded in %.1fs (%.1f MB/s)\n",
-		len(paths), *split, *out, float64(downloaded)/1e6, secs, float64(downloaded)/1e6/secs)
+		len(paths), *split, *out, float64(log.Downloaded)/1e6, secs, float64(log.Downloaded)/1e6/secs)
 	return nil
-}
-
-// baseOf is the base URL data fetch c4 downloads from.
-func baseOf(base string) string {
-	if base == "" {
-		return data.C4BaseURL
-	}
-	return base
 }
 
 // runPasskeyDocs is `distflash data passkey`.
 func runPasskeyDocs(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("data passkey", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("data passkey", stderr)
 	out := fs.String("out", "", "the .jsonl file to write, one {\"text\": ...} document a line (required; must not exist)")
 	docs := fs.Int("docs", 1000, "documents to write")
 	chars := fs.String("chars", "", "MIN..MAX: each document's length in characters, drawn uniformly (required; K = 1024)")
 	seed := fs.Uint64("seed", 1, "seed of the lengths, keys and depths")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	lo, hi, ok := strings.Cut(*chars, "..")
@@ -299,23 +202,7 @@ func runPasskeyDocs(args []string, stdout, stderr io.Writer) error {
 	if *out == "" || !strings.HasSuffix(*out, ".jsonl") || *docs < 1 {
 		return fmt.Errorf("data passkey: --out FILE.jsonl and --docs N >= 1 are required (got %q, %d)", *out, *docs)
 	}
-	if _, err := os.Stat(*out); err == nil {
-		return fmt.Errorf("data passkey: --out %s exists: choose a new file", *out)
-	}
-	texts, err := evaluate.PasskeyDocuments(*docs, minC, maxC, *seed)
-	if err != nil {
-		return fmt.Errorf("data passkey: %w", err)
-	}
-	var b strings.Builder
-	for _, t := range texts {
-		line, err := json.Marshal(map[string]string{"text": t})
-		if err != nil {
-			return err
-		}
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	if err := ckpt.WriteFileAtomic(*out, []byte(b.String())); err != nil {
+	if err := evaluate.WritePasskeyDocuments(*out, *docs, minC, maxC, *seed); err != nil {
 		return fmt.Errorf("data passkey: %w", err)
 	}
 	fmt.Fprintf(stdout, "data passkey: wrote %d documents of %d to %d characters to %s\n", *docs, minC, maxC, *out)

@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"distflash/evaluate"
 	"distflash/runplot"
@@ -15,8 +11,7 @@ import (
 
 // runEval is `distflash eval`.
 func runEval(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("eval", stderr)
 	configPath := fs.String("config", "", "TOML config file: [parallelism], [data] tokenizer and format, [eval] (default: the built-in defaults, as configs/tiny.toml)")
 	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint directory, or .safetensors file with the config's [model] shape (required)")
 	dataPath := fs.String("data", "", "evaluation data: file, directory or glob in data.format (text: one document per file; jsonl, c4: one per line) (default: data.eval)")
@@ -36,11 +31,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	plotOut := fs.String("plot", "", "also draw the result: FILE.png or FILE.svg (passkey: accuracy by length and depth; --positions: loss by position)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("eval: unexpected arguments %q", fs.Args())
 	}
 	for _, f := range []struct {
 		name string
@@ -81,7 +73,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		*plotOut = ""
 	}
 	fmt.Fprintln(stderr, job.Describe())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := onSignal(stopping(stderr, "eval", ""))
 	defer stop()
 	if job.Req.Task == "passkey" {
 		return runPasskey(ctx, job, *plotOut, *progress, stdout, stderr)
@@ -112,19 +104,12 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "eval: wrote %s\n", job.Req.Out)
 	if *plotOut != "" {
-		title := fmt.Sprintf("loss by position: %d samples of %s, %s", res.Samples, job.Req.Data, rep.Scoring)
-		if err := runplot.WritePositions(*plotOut, title, []runplot.PositionSeries{positionSeries(job.Model.Describe(), rep)}); err != nil {
+		if err := evaluate.PlotPositions(*plotOut, []evaluate.Report{rep}, []string{job.Model.Describe()}); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "eval: wrote %s\n", *plotOut)
 	}
 	return nil
-}
-
-// positionSeries is an eval report's loss by position as a line of the position plot.
-func positionSeries(name string, rep evaluate.Report) runplot.PositionSeries {
-	p := rep.Positions
-	return runplot.PositionSeries{Name: name, Lo: p.Lo, Hi: p.Hi, Loss: p.Loss, Tokens: p.Tokens, TrainLen: rep.TrainSeqLen}
 }
 
 // runPasskey runs and reports `eval --task passkey`.
@@ -146,18 +131,10 @@ func runPasskey(ctx context.Context, job *evaluate.Job, plotOut string, progress
 	}
 	fmt.Fprintf(stdout, "eval: wrote %s\n", job.Req.Out)
 	if plotOut != "" {
-		if err := runplot.WritePasskey(plotOut, "passkey retrieval: "+job.Model.Describe(), passkeyGrids(r)); err != nil {
+		if err := evaluate.PlotPasskey(plotOut, "passkey retrieval: "+job.Model.Describe(), r); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "eval: wrote %s\n", plotOut)
 	}
 	return nil
-}
-
-// passkeyGrids are a passkey result's two scorings as heat-map panels.
-func passkeyGrids(r evaluate.PasskeyResult) []runplot.PasskeyGrid {
-	return []runplot.PasskeyGrid{
-		{Title: "generated (greedy)", Lengths: r.Lengths, Depths: r.Depths, Correct: r.Generated.Correct, Trials: r.Generated.Trials},
-		{Title: "teacher-forced", Lengths: r.Lengths, Depths: r.Depths, Correct: r.Forced.Correct, Trials: r.Forced.Trials},
-	}
 }

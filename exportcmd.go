@@ -2,14 +2,11 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
 	"distflash/config"
 	"distflash/weights"
@@ -24,17 +21,13 @@ import (
 
 // runExport is `distflash export`.
 func runExport(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("export", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("export", stderr)
 	modelPath := fs.String("model", "", "distflash checkpoint: a step directory, or a run directory for its newest step (required)")
 	out := fs.String("out", "", "the Hugging Face directory to write; must not exist or be empty (required)")
 	dtype := fs.String("dtype", "f32", "stored weights: f32 (exact) or bf16 (rounded to nearest even)")
 	maxShard := fs.String("max-shard-size", "5GB", "most tensor bytes per safetensors file, as Hugging Face's max_shard_size (5GB, 500MB, 2GiB…); above it the weights are sharded with model.safetensors.index.json")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("export: unexpected arguments %q", fs.Args())
 	}
 	if *modelPath == "" || *out == "" {
 		return errors.New("export: --model CHECKPOINT and --out DIR are required")
@@ -67,31 +60,19 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 func exportHooks(out string, stderr io.Writer) (*weights.HFHooks, func()) {
 	var tmp atomic.Value
 	tmp.Store("")
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	quit := make(chan struct{})
-	go func() {
-		select {
-		case <-sigs:
-		case <-quit:
-			return
-		}
+	_, done := onSignal(interrupt{exit: func() { // no stop: the first signal ends the export
 		if p := tmp.Load().(string); p != "" {
 			os.RemoveAll(p)
 			fmt.Fprintf(stderr, "\nexport: interrupted: removed the partial %s; nothing written at %s\n", p, out)
 		} else {
 			fmt.Fprintf(stderr, "\nexport: interrupted; no partial output of %s left behind\n", out)
 		}
-		os.Exit(130)
-	}()
+	}})
 	hooks := &weights.HFHooks{
 		Temp: func(p string) { tmp.Store(p) },
 		Stale: func(p string, bytes int64) {
 			fmt.Fprintf(stderr, "export: removing %s (%.1f MB), the partial output of an earlier export of %s that was killed\n", p, float64(bytes)/1e6, out)
 		},
 	}
-	return hooks, func() {
-		signal.Stop(sigs)
-		close(quit)
-	}
+	return hooks, done
 }

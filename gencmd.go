@@ -1,18 +1,9 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"sort"
-	"strings"
-	"syscall"
 
-	"distflash/ckpt"
 	"distflash/evaluate"
 )
 
@@ -20,8 +11,7 @@ import (
 // tokens come when stdout is a terminal (--stream), with the prefill's and the decoding's
 // tokens/s on stderr.
 func runGenerate(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("generate", stderr)
 	configPath := fs.String("config", "", "TOML config file: [parallelism] (sequence_parallel_degree, attention) (default: the built-in defaults)")
 	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint or run directory, or .safetensors file with the config's [model] shape (required)")
 	prompt := fs.String("prompt", "", "the text to continue")
@@ -37,11 +27,8 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("out", "", "also write the samples, their tokens and timings as JSON to this file")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("generate: unexpected arguments %q", fs.Args())
 	}
 	job, err := evaluate.PrepareGenerate(evaluate.GenRequest{ConfigPath: *configPath, Sets: sets, Model: *modelPath,
 		Prompt: *prompt, PromptFile: *promptFile, BOS: *bosFlag, Samples: *samples,
@@ -54,77 +41,36 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		stdout, stderr, *stream, *out = io.Discard, io.Discard, false, ""
 	}
 	fmt.Fprintln(stderr, job.Describe())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := onSignal(stopping(stderr, "generate", ""))
 	defer stop()
-	type record struct {
-		Sample int    `json:"sample"`
-		Seed   uint64 `json:"seed"`
-		Text   string `json:"text"`
-		evaluate.Generation
-	}
-	var records []record
+	var gens []evaluate.GenSample
 	for i := range job.Req.Samples {
 		if job.Req.Samples > 1 {
 			fmt.Fprintf(stdout, "--- sample %d\n", i+1)
 		}
 		var emit func(int32)
-		var toks []int32
-		printed := ""
+		text := job.Stream()
 		if *stream {
-			// print what the text gained: a token may end inside a UTF-8 character or change
-			// how the ones before decode, so the whole text is decoded each time
-			emit = func(tok int32) {
-				toks = append(toks, tok)
-				if t := job.Text(toks); strings.HasPrefix(t, printed) && !strings.HasSuffix(t, "\uFFFD") {
-					fmt.Fprint(stdout, t[len(printed):])
-					printed = t
-				}
-			}
+			emit = func(tok int32) { fmt.Fprint(stdout, text.Add(tok)) }
 		}
 		g, err := job.Run(ctx, i, emit)
 		if err != nil {
 			return err
 		}
-		text := job.Text(g.Tokens)
-		if strings.HasPrefix(text, printed) {
-			fmt.Fprint(stdout, text[len(printed):])
-		}
-		fmt.Fprintln(stdout)
+		gens = append(gens, job.Sample(i, g))
+		fmt.Fprintln(stdout, text.Rest(gens[i].Text))
 		fmt.Fprintf(stderr, "generate: %d tokens (stopped: %s); prefill %d tokens in %.3fs (%.0f tokens/s), decoding %d tokens in %.3fs (%.1f tokens/s); cache %.1f MB%s\n",
 			len(g.Tokens), g.Stopped, g.PromptLen, g.PrefillSec, g.PrefillTokensPerSec(), g.Decoded, g.DecodeSec, g.DecodeTokensPerSec(),
-			float64(g.CacheBytes)/1e6, perToken(g.BytesPerToken))
-		records = append(records, record{Sample: i + 1, Seed: job.Req.Options.Seed + uint64(i), Text: text, Generation: g})
+			float64(g.CacheBytes)/1e6, g.SentPerToken())
 		if g.Stopped == "cancelled" {
 			break
 		}
 	}
 	if *out != "" {
-		js, err := json.MarshalIndent(map[string]any{"model": job.Req.Model, "prompt": job.Req.Prompt, "prompt_tokens": job.Prompt,
-			"options": job.Req.Options, "samples": records}, "", "  ")
-		if err != nil {
-			return fmt.Errorf("generate: %w", err)
-		}
-		if err := ckpt.WriteFileAtomic(*out, append(js, '\n')); err != nil {
-			return fmt.Errorf("generate: --out: %w", err)
+		if err := job.WriteSamples(*out, gens); err != nil {
+			return err
 		}
 		fmt.Fprintf(stderr, "generate: wrote %s\n", *out)
 	}
 	return nil
-}
-
-// perToken lists the bytes per decoded token by call site ("" on one rank).
-func perToken(sites map[string]float64) string {
-	if len(sites) == 0 {
-		return ""
-	}
-	var keys []string
-	for k := range sites {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.0f B", k, sites[k]))
-	}
-	return "; sent per token by the busiest rank: " + strings.Join(parts, ", ")
 }

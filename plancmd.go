@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -14,8 +12,7 @@ import (
 
 // runPlan is the plan command.
 func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("plan", stderr)
 	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set data.seq_len=262144 (repeatable)")
@@ -31,11 +28,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	flops := fs.Float64("flops", 0, "override the FLOP/s one GPU or rank achieves at mfu 1 (a --cluster of type cpu needs it: measure it on the machine)")
 	docLen := fs.String("doc-len", "", "plan packed documents under a document mask (as data.document_mask = true) of this average length in tokens, e.g. 2048 or 2K (default with data.document_mask: web-like, mean 931)")
 	docDist := fs.String("doc-dist", "lognormal", "the document lengths' distribution with --doc-len: lognormal (σ 1.3, web-like), exponential or fixed")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("plan: unexpected arguments %q", fs.Args())
 	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("plan: --format %q: want text or json", *format)
@@ -71,22 +65,5 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
-	if len(rep.Plans) == 1 {
-		plan.WriteDetail(stdout, rep)
-	} else {
-		plan.WriteTable(stdout, rep)
-	}
-	return nil
-}
-
-// flagSet reports whether flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
+	return plan.Write(stdout, rep, *format)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -14,8 +13,7 @@ import (
 
 // runTrain is `distflash train`.
 func runTrain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("train", stderr)
 	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
 	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
 	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
@@ -27,11 +25,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	initFrom := fs.String("init-from", "", "start a new run (step 0) from the weights of a Hugging Face LLaMA directory, a .safetensors file or a distflash checkpoint; [model] and the tokenizer come from it unless the config sets them (see README)")
 	var sets setFlags
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("train: unexpected arguments %q", fs.Args())
 	}
 	if *stopAfter < 0 {
 		return fmt.Errorf("train: --stop-after %d: want a step >= 1, or 0 to run to training.steps", *stopAfter)
@@ -73,7 +68,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return &everyRank{err}
 	}
 	opt.World = w
-	ctx, stop := train.OnSignal(stderr, opt.Clock, w.Leader())
+	stopMsg, nowMsg := train.OnSignal(opt.Clock) // only rank 0 says them
+	ctx, stop := onSignal(interrupt{stop: say(stderr, w.Leader(), stopMsg), exit: say(stderr, w.Leader(), nowMsg)})
 	defer stop()
 	if err := train.Run(ctx, cfg, stdout, stderr, opt); err != nil {
 		return err

@@ -6,9 +6,9 @@
 // eval command after its flags, PrepareGenerate and GenJob the generate command's.
 //
 // Layer: evaluate imports world (the ranks it runs on), config, plan (its memory check),
-// weights (the model it measures), ckpt (its report's atomic write), data, model, parallel,
-// parallel/transport and kernels. Package train (which evaluates during training) and the
-// command import it.
+// weights (the model it measures), ckpt (its report's atomic write), runplot (the pictures of
+// its reports: plots.go), data, model, parallel, parallel/transport and kernels. Package train
+// (which evaluates during training) and the command import it.
 package evaluate
 
 import (

@@ -1,6 +1,6 @@
 // Package plan predicts, for a config on a cluster, the memory of one rank, the bytes one
 // rank communicates in a step and the step time, per attention schedule: what the plan
-// command prints (Make, WriteDetail, WriteTable).
+// command prints (Make; Write: WriteDetail, WriteTable or JSON).
 //
 // Layer: plan imports config, kernels, model and parallel (it runs the schedules' own code
 // to count their bytes); train and evaluate import it for their memory checks, and the command.
