@@ -14,6 +14,7 @@ import (
 	"distflash/config"
 	"distflash/data"
 	"distflash/evaluate"
+	"distflash/internal/cli"
 	"distflash/plan"
 )
 
@@ -22,15 +23,15 @@ const progressLogInterval = 10 * time.Second
 
 // runTokenize is `distflash data tokenize`.
 func runTokenize(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("data tokenize", stderr)
+	fs := root.Flags("data tokenize", stderr)
 	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults): data.train, data.format, data.include, data.max_bytes, data.tokenizer and run.seed say what is read")
-	var sets setFlags
+	var sets cli.Sets
 	fs.Var(&sets, "set", "override a config value, e.g. --set data.train=c4-validation.*.json.gz (repeatable)")
 	out := fs.String("out", "", "output: a directory for shard-NNNNNN.tokens files, or one FILE.tokens")
 	shardTokens := fs.Int64("shard-tokens", 0, fmt.Sprintf("most tokens per shard, ending at a document boundary (default %d); only with a directory", data.DefaultShardTokens))
 	workers := fs.Int("workers", 0, "goroutines that encode (default: GOMAXPROCS)")
-	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every 10s)")
-	if err := parseFlags(fs, args); err != nil {
+	progress := fs.Bool("progress", cli.IsTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every 10s)")
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *out == "" {
@@ -59,20 +60,18 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 		done, total := p.Read(src.MaxBytes)
 		if *progress {
 			if bar == nil {
-				bar = newBar(stderr, total, "tokenize", true, true)
+				bar = cli.NewBar(stderr, total, "tokenize", true, true)
 			}
 			bar.Set64(done)
 		} else if time.Since(lastLog) >= progressLogInterval {
 			lastLog = time.Now()
-			fmt.Fprintf(stderr, "tokenize: %s documents, %s tokens, %.1f of %.1f MB read (%.1f MB/s of text)\n",
-				config.Count(p.Documents), config.Count(p.Tokens), float64(p.InputBytes)/1e6, float64(p.InputTotal)/1e6,
-				float64(p.TextBytes)/1e6/time.Since(start).Seconds())
+			fmt.Fprintln(stderr, p.Line(time.Since(start)))
 		}
 	}
 	stale := func(p string, bytes int64) {
 		fmt.Fprintf(stderr, "tokenize: removing %s (%.1f MB), the partial output of an earlier tokenize of %s that was killed\n", p, float64(bytes)/1e6, *out)
 	}
-	ctx, stop := onSignal(stopping(stderr, "data tokenize", "; the next data tokenize of "+*out+" removes what it wrote"))
+	ctx, stop := cli.OnSignal(cli.Stopping(stderr, "data tokenize", "; the next data tokenize of "+*out+" removes what it wrote"))
 	defer stop()
 	st, err := data.WriteShards(ctx, src, tok, data.ShardOptions{Out: *out, ShardTokens: *shardTokens, Workers: *workers, Progress: report, Stale: stale})
 	if bar != nil {
@@ -88,31 +87,20 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("data tokenize: data.train = %q%s: %w", cfg.Data.Train, from, err)
 	}
-	elapsed := time.Since(start).Seconds()
-	where := *out
-	if len(st.Shards) == 1 {
-		where = st.Shards[0]
-	}
-	files := fmt.Sprintf("%d files", st.Files)
-	if st.FilesRead < st.Files {
-		files = fmt.Sprintf("%d of %d files (data.max_bytes = %d)", st.FilesRead, st.Files, src.MaxBytes)
-	}
-	fmt.Fprintf(stdout, "tokenized %s documents from %s, %.1f MB of text, into %s tokens (tokenizer %s) in %d shards in %s: %.1fs, %.1f MB/s of text, %s tokens/s\n",
-		config.Count(st.Documents), files, float64(st.TextBytes)/1e6, config.Count(st.Tokens), tok.Name(), len(st.Shards), where,
-		elapsed, float64(st.TextBytes)/1e6/elapsed, config.Count(int64(float64(st.Tokens)/elapsed)))
+	fmt.Fprintln(stdout, st.Summary(*out, tok.Name(), src.MaxBytes, time.Since(start)))
 	return nil
 }
 
 // runFetch is `distflash data fetch`.
 func runFetch(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("data fetch", stderr)
+	fs := root.Flags("data fetch", stderr)
 	split := fs.String("split", "validation", "C4 split: validation (8 files) or train (1024 files)")
 	shards := fs.Int("shards", 1, "number of files to fetch")
 	first := fs.Int("first", 0, "index of the first file")
 	out := fs.String("out", ".", "directory for the files (the shipped configs read C4 from the current directory)")
 	baseURL := fs.String("base-url", data.C4BaseURL, "where the dataset lives: files are at BASE/en/c4-SPLIT.NNNNN-of-TTTTT.json.gz")
 	retries := fs.Int("retries", 5, "times a download is resumed after a network error or an HTTP 429/5xx before giving up")
-	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a line per file)")
+	progress := fs.Bool("progress", cli.IsTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a line per file)")
 	// The dataset name comes first (distflash data fetch c4 --split ...), but may follow the flags.
 	dataset := ""
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
@@ -145,7 +133,7 @@ func runFetch(args []string, stdout, stderr io.Writer) error {
 	)
 	report := func(p data.FetchProgress) {
 		if *progress && bar == nil && !p.Final {
-			bar = newBar(stderr, p.Total, fmt.Sprintf("[%d/%d] %s", p.Index+1, p.Count, filepath.Base(p.File)), true, true)
+			bar = cli.NewBar(stderr, p.Total, fmt.Sprintf("[%d/%d] %s", p.Index+1, p.Count, filepath.Base(p.File)), true, true)
 		}
 		if bar != nil && p.Retry == 0 {
 			if p.Total > 0 && bar.GetMax64() != p.Total {
@@ -165,7 +153,7 @@ func runFetch(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stderr, line)
 	}
-	ctx, stop := onSignal(stopping(stderr, "data fetch", "; the next data fetch resumes the file it was downloading"))
+	ctx, stop := cli.OnSignal(cli.Stopping(stderr, "data fetch", "; the next data fetch resumes the file it was downloading"))
 	defer stop()
 	paths, err := data.FetchC4(ctx, data.FetchOptions{Split: *split, First: *first, Shards: *shards, Dir: *out,
 		BaseURL: *baseURL, Retries: *retries, Progress: report})
@@ -185,12 +173,12 @@ func runFetch(args []string, stdout, stderr io.Writer) error {
 
 // runPasskeyDocs is `distflash data passkey`.
 func runPasskeyDocs(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("data passkey", stderr)
+	fs := root.Flags("data passkey", stderr)
 	out := fs.String("out", "", "the .jsonl file to write, one {\"text\": ...} document a line (required; must not exist)")
 	docs := fs.Int("docs", 1000, "documents to write")
 	chars := fs.String("chars", "", "MIN..MAX: each document's length in characters, drawn uniformly (required; K = 1024)")
 	seed := fs.Uint64("seed", 1, "seed of the lengths, keys and depths")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	lo, hi, ok := strings.Cut(*chars, "..")

@@ -6,12 +6,13 @@ import (
 	"io"
 
 	"distflash/evaluate"
+	"distflash/internal/cli"
 	"distflash/runplot"
 )
 
 // runEval is `distflash eval`.
 func runEval(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("eval", stderr)
+	fs := root.Flags("eval", stderr)
 	configPath := fs.String("config", "", "TOML config file: [parallelism], [data] tokenizer and format, [eval] (default: the built-in defaults, as configs/tiny.toml)")
 	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint directory, or .safetensors file with the config's [model] shape (required)")
 	dataPath := fs.String("data", "", "evaluation data: file, directory or glob in data.format (text: one document per file; jsonl, c4: one per line) (default: data.eval)")
@@ -19,7 +20,7 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	seqLen := fs.Int("seq-len", 0, "tokens read per sample at most; longer documents are cut (default: eval.seq_len, else data.seq_len)")
 	out := fs.String("out", "", "JSON result file (default: beside the model: <step directory>.eval.json for a checkpoint, <model>.eval.json otherwise)")
 	bosFlag := fs.String("bos", "auto", "BOS token prepended to each sample: auto (a Hugging Face model's bos_token_id; none for distflash's own models, which train without one), none, or an id")
-	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
+	progress := fs.Bool("progress", cli.IsTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal)")
 	task := fs.String("task", "loss", "loss (loss, perplexity and bits per byte of --data) or passkey (retrieval of a key hidden in filler, Landmark Attention's protocol; no --data)")
 	positions := fs.Bool("positions", false, "loss task: also the mean loss by token position, in buckets [0,64), [64,128), [128,256)…")
 	window := fs.Int("sliding-window", 0, "loss task: score each sample in windows of this many tokens every --stride tokens, each scoring only its new targets (0: one forward per sample)")
@@ -29,16 +30,16 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	depthBins := fs.Int("depth-bins", 5, "passkey: depth bins of the accuracy table and heat map")
 	seed := fs.Uint64("seed", 1, "passkey: seed of the keys and their depths")
 	plotOut := fs.String("plot", "", "also draw the result: FILE.png or FILE.svg (passkey: accuracy by length and depth; --positions: loss by position)")
-	var sets setFlags
+	var sets cli.Sets
 	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	for _, f := range []struct {
 		name string
 		v    int
 	}{{"samples", *samples}, {"seq-len", *seqLen}, {"trials", *trials}, {"depth-bins", *depthBins}} {
-		if flagSet(fs, f.name) && f.v < 1 {
+		if cli.FlagSet(fs, f.name) && f.v < 1 {
 			return fmt.Errorf("eval: --%s %d: want at least 1; leave the flag out for the default", f.name, f.v)
 		}
 	}
@@ -73,12 +74,12 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		*plotOut = ""
 	}
 	fmt.Fprintln(stderr, job.Describe())
-	ctx, stop := onSignal(stopping(stderr, "eval", ""))
+	ctx, stop := cli.OnSignal(cli.Stopping(stderr, "eval", ""))
 	defer stop()
 	if job.Req.Task == "passkey" {
 		return runPasskey(ctx, job, *plotOut, *progress, stdout, stderr)
 	}
-	bar := newBar(stderr, int64(len(job.Samples)), "", false, *progress)
+	bar := cli.NewBar(stderr, int64(len(job.Samples)), "", false, *progress)
 	rep, err := job.Run(ctx, func(done int, loss float64) {
 		bar.Describe(fmt.Sprintf("loss %.4f", loss))
 		_ = bar.Add(1)
@@ -88,15 +89,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// The result first, so that a file that cannot be written loses nothing.
-	res := rep.Result
-	fmt.Fprintf(stdout, "eval: %s: loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples in %.1fs (%.0f tokens/s)\n",
-		job.Model.Describe(), res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens, res.Bytes, res.Samples, res.ElapsedSec, res.TokensPerSec)
-	if p := rep.Positions; p != nil {
-		for i := range p.Lo {
-			fmt.Fprintf(stdout, "eval: positions [%d, %d): loss %.4f over %d tokens\n", p.Lo[i], p.Hi[i], p.Loss[i], p.Tokens[i])
-		}
-	}
-	if held := evaluate.Replaces(job.Req.Out, rep); held != "" && !flagSet(fs, "out") {
+	fmt.Fprint(stdout, rep.Text(job.Model.Describe()))
+	if held := evaluate.Replaces(job.Req.Out, rep); held != "" && !cli.FlagSet(fs, "out") {
 		fmt.Fprintf(stderr, "eval: replacing %s, which held %s; --out FILE keeps both\n", job.Req.Out, held)
 	}
 	if err := evaluate.WriteReport(job.Req.Out, rep); err != nil {
@@ -115,23 +109,19 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 // runPasskey runs and reports `eval --task passkey`.
 func runPasskey(ctx context.Context, job *evaluate.Job, plotOut string, progress bool, stdout, stderr io.Writer) error {
 	p := job.Req.Passkey
-	bar := newBar(stderr, int64(len(p.Lengths)*p.Trials), "", false, progress)
+	bar := cli.NewBar(stderr, int64(len(p.Lengths)*p.Trials), "", false, progress)
 	rep, err := job.RunPasskey(ctx, func(done, total int) { _ = bar.Add(1) })
 	_ = bar.Finish()
 	if err != nil || !job.Leader() {
 		return err
 	}
-	r := rep.Passkey
-	for i, l := range r.Lengths {
-		fmt.Fprintf(stdout, "eval: passkey %d tokens: generated %.2f, teacher-forced %.2f over %d trials\n",
-			l, r.Generated.Accuracy[i], r.Forced.Accuracy[i], r.Trials)
-	}
+	fmt.Fprint(stdout, rep.Text())
 	if err := evaluate.WriteReport(job.Req.Out, rep); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "eval: wrote %s\n", job.Req.Out)
 	if plotOut != "" {
-		if err := evaluate.PlotPasskey(plotOut, "passkey retrieval: "+job.Model.Describe(), r); err != nil {
+		if err := evaluate.PlotPasskey(plotOut, "passkey retrieval: "+job.Model.Describe(), rep.Passkey); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "eval: wrote %s\n", plotOut)

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"distflash/config"
+	"distflash/data"
+	"distflash/internal/cli"
 	"distflash/weights"
 	"distflash/weights/safetensors"
 )
@@ -21,12 +22,12 @@ import (
 
 // runExport is `distflash export`.
 func runExport(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("export", stderr)
+	fs := root.Flags("export", stderr)
 	modelPath := fs.String("model", "", "distflash checkpoint: a step directory, or a run directory for its newest step (required)")
 	out := fs.String("out", "", "the Hugging Face directory to write; must not exist or be empty (required)")
 	dtype := fs.String("dtype", "f32", "stored weights: f32 (exact) or bf16 (rounded to nearest even)")
 	maxShard := fs.String("max-shard-size", "5GB", "most tensor bytes per safetensors file, as Hugging Face's max_shard_size (5GB, 500MB, 2GiB…); above it the weights are sharded with model.safetensors.index.json")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *modelPath == "" || *out == "" {
@@ -47,7 +48,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "export: %s -> %s (%s, %s params, %s, %.1f MB): %s\n",
-		*modelPath, *out, ex.Arch, config.Count(ex.Model.NumParams()), *dtype, float64(ex.Bytes)/1e6, strings.Join(ex.Files, ", "))
+		*modelPath, *out, ex.Arch, data.Count(ex.Model.NumParams()), *dtype, float64(ex.Bytes)/1e6, strings.Join(ex.Files, ", "))
 	if ex.NoTokFiles {
 		fmt.Fprintf(stdout, "export: the run used the %s tokenizer, which has no Hugging Face tokenizer file: none written (one token per UTF-8 byte, ids 0-255, no BOS/EOS)\n", ex.Tokenizer)
 	}
@@ -60,7 +61,7 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 func exportHooks(out string, stderr io.Writer) (*weights.HFHooks, func()) {
 	var tmp atomic.Value
 	tmp.Store("")
-	_, done := onSignal(interrupt{exit: func() { // no stop: the first signal ends the export
+	_, done := cli.OnSignal(cli.Interrupt{Exit: func() { // no Stop: the first signal ends the export
 		if p := tmp.Load().(string); p != "" {
 			os.RemoveAll(p)
 			fmt.Fprintf(stderr, "\nexport: interrupted: removed the partial %s; nothing written at %s\n", p, out)

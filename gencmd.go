@@ -5,13 +5,14 @@ import (
 	"io"
 
 	"distflash/evaluate"
+	"distflash/internal/cli"
 )
 
 // runGenerate is `distflash generate`: the prompt continued by the model, printed as the
 // tokens come when stdout is a terminal (--stream), with the prefill's and the decoding's
 // tokens/s on stderr.
 func runGenerate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("generate", stderr)
+	fs := root.Flags("generate", stderr)
 	configPath := fs.String("config", "", "TOML config file: [parallelism] (sequence_parallel_degree, attention) (default: the built-in defaults)")
 	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint or run directory, or .safetensors file with the config's [model] shape (required)")
 	prompt := fs.String("prompt", "", "the text to continue")
@@ -23,11 +24,11 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "the sampler's seed (sample i uses seed + i)")
 	samples := fs.Int("samples", 1, "continuations of the prompt")
 	bosFlag := fs.String("bos", "auto", "BOS token before the prompt: auto (a Hugging Face model's bos_token_id; none for distflash's own models), none, or an id")
-	stream := fs.Bool("stream", isTerminal(stdout), "print each token as it is generated (default: when stdout is a terminal)")
+	stream := fs.Bool("stream", cli.IsTerminal(stdout), "print each token as it is generated (default: when stdout is a terminal)")
 	out := fs.String("out", "", "also write the samples, their tokens and timings as JSON to this file")
-	var sets setFlags
+	var sets cli.Sets
 	fs.Var(&sets, "set", "override a config value, e.g. --set parallelism.sequence_parallel_degree=4 (repeatable)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	job, err := evaluate.PrepareGenerate(evaluate.GenRequest{ConfigPath: *configPath, Sets: sets, Model: *modelPath,
@@ -41,7 +42,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 		stdout, stderr, *stream, *out = io.Discard, io.Discard, false, ""
 	}
 	fmt.Fprintln(stderr, job.Describe())
-	ctx, stop := onSignal(stopping(stderr, "generate", ""))
+	ctx, stop := cli.OnSignal(cli.Stopping(stderr, "generate", ""))
 	defer stop()
 	var gens []evaluate.GenSample
 	for i := range job.Req.Samples {

@@ -7,14 +7,15 @@ import (
 	"strconv"
 
 	"distflash/config"
+	"distflash/internal/cli"
 	"distflash/plan"
 )
 
 // runPlan is the plan command.
 func runPlan(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("plan", stderr)
+	fs := root.Flags("plan", stderr)
 	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
-	var sets setFlags
+	var sets cli.Sets
 	fs.Var(&sets, "set", "override a config value, e.g. --set data.seq_len=262144 (repeatable)")
 	clusterName := fs.String("cluster", "", "NODESxGPUSxTYPE, TYPE one of A100-40GB, A100-80GB, H100-80GB, H200-141GB, or cpu (ranks of the CPU backend; needs --flops) (default: world_size A100-80GB GPUs, 8 a node)")
 	format := fs.String("format", "text", "text | json")
@@ -28,7 +29,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	flops := fs.Float64("flops", 0, "override the FLOP/s one GPU or rank achieves at mfu 1 (a --cluster of type cpu needs it: measure it on the machine)")
 	docLen := fs.String("doc-len", "", "plan packed documents under a document mask (as data.document_mask = true) of this average length in tokens, e.g. 2048 or 2K (default with data.document_mask: web-like, mean 931)")
 	docDist := fs.String("doc-dist", "lognormal", "the document lengths' distribution with --doc-len: lognormal (σ 1.3, web-like), exponential or fixed")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *format != "text" && *format != "json" {
@@ -45,7 +46,7 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		if f.min == 0 {
 			bad = !(v > 0 && v <= 1)
 		}
-		if flagSet(fs, f.name) && bad {
+		if cli.FlagSet(fs, f.name) && bad {
 			return fmt.Errorf("plan: --%s %s: want %s (at least %g); leave the flag out for the cluster's own value", f.name, fs.Lookup(f.name).Value, f.want, f.min)
 		}
 	}
@@ -54,11 +55,11 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	req := plan.Request{Cluster: *clusterName, GPUMem: *gpuMem, InterBW: *interBW, IntraBW: *intraBW, FLOPS: *flops,
-		Sweep: *sweep, Attention: *attention, DocLen: *docLen, DocDist: *docDist, DocDistGiven: flagSet(fs, "doc-dist")}
-	if flagSet(fs, "mfu") {
+		Sweep: *sweep, Attention: *attention, DocLen: *docLen, DocDist: *docDist, DocDistGiven: cli.FlagSet(fs, "doc-dist")}
+	if cli.FlagSet(fs, "mfu") {
 		req.MFU = mfu
 	}
-	if flagSet(fs, "attn-mfu") {
+	if cli.FlagSet(fs, "attn-mfu") {
 		req.AttnMFU = attnMFU
 	}
 	rep, err := plan.Make(cfg, req)

@@ -15,7 +15,7 @@ import (
 
 // runPlot is `distflash plot`.
 func runPlot(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("plot", stderr)
+	fs := root.Flags("plot", stderr)
 	out := fs.String("out", "", "picture to write, FILE.png or FILE.svg (required)")
 	positions := fs.Bool("positions", false, "the arguments are eval reports with the loss by position (eval --positions): draw loss against position")
 	// Flags may come before, between or after the runs; after "--" all are runs.

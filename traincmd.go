@@ -3,19 +3,19 @@ package main
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
 	"distflash/config"
+	"distflash/internal/cli"
 	"distflash/train"
 	"distflash/world"
 )
 
 // runTrain is `distflash train`.
 func runTrain(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("train", stderr)
+	fs := root.Flags("train", stderr)
 	configPath := fs.String("config", "", "TOML config file (default: the built-in defaults, which configs/tiny.toml writes out)")
-	progress := fs.Bool("progress", isTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
+	progress := fs.Bool("progress", cli.IsTerminal(stderr), "show a progress bar on stderr (default: when stderr is a terminal; otherwise a log line every run.log_interval steps)")
 	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
 	fresh := fs.Bool("fresh", false, "start over in a run directory that holds an earlier run, moving that run aside to <dir>.old-<time> (nothing is deleted)")
 	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint; 0 = run to training.steps")
@@ -23,9 +23,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	profile := fs.String("profile", "", "write Go CPU and heap profiles (pprof) of rank 0 over --profile-steps into this directory")
 	profileSteps := fs.String("profile-steps", "3..7", "with --profile: the first and last step profiled, FIRST..LAST, counted from this session's start")
 	initFrom := fs.String("init-from", "", "start a new run (step 0) from the weights of a Hugging Face LLaMA directory, a .safetensors file or a distflash checkpoint; [model] and the tokenizer come from it unless the config sets them (see README)")
-	var sets setFlags
+	var sets cli.Sets
 	fs.Var(&sets, "set", "override a config value, e.g. --set training.steps=20 (repeatable)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *stopAfter < 0 {
@@ -34,7 +34,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if *timeLimit < 0 {
 		return fmt.Errorf("train: --time-limit %s: want a positive duration such as 3h50m, or 0 for none", *timeLimit)
 	}
-	steps, err := parseSteps(*profileSteps)
+	steps, err := train.ParseProfileSteps(*profileSteps)
 	if err != nil {
 		return fmt.Errorf("train: --profile-steps %q: %w", *profileSteps, err)
 	}
@@ -69,21 +69,10 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	opt.World = w
 	stopMsg, nowMsg := train.OnSignal(opt.Clock) // only rank 0 says them
-	ctx, stop := onSignal(interrupt{stop: say(stderr, w.Leader(), stopMsg), exit: say(stderr, w.Leader(), nowMsg)})
+	ctx, stop := cli.OnSignal(cli.Interrupt{Stop: cli.Say(stderr, w.Leader(), stopMsg), Exit: cli.Say(stderr, w.Leader(), nowMsg)})
 	defer stop()
 	if err := train.Run(ctx, cfg, stdout, stderr, opt); err != nil {
 		return err
 	}
 	return train.WriteTraffic(w)
-}
-
-// parseSteps reads FIRST..LAST, two steps counted from 1 with FIRST <= LAST.
-func parseSteps(s string) ([2]int, error) {
-	a, b, ok := strings.Cut(s, "..")
-	first, err1 := strconv.Atoi(a)
-	last, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || first < 1 || last < first {
-		return [2]int{}, fmt.Errorf("want FIRST..LAST, two steps with 1 <= FIRST <= LAST, e.g. 3..7")
-	}
-	return [2]int{first, last}, nil
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"distflash/data"
 	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
@@ -824,22 +825,9 @@ func (c Config) Summary() string {
 	world += ")"
 	return fmt.Sprintf("%s: LLaMA %s params (dim %d, %d layers, %s, head_dim %d, ffn %d, vocab %d); "+
 		"%s tokens/step (batch %d × seq %d × accum %d); %s; %s %s; activation checkpoint %s",
-		c.Run.Name, Count(m.NumParams()), m.Dim, m.NLayers, heads, m.HeadDim, m.FFNDim, m.VocabSize,
-		Count(c.TokensPerStep()), c.Data.BatchSize, c.Data.SeqLen, c.Training.GradAccumSteps, world,
+		c.Run.Name, data.Count(m.NumParams()), m.Dim, m.NLayers, heads, m.HeadDim, m.FFNDim, m.VocabSize,
+		data.Count(c.TokensPerStep()), c.Data.BatchSize, c.Data.SeqLen, c.Training.GradAccumSteps, world,
 		c.Device.Kind, c.Training.MixedPrecision, c.Checkpoint.Activation)
-}
-
-// count writes n with a K, M or B suffix.
-func Count(n int64) string {
-	switch x := float64(n); {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2fB", x/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2fM", x/1e6)
-	case n >= 1e4:
-		return fmt.Sprintf("%.1fK", x/1e3)
-	}
-	return fmt.Sprint(n)
 }
 
 // Bytes per parameter of the model state, in fp32: the weight, its gradient and the two
@@ -904,7 +892,7 @@ func (c Config) Notes() []string {
 	n := c.Model.NumParams()
 	if state := n * StateBytesPerParam; state > memoryNoteBytes {
 		msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
-			Count(n), GiB(state), StateBytesPerParam)
+			data.Count(n), GiB(state), StateBytesPerParam)
 		if p.FSDP && p.WorldSize > 1 {
 			msg += fmt.Sprintf("; %.1f GiB per rank with fsdp over %d ranks", GiB(state)/float64(p.WorldSize), p.WorldSize)
 		}

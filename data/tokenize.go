@@ -227,7 +227,7 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 			st.InputTotal += fi.Size()
 		}
 	}
-	var mu sync.Mutex // InputBytes is counted on the walking goroutine
+	var mu sync.Mutex  // InputBytes is counted on the walking goroutine
 	var textRead int64 // the text the walk has given, ahead of what is written
 	w.onRead = func(n int64) {
 		mu.Lock()

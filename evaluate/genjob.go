@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"distflash/config"
+	"distflash/data"
 	"distflash/weights"
 	"distflash/world"
 )
@@ -108,7 +109,7 @@ func (j *GenJob) Describe() string {
 		how += fmt.Sprintf(", seed %d", o.Seed)
 	}
 	return fmt.Sprintf("generate: %s (%s, LLaMA %s params, %d layers, vocab %d): %d prompt tokens, up to %d new (%s), %s; tokenizer %s",
-		j.Model.Describe(), j.Model.Source, config.Count(mc.NumParams()), mc.NLayers, mc.VocabSize, len(j.Prompt), o.MaxNew, how, world, j.Model.Tokenizer.Name())
+		j.Model.Describe(), j.Model.Source, data.Count(mc.NumParams()), mc.NLayers, mc.VocabSize, len(j.Prompt), o.MaxNew, how, world, j.Model.Tokenizer.Name())
 }
 
 // Run generates sample i (seed Options.Seed + i); emit, when not nil, gets each new token as

@@ -230,7 +230,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 func (j *Job) Describe() string {
 	mc, world := j.Model.Config, j.Evaluator.Describe()
 	what := fmt.Sprintf("%s (%s, LLaMA %s params, dim %d, %d layers, %d/%d heads, vocab %d)",
-		j.Model.Describe(), j.Model.Source, config.Count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize)
+		j.Model.Describe(), j.Model.Source, data.Count(mc.NumParams()), mc.Dim, mc.NLayers, mc.NHeads, mc.NKVHeads, mc.VocabSize)
 	if j.Req.Task == "passkey" {
 		p := j.Req.Passkey
 		return fmt.Sprintf("eval: passkey retrieval of %s: %d trials at each of %s tokens, %d depth bins, seed %d, %s; tokenizer %s",
@@ -352,6 +352,35 @@ func WriteReport(path string, rep any) error {
 		return fmt.Errorf("eval: write result: %w", err)
 	}
 	return nil
+}
+
+// Text is what eval prints of the report of the model named model: the result, a result that
+// is not a finite number said to be one, and the loss by position when it was asked for.
+func (r Report) Text(model string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "eval: %s: loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples in %.1fs (%.0f tokens/s)\n",
+		model, r.Loss, r.Perplexity, r.BitsPerByte, r.Tokens, r.Bytes, r.Samples, r.ElapsedSec, r.TokensPerSec)
+	if bad := r.NonFinite(); len(bad) > 0 {
+		fmt.Fprintf(&b, "eval: %s not a finite number: the model's arithmetic overflowed on this data (its weights are finite; they were checked when read); the report holds null for %s\n",
+			strings.Join(bad, ", "), strings.Join(bad, ", "))
+	}
+	if p := r.Positions; p != nil {
+		for i := range p.Lo {
+			fmt.Fprintf(&b, "eval: positions [%d, %d): loss %.4f over %d tokens\n", p.Lo[i], p.Hi[i], p.Loss[i], p.Tokens[i])
+		}
+	}
+	return b.String()
+}
+
+// Text is what eval prints of a passkey report: the accuracy of each length, both ways.
+func (r PasskeyReport) Text() string {
+	var b strings.Builder
+	p := r.Passkey
+	for i, l := range p.Lengths {
+		fmt.Fprintf(&b, "eval: passkey %d tokens: generated %.2f, teacher-forced %.2f over %d trials\n",
+			l, p.Generated.Accuracy[i], p.Forced.Accuracy[i], p.Trials)
+	}
+	return b.String()
 }
 
 // NonFinite names the results of r that are not finite numbers (a model whose arithmetic

@@ -137,7 +137,7 @@ func applyInitSource(cfg *config.Config, src *weights.Source, sets []string, std
 	if src.Kind == "checkpoint" {
 		what = "weights only (step 0, fresh optimizer and data order)"
 	}
-	fmt.Fprintf(stderr, "init: %s from %s (%s, %s params)\n", what, src.Path, src.Kind, config.Count(cfg.Model.NumParams()))
+	fmt.Fprintf(stderr, "init: %s from %s (%s, %s params)\n", what, src.Path, src.Kind, data.Count(cfg.Model.NumParams()))
 	if len(taken) > 0 {
 		fmt.Fprintf(stderr, "init: [model] from the source: %s\n", strings.Join(taken, ", "))
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 )
 
 // profiler writes Go CPU and heap profiles (pprof) of a window of steps, from rank 0's
@@ -74,4 +76,16 @@ func (p *profiler) stop(stderr io.Writer) {
 		return
 	}
 	fmt.Fprintf(stderr, "profile: wrote %s and %s (go tool pprof -top %s)\n", filepath.Join(p.dir, "cpu.pprof"), heap, filepath.Join(p.dir, "cpu.pprof"))
+}
+
+// ParseProfileSteps reads --profile-steps FIRST..LAST: two steps counted from 1 with FIRST <=
+// LAST.
+func ParseProfileSteps(s string) ([2]int, error) {
+	a, b, ok := strings.Cut(s, "..")
+	first, err1 := strconv.Atoi(a)
+	last, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || first < 1 || last < first {
+		return [2]int{}, fmt.Errorf("want FIRST..LAST, two steps with 1 <= FIRST <= LAST, e.g. 3..7")
+	}
+	return [2]int{first, last}, nil
 }

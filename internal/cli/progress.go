@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"io"
@@ -9,15 +9,15 @@ import (
 	"golang.org/x/term"
 )
 
-// isTerminal reports whether w is a terminal, where a progress bar that redraws itself belongs.
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a terminal, where a progress bar that redraws itself belongs.
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-// newBar is the progress bar of the commands: on w (drawn only when visible), 24 wide, with
+// NewBar is the progress bar of the commands: on w (drawn only when visible), 24 wide, with
 // the count, the predicted and the elapsed time, counting bytes with bytes, cleared when done.
-func newBar(w io.Writer, total int64, desc string, bytes, visible bool) *progressbar.ProgressBar {
+func NewBar(w io.Writer, total int64, desc string, bytes, visible bool) *progressbar.ProgressBar {
 	return progressbar.NewOptions64(total,
 		progressbar.OptionSetWriter(w),
 		progressbar.OptionSetVisibility(visible),

@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+)
+
+// Interrupt says what SIGINT and SIGTERM do to a command, for OnSignal. The first signal calls
+// Stop, then cancels the command's context, which asks the command to stop as soon as it
+// can; a second one (or the first, when Stop is nil) calls Exit and ends the process at once
+// with exit status 130.
+type Interrupt struct {
+	Stop func() // what a first signal says (and does before the context is cancelled)
+	Exit func() // what is done and said before a signal ends the process
+}
+
+// OnSignal returns a context that the first SIGINT or SIGTERM cancels, answering the signals
+// as h says, and a function that stops listening and cancels the context.
+func OnSignal(h Interrupt) (context.Context, func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := h.watch(sigs, os.Exit)
+	return ctx, func() {
+		signal.Stop(sigs)
+		stop()
+	}
+}
+
+// watch is OnSignal with the signals read from sigs and the process ended by exit (the tests
+// give their own).
+func (h Interrupt) watch(sigs <-chan os.Signal, exit func(code int)) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	quit := make(chan struct{})
+	go func() {
+		for n := 0; ; n++ {
+			select {
+			case <-sigs:
+			case <-quit:
+				return
+			}
+			select {
+			case <-quit: // stopped while the signal came
+				return
+			default:
+			}
+			if n == 0 && h.Stop != nil {
+				h.Stop()
+				cancel()
+				continue
+			}
+			if h.Exit != nil {
+				h.Exit()
+			}
+			exit(130)
+			return
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() { close(quit) })
+		cancel()
+	}
+}
+
+// Say is a hook that writes msg() on a line of its own to w, when this process speaks (rank 0
+// of several); the line starts a new one after a progress bar.
+func Say(w io.Writer, speak bool, msg func() string) func() {
+	return func() {
+		if speak {
+			fmt.Fprintf(w, "\n%s\n", msg())
+		}
+	}
+}
+
+// Stopping is the Interrupt of a command that stops where it is when asked (eval, generate,
+// data tokenize and fetch): the first signal says so and cancels its work, a second ends it at
+// once. left says what a command ended at once leaves behind ("" for nothing).
+func Stopping(stderr io.Writer, name, left string) Interrupt {
+	return Interrupt{
+		Stop: Say(stderr, true, func() string { return name + ": stopping (Ctrl-C again to stop at once)" }),
+		Exit: Say(stderr, true, func() string { return name + ": stopped at once" + left }),
+	}
+}
