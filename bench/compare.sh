@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 threads=${1:-2}
 export GOMAXPROCS=$threads OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads
 out=$(mktemp -d)
-go test . -run '^$' -bench 'TrainStep/none' -benchtime 20x | tee "$out/go.txt"
+go test ./train -run '^$' -bench 'TrainStep/none' -benchtime 20x | tee "$out/go.txt"
 go_tps=$(awk '/BenchmarkTrainStep\/none/ {for (i=1;i<=NF;i++) if ($(i+1)=="tokens/s") print $i}' "$out/go.txt")
 /usr/bin/python3 scripts/reference.py bench --threads "$threads" --steps 20 | tee "$out/torch.json"
 pt_tps=$(/usr/bin/python3 -c "import json,sys; print(json.load(open('$out/torch.json'))['tokens_per_s'])")

@@ -1,6 +1,6 @@
 //go:build mpi && slurm
 
-package main
+package e2e
 
 import (
 	"bytes"
@@ -13,15 +13,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"distflash/ckpt"
 )
 
 // The Slurm tests start a Slurm cluster with scripts/slurm-local.sh (munged, slurmctld and
 // slurmd from Debian's slurm-wlm, as root, all state in a temporary directory, on free
 // ports): one node that is this machine, or the hosts of scripts/netns-cluster.sh, one slurmd
 // each. They run distflash under `srun --mpi=pmix`, as a Slurm site would. Run them with
-// `go test -tags 'mpi slurm' . -run Slurm`.
+// `go test -tags 'mpi slurm' ./e2e -run Slurm`.
 
 // slurmCluster is a cluster made by scripts/slurm-local.sh.
 type slurmCluster struct {
@@ -145,7 +143,7 @@ func (c *slurmCluster) srunWith(t *testing.T, opts, wrapper []string, args ...st
 func (c *slurmCluster) launch(t *testing.T, launcher []string, args ...string) (string, time.Duration, error) {
 	t.Helper()
 	argv := append([]string{"run"}, launcher...)
-	argv = append(argv, buildBinary(t))
+	argv = append(argv, bin)
 	argv = append(argv, trainArgs(args)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -157,134 +155,6 @@ func (c *slurmCluster) launch(t *testing.T, launcher []string, args ...string) (
 	start := time.Now()
 	err := cmd.Run()
 	return out.String(), time.Since(start), err
-}
-
-// TestSlurmTrainsLikeInProcess: `srun -n 4 --mpi=pmix distflash train` on one node (Open
-// MPI's ranks wired up by Slurm's PMIx server, no mpirun) gives bit-identical losses and
-// checkpointed weights to world_size = 4 in one process, with and without FSDP; and so does
-// `srun -N 2 --ntasks-per-node=2 --mpi=pmix` on 2 Slurm nodes (network namespace hosts, one
-// slurmd each), whose ranks' traffic crosses the hosts' links (the PMIx servers of the two
-// nodes wire up the ranks of both), and, with FSDP, mpirun in an allocation of those 2 nodes.
-func TestSlurmTrainsLikeInProcess(t *testing.T) {
-	one, two := newSlurm(t, 0), newSlurm(t, 2)
-	link := func() int64 { return (&netCluster{name: two.name}).linkBytes(t, 1) }
-	for _, fsdp := range []string{"false", "true"} {
-		t.Run("fsdp="+fsdp, func(t *testing.T) {
-			set := []string{"--set", "parallelism.fsdp=" + fsdp, "--set", "checkpoint.interval=3"}
-			inproc := t.TempDir()
-			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
-				t.Fatalf("in-process: %v\n%s", err, out)
-			}
-			// same checks that the run in dir trained like the in-process one.
-			same := func(what, launcher, dir, out string) {
-				t.Helper()
-				for _, s := range []string{"mpi: started by " + launcher + ";", "mpi: 4 processes"} {
-					if !strings.Contains(out, s) {
-						t.Errorf("%s: rank 0 did not say %q:\n%s", what, s, out)
-					}
-				}
-				if strings.Contains(out, "without PMIx") {
-					t.Errorf("%s: a rank warned of a launch without PMIx:\n%s", what, out)
-				}
-				if n := strings.Count(out, "trained 6 steps"); n != 1 {
-					t.Errorf("%s: %d ranks printed the summary, want rank 0 only:\n%s", what, n, out)
-				}
-				a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(dir, "tiny-sp4"))
-				if len(a) != 6 || fmt.Sprint(a) != fmt.Sprint(b) {
-					t.Errorf("losses in-process %v\n%s %v", a, what, b)
-				}
-				step := func(dir string) string { return filepath.Join(dir, "tiny-sp4", "step-000006") }
-				if err := sameState(stateOf(t, step(inproc)), stateOf(t, step(dir))); err != nil {
-					t.Errorf("step 6 in-process vs %s: %v", what, err)
-				}
-			}
-			dir := t.TempDir()
-			out, took, err := one.srun(t, 4, "pmix", nil, append(set, "--set", "run.output_dir="+dir)...)
-			if err != nil {
-				t.Fatalf("srun: %v\n%s", err, out)
-			}
-			t.Logf("srun -n 4 --mpi=pmix on one node: %v", took)
-			same("srun on one node", "srun", dir, out)
-
-			// On 2 nodes: srun without FSDP; with FSDP mpirun in an allocation (salloc), which
-			// takes the nodes and ranks from it and starts its daemons there through Slurm.
-			dir = t.TempDir()
-			before := link()
-			what, launcher := "srun -N 2 --ntasks-per-node=2 --mpi=pmix", "srun"
-			if fsdp == "true" {
-				what, launcher = "salloc -N 2 --ntasks-per-node=2 mpirun", "Open MPI's mpirun"
-				out, took, err = two.launch(t, []string{"salloc", "-N", "2", "--ntasks-per-node=2", "mpirun", "--allow-run-as-root", "--bind-to", "none"},
-					append(set, "--set", "run.output_dir="+dir)...)
-			} else {
-				out, took, err = two.srunWith(t, []string{"-N", "2", "--ntasks-per-node=2", "--mpi=pmix"}, nil,
-					append(set, "--set", "run.output_dir="+dir)...)
-			}
-			if err != nil {
-				t.Fatalf("%s: %v\n%s", what, err, out)
-			}
-			// Ranks 2 and 3 run on host 1: what they exchange with ranks 0 and 1 crosses its
-			// link. Ranks on one host would leave only Slurm's own traffic there, a few KB.
-			crossed := link() - before
-			if crossed < 1<<20 {
-				t.Errorf("host 1's link carried %d bytes during the run; the ranks did not talk over it", crossed)
-			}
-			t.Logf("%s: %v; host 1's link carried %.1f MB", what, took, float64(crossed)/1e6)
-			same(what, launcher, dir, out)
-		})
-	}
-}
-
-// TestSlurmKilledRank kills rank 0 (SIGKILL, from inside) while it saves step 4, after it
-// wrote its shard: Slurm ends the whole step in bounded time and says a task was killed, and
-// the checkpoint of step 2 stays `latest`.
-func TestSlurmKilledRank(t *testing.T) {
-	c := newSlurm(t, 0)
-	dir := t.TempDir()
-	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
-		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
-	if out, _, err := c.srun(t, 2, "pmix", nil, append(set, "--stop-after", "2")...); err != nil {
-		t.Fatalf("srun to step 2: %v\n%s", err, out)
-	}
-	// Only task 0 gets the variable: srun passes one environment to every task.
-	wrap := []string{"sh", "-c", `[ "$SLURM_PROCID" = 0 ] && export ` + ckpt.KillAtEnv + `="shard written"; exec "$@"`, "sh"}
-	out, took, err := c.srun(t, 2, "pmix", wrap, append(set, "--resume", "auto")...)
-	if err == nil {
-		t.Fatalf("srun succeeded although rank 0 was killed:\n%s", out)
-	}
-	if took > 60*time.Second {
-		t.Errorf("the step took %v to end after a rank died", took)
-	}
-	if !strings.Contains(out, "task 0: Killed") {
-		t.Errorf("srun's output does not say task 0 was killed:\n%s", out)
-	}
-	path, skipped, err := ckpt.Resolve(filepath.Join(dir, "tiny-sp4"), "auto")
-	if err != nil || len(skipped) > 0 || filepath.Base(path) != "step-000002" {
-		t.Errorf("latest after the kill: %s, %v (skipped %v); want step-000002", path, err, skipped)
-	}
-	t.Logf("step ended %v after start; srun said:\n%s", took, lastLines(out, 6))
-}
-
-// TestSlurmWithoutPMIx: srun --mpi=pmi2 (and none) gives Open MPI no PMIx server, and
-// Debian's Open MPI has no PMI-2 client: the step must fail at once, rank 0 saying to use
-// --mpi=pmix, and no rank may train on its own.
-func TestSlurmWithoutPMIx(t *testing.T) {
-	c := newSlurm(t, 0)
-	for _, mpi := range []string{"pmi2", "none"} {
-		t.Run(mpi, func(t *testing.T) {
-			dir := t.TempDir()
-			out, took, err := c.srun(t, 4, mpi, nil, "--set", "run.output_dir="+dir)
-			if err == nil {
-				t.Fatalf("srun --mpi=%s succeeded:\n%s", mpi, out)
-			}
-			if want := "4 ranks with --mpi=" + mpi + ", without PMIx"; !strings.Contains(out, want) || !strings.Contains(out, "run srun --mpi=pmix") {
-				t.Errorf("rank 0 did not say %q and how to fix it:\n%s", want, out)
-			}
-			if _, err := os.Stat(filepath.Join(dir, "tiny-sp4", "metrics.jsonl")); !os.IsNotExist(err) {
-				t.Errorf("a rank trained although MPI did not start: %v", err)
-			}
-			t.Logf("srun --mpi=%s failed after %v:\n%s", mpi, took, lastLines(out, 4))
-		})
-	}
 }
 
 // TestSlurmUpFails: when slurmctld cannot start (its port is taken), `slurm-local.sh up`

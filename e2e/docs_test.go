@@ -1,9 +1,9 @@
-package main
+package e2e
 
 import (
 	"bytes"
-	"errors"
-	"flag"
+	"distflash/config"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -16,8 +16,10 @@ import (
 )
 
 // The tests of this file keep the README and the guides in docs/ true to the repository and
-// to the binary: every relative link names a file (and heading) that exists, and every flag of
-// a distflash command shown in a code block is one the command accepts.
+// to the binary: every relative link names a file (and heading) that exists, none leaves the
+// repository, and every flag of a distflash command shown in a code block is one the command
+// accepts; and the command line's basics hold: every command's --help, version, the default
+// run from any directory.
 
 // docFiles are the markdown files the doc tests read: README.md and docs/*.md.
 func docFiles(t *testing.T) []string {
@@ -292,19 +294,20 @@ func commandsIn(where string, words []string) ([]docCommand, error) {
 // flagLineRE matches a flag in the flag package's usage: "  -name type".
 var flagLineRE = regexp.MustCompile(`(?m)^\s+-([A-Za-z0-9][A-Za-z0-9_.-]*)`)
 
-// helpFlags runs `args` (ending in -h) through run and returns the flags its usage lists.
+// helpFlags runs the binary with `args` (ending in -h), which must exit 0, and returns the
+// flags its usage lists.
 func helpFlags(t *testing.T, args []string) map[string]bool {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	if err := run(args, &stdout, &stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
-		t.Fatalf("run %q: %v\n%s%s", args, err, stdout.String(), stderr.String())
+	stdout, stderr, err := distflash(t, args...)
+	if err != nil {
+		t.Fatalf("distflash %q: %v\n%s%s", args, err, stdout, stderr)
 	}
 	flags := map[string]bool{"h": true, "help": true}
-	for _, m := range flagLineRE.FindAllStringSubmatch(stdout.String()+stderr.String(), -1) {
+	for _, m := range flagLineRE.FindAllStringSubmatch(stdout+stderr, -1) {
 		flags[m[1]] = true
 	}
 	if len(flags) == 2 {
-		t.Fatalf("run %q listed no flags:\n%s%s", args, stdout.String(), stderr.String())
+		t.Fatalf("distflash %q listed no flags:\n%s%s", args, stdout, stderr)
 	}
 	return flags
 }
@@ -357,5 +360,60 @@ func TestDocsFlags(t *testing.T) {
 	t.Logf("%d command lines checked against %d commands' flags", checked, len(help))
 	if checked < 10 {
 		t.Errorf("found only %d distflash command lines in the docs' code blocks: is the pattern broken?", checked)
+	}
+}
+
+// outside matches a relative path that leaves the repository.
+var outside = regexp.MustCompile(`\.\./[A-Za-z_]`)
+
+// TestDocsStandAlone: the README and docs/ point nowhere outside the repository.
+func TestDocsStandAlone(t *testing.T) {
+	files, _ := filepath.Glob("docs/*.md")
+	for _, f := range append(files, "README.md") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// a path that climbs out: ../shared/DESIGN.md, ../papers (a bare `../` is an attack's name)
+		for _, loc := range outside.FindAllIndex(b, -1) {
+			i := loc[0]
+			t.Errorf("%s points outside the repository: %q", f, b[max(0, i-40):min(len(b), i+40)])
+		}
+	}
+}
+
+// TestCLIBasics: every command's --help exits 0; version names the build; train without
+// --config uses the built-in defaults from any directory; the config.toml a run writes is
+// accepted by --config and gives the same config.
+func TestCLIBasics(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"train", "--help"}, {"eval", "-h"}, {"plan", "--help"},
+		{"data", "--help"}, {"data", "tokenize", "--help"}, {"data", "fetch", "-h"}, {"version"}} {
+		out, code := output(t, args...)
+		if code != 0 {
+			t.Errorf("distflash %v: exit %d\n%s", args, code, out)
+		}
+	}
+	if out, _ := output(t, "version"); !strings.HasPrefix(out, "distflash ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version: %q", out)
+	}
+	dir := t.TempDir()
+	cmd := command("train", "--progress=false", "--set", "training.steps=1", "--set", "data.max_bytes=65536")
+	cmd.Dir = dir // no configs/ here
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("train without --config in an empty directory: %v\n%s", err, out)
+	}
+	written := filepath.Join(dir, "runs", "tiny", "config.toml")
+	cfg, err := config.Load(written, nil)
+	if err != nil {
+		t.Fatalf("the written config.toml: %v", err)
+	}
+	want := config.Default()
+	want.Training.Steps, want.Data.MaxBytes = 1, 65536
+	cfg.Path, want.Path = "", ""
+	_ = want.Model.Resolve()
+	a, _ := json.Marshal(cfg)
+	b, _ := json.Marshal(want)
+	if !bytes.Equal(a, b) {
+		t.Errorf("config.toml reads back as\n%s\nwant\n%s", a, b)
 	}
 }

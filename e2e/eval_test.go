@@ -1,25 +1,29 @@
-package main
+package e2e
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"distflash/ckpt"
 	"distflash/config"
+	"distflash/data"
 	"distflash/evaluate"
 	"distflash/model"
-	"distflash/parallel"
 	"distflash/weights"
 )
+
+// The tests of this file check what eval scores: Hugging Face models and distflash's own files
+// against PyTorch's losses (totals and per document), eval during training against eval of the
+// checkpoint, a damaged latest skipped, the evaluated model's heads checked, a replaced result
+// said, and what eval refuses.
 
 // The fixtures are written by `/usr/bin/python3 scripts/reference.py hf` (see weights/hf_test.go):
 // two tiny Hugging Face LLaMA directories, five documents, and the losses PyTorch computes
@@ -81,24 +85,18 @@ func relDiff(got, want float64) float64 { return math.Abs(got-want) / math.Abs(w
 // perplexity, bits per byte, tokens and bytes against PyTorch, on one worker and on 4
 // sequence-parallel ranks.
 func TestEvalMatchesPyTorch(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	dir := t.TempDir()
-	bin := buildBinary(t)
 	for name, evals := range readHFEvals(t) {
 		for _, want := range evals {
 			for _, P := range []int{1, 4} {
 				t.Run(fmt.Sprintf("%s/seq%d/P%d", name, want.SeqLen, P), func(t *testing.T) {
 					out := filepath.Join(dir, fmt.Sprintf("%s-%d-%d.json", name, want.SeqLen, P))
-					cmd := exec.Command(bin, "eval", "--model", filepath.Join(hfFixtures, name), "--data", hfDocs,
+					stdout, stderr, err := distflash(t, "eval", "--model", filepath.Join(hfFixtures, name), "--data", hfDocs,
 						"--samples", fmt.Sprint(want.Samples), "--seq-len", fmt.Sprint(want.SeqLen), "--out", out,
 						"--set", fmt.Sprintf("parallelism.world_size=%d", P),
 						"--set", fmt.Sprintf("parallelism.sequence_parallel_degree=%d", P))
-					var stdout, stderr bytes.Buffer
-					cmd.Stdout, cmd.Stderr = &stdout, &stderr
-					if err := cmd.Run(); err != nil {
-						t.Fatalf("%v\n%s", err, stderr.String())
+					if err != nil {
+						t.Fatalf("%v\n%s", err, stderr)
 					}
 					raw, err := os.ReadFile(out)
 					if err != nil {
@@ -122,8 +120,8 @@ func TestEvalMatchesPyTorch(t *testing.T) {
 							t.Errorf("%s %.9g, PyTorch %.9g (rel diff %.2e > %g)", q.what, q.got, q.want, d, tolPyTorch)
 						}
 					}
-					if !strings.Contains(stdout.String(), fmt.Sprintf("loss %.6f", got.Loss)) || !strings.Contains(stdout.String(), out) {
-						t.Errorf("stdout %q", stdout.String())
+					if !strings.Contains(stdout, fmt.Sprintf("loss %.6f", got.Loss)) || !strings.Contains(stdout, out) {
+						t.Errorf("stdout %q", stdout)
 					}
 					t.Logf("loss %.9f, PyTorch %.9f: rel diff %.2e", got.Loss, want.Loss, relDiff(got.Loss, want.Loss))
 				})
@@ -177,55 +175,6 @@ func TestEvalPerSampleMatchesPyTorch(t *testing.T) {
 					t.Errorf("%s seq %d doc %d: loss sum %.9g over %d tokens, PyTorch %.9g over %d", name, want.SeqLen, i, l, n, want.SampleLoss[i], want.SampleCount[i])
 				}
 			}
-		}
-	}
-}
-
-// TestEvalSequenceParallelMatchesOneWorker: on P = 2 and 4 in-process ranks every schedule
-// gives the one-worker loss of every sample, to floating-point tolerance (the schedules merge
-// attention blocks in another order: measured ≤ 2.2e-8 relative; bound 1e-6). The documents'
-// lengths (45, 108, 79, 2, 46 tokens) are not multiples of P or 2P, so the padding is used.
-func TestEvalSequenceParallelMatchesOneWorker(t *testing.T) {
-	for _, name := range []string{"llama-sharded", "llama-tied"} {
-		one, em := hfEvaluator(t, name, 1, "")
-		ss := fixtureSamples(t, em, 512, 5)
-		var want []float64
-		for _, s := range ss {
-			l, _, err := one.Score(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, l)
-		}
-		ran := 0
-		for _, attn := range parallel.Names() {
-			for _, P := range []int{2, 4} {
-				h := model.Heads{N: em.Config.NHeads, KV: em.Config.NKVHeads, Dim: em.Config.HeadDim}
-				if err := parallel.Check(attn, h, P); err != nil {
-					t.Logf("%s: %s on %d ranks refused: %v", name, attn, P, err)
-					continue
-				}
-				ran++
-				t.Run(fmt.Sprintf("%s/%s/P%d", name, attn, P), func(t *testing.T) {
-					ev, _ := hfEvaluator(t, name, P, attn)
-					worst := 0.0
-					for i, s := range ss {
-						l, n, err := ev.Score(s)
-						if err != nil {
-							t.Fatal(err)
-						}
-						d := relDiff(l, want[i])
-						worst = max(worst, d)
-						if n != len(s.Targets) || d > 1e-6 {
-							t.Errorf("doc %d (%d tokens): loss sum %.9g over %d tokens, one worker %.9g (rel diff %.2e)", i, len(s.IDs), l, n, want[i], d)
-						}
-					}
-					t.Logf("worst relative difference from one worker: %.2e", worst)
-				})
-			}
-		}
-		if ran < 10 {
-			t.Errorf("%s: only %d schedule × P combinations ran", name, ran)
 		}
 	}
 }
@@ -284,9 +233,8 @@ func TestEvalOwnSafetensors(t *testing.T) {
 		for _, s := range shardedModelSets {
 			args = append(args, "--set", s)
 		}
-		var stdout, stderr bytes.Buffer
-		if err := run(append(args, extra...), &stdout, &stderr); err != nil {
-			t.Fatalf("%v\n%s", err, stderr.String())
+		if _, stderr, err := cli(t, append(args, extra...)...); err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
 		}
 		raw, err := os.ReadFile(out)
 		if err != nil {
@@ -301,10 +249,9 @@ func TestEvalOwnSafetensors(t *testing.T) {
 	var hf evaluate.Report
 	{
 		out := filepath.Join(dir, "hf.json")
-		var stdout, stderr bytes.Buffer
-		if err := run([]string{"eval", "--model", filepath.Join(hfFixtures, "llama-sharded"), "--data", hfDocs,
-			"--samples", "4", "--seq-len", "40", "--out", out}, &stdout, &stderr); err != nil {
-			t.Fatalf("%v\n%s", err, stderr.String())
+		if _, stderr, err := cli(t, "eval", "--model", filepath.Join(hfFixtures, "llama-sharded"), "--data", hfDocs,
+			"--samples", "4", "--seq-len", "40", "--out", out); err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
 		}
 		raw, _ := os.ReadFile(out)
 		if err := json.Unmarshal(raw, &hf); err != nil {
@@ -392,8 +339,7 @@ func TestEvalErrors(t *testing.T) {
 			if !slices.Contains(tc.args, "--data") {
 				args = append(args, "--data", hfDocs)
 			}
-			var stdout, stderr bytes.Buffer
-			err := run(args, &stdout, &stderr)
+			_, _, err := cli(t, args...)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -411,14 +357,13 @@ func TestEvalErrors(t *testing.T) {
 // and the longest --seq-len that fits, and writes no result.
 func TestEvalRefusesWhatDoesNotFit(t *testing.T) {
 	dir := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	if err := run([]string{"train", "--progress=false", "--set", "training.steps=1", "--set", "model.max_seq_len=100000000",
-		"--set", "data.max_bytes=65536", "--set", "run.output_dir=" + dir}, &stdout, &stderr); err != nil {
-		t.Fatalf("train: %v\n%s", err, stderr.String())
+	if _, stderr, err := cli(t, "train", "--progress=false", "--set", "training.steps=1", "--set", "model.max_seq_len=100000000",
+		"--set", "data.max_bytes=65536", "--set", "run.output_dir="+dir); err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr)
 	}
 	out := filepath.Join(dir, "result.json")
-	err := run([]string{"eval", "--model", filepath.Join(dir, "tiny"), "--seq-len", "50000000", "--data", "weights/testdata/hf/docs",
-		"--out", out, "--progress=false"}, &stdout, &stderr)
+	_, _, err := cli(t, "eval", "--model", filepath.Join(dir, "tiny"), "--seq-len", "50000000", "--data", "weights/testdata/hf/docs",
+		"--out", out, "--progress=false")
 	if err == nil {
 		t.Fatal("a 50M-token evaluation was not refused")
 	}
@@ -429,5 +374,129 @@ func TestEvalRefusesWhatDoesNotFit(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("the refused evaluation wrote %s: %v", out, err)
+	}
+}
+
+// TestEvalDuringTrainingAndOfCheckpoint: eval.interval evaluates on data.eval during training
+// (logged, and in metrics.jsonl), and `distflash eval` of the checkpoint saved at that step
+// gives the same loss, from the checkpoint's own weights, through the real binary.
+func TestEvalDuringTrainingAndOfCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	out := mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=4", "--set", "eval.interval=4",
+		"--set", "data.eval=$GOROOT/src/strings", "--set", "eval.samples=3")
+	if !strings.Contains(out, "eval step 4: loss") || !strings.Contains(out, "eval step 8: loss") {
+		t.Fatalf("no eval lines in the log:\n%s", out)
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if ms[3].EvalLoss == 0 || ms[7].EvalLoss == 0 || ms[4].EvalLoss != 0 {
+		t.Fatalf("eval_loss in metrics at steps 4 and 8 only: %v %v %v", ms[3].EvalLoss, ms[4].EvalLoss, ms[7].EvalLoss)
+	}
+	res := filepath.Join(dir, "eval.json")
+	b, err := command("eval", "--model", filepath.Join(dir, "tiny", "step-000004"),
+		"--data", "$GOROOT/src/strings", "--samples", "3", "--out", res).CombinedOutput()
+	if err != nil {
+		t.Fatalf("eval of the checkpoint: %v\n%s", err, b)
+	}
+	var r evaluate.Result
+	raw, err := os.ReadFile(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.Loss-ms[3].EvalLoss) > 1e-9*ms[3].EvalLoss {
+		t.Errorf("eval of step-000004: loss %.9f, eval during training at step 4: %.9f", r.Loss, ms[3].EvalLoss)
+	}
+}
+
+// TestEvalFallsBackPastDamagedLatest: eval of a run directory whose latest checkpoint is
+// damaged names it, scores the newest intact one, and says which step it scored.
+func TestEvalFallsBackPastDamagedLatest(t *testing.T) {
+	dir := t.TempDir()
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--set", "checkpoint.interval=2")...)
+	shard := filepath.Join(dir, "tiny", "step-000004", ckpt.ShardFile(0))
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := mustSucceed(t, "eval", "--model", filepath.Join(dir, "tiny"), "--samples", "1", "--seq-len", "64")
+	for _, want := range []string{"skipping damaged checkpoint", "rank-00000.zst", "step-000002 (step 2): loss"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("eval output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestEvalChecksTheEvaluatedModel: the sequence-parallel schedule is checked against the
+// heads of the model evaluated (a 4-head, 2-kv-head Hugging Face model under Ulysses on 2
+// ranks, which the default config's heads would not decide), and eval pads samples for any
+// number of ranks (3 ranks, a sequence length they do not divide). A directory with both
+// tokenizer.json and tokenizer.model uses tokenizer.json and says so.
+func TestEvalChecksTheEvaluatedModel(t *testing.T) {
+	hf := filepath.Join("weights", "testdata", "hf", "llama-sharded")
+	docs := filepath.Join("weights", "testdata", "hf", "docs", "*.txt")
+	for _, sets := range [][]string{
+		{"parallelism.attention=ulysses", "parallelism.sequence_parallel_degree=2", "parallelism.world_size=2"},
+		{"parallelism.attention=distflash", "parallelism.sequence_parallel_degree=3", "parallelism.world_size=3", "data.seq_len=100"},
+	} {
+		args := []string{"eval", "--model", hf, "--data", docs, "--samples", "2", "--seq-len", "50", "--out", filepath.Join(t.TempDir(), "e.json")}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		mustSucceed(t, args...)
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"} {
+		b, err := os.ReadFile(filepath.Join(hf, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for src, dst := range map[string]string{"llama.tokenizer.json": "tokenizer.json", "llama.model": "tokenizer.model"} {
+		b, err := os.ReadFile(filepath.Join("data", "testdata", "tok", src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The fixture's vocabulary (256) is smaller than the tokenizers' (1000): the refusal names
+	// the tokenizer file eval chose.
+	mustFail(t, []string{"eval", "--model", dir, "--data", docs, "--samples", "1"}, filepath.Join(dir, "tokenizer.json"))
+}
+
+// TestEvalSaysWhatItReplaces: an eval whose default --out holds an eval of other data says that
+// it replaces it; the same eval again does not.
+func TestEvalSaysWhatItReplaces(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "tiny")
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=1")...)
+	evalOn := func(data string) string {
+		out, code := output(t, "eval", "--model", run, "--data", data, "--samples", "2", "--seq-len", "64")
+		if code != 0 {
+			t.Fatalf("eval on %s: exit %d:\n%s", data, code, out)
+		}
+		return out
+	}
+	root, err := data.ExpandPath("$GOROOT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(root, "src", "sort"), filepath.Join(root, "src", "strings")
+	evalOn(a)
+	if out := evalOn(a); strings.Contains(out, "replacing") {
+		t.Errorf("the same eval again:\n%s", out)
+	}
+	if out := evalOn(b); !strings.Contains(out, "eval: replacing "+run) || !strings.Contains(out, "which held an eval of 2 samples of "+a) {
+		t.Errorf("an eval on other data:\n%s", out)
 	}
 }

@@ -1,8 +1,9 @@
-package main
+package e2e
 
 import (
 	"bufio"
 	"bytes"
+	"distflash/ckpt"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,130 +11,138 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"distflash/ckpt"
-	"distflash/config"
 )
 
-// The tests of this file run the real binary the way a user whose machine fails would: two
-// runs on one directory, a kill -9, a fresh run over an old one, a full disk, a diverging run,
-// Ctrl-C twice, a resume with changed keys, an eval of a damaged run.
+// The tests of this file kill, interrupt and starve the real process the way a user's machine
+// would (SIGINT, SIGTERM, SIGKILL at every stage of a save, a full disk, a diverging run, a
+// time limit) and check that nothing that passes for whole output is left broken: the last
+// checkpoint stays `latest` and loads, metrics.jsonl stays whole, a partial export or tokenize
+// is removed (now or by the next one), and the run resumes.
 
-// smallRun are train arguments for a run that takes a second or two: the tiny model on 1 MiB
-// of text, batch 2.
-func smallRun(dir string, args ...string) []string {
-	return append([]string{"train", "--progress=false", "--set", "run.output_dir=" + dir,
-		"--set", "data.max_bytes=1048576", "--set", "data.batch_size=2", "--set", "training.warmup_steps=2"}, args...)
-}
-
-// distflash runs the binary and returns its combined output and exit status.
-func distflash(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	out, err := exec.Command(buildBinary(t), args...).CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), 0
-	case errors.As(err, &ee):
-		return string(out), ee.ExitCode()
+// TestTrainInterrupt builds the real binary, sends it SIGINT during training and expects a
+// clean exit (status 0) after the current step, with the metrics written so far and a
+// checkpoint of that step, from which --resume auto continues.
+func TestTrainInterrupt(t *testing.T) {
+	dir := t.TempDir()
+	cmd := command("train", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "run.output_dir="+dir, "--set", "training.steps=100000", "--set", "run.log_interval=1")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("distflash %v: %v", args, err)
-	return "", 0
-}
-
-// mustSucceed is distflash that fails the test on a non-zero exit.
-func mustSucceed(t *testing.T, args ...string) string {
-	t.Helper()
-	out, code := distflash(t, args...)
-	if code != 0 {
-		t.Fatalf("distflash %v: exit %d\n%s", args, code, out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	return out
-}
-
-// mustFail is distflash that fails the test unless it exits non-zero with an output holding
-// every one of want.
-func mustFail(t *testing.T, args []string, want ...string) string {
-	t.Helper()
-	out, code := distflash(t, args...)
-	if code == 0 {
-		t.Fatalf("distflash %v succeeded, want an error\n%s", args, out)
-	}
-	for _, w := range want {
-		if !strings.Contains(out, w) {
-			t.Errorf("distflash %v: output lacks %q:\n%s", args, w, out)
+	metrics := filepath.Join(dir, "tiny", "metrics.jsonl")
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(pipe)
+		for sc.Scan() {
+			lines <- sc.Text()
 		}
-	}
-	return out
-}
-
-// snapshot returns the names, sizes and contents' lengths of every file under dir, to show
-// that a refused command changed nothing.
-func snapshot(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		if !fi.IsDir() {
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
+		close(lines)
+	}()
+	var stderr strings.Builder
+	timeout := time.After(60 * time.Second)
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			stderr.WriteString(l + "\n")
+			if !ok {
+				t.Fatalf("train ended before SIGINT: %s", stderr.String())
 			}
-			out[p] = fmt.Sprintf("%d %x", fi.Size(), b[:min(len(b), 64)])
+			if strings.HasPrefix(l, "step 2/") {
+				break wait
+			}
+		case <-timeout:
+			_ = cmd.Process.Kill()
+			t.Fatalf("no progress within 60s: %s", stderr.String())
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	go func() { // drain the rest so the child never blocks on stderr
+		for l := range lines {
+			stderr.WriteString(l + "\n")
+		}
+	}()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	return out
-}
-
-// sameSnapshot fails the test where a and b differ.
-func sameSnapshot(t *testing.T, what string, a, b map[string]string) {
-	t.Helper()
-	for k, v := range a {
-		if b[k] != v {
-			t.Errorf("%s changed %s", what, k)
-		}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGINT: %v\nstderr: %s", err, stderr.String())
 	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			t.Errorf("%s wrote %s", what, k)
-		}
+	var done int
+	if _, err := fmt.Sscanf(stdout.String(), "stopped after step %d", &done); err != nil || done < 2 {
+		t.Fatalf("stdout %q: want \"stopped after step N\" with N >= 2", stdout.String())
 	}
-}
-
-// validMetrics reads metrics.jsonl and fails the test on any line that is not a whole JSON
-// object; it returns the lines as generic objects.
-func validMetrics(t *testing.T, path string) []map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(path)
+	if n := len(readMetrics(t, metrics)); n != done {
+		t.Errorf("%d metric lines after interrupt at step %d", n, done)
+	}
+	// The interrupt saved a checkpoint at that step, and --resume auto continues from it.
+	c, err := ckpt.Open(filepath.Join(dir, "tiny"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("checkpoint after SIGINT: %v", err)
 	}
-	if len(b) > 0 && b[len(b)-1] != '\n' {
-		t.Errorf("%s ends in a partial line", path)
+	c.Close()
+	if c.Manifest().Step != done {
+		t.Errorf("checkpoint at step %d, interrupted after %d", c.Manifest().Step, done)
 	}
-	var out []map[string]any
-	for i, line := range bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
-		if len(line) == 0 {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
-			t.Errorf("%s line %d is not JSON (%v): %q", path, i+1, err, line)
-		}
-		out = append(out, m)
+	out, err := command("train", "--config", "configs/tiny.toml", "--progress=false", "--resume", "auto",
+		"--stop-after", fmt.Sprint(done+2), "--set", "run.output_dir="+dir, "--set", "training.steps=100000").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("resume: step %d from", done)) {
+		t.Fatalf("resume after SIGINT: %v\n%s", err, out)
 	}
-	return out
+	if ms := readMetrics(t, metrics); len(ms) != done+2 || ms[done].Step != done+1 {
+		t.Errorf("after resuming: %d metric lines, want %d in order", len(ms), done+2)
+	}
+}
+
+// TestKillDuringSave kills the real process (SIGKILL, from inside, at a chosen point) while it
+// saves step 4, for every stage of a save. The previous checkpoint stays `latest` until the
+// new one is complete, both load, and resuming finishes the run with exactly the weights of
+// an uninterrupted run.
+func TestKillDuringSave(t *testing.T) {
+	slow(t, "ckpt's TestCommitCrash stops a save after each stage and its TestKillDuringSave SIGKILLs a saving process")
+	ref := t.TempDir()
+	mustRun(t, "--set", "run.output_dir="+ref, "--set", "checkpoint.interval=2")
+	want := stateOf(t, filepath.Join(ref, "tiny", "step-000008"))
+	stages := []string{"shard written", "sidecars read", "manifest tmp", "manifest", "dir renamed",
+		"run dir synced", "latest tmp", "latest renamed", "latest durable", "pruned"}
+	for i, stage := range stages {
+		t.Run(stage, func(t *testing.T) {
+			dir := t.TempDir()
+			run := filepath.Join(dir, "tiny")
+			mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=2", "--stop-after", "2")
+			out, err := runBin(t, []string{ckpt.KillAtEnv + "=" + stage}, "--set", "run.output_dir="+dir,
+				"--set", "checkpoint.interval=2", "--resume", "auto")
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("process was not killed at %q: %v\n%s", stage, err, out)
+			}
+			path, skipped, err := ckpt.Resolve(run, "auto")
+			if err != nil || len(skipped) > 0 {
+				t.Fatalf("after a kill at %q: %v (skipped %v)", stage, err, skipped)
+			}
+			wantStep := "step-000002"
+			if i >= 7 { // from "latest renamed" on, the new checkpoint is the latest
+				wantStep = "step-000004"
+			}
+			if filepath.Base(path) != wantStep {
+				t.Errorf("after a kill at %q: latest intact checkpoint %s, want %s", stage, filepath.Base(path), wantStep)
+			}
+			mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=2", "--resume", "auto")
+			if err := sameState(want, stateOf(t, filepath.Join(run, "step-000008"))); err != nil {
+				t.Errorf("run killed at %q and resumed: %v", stage, err)
+			}
+		})
+	}
 }
 
 // TestRunEndsWithCheckpoint: the default run (checkpoint.interval = 0) ends with its final
@@ -190,180 +199,6 @@ func TestRunEndsWithCheckpoint(t *testing.T) {
 		if c.Manifest().Step != step {
 			t.Errorf("run %s: latest is step %d, want %d", name, c.Manifest().Step, step)
 		}
-	}
-}
-
-// startTrain starts a long training in dir and returns once it has trained a step; the
-// caller kills it.
-func startTrain(t *testing.T, dir string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(buildBinary(t), smallRun(dir, append([]string{"--set", "training.steps=100000", "--set", "run.log_interval=1"}, args...)...)...)
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	started := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(pipe)
-		ok := false
-		for sc.Scan() {
-			if !ok && strings.HasPrefix(sc.Text(), "step 1/") {
-				ok = true
-				started <- true
-			}
-		}
-		if !ok {
-			started <- false
-		}
-	}()
-	select {
-	case ok := <-started:
-		if !ok {
-			t.Fatalf("train %v ended before its first step", args)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("train %v: no step within 2 minutes", args)
-	}
-	return cmd
-}
-
-// TestOneRunPerDirectory: a second train on a run directory in use is refused, naming the
-// holder; a kill -9 of the holder leaves no stale lock. Two runs started at the same moment
-// into a fresh directory: one trains, the other is refused; after killing the winner with
-// SIGKILL, --resume auto continues its run.
-func TestOneRunPerDirectory(t *testing.T) {
-	dir := t.TempDir()
-	a := startTrain(t, dir, "--set", "checkpoint.interval=1")
-	out := mustFail(t, smallRun(dir, "--set", "training.steps=100000", "--resume", "auto"),
-		"is in use by", fmt.Sprintf("pid %d", a.Process.Pid))
-	if strings.Contains(out, "resume: step") {
-		t.Errorf("the refused run resumed:\n%s", out)
-	}
-	_ = a.Process.Signal(syscall.SIGKILL)
-	_ = a.Wait()
-	mustSucceed(t, smallRun(dir, "--set", "training.steps=100000", "--resume", "auto", "--stop-after", "3")...)
-
-	// A concurrent start into a fresh directory.
-	fresh := t.TempDir()
-	args := smallRun(fresh, "--set", "training.steps=100000", "--set", "run.log_interval=1", "--set", "checkpoint.interval=1")
-	cmds := make([]*exec.Cmd, 2)
-	outs := make([]*bytes.Buffer, 2)
-	for i := range cmds {
-		cmds[i] = exec.Command(buildBinary(t), args...)
-		outs[i] = new(bytes.Buffer)
-		cmds[i].Stdout, cmds[i].Stderr = outs[i], outs[i]
-	}
-	for _, c := range cmds {
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// One of them is refused (the lock, or the other's run found under it) and exits;
-	// the other trains until killed.
-	refused := make(chan int, 2)
-	for i, c := range cmds {
-		go func() { _ = c.Wait(); refused <- i }()
-	}
-	var loser int
-	select {
-	case loser = <-refused:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("neither of two concurrent runs was refused")
-	}
-	winner := 1 - loser
-	if lo := outs[loser].String(); !strings.Contains(lo, "is in use by") && !strings.Contains(lo, "holds an earlier run") {
-		t.Errorf("the refused run says:\n%s", lo)
-	}
-	metrics := filepath.Join(fresh, "tiny", "metrics.jsonl")
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := ckpt.Open(filepath.Join(fresh, "tiny")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the winner saved no checkpoint:\n%s", outs[winner])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	_ = cmds[winner].Process.Signal(syscall.SIGKILL)
-	<-refused
-	validMetrics(t, metrics)
-	out = mustSucceed(t, smallRun(fresh, "--set", "training.steps=100000", "--set", "checkpoint.interval=1", "--resume", "auto", "--stop-after", "4")...)
-	if !strings.Contains(out, "resume: step") {
-		t.Errorf("after the kill, --resume auto did not continue:\n%s", out)
-	}
-	if ms := validMetrics(t, metrics); len(ms) != 4 {
-		t.Errorf("%d metric lines after resuming to step 4", len(ms))
-	}
-}
-
-// TestFreshRunNeverDestroys: a fresh train into a directory holding a run is refused and
-// changes nothing; --fresh moves the old run aside; a launch that fails validation writes
-// nothing; a checkpoint.dir shared by two runs never resumes one from the other's checkpoint
-// unless named.
-func TestFreshRunNeverDestroys(t *testing.T) {
-	dir := t.TempDir()
-	mustSucceed(t, smallRun(dir, "--set", "training.steps=2")...)
-	before := snapshot(t, dir)
-	mustFail(t, smallRun(dir, "--set", "training.steps=2"), "holds an earlier run", "--resume auto", "run.name", "--fresh")
-	mustFail(t, smallRun(dir, "--set", "training.steps=2", "--fresh", "--set", "data.train="+filepath.Join(dir, "missing")), "data.train")
-	mustFail(t, smallRun(dir, "--set", "training.steps=2", "--resume", "auto", "--set", "data.tokenizer="+filepath.Join(dir, "no-tokenizer.json")), "data.tokenizer")
-	sameSnapshot(t, "a refused train", before, snapshot(t, dir))
-
-	out := mustSucceed(t, smallRun(dir, "--set", "training.steps=3", "--fresh")...)
-	olds, _ := filepath.Glob(filepath.Join(dir, "tiny.old-*"))
-	if len(olds) != 1 || !strings.Contains(out, "moved the earlier run") {
-		t.Fatalf("--fresh: %v moved aside\n%s", olds, out)
-	}
-	if c, err := ckpt.Open(olds[0]); err != nil || c.Manifest().Step != 2 {
-		t.Errorf("the run moved aside lost its checkpoint: %v", err)
-	} else {
-		c.Close()
-	}
-
-	// Two runs, one checkpoint.dir.
-	shared := filepath.Join(dir, "shared-ckpt")
-	mustSucceed(t, smallRun(dir, "--set", "run.name=a", "--set", "checkpoint.dir="+shared, "--set", "training.steps=2")...)
-	before = snapshot(t, shared)
-	mustFail(t, smallRun(dir, "--set", "run.name=b", "--set", "checkpoint.dir="+shared, "--set", "training.steps=4"), `holds checkpoints of run "a"`)
-	mustFail(t, smallRun(dir, "--set", "run.name=b", "--set", "checkpoint.dir="+shared, "--set", "training.steps=4", "--resume", "auto"),
-		"another run", `run "a"`, "--resume "+filepath.Join(shared, "step-000002"))
-	sameSnapshot(t, "run b", before, snapshot(t, shared))
-	out = mustSucceed(t, smallRun(dir, "--set", "run.name=b", "--set", "checkpoint.dir="+shared, "--set", "training.steps=4",
-		"--resume", filepath.Join(shared, "step-000002"))...)
-	if !strings.Contains(out, "resume: step 2 from") {
-		t.Errorf("naming the checkpoint did not continue from it:\n%s", out)
-	}
-}
-
-// TestResumeSaysWhatChanged: every changed key is printed old → new with what it does; a key
-// that cannot continue the same training is refused by name.
-func TestResumeSaysWhatChanged(t *testing.T) {
-	dir := t.TempDir()
-	mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--stop-after", "2")...)
-	out := mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--resume", "auto", "--set", "training.lr=0.001",
-		"--set", "checkpoint.keep=2", "--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2", "--stop-after", "3")...)
-	for _, want := range []string{
-		"resume: training.lr: 0.003 → 0.001 (WARNING: the continuation is not the same run",
-		"resume: checkpoint.keep: 3 → 2 (no effect on the training)",
-		"resume: parallelism.sequence_parallel_degree: 1 → 2 (the same training, equal up to floating-point rounding)",
-		"resume: parallelism.world_size: 1 → 2 (the same training, equal up to floating-point rounding)",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("resume output lacks %q:\n%s", want, out)
-		}
-	}
-	out = mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--resume", "auto", "--set", "parallelism.world_size=2", "--stop-after", "4")...)
-	if !strings.Contains(out, "parallelism.sequence_parallel_degree: 2 → 1 (WARNING") || !strings.Contains(out, "2 data-parallel replicas, was 1") {
-		t.Errorf("a change of data-parallel replicas is not warned about:\n%s", out)
-	}
-	for _, key := range []string{"data.seq_len=64", "run.seed=7", "model.ffn_dim=64"} {
-		mustFail(t, smallRun(dir, "--set", "training.steps=8", "--resume", "auto", "--set", key),
-			strings.Split(key, "=")[0]+" changed")
 	}
 }
 
@@ -456,139 +291,232 @@ func TestCtrlCTwice(t *testing.T) {
 	validMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
 }
 
-// TestEvalFallsBackPastDamagedLatest: eval of a run directory whose latest checkpoint is
-// damaged names it, scores the newest intact one, and says which step it scored.
-func TestEvalFallsBackPastDamagedLatest(t *testing.T) {
+// TestSignalDuringSave: SIGTERM while the periodic checkpoint of step 2 is being written (a
+// model of 19M parameters, whose save takes about a second) stops there: the message says so,
+// no step 3 is trained and no second checkpoint is written, on two in-process ranks that agree.
+func TestSignalDuringSave(t *testing.T) {
+	slow(t, "TestTrainInterrupt, TestCtrlCTwice and TestSignalDuringLongStep signal the training binary")
 	dir := t.TempDir()
-	mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--set", "checkpoint.interval=2")...)
-	shard := filepath.Join(dir, "tiny", "step-000004", ckpt.ShardFile(0))
-	b, err := os.ReadFile(shard)
-	if err != nil {
+	cmd, buf := startWatched(t, smallRun(dir, "--set", "training.steps=100", "--set", "run.log_interval=1",
+		"--set", "checkpoint.interval=2", "--set", "model.dim=384", "--set", "model.n_layers=8", "--set", "model.n_heads=6",
+		"--set", "model.n_kv_heads=6", "--set", "model.ffn_dim=1536", "--set", "data.seq_len=64",
+		"--set", "parallelism.world_size=2")...)
+	waitOutput(t, buf, "step 2/100")
+	began := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	b[len(b)/2] ^= 0xff
-	if err := os.WriteFile(shard, b, 0o644); err != nil {
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, buf.String())
+	}
+	out := buf.String()
+	if !strings.Contains(out, "checkpoint: step 2 saved") {
+		t.Fatalf("the save of step 2 did not complete:\n%s", out)
+	}
+	if !strings.Contains(out, "stopping after the checkpoint of step 2, now being saved") {
+		t.Skipf("the signal did not arrive during the save (%.0f ms after step 2's line):\n%s", time.Since(began).Seconds()*1e3, out)
+	}
+	if strings.Contains(out, "step 3/") || strings.Count(out, "checkpoint: step") != 1 {
+		t.Errorf("trained or saved past the checkpoint the signal arrived in:\n%s", out)
+	}
+	if !strings.Contains(out, "stopped after step 2 of 100") {
+		t.Errorf("no \"stopped after step 2 of 100\":\n%s", out)
+	}
+	if s := latestStep(t, filepath.Join(dir, "tiny")); s != 2 {
+		t.Errorf("latest is step %d, want 2", s)
+	}
+}
+
+// TestSignalDuringLongStep: SIGTERM in the middle of a step says how long the step has run and
+// how long one takes, then stops after it with a checkpoint.
+func TestSignalDuringLongStep(t *testing.T) {
+	dir := t.TempDir()
+	cmd, buf := startWatched(t, smallRun(dir, "--set", "training.steps=100", "--set", "run.log_interval=1",
+		"--set", "data.seq_len=2048", "--set", "model.max_seq_len=2048")...)
+	waitOutput(t, buf, "step 2/100")
+	time.Sleep(100 * time.Millisecond) // inside step 3
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	out := mustSucceed(t, "eval", "--model", filepath.Join(dir, "tiny"), "--samples", "1", "--seq-len", "64")
-	for _, want := range []string{"skipping damaged checkpoint", "rank-00000.zst", "step-000002 (step 2): loss"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("eval output lacks %q:\n%s", want, out)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, buf.String())
+	}
+	out := buf.String()
+	re := regexp.MustCompile(`stopping after step (\d+) \(it has run (\d+)(ms|s); a step takes about (\d+)(ms|s)\) and saving; until that save completes, no checkpoint is saved yet`)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no message of how long the step has run:\n%s", out)
+	}
+	if !strings.Contains(out, "stopped after step "+m[1]+" of 100") {
+		t.Errorf("the message named step %s, the run stopped elsewhere:\n%s", m[1], out)
+	}
+	if s := latestStep(t, filepath.Join(dir, "tiny")); strconv.Itoa(s) != m[1] {
+		t.Errorf("latest is step %d, the message named %s", s, m[1])
+	}
+}
+
+// TestTimeLimit: --time-limit stops after the last step that, with a save, ends before the
+// limit, saves there and says why; the run's own clock stays inside the limit. A negative
+// limit and a negative --stop-after are refused.
+func TestTimeLimit(t *testing.T) {
+	slow(t, "TestTrainInterrupt and TestSignalDuringLongStep stop a run after a step with its checkpoint, as the time limit does")
+	dir := t.TempDir()
+	const limit = 5 * time.Second
+	out, code := output(t, append(smallRun(dir, "--set", "training.steps=100000", "--set", "run.log_interval=1"),
+		"--time-limit", limit.String())...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	re := regexp.MustCompile(`time limit 5s: stopping after step (\d+), `)
+	m := re.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no time-limit message:\n%s", out)
+	}
+	step, _ := strconv.Atoi(m[1])
+	if step < 2 || !strings.Contains(out, fmt.Sprintf("stopped after step %d of 100000", step)) {
+		t.Fatalf("stopped at step %d:\n%s", step, out)
+	}
+	if s := latestStep(t, filepath.Join(dir, "tiny")); s != step {
+		t.Errorf("latest is step %d, want %d", s, step)
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if last := ms[len(ms)-1]; last.ElapsedSec >= limit.Seconds() || last.Step != step {
+		t.Errorf("last step %d at %.2fs, the limit %s", last.Step, last.ElapsedSec, limit)
+	}
+	for _, args := range [][]string{{"--time-limit", "-1h"}, {"--stop-after", "-5"}, {"--profile", dir, "--profile-steps", "5..2"}} {
+		out, code := output(t, append(smallRun(t.TempDir()), args...)...)
+		if code == 0 || !strings.Contains(out, args[len(args)-2]) || !strings.Contains(out, "want") {
+			t.Errorf("%v: exit %d:\n%s", args, code, out)
 		}
 	}
 }
 
-// TestEvalChecksTheEvaluatedModel: the sequence-parallel schedule is checked against the
-// heads of the model evaluated (a 4-head, 2-kv-head Hugging Face model under Ulysses on 2
-// ranks, which the default config's heads would not decide), and eval pads samples for any
-// number of ranks (3 ranks, a sequence length they do not divide). A directory with both
-// tokenizer.json and tokenizer.model uses tokenizer.json and says so.
-func TestEvalChecksTheEvaluatedModel(t *testing.T) {
-	hf := filepath.Join("weights", "testdata", "hf", "llama-sharded")
-	docs := filepath.Join("weights", "testdata", "hf", "docs", "*.txt")
-	for _, sets := range [][]string{
-		{"parallelism.attention=ulysses", "parallelism.sequence_parallel_degree=2", "parallelism.world_size=2"},
-		{"parallelism.attention=distflash", "parallelism.sequence_parallel_degree=3", "parallelism.world_size=3", "data.seq_len=100"},
+// TestExportInterruptedAndStale: SIGINT during an export removes its partial output and says so
+// (exit status 130, nothing at --out, no .OUT.tmp-* left); a partial output that a killed export
+// left is named and removed by the next export of the same directory, which completes.
+func TestExportInterruptedAndStale(t *testing.T) {
+	slow(t, "weights' TestWriteHFRefusesAndLeavesNothing leaves nothing of a failed export, and TestTokenizeKilled removes what a killed command left")
+	dir := t.TempDir()
+	run := filepath.Join(dir, "tiny")
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=1", "--set", "model.dim=512", "--set", "model.n_layers=8",
+		"--set", "model.n_heads=8", "--set", "model.n_kv_heads=8", "--set", "model.ffn_dim=2048", "--set", "data.seq_len=32")...)
+	out := filepath.Join(dir, "hf")
+	partials := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, ".hf.tmp-*"))
+		return m
+	}
+	cmd, buf := startWatched(t, "export", "--model", run, "--out", out)
+	waitOutput(t, buf, "export: "+run)
+	time.Sleep(50 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if err == nil {
+		t.Skipf("the export ended before the signal:\n%s", buf.String())
+	}
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(buf.String(), "export: interrupted") {
+		t.Fatalf("after SIGINT: %v\n%s", err, buf.String())
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) || len(partials()) > 0 {
+		t.Fatalf("an interrupted export left %v and %v:\n%s", err, partials(), buf.String())
+	}
+	// what an export killed by SIGKILL leaves: a temporary directory with a partial file
+	stale := filepath.Join(dir, ".hf.tmp-123456")
+	if err := os.MkdirAll(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, "model.safetensors"), make([]byte, 3e6), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, code := output(t, "export", "--model", run, "--out", out)
+	if code != 0 || !strings.Contains(got, "removing "+stale+" (3.0 MB), the partial output of an earlier export") {
+		t.Fatalf("exit %d:\n%s", code, got)
+	}
+	if len(partials()) > 0 {
+		t.Errorf("left %v", partials())
+	}
+	if _, err := os.Stat(filepath.Join(out, "model.safetensors")); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTokenizeKilled: a tokenize killed by SIGKILL mid-way leaves no shard at --out (its shards
+// are staged beside it), so train cannot read a partial set as whole; the next tokenize of the
+// same --out names and removes what the killed one left, and completes.
+func TestTokenizeKilled(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "tokens")
+	args := []string{"data", "tokenize", "--out", out, "--shard-tokens", "20000", "--progress=false", "--workers", "1",
+		"--set", "data.max_bytes=0", "--set", "data.train=$GOROOT/src"}
+	cmd, buf := startWatched(t, args...)
+	deadline := time.Now().Add(time.Minute)
+	var staged []string
+	for len(staged) < 3 { // a few shards written
+		if time.Now().After(deadline) {
+			t.Fatalf("no staged shards within a minute:\n%s", buf.String())
+		}
+		staged, _ = filepath.Glob(filepath.Join(dir, ".tokens.tokenize-*", "shards", "shard-*.tokens"))
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if got, _ := filepath.Glob(filepath.Join(out, "*.tokens")); len(got) > 0 {
+		t.Fatalf("a killed tokenize left %d shards at --out", len(got))
+	}
+	if o, code := output(t, smallRun(dir, "--set", "training.steps=1", "--set", "data.format=tokens", "--set", "data.train="+out)...); code == 0 {
+		t.Fatalf("train read what a killed tokenize left:\n%s", o)
+	}
+	o, code := output(t, "data", "tokenize", "--out", out, "--progress=false", "--set", "data.max_bytes=200000")
+	if code != 0 || !strings.Contains(o, "the partial output of an earlier tokenize of "+out+" that was killed") {
+		t.Fatalf("exit %d:\n%s", code, o)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".tokens.tokenize-*")); len(left) > 0 {
+		t.Errorf("left %v", left)
+	}
+	if got, _ := filepath.Glob(filepath.Join(out, "*.tokens")); len(got) != 1 {
+		t.Errorf("%d shards after the second tokenize, want 1", len(got))
+	}
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=1", "--set", "data.format=tokens", "--set", "data.train="+out)...)
+}
+
+// TestExportAndTokenizeDiskFull: an export or a tokenize that fills a small tmpfs says how many
+// bytes it needs and how many were free, names the path once, and leaves nothing behind.
+// Mounting a tmpfs needs root, which CI and the development machines have.
+func TestExportAndTokenizeDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	run := filepath.Join(dir, "tiny")
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=1")...)
+	small := filepath.Join(dir, "small")
+	if err := os.Mkdir(small, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v: %s", err, out)
+	}
+	defer exec.Command("umount", small).Run()
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"export", "--model", run, "--out", filepath.Join(small, "hf")},
+			[]string{"disk full: the export to " + filepath.Join(small, "hf") + " needs 3.2 MB and 1.0 MB was free", "nothing is at"}},
+		{[]string{"data", "tokenize", "--out", filepath.Join(small, "tok"), "--set", "data.max_bytes=4000000", "--progress=false"},
+			[]string{"disk full beside " + filepath.Join(small, "tok") + " after 1.0 MB of shards, which need about", "1.0 MB was free at the start"}},
 	} {
-		args := []string{"eval", "--model", hf, "--data", docs, "--samples", "2", "--seq-len", "50", "--out", filepath.Join(t.TempDir(), "e.json")}
-		for _, s := range sets {
-			args = append(args, "--set", s)
+		out, code := output(t, c.args...)
+		for _, w := range c.want {
+			if code == 0 || !strings.Contains(out, w) {
+				t.Errorf("%v: exit %d, no %q:\n%s", c.args[0], code, w, out)
+			}
 		}
-		mustSucceed(t, args...)
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json"} {
-		b, err := os.ReadFile(filepath.Join(hf, f))
-		if err != nil {
-			t.Fatal(err)
+		if strings.Count(out, ".tmp-") > 0 || strings.Count(out, ".tokenize-") > 0 {
+			t.Errorf("%v: the message names the temporary path:\n%s", c.args[0], out)
 		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
+		if left, _ := os.ReadDir(small); len(left) > 0 {
+			t.Errorf("%v left %v", c.args[0], left)
 		}
 	}
-	for src, dst := range map[string]string{"llama.tokenizer.json": "tokenizer.json", "llama.model": "tokenizer.model"} {
-		b, err := os.ReadFile(filepath.Join("data", "testdata", "tok", src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, dst), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The fixture's vocabulary (256) is smaller than the tokenizers' (1000): the refusal names
-	// the tokenizer file eval chose.
-	mustFail(t, []string{"eval", "--model", dir, "--data", docs, "--samples", "1"}, filepath.Join(dir, "tokenizer.json"))
-}
-
-// TestCLIBasics: every command's --help exits 0; version names the build; train without
-// --config uses the built-in defaults from any directory; the config.toml a run writes is
-// accepted by --config and gives the same config.
-func TestCLIBasics(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"train", "--help"}, {"eval", "-h"}, {"plan", "--help"},
-		{"data", "--help"}, {"data", "tokenize", "--help"}, {"data", "fetch", "-h"}, {"version"}} {
-		out, code := distflash(t, args...)
-		if code != 0 {
-			t.Errorf("distflash %v: exit %d\n%s", args, code, out)
-		}
-	}
-	if out, _ := distflash(t, "version"); !strings.HasPrefix(out, "distflash ") || !strings.Contains(out, "go1.") {
-		t.Errorf("version: %q", out)
-	}
-	dir := t.TempDir()
-	cmd := exec.Command(buildBinary(t), "train", "--progress=false", "--set", "training.steps=1", "--set", "data.max_bytes=65536")
-	cmd.Dir = dir // no configs/ here
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("train without --config in an empty directory: %v\n%s", err, out)
-	}
-	written := filepath.Join(dir, "runs", "tiny", "config.toml")
-	cfg, err := config.Load(written, nil)
-	if err != nil {
-		t.Fatalf("the written config.toml: %v", err)
-	}
-	want := config.Default()
-	want.Training.Steps, want.Data.MaxBytes = 1, 65536
-	cfg.Path, want.Path = "", ""
-	_ = want.Model.Resolve()
-	a, _ := json.Marshal(cfg)
-	b, _ := json.Marshal(want)
-	if !bytes.Equal(a, b) {
-		t.Errorf("config.toml reads back as\n%s\nwant\n%s", a, b)
-	}
-}
-
-// outside matches a relative path that leaves the repository.
-var outside = regexp.MustCompile(`\.\./[A-Za-z_]`)
-
-// TestDocsStandAlone: the README and docs/ point nowhere outside the repository.
-func TestDocsStandAlone(t *testing.T) {
-	files, _ := filepath.Glob("docs/*.md")
-	for _, f := range append(files, "README.md") {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// a path that climbs out: ../shared/DESIGN.md, ../papers (a bare `../` is an attack's name)
-		for _, loc := range outside.FindAllIndex(b, -1) {
-			i := loc[0]
-			t.Errorf("%s points outside the repository: %q", f, b[max(0, i-40):min(len(b), i+40)])
-		}
-	}
-}
-
-// safeBuffer is a bytes.Buffer that a process's output and the test may use at once.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *safeBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *safeBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,62 +1,19 @@
 //go:build mpi
 
-package main
+package e2e
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
-
-	"distflash/ckpt"
 )
 
-func init() { binTags = append(binTags, "mpi") }
-
-// mpirunTrain runs `mpirun -np np distflash train` (the -tags mpi binary) with the tiny-sp4
-// config's world and args, and returns the output of all ranks, the error and the run time.
-// As root (CI) mpirun needs --allow-run-as-root; --oversubscribe lets 4 ranks share 2 cores,
-// and --bind-to none lets each rank's Go runtime use both.
-func mpirunTrain(t *testing.T, np int, env []string, args ...string) (string, time.Duration, error) {
-	t.Helper()
-	mpirun, err := exec.LookPath("mpirun")
-	if err != nil {
-		t.Fatalf("mpirun is not on PATH (Debian: apt-get install openmpi-bin libopenmpi-dev; .ci/run installs it): %v", err)
-	}
-	bin := buildBinary(t)
-	argv := []string{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none"}
-	if len(env) > 0 { // MPMD: rank 0 runs with env, the others without
-		argv = append(argv, "-np", "1", "env")
-		argv = append(argv, env...)
-		argv = append(argv, bin)
-		argv = append(argv, trainArgs(args)...)
-		argv = append(argv, ":", "-np", fmt.Sprint(np-1), bin)
-	} else {
-		argv = append(argv, "-np", fmt.Sprint(np), bin)
-	}
-	argv = append(argv, trainArgs(args)...)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, mpirun, argv...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	err = cmd.Run()
-	return out.String(), time.Since(start), err
-}
-
-// trainArgs are the arguments of a short tiny-sp4 run.
-func trainArgs(args []string) []string {
-	return append([]string{"train", "--config", "configs/tiny-sp4.toml", "--progress=false",
-		"--set", "data.max_bytes=1048576", "--set", "data.batch_size=2", "--set", "training.steps=6",
-		"--set", "training.warmup_steps=2"}, args...)
-}
+// The tests of this file check that MPI processes train as the same world of in-process ranks
+// does, bit for bit: mpirun on this machine (the world, the hybrid, --init-from, buffers that
+// only staging reaches) and on 2 network-namespace hosts (as root). Run them with
+// `go test -tags mpi ./e2e -run 'MPI|MultiNode'`.
 
 // TestMPITrainsLikeInProcess: `mpirun -np 4 distflash train --config configs/tiny-sp4.toml`
 // (one rank per process, the MPI communicator) gives bit-identical losses and checkpointed
@@ -118,89 +75,58 @@ func TestMPITrainsLikeInProcess(t *testing.T) {
 	}
 }
 
-// TestMPIKilledRank kills rank 0 (SIGKILL, from inside) while it saves step 4, after it wrote
-// its shard: the job ends within a bounded time with a message that names the failure, and
-// the checkpoint of step 2 stays `latest`, intact.
-func TestMPIKilledRank(t *testing.T) {
-	dir := t.TempDir()
-	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
-		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
-	if out, _, err := mpirunTrain(t, 2, nil, append(set, "--stop-after", "2")...); err != nil {
-		t.Fatalf("mpirun to step 2: %v\n%s", err, out)
+// TestMPIHybridTrainsLikeInProcess: `mpirun -np 4` with parallelism.ulysses_degree = 2 (the
+// hybrid's group and ring made by MPI_Comm_split) gives bit-identical losses and weights to
+// the same world in one process.
+func TestMPIHybridTrainsLikeInProcess(t *testing.T) {
+	inproc, mpi := t.TempDir(), t.TempDir()
+	set := []string{"--set", "parallelism.ulysses_degree=2", "--set", "parallelism.attention=zigzag"}
+	if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
+		t.Fatalf("in-process: %v\n%s", err, out)
 	}
-	out, took, err := mpirunTrain(t, 2, []string{ckpt.KillAtEnv + "=shard written"}, append(set, "--resume", "auto")...)
-	if err == nil {
-		t.Fatalf("mpirun succeeded although rank 0 was killed:\n%s", out)
-	}
-	if took > 60*time.Second {
-		t.Errorf("the job took %v to end after a rank died", took)
-	}
-	if !strings.Contains(out, "signal 9") && !strings.Contains(out, "Killed") {
-		t.Errorf("the output does not say a rank was killed:\n%s", out)
-	}
-	path, skipped, err := ckpt.Resolve(filepath.Join(dir, "tiny-sp4"), "auto")
-	if err != nil || len(skipped) > 0 || filepath.Base(path) != "step-000002" {
-		t.Errorf("latest after the kill: %s, %v (skipped %v); want step-000002", path, err, skipped)
-	}
-	t.Logf("job ended %v after start; mpirun said:\n%s", took, lastLines(out, 8))
-}
-
-// runBinArgs runs the binary with args in this process's environment.
-func runBinArgs(t *testing.T, args []string) (string, error) {
-	t.Helper()
-	cmd := exec.Command(buildBinary(t), args...)
-	cmd.Env = os.Environ()
-	b, err := cmd.CombinedOutput()
-	return string(b), err
-}
-
-// lastLines returns the last n lines of s.
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-n):], "\n")
-}
-
-// TestMPIWorldMismatch: a config whose world_size is not the number of processes is refused
-// by every rank, naming both numbers.
-func TestMPIWorldMismatch(t *testing.T) {
-	out, _, err := mpirunTrain(t, 2, nil, "--set", "run.output_dir="+t.TempDir())
-	if err == nil || !strings.Contains(out, "parallelism.world_size = 4, but the launcher started 2 processes") {
-		t.Errorf("mpirun -np 2 with world_size 4: %v\n%s", err, out)
-	}
-}
-
-// TestMPIRefusalOnce: a config that every rank refuses alike is said once, by rank 0, not once
-// per rank.
-func TestMPIRefusalOnce(t *testing.T) {
-	out, _, err := mpirunTrain(t, 2, nil, "--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
-		"--set", "model.n_kv_heads=3")
-	const want = "model.n_heads = 4 is not a multiple of model.n_kv_heads = 3"
-	if err == nil || strings.Count(out, want) != 1 {
-		t.Errorf("%v; %d times %q in:\n%s", err, strings.Count(out, want), want, out)
-	}
-}
-
-// TestMPITimeLimit: under mpirun, --time-limit stops every rank after the same step with a
-// checkpoint, and mpirun's exit status is the ranks' 0 (a forwarded Ctrl-C makes Open MPI's
-// mpirun exit 1 however the ranks end: docs/training.md#stopping).
-func TestMPITimeLimit(t *testing.T) {
-	dir := t.TempDir()
-	out, _, err := mpirunTrain(t, 2, nil, "--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
-		"--set", "training.steps=100000", "--set", "run.output_dir="+dir, "--time-limit", "8s")
+	out, took, err := mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
 	if err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, out)
 	}
-	m := regexp.MustCompile(`time limit 8s: stopping after step (\d+),`).FindStringSubmatch(out)
-	if m == nil || strings.Count(out, "time limit 8s: stopping") != 1 {
-		t.Fatalf("want one time-limit message, from rank 0:\n%s", out)
+	t.Logf("mpirun -np 4, ulysses_degree 2: %v", took)
+	a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(mpi, "tiny-sp4"))
+	if len(a) != 6 || fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Errorf("losses in-process %v\nover MPI %v", a, b)
 	}
-	c, err := ckpt.Open(filepath.Join(dir, "tiny-sp4"))
-	if err != nil {
-		t.Fatal(err)
+	if err := sameState(stateOf(t, filepath.Join(inproc, "tiny-sp4", "step-000006")),
+		stateOf(t, filepath.Join(mpi, "tiny-sp4", "step-000006"))); err != nil {
+		t.Errorf("step 6 in-process vs MPI: %v", err)
 	}
-	c.Close()
-	if got := fmt.Sprint(c.Manifest().Step); got != m[1] || c.Manifest().World.Size != 2 {
-		t.Errorf("latest is step %s of %d ranks, the message said %s", got, c.Manifest().World.Size, m[1])
+}
+
+// TestMPIInitFrom: `mpirun -np 4 distflash train --init-from HF-DIR` (one rank per process,
+// each loading the source) trains exactly as the in-process world of 4 does from the same
+// source, with and without FSDP.
+func TestMPIInitFrom(t *testing.T) {
+	for _, fsdp := range []string{"false", "true"} {
+		t.Run("fsdp="+fsdp, func(t *testing.T) {
+			inproc, mpi := t.TempDir(), t.TempDir()
+			set := []string{"--init-from", "weights/testdata/hf/llama-sharded", "--set", "parallelism.fsdp=" + fsdp,
+				"--set", "data.seq_len=128"}
+			out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc))
+			if err != nil {
+				t.Fatalf("in-process: %v\n%s", err, out)
+			}
+			if !strings.Contains(out, "init: weights from weights/testdata/hf/llama-sharded (hf") {
+				t.Errorf("no init line:\n%s", out)
+			}
+			out, _, err = mpirunTrain(t, 4, nil, append(set, "--set", "run.output_dir="+mpi)...)
+			if err != nil {
+				t.Fatalf("mpirun: %v\n%s", err, out)
+			}
+			if n := strings.Count(out, "init: weights from"); n != 1 {
+				t.Errorf("%d processes reported the init, want rank 0 only:\n%s", n, out)
+			}
+			a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(mpi, "tiny-sp4"))
+			if len(a) != 6 || fmt.Sprint(a) != fmt.Sprint(b) {
+				t.Errorf("losses in-process %v\nover MPI %v", a, b)
+			}
+		})
 	}
 }
 
@@ -248,6 +174,66 @@ func TestMPIDeviceStaging(t *testing.T) {
 			}
 			if err := sameState(stateOf(t, filepath.Join(dirs[0], "tiny-sp4")), stateOf(t, filepath.Join(dirs[1], "tiny-sp4"))); err != nil {
 				t.Errorf("the checkpoints differ: %v", err)
+			}
+		})
+	}
+}
+
+// TestMultiNodeTrainsLikeInProcess: 2 hosts × 2 ranks train bit-identically to 4 in-process
+// ranks, with and without FSDP, and the traffic between the hosts crosses their links; a
+// checkpoint the cluster saved continues in one process, and one saved in one process
+// continues on the cluster, both ending on the weights of the straight runs.
+func TestMultiNodeTrainsLikeInProcess(t *testing.T) {
+	c := newCluster(t, 2, "")
+	for _, fsdp := range []string{"false", "true"} {
+		t.Run("fsdp="+fsdp, func(t *testing.T) {
+			inproc, multi := t.TempDir(), t.TempDir()
+			// 4 steps, a checkpoint at 2 and 4 (CI time: each cluster run starts 4 processes).
+			set := []string{"--set", "parallelism.fsdp=" + fsdp, "--set", "training.steps=4", "--set", "checkpoint.interval=2"}
+			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+inproc)); err != nil {
+				t.Fatalf("in-process: %v\n%s", err, out)
+			}
+			before := c.linkBytes(t, 1)
+			out, err := c.train(t, append(set, "--set", "run.output_dir="+multi)...)
+			if err != nil {
+				t.Fatalf("mpirun on 2 hosts: %v\n%s", err, out)
+			}
+			if !strings.Contains(out, "mpi: 4 processes") {
+				t.Errorf("rank 0 did not report the MPI world:\n%s", out)
+			}
+			// Ranks 2 and 3 are on host 1: every byte they exchange with ranks 0 and 1 crosses
+			// host 1's link. A run that stayed on one host (shared memory) would leave only
+			// mpirun's control traffic there, a few KB.
+			crossed := c.linkBytes(t, 1) - before
+			if crossed < 1<<20 {
+				t.Errorf("host 1's link carried %d bytes during the run; the ranks did not talk over it", crossed)
+			}
+			t.Logf("host 1's link carried %.1f MB", float64(crossed)/1e6)
+			a, b := lossesOf(t, filepath.Join(inproc, "tiny-sp4")), lossesOf(t, filepath.Join(multi, "tiny-sp4"))
+			if fmt.Sprint(a) != fmt.Sprint(b) {
+				t.Errorf("losses in-process %v\non 2 hosts %v", a, b)
+			}
+			step := func(dir, s string) string { return filepath.Join(dir, "tiny-sp4", "step-00000"+s) }
+			if err := sameState(stateOf(t, step(inproc, "4")), stateOf(t, step(multi, "4"))); err != nil {
+				t.Errorf("step 4 in-process vs 2 hosts: %v", err)
+			}
+			if fsdp == "true" {
+				return // the resumes below do not depend on the sharding
+			}
+			// The cluster's step 2, continued in one process; the in-process step 2,
+			// continued on the cluster.
+			cross, back := t.TempDir(), t.TempDir()
+			if out, err := runBinArgs(t, append(trainArgs(set), "--set", "run.output_dir="+cross, "--resume", step(multi, "2"))); err != nil {
+				t.Fatalf("in-process resume of the cluster's step 2: %v\n%s", err, out)
+			}
+			if err := sameState(stateOf(t, step(inproc, "4")), stateOf(t, step(cross, "4"))); err != nil {
+				t.Errorf("2 hosts to step 2, in-process to 4: %v", err)
+			}
+			if out, err := c.train(t, append(set, "--set", "run.output_dir="+back, "--resume", step(inproc, "2"))...); err != nil {
+				t.Fatalf("cluster resume of the in-process step 2: %v\n%s", err, out)
+			}
+			if err := sameState(stateOf(t, step(inproc, "4")), stateOf(t, step(back, "4"))); err != nil {
+				t.Errorf("in-process to step 2, 2 hosts to 4: %v", err)
 			}
 		})
 	}

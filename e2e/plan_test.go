@@ -1,7 +1,6 @@
-package main
+package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"path/filepath"
@@ -11,6 +10,9 @@ import (
 	"distflash/plan"
 )
 
+// The tests of this file run plan through the binary: every shipped config (text and JSON), the
+// sweep table, the cluster and document flags, and CPU clusters' link classes.
+
 // TestPlanEveryConfig: plan runs on every shipped config, as text and as JSON.
 func TestPlanEveryConfig(t *testing.T) {
 	files, err := filepath.Glob("configs/*.toml")
@@ -19,21 +21,20 @@ func TestPlanEveryConfig(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
-			var out, errb bytes.Buffer
-			if err := run([]string{"plan", "--config", f}, &out, &errb); err != nil {
-				t.Fatalf("text: %v\n%s", err, errb.String())
+			out, errb, err := cli(t, "plan", "--config", f)
+			if err != nil {
+				t.Fatalf("text: %v\n%s", err, errb)
 			}
 			for _, want := range []string{"memory per rank", "peak", "step"} {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("text output lacks %q:\n%s", want, out.String())
+				if !strings.Contains(out, want) {
+					t.Errorf("text output lacks %q:\n%s", want, out)
 				}
 			}
-			out.Reset()
-			if err := run([]string{"plan", "--config", f, "--format", "json"}, &out, &errb); err != nil {
-				t.Fatalf("json: %v\n%s", err, errb.String())
+			if out, errb, err = cli(t, "plan", "--config", f, "--format", "json"); err != nil {
+				t.Fatalf("json: %v\n%s", err, errb)
 			}
 			var rep plan.Report
-			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("json output does not decode: %v", err)
 			}
 			if len(rep.Plans) != 1 || rep.Plans[0].Refused != "" || !(rep.Plans[0].Memory.Peak > 0) || !(rep.Plans[0].Time.Step > 0) {
@@ -46,12 +47,10 @@ func TestPlanEveryConfig(t *testing.T) {
 // TestPlanSweepTable: the sweep prints one row per length and schedule, and a refused
 // schedule shows its reason (Ulysses cannot split 33 heads over 16 ranks).
 func TestPlanSweepTable(t *testing.T) {
-	var out, errb bytes.Buffer
-	args := []string{"plan", "--config", "configs/llama-33h.toml", "--cluster", "2x8xA100-80GB", "--sweep", "seq_len=8K..512K", "--attention", "all"}
-	if err := run(args, &out, &errb); err != nil {
-		t.Fatalf("%v\n%s", err, errb.String())
+	text, errb, err := cli(t, "plan", "--config", "configs/llama-33h.toml", "--cluster", "2x8xA100-80GB", "--sweep", "seq_len=8K..512K", "--attention", "all")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, errb)
 	}
-	text := out.String()
 	if n := strings.Count(text, " refused "); n != 7 || !strings.Contains(text, "ulysses refused: ") || !strings.Contains(text, "head") {
 		t.Errorf("want ulysses refused on each of 7 lengths, with the reason, got %d:\n%s", n, text)
 	}
@@ -63,15 +62,15 @@ func TestPlanSweepTable(t *testing.T) {
 // TestPlanCommandFlags: a cluster of 8 GPUs gets the sequence over 8 GPUs; an unknown
 // --format is refused by name.
 func TestPlanCommandFlags(t *testing.T) {
-	var out, errb bytes.Buffer
-	if err := run([]string{"plan", "--config", "configs/llama7b-512k.toml", "--cluster", "1x8xA100-80GB", "--format", "json"}, &out, &errb); err != nil {
+	out, _, err := cli(t, "plan", "--config", "configs/llama7b-512k.toml", "--cluster", "1x8xA100-80GB", "--format", "json")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var rep plan.Report
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || rep.Plans[0].TokensPerGPU != 64<<10 {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || rep.Plans[0].TokensPerGPU != 64<<10 {
 		t.Errorf("1x8 cluster: want the sequence over 8 GPUs (64K each): %+v, %v", rep.Plans, err)
 	}
-	if err := run([]string{"plan", "--config", "configs/tiny.toml", "--format", "xml"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "xml") {
+	if _, _, err := cli(t, "plan", "--config", "configs/tiny.toml", "--format", "xml"); err == nil || !strings.Contains(err.Error(), "xml") {
 		t.Errorf("--format xml: %v", err)
 	}
 }
@@ -79,29 +78,27 @@ func TestPlanCommandFlags(t *testing.T) {
 // TestPlanDocumentFlags: --doc-len plans documents and prints them; data.document_mask
 // without --doc-len says what it assumes; bad values are refused naming the flag.
 func TestPlanDocumentFlags(t *testing.T) {
-	var out, errb bytes.Buffer
 	base := []string{"plan", "--config", "configs/tiny-sp4.toml"}
-	if err := run(append(base, "--doc-len", "32"), &out, &errb); err != nil {
+	out, _, err := cli(t, append(base, "--doc-len", "32")...)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"visible pairs", "mean 32 tokens", "with balance_documents", "(--doc-len)"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("--doc-len 32: output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("--doc-len 32: output lacks %q:\n%s", want, out)
 		}
 	}
-	out.Reset()
-	if err := run(append(base, "--set", "data.document_mask=true", "--attention", "all"), &out, &errb); err != nil {
+	if out, _, err = cli(t, append(base, "--set", "data.document_mask=true", "--attention", "all")...); err != nil {
 		t.Fatal(err)
 	}
-	if s := out.String(); !strings.Contains(s, "assumed: data.document_mask = true and no --doc-len") || !strings.Contains(s, "idle balanced") {
-		t.Errorf("document_mask without --doc-len: want the assumption said and the documents table:\n%s", s)
+	if !strings.Contains(out, "assumed: data.document_mask = true and no --doc-len") || !strings.Contains(out, "idle balanced") {
+		t.Errorf("document_mask without --doc-len: want the assumption said and the documents table:\n%s", out)
 	}
-	out.Reset()
-	if err := run(base, &out, &errb); err != nil || strings.Contains(out.String(), "visible pairs") {
-		t.Errorf("no documents: %v\n%s", err, out.String())
+	if out, _, err = cli(t, base...); err != nil || strings.Contains(out, "visible pairs") {
+		t.Errorf("no documents: %v\n%s", err, out)
 	}
 	for _, bad := range [][]string{{"--doc-len", "0"}, {"--doc-len", "x"}, {"--doc-len", "2K", "--doc-dist", "zipf"}, {"--doc-dist", "fixed"}} {
-		err := run(append(base, bad...), &out, &errb)
+		_, _, err := cli(t, append(base, bad...)...)
 		if err == nil || !strings.Contains(err.Error(), bad[len(bad)-2]) || !strings.Contains(err.Error(), bad[len(bad)-1]) {
 			t.Errorf("%v: %v, want an error naming the flag and value", bad, err)
 		}
@@ -114,20 +111,19 @@ func TestPlanDocumentFlags(t *testing.T) {
 // cross; on one node none do. The gradient all-reduce is priced as Open MPI's linear
 // exchanges (worldCollectives), not as a ring.
 func TestPlanCPUCluster(t *testing.T) {
-	var out, errb bytes.Buffer
-	err := runPlan([]string{"--config", "configs/tiny-sp4.toml", "--cluster", "2x2xcpu"}, &out, &errb)
+	_, _, err := cli(t, "plan", "--config", "configs/tiny-sp4.toml", "--cluster", "2x2xcpu")
 	if err == nil || !strings.Contains(err.Error(), "--flops") {
 		t.Errorf("2x2xcpu without --flops: %v, want an error naming --flops", err)
 	}
 	plan := func(cluster, attention string) plan.Plan {
 		t.Helper()
-		out.Reset()
-		if err := runPlan([]string{"--config", "configs/tiny-sp4.toml", "--cluster", cluster, "--flops", "2e9",
-			"--inter-bw", "6.25e6", "--attention", attention, "--format", "json"}, &out, &errb); err != nil {
+		out, _, err := cli(t, "plan", "--config", "configs/tiny-sp4.toml", "--cluster", cluster, "--flops", "2e9",
+			"--inter-bw", "6.25e6", "--attention", attention, "--format", "json")
+		if err != nil {
 			t.Fatalf("plan --cluster %s: %v", cluster, err)
 		}
 		var rep plan.Report
-		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
 		}
 		if rep.Cluster.MFU != 1 || rep.Cluster.GPU.FLOPS != 2e9 {

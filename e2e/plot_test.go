@@ -1,9 +1,7 @@
-package main
+package e2e
 
 import (
-	"bytes"
 	"errors"
-	"flag"
 	"image"
 	"os"
 	"os/exec"
@@ -14,6 +12,9 @@ import (
 	"distflash/runplot"
 	"distflash/runplot/runplottest"
 )
+
+// The tests of this file run plot through the binary: two runs overlaid (PNG and SVG), a damaged
+// or diverged run, a trained run, and the bad command lines, refused naming what is wrong.
 
 // decodePNG reads a PNG file and checks its size.
 func decodePNG(t *testing.T, path string) image.Image {
@@ -33,16 +34,16 @@ func TestPlotTwoRuns(t *testing.T) {
 	b := runplottest.WriteRun(t, dir, "beta", runplottest.SynthMetrics(45, 1e-2, 3.0, 0), "")
 	for _, ext := range []string{".png", ".svg"} {
 		out := filepath.Join(dir, "runs"+ext)
-		var stdout, stderr bytes.Buffer
 		// Flags may come after the runs; the second run is given by its metrics.jsonl.
-		if err := run([]string{"plot", a, filepath.Join(b, "metrics.jsonl"), "--out", out}, &stdout, &stderr); err != nil {
-			t.Fatalf("plot %s: %v\n%s", ext, err, stderr.String())
+		stdout, stderr, err := cli(t, "plot", a, filepath.Join(b, "metrics.jsonl"), "--out", out)
+		if err != nil {
+			t.Fatalf("plot %s: %v\n%s", ext, err, stderr)
 		}
-		if stderr.Len() != 0 {
-			t.Errorf("plot %s: unexpected warnings: %s", ext, stderr.String())
+		if stderr != "" {
+			t.Errorf("plot %s: unexpected warnings: %s", ext, stderr)
 		}
-		if !strings.Contains(stdout.String(), out) {
-			t.Errorf("stdout %q does not name %s", stdout.String(), out)
+		if !strings.Contains(stdout, out) {
+			t.Errorf("stdout %q does not name %s", stdout, out)
 		}
 		if ext == ".png" {
 			decodePNG(t, out)
@@ -77,13 +78,13 @@ func TestPlotDamagedRun(t *testing.T) {
 	fp16[3] = `{"step":4,"loss":4.9,"lr":0.003,"grad_norm":null,"tokens_per_s":5000,"tokens":4096,"skipped":true,"loss_scale":65536}`
 	runplottest.WriteRun(t, dir, "fp16", fp16, "")
 	out := filepath.Join(dir, "damaged.svg")
-	var stdout, stderr bytes.Buffer
-	if err := run([]string{"plot", "--out", out, diverged, filepath.Join(dir, "fp16")}, &stdout, &stderr); err != nil {
-		t.Fatalf("plot: %v\n%s", err, stderr.String())
+	_, stderr, err := cli(t, "plot", "--out", out, diverged, filepath.Join(dir, "fp16"))
+	if err != nil {
+		t.Fatalf("plot: %v\n%s", err, stderr)
 	}
 	wantWarn := "plot: warning: " + filepath.Join(diverged, "metrics.jsonl") + ":31: skipped a truncated last line"
-	if !strings.Contains(stderr.String(), wantWarn) {
-		t.Errorf("stderr %q does not contain %q", stderr.String(), wantWarn)
+	if !strings.Contains(stderr, wantWarn) {
+		t.Errorf("stderr %q does not contain %q", stderr, wantWarn)
 	}
 	_, texts := runplottest.SVGTexts(t, out)
 	all := strings.Join(texts, "\n")
@@ -123,8 +124,7 @@ func TestPlotErrors(t *testing.T) {
 		{"missing out dir", []string{good, "--out", filepath.Join(dir, "nodir", "x.png")}, []string{filepath.Join(dir, "nodir", "x.png")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			err := run(append([]string{"plot"}, tc.args...), &stdout, &stderr)
+			_, _, err := cli(t, append([]string{"plot"}, tc.args...)...)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -139,12 +139,13 @@ func TestPlotErrors(t *testing.T) {
 			}
 		})
 	}
-	var stdout, stderr bytes.Buffer
-	if err := run([]string{"plot", "--help"}, &stdout, &stderr); !errors.Is(err, flag.ErrHelp) {
-		t.Errorf("plot --help: %v, want flag.ErrHelp", err)
+	// --help is not a failure: the command returns flag.ErrHelp, which exits 0.
+	_, stderr, err := distflash(t, "plot", "--help")
+	if err != nil {
+		t.Errorf("plot --help: %v, want exit status 0", err)
 	}
-	if !strings.Contains(stderr.String(), "distflash plot RUN") || !strings.Contains(stderr.String(), "-out") {
-		t.Errorf("plot --help printed %q", stderr.String())
+	if !strings.Contains(stderr, "distflash plot RUN") || !strings.Contains(stderr, "-out") {
+		t.Errorf("plot --help printed %q", stderr)
 	}
 }
 
@@ -152,18 +153,15 @@ func TestPlotErrors(t *testing.T) {
 // train calls at its end).
 func TestPlotTrainedRun(t *testing.T) {
 	dir := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--set", "run.output_dir=" + dir,
-		"--set", "training.steps=3", "--set", "data.batch_size=2", "--set", "data.max_bytes=1048576"}, &stdout, &stderr)
+	_, stderr, err := cli(t, "train", "--config", "configs/tiny.toml", "--progress=false", "--set", "run.output_dir="+dir,
+		"--set", "training.steps=3", "--set", "data.batch_size=2", "--set", "data.max_bytes=1048576")
 	if err != nil {
-		t.Fatalf("train: %v\n%s", err, stderr.String())
+		t.Fatalf("train: %v\n%s", err, stderr)
 	}
 	runDir := filepath.Join(dir, "tiny")
 	out := filepath.Join(dir, "tiny.png")
-	stdout.Reset()
-	stderr.Reset()
-	if err := run([]string{"plot", runDir, "--out", out}, &stdout, &stderr); err != nil {
-		t.Fatalf("plot: %v\n%s", err, stderr.String())
+	if _, stderr, err := cli(t, "plot", runDir, "--out", out); err != nil {
+		t.Fatalf("plot: %v\n%s", err, stderr)
 	}
 	decodePNG(t, out)
 	r, err := runplot.Read(runDir)
@@ -185,23 +183,20 @@ func TestPlotTrainedRun(t *testing.T) {
 // TestPlotBinary runs the real program: a damaged run plots with exit 0 and the warning on
 // stderr; a bad --out exits non-zero with the value named and writes nothing.
 func TestPlotBinary(t *testing.T) {
-	bin := buildBinary(t)
 	dir := t.TempDir()
 	a := runplottest.WriteRun(t, dir, "a", runplottest.SynthMetrics(20, 3e-3, 2.5, 10), `{"step":21,"lo`)
 	out := filepath.Join(dir, "a.png")
-	cmd := exec.Command(bin, "plot", a, "--out", out)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("distflash plot: %v\n%s", err, stderr.String())
+	_, stderr, err := distflash(t, "plot", a, "--out", out)
+	if err != nil {
+		t.Fatalf("distflash plot: %v\n%s", err, stderr)
 	}
-	if want := filepath.Join(a, "metrics.jsonl") + ":21: skipped a truncated last line"; !strings.Contains(stderr.String(), want) {
-		t.Errorf("stderr %q does not contain %q", stderr.String(), want)
+	if want := filepath.Join(a, "metrics.jsonl") + ":21: skipped a truncated last line"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr %q does not contain %q", stderr, want)
 	}
 	decodePNG(t, out)
 
 	bad := filepath.Join(dir, "a.jpg")
-	msg, err := exec.Command(bin, "plot", a, "--out", bad).CombinedOutput()
+	msg, err := command("plot", a, "--out", bad).CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
 		t.Fatalf("distflash plot --out %s: %v, want a non-zero exit", bad, err)

@@ -1,30 +1,26 @@
-package main
+package e2e
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-
-	"distflash/ckpt"
-	"distflash/evaluate"
-	"distflash/train"
 )
 
+// The tests of this file check that a run stopped and resumed, in a new process, is the run
+// that never stopped: bit for bit on the same world, to summation order on another (the
+// checkpoint re-sharded), and that resume names what is damaged or changed.
+
 // runBin runs the real binary with train arguments (configs/tiny.toml, 1 MiB of data, 8
-// steps) plus args, in the environment env, and returns its combined output.
+// steps) plus args, in this process's environment plus env, and returns its combined output.
 func runBin(t *testing.T, env []string, args ...string) (string, error) {
 	t.Helper()
 	base := []string{"train", "--config", "configs/tiny.toml", "--progress=false",
 		"--set", "data.max_bytes=1048576", "--set", "data.batch_size=2", "--set", "training.steps=8",
 		"--set", "training.warmup_steps=2"}
-	cmd := exec.Command(buildBinary(t), append(base, args...)...)
+	cmd := command(append(base, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -40,53 +36,11 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-// stateOf reads the weights and AdamW moments of a checkpoint.
-func stateOf(t *testing.T, path string) map[string][]float32 {
-	t.Helper()
-	c, err := ckpt.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	out := map[string][]float32{}
-	for _, name := range train.StateTensors {
-		if out[name], err = c.ReadTensor(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
-
-// sameState reports the first difference between two checkpoints' tensors, bit for bit.
-func sameState(a, b map[string][]float32) error {
-	for _, name := range train.StateTensors {
-		x, y := a[name], b[name]
-		if len(x) != len(y) {
-			return fmt.Errorf("%s: %d vs %d elements", name, len(x), len(y))
-		}
-		for i := range x {
-			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
-				return fmt.Errorf("%s[%d]: %v vs %v", name, i, x[i], y[i])
-			}
-		}
-	}
-	return nil
-}
-
-// lossesOf reads the per-step losses of a run directory.
-func lossesOf(t *testing.T, runDir string) []float64 {
-	t.Helper()
-	var out []float64
-	for _, m := range readMetrics(t, filepath.Join(runDir, "metrics.jsonl")) {
-		out = append(out, m.Loss)
-	}
-	return out
-}
-
 // TestResumeIsExact: 8 steps straight and 4 steps + checkpoint + a new process that resumes
 // and runs 4 more give bit-identical weights, AdamW moments and losses. Checked for one
 // worker in fp32 and for 2 FSDP ranks in fp16 (sharded state, loss scaler in the state).
 func TestResumeIsExact(t *testing.T) {
+	slow(t, "TestInitFromResume and TestTrainInterrupt resume through the binary, the first bit for bit")
 	for _, world := range [][]string{
 		nil,
 		{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
@@ -124,6 +78,7 @@ func TestResumeIsExact(t *testing.T) {
 // FSDP ranks: every rank reads the element ranges it needs from the 4 shard files, and the
 // loss curve continues as the 4-rank run's does (to summation-order tolerance).
 func TestResumeReshards(t *testing.T) {
+	slow(t, "ckpt's TestReshard reads 4 ranks' shards for other world sizes")
 	four := []string{"--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4", "--set", "parallelism.fsdp=true"}
 	ref := t.TempDir()
 	mustRun(t, append(four, "--set", "run.output_dir="+ref)...)
@@ -147,50 +102,11 @@ func TestResumeReshards(t *testing.T) {
 	}
 }
 
-// TestKillDuringSave kills the real process (SIGKILL, from inside, at a chosen point) while it
-// saves step 4, for every stage of a save. The previous checkpoint stays `latest` until the
-// new one is complete, both load, and resuming finishes the run with exactly the weights of
-// an uninterrupted run.
-func TestKillDuringSave(t *testing.T) {
-	ref := t.TempDir()
-	mustRun(t, "--set", "run.output_dir="+ref, "--set", "checkpoint.interval=2")
-	want := stateOf(t, filepath.Join(ref, "tiny", "step-000008"))
-	stages := []string{"shard written", "sidecars read", "manifest tmp", "manifest", "dir renamed",
-		"run dir synced", "latest tmp", "latest renamed", "latest durable", "pruned"}
-	for i, stage := range stages {
-		t.Run(stage, func(t *testing.T) {
-			dir := t.TempDir()
-			run := filepath.Join(dir, "tiny")
-			mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=2", "--stop-after", "2")
-			out, err := runBin(t, []string{ckpt.KillAtEnv + "=" + stage}, "--set", "run.output_dir="+dir,
-				"--set", "checkpoint.interval=2", "--resume", "auto")
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-				t.Fatalf("process was not killed at %q: %v\n%s", stage, err, out)
-			}
-			path, skipped, err := ckpt.Resolve(run, "auto")
-			if err != nil || len(skipped) > 0 {
-				t.Fatalf("after a kill at %q: %v (skipped %v)", stage, err, skipped)
-			}
-			wantStep := "step-000002"
-			if i >= 7 { // from "latest renamed" on, the new checkpoint is the latest
-				wantStep = "step-000004"
-			}
-			if filepath.Base(path) != wantStep {
-				t.Errorf("after a kill at %q: latest intact checkpoint %s, want %s", stage, filepath.Base(path), wantStep)
-			}
-			mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=2", "--resume", "auto")
-			if err := sameState(want, stateOf(t, filepath.Join(run, "step-000008"))); err != nil {
-				t.Errorf("run killed at %q and resumed: %v", stage, err)
-			}
-		})
-	}
-}
-
 // TestResumeDamage: a damaged newest checkpoint is named and skipped by --resume auto, which
 // says so and continues from the one before; naming it explicitly is an error that names
 // the file; a checkpoint of another model shape is refused with the differing keys.
 func TestResumeDamage(t *testing.T) {
+	slow(t, "ckpt's TestDamage names and skips each damage, and TestEvalFallsBackPastDamagedLatest skips a damaged latest through the binary")
 	dir := t.TempDir()
 	run := filepath.Join(dir, "tiny")
 	mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=2", "--stop-after", "4")
@@ -219,36 +135,53 @@ func TestResumeDamage(t *testing.T) {
 	}
 }
 
-// TestEvalDuringTrainingAndOfCheckpoint: eval.interval evaluates on data.eval during training
-// (logged, and in metrics.jsonl), and `distflash eval` of the checkpoint saved at that step
-// gives the same loss, from the checkpoint's own weights, through the real binary.
-func TestEvalDuringTrainingAndOfCheckpoint(t *testing.T) {
+// TestResumeSaysWhatChanged: every changed key is printed old → new with what it does; a key
+// that cannot continue the same training is refused by name.
+func TestResumeSaysWhatChanged(t *testing.T) {
+	slow(t, "ckpt's TestCheckConfig finds each changed key and refuses a changed model by name")
 	dir := t.TempDir()
-	out := mustRun(t, "--set", "run.output_dir="+dir, "--set", "checkpoint.interval=4", "--set", "eval.interval=4",
-		"--set", "data.eval=$GOROOT/src/strings", "--set", "eval.samples=3")
-	if !strings.Contains(out, "eval step 4: loss") || !strings.Contains(out, "eval step 8: loss") {
-		t.Fatalf("no eval lines in the log:\n%s", out)
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--stop-after", "2")...)
+	out := mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--resume", "auto", "--set", "training.lr=0.001",
+		"--set", "checkpoint.keep=2", "--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2", "--stop-after", "3")...)
+	for _, want := range []string{
+		"resume: training.lr: 0.003 → 0.001 (WARNING: the continuation is not the same run",
+		"resume: checkpoint.keep: 3 → 2 (no effect on the training)",
+		"resume: parallelism.sequence_parallel_degree: 1 → 2 (the same training, equal up to floating-point rounding)",
+		"resume: parallelism.world_size: 1 → 2 (the same training, equal up to floating-point rounding)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("resume output lacks %q:\n%s", want, out)
+		}
 	}
-	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
-	if ms[3].EvalLoss == 0 || ms[7].EvalLoss == 0 || ms[4].EvalLoss != 0 {
-		t.Fatalf("eval_loss in metrics at steps 4 and 8 only: %v %v %v", ms[3].EvalLoss, ms[4].EvalLoss, ms[7].EvalLoss)
+	out = mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--resume", "auto", "--set", "parallelism.world_size=2", "--stop-after", "4")...)
+	if !strings.Contains(out, "parallelism.sequence_parallel_degree: 2 → 1 (WARNING") || !strings.Contains(out, "2 data-parallel replicas, was 1") {
+		t.Errorf("a change of data-parallel replicas is not warned about:\n%s", out)
 	}
-	res := filepath.Join(dir, "eval.json")
-	cmd := exec.Command(buildBinary(t), "eval", "--model", filepath.Join(dir, "tiny", "step-000004"),
-		"--data", "$GOROOT/src/strings", "--samples", "3", "--out", res)
-	b, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("eval of the checkpoint: %v\n%s", err, b)
+	for _, key := range []string{"data.seq_len=64", "run.seed=7", "model.ffn_dim=64"} {
+		mustFail(t, smallRun(dir, "--set", "training.steps=8", "--resume", "auto", "--set", key),
+			strings.Split(key, "=")[0]+" changed")
 	}
-	var r evaluate.Result
-	raw, err := os.ReadFile(res)
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestInitFromResume: a run started with --init-from, stopped at step 2 and resumed with
+// the same --init-from and --resume auto, ends bit-identical to the run that never stopped
+// (the checkpoint's weights, moments and data position replace the source's).
+func TestInitFromResume(t *testing.T) {
+	const src = "weights/testdata/hf/llama-sharded"
+	straight, split := t.TempDir(), t.TempDir()
+	args := func(dir string, extra ...string) []string {
+		a := append([]string{"train", "--config", "configs/tiny.toml", "--progress=false", "--init-from", src}, initBase(dir)...)
+		return append(a, append([]string{"--set", "training.steps=4", "--set", "checkpoint.interval=2"}, extra...)...)
 	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
+	for _, a := range [][]string{args(straight), args(split, "--stop-after", "2"), args(split, "--resume", "auto")} {
+		if _, stderr, err := cli(t, a...); err != nil {
+			t.Fatalf("%v: %v\n%s", a, err, stderr)
+		}
 	}
-	if math.Abs(r.Loss-ms[3].EvalLoss) > 1e-9*ms[3].EvalLoss {
-		t.Errorf("eval of step-000004: loss %.9f, eval during training at step 4: %.9f", r.Loss, ms[3].EvalLoss)
+	if err := sameState(stateOf(t, filepath.Join(straight, "tiny", "step-000004")), stateOf(t, filepath.Join(split, "tiny", "step-000004"))); err != nil {
+		t.Errorf("straight vs stopped at 2 and resumed: %v", err)
+	}
+	if a, b := lossesOf(t, filepath.Join(straight, "tiny")), lossesOf(t, filepath.Join(split, "tiny")); fmt.Sprint(a) != fmt.Sprint(b) || len(a) != 4 {
+		t.Errorf("losses %v and %v", a, b)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -54,7 +54,7 @@ func absurdHFDir(t *testing.T, config string) string {
 // error naming every one of want and the bytes needed and available.
 func mustRefuseMemory(t *testing.T, args []string, want ...string) {
 	t.Helper()
-	out, code := distflash(t, args...)
+	out, code := output(t, args...)
 	if code != 2 {
 		t.Fatalf("distflash %v: exit %d, want 2\n%s", args, code, out)
 	}
@@ -184,6 +184,7 @@ func copyFixture(t *testing.T) string {
 // each TOML seed. None may panic; each ends in exit code 0 or 2, and a
 // refusal names the directory or file.
 func TestSeedsThroughCLI(t *testing.T) {
+	slow(t, "every package runs its fuzz seeds in process, and TestAbsurdHFConfig refuses models through the binary")
 	docs := filepath.Join(t.TempDir(), "docs.txt")
 	if err := os.WriteFile(docs, []byte("Hello world, café 日本 🙂\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -194,7 +195,7 @@ func TestSeedsThroughCLI(t *testing.T) {
 		}
 	}
 	check := func(t *testing.T, name string, args []string, names string) {
-		out, code := distflash(t, args...)
+		out, code := output(t, args...)
 		if strings.Contains(out, "panic:") || strings.Contains(out, "goroutine ") || code != 0 && code != 2 {
 			t.Fatalf("%s: distflash %v: exit %d\n%s", name, args, code, out)
 		}

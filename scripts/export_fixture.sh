@@ -3,7 +3,7 @@
 # `distflash export` (f32 in one file; bf16 in shards of at most 40KB with an index),
 # and the losses scripts/reference.py computes from the exported files with its own
 # safetensors reader and PyTorch LLaMA (float64), in testdata/export/*.reference.json.
-# exportcmd_test.go checks, without Python, that `distflash eval` of the committed
+# e2e/round_trip_test.go checks, without Python, that `distflash eval` of the committed
 # directories gives those losses and that `distflash export` still writes them byte for byte.
 #
 #   sh scripts/export_fixture.sh        (needs Go and /usr/bin/python3 with torch)

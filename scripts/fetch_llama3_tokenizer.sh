@@ -6,7 +6,7 @@
 # data/testdata/tok/llama3.hf*.json (scripts/tokenizer_vectors_llama3.py) were made from.
 #
 # Writes data/testdata/tok/llama3.tokenizer.json.gz (ignored by git), which
-# `go test ./data -run Llama3` and `go test . -run Llama3` read. Needs node's npm. .ci/run runs it.
+# `go test ./data -run Llama3` and `go test ./e2e -run Llama3` read. Needs node's npm. .ci/run runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=data/testdata/tok/llama3.tokenizer.json.gz

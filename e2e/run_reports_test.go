@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"distflash/train/tensorboard"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The tests of this file check what a run reports: its loss falls, and its log lines,
+// metrics.jsonl, TensorBoard events and profiles say what they claim to.
+
+// TestTrainTinyLossFalls trains the default config for 80 steps and checks that the loss falls
+// well below ln(vocab) (the loss of a uniform guess) and that metrics.jsonl has every field.
+func TestTrainTinyLossFalls(t *testing.T) {
+	slow(t, "TestLogLineTimeAndMFU and TestTensorBoardEvents check a run's metrics through the binary, model's TestGradientsMatchFiniteDifferences the gradients and optim's TestAdamWMinimisesQuadratic the update")
+	dir := t.TempDir()
+	stdout, stderr, err := cli(t, "train", "--config", "configs/tiny.toml", "--progress=false",
+		"--set", "training.steps=80", "--set", "training.warmup_steps=10", "--set", "run.output_dir="+dir)
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr)
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if len(ms) != 80 {
+		t.Fatalf("%d metric lines, want 80", len(ms))
+	}
+	lnV := math.Log(256)
+	if math.Abs(ms[0].Loss-lnV) > 0.1 {
+		t.Errorf("first loss %.3f, want ≈ ln 256 = %.3f at initialisation", ms[0].Loss, lnV)
+	}
+	var tail float64
+	for _, m := range ms[70:] {
+		tail += m.Loss / 10
+	}
+	if tail > 0.65*lnV {
+		t.Errorf("mean loss of the last 10 steps %.3f, want < %.3f (0.65·ln 256)", tail, 0.65*lnV)
+	}
+	last := ms[len(ms)-1]
+	if last.Step != 80 || last.LR <= 0 || last.GradNorm <= 0 || last.TokensPerSec <= 0 || last.Tokens != 80*1024 || last.AttnForwards != 80*4 {
+		t.Errorf("last metrics line incomplete: %+v", last)
+	}
+	if !strings.Contains(stdout, "trained 80 steps") {
+		t.Errorf("stdout: %q", stdout)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tiny", "config.json")); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestLogLineTimeAndMFU: log lines carry FLOP/s, elapsed time and the time left; metrics.jsonl
+// carries flops_per_s = tokens/s × plan's FLOPs per token, and mfu against device.peak_tflops;
+// the end of the run quotes the mean loss of the last 10 steps.
+func TestLogLineTimeAndMFU(t *testing.T) {
+	dir := t.TempDir()
+	out, code := output(t, smallRun(dir, "--set", "training.steps=12", "--set", "run.log_interval=4", "--set", "device.peak_tflops=0.5")...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	re := regexp.MustCompile(`step 4/12  loss [\d.]+  lr \S+  grad_norm [\d.]+  \d+ tok/s  [\d.]+ [MGT]FLOP/s  mfu [\d.]+%  elapsed \S+  eta \S+\n`)
+	if !re.MatchString(out) {
+		t.Errorf("no log line with FLOP/s, mfu, elapsed and eta:\n%s", out)
+	}
+	if !regexp.MustCompile(`step 12/12 .* elapsed \S+\n`).MatchString(out) || regexp.MustCompile(`step 12/12 [^\n]* eta`).MatchString(out) {
+		t.Errorf("the last step's line:\n%s", out)
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	// 6N + 6·L·q·S per token, N and the shape from the run's summary line
+	n := regexp.MustCompile(`LLaMA ([\d.]+)K params \(dim (\d+), (\d+) layers, (\d+) heads[^,]*, head_dim (\d+).* seq (\d+) `).FindStringSubmatch(out)
+	if n == nil {
+		t.Fatalf("no summary line:\n%s", out)
+	}
+	for _, m := range ms {
+		if m.FLOPsPerSec <= 0 || m.MFU <= 0 || abs(m.MFU-m.FLOPsPerSec/0.5e12) > 1e-12 {
+			t.Errorf("step %d: flops_per_s %g, mfu %g", m.Step, m.FLOPsPerSec, m.MFU)
+		}
+		perToken := m.FLOPsPerSec / m.TokensPerSec
+		kparams, _ := strconv.ParseFloat(n[1], 64)
+		L, _ := strconv.Atoi(n[3])
+		H, _ := strconv.Atoi(n[4])
+		hd, _ := strconv.Atoi(n[5])
+		S, _ := strconv.Atoi(n[6])
+		want := 6*kparams*1e3 + 6*float64(L*H*hd*S)
+		if abs(perToken-want) > 0.001*want { // the summary rounds N to 0.1K
+			t.Errorf("step %d: %g FLOPs per token, want 6N + 6·L·q·S = %g", m.Step, perToken, want)
+		}
+	}
+	mean := 0.0
+	for _, m := range ms[2:] {
+		mean += m.Loss / 10
+	}
+	want := fmt.Sprintf("-> %.4f (mean of the last 10 steps; the last step's %.4f)", mean, ms[11].Loss)
+	if !strings.Contains(out, want) {
+		t.Errorf("no %q:\n%s", want, out)
+	}
+}
+
+// TestProfile: --profile writes rank 0's CPU and heap profiles of the steps asked, in pprof's
+// format (gzipped protobuf), and says where.
+func TestProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "prof")
+	out, code := output(t, append(smallRun(dir, "--set", "training.steps=6"), "--profile", prof, "--profile-steps", "2..4")...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if !strings.Contains(out, "profile: CPU of steps 2–4") || !strings.Contains(out, "go tool pprof -top") {
+		t.Errorf("the profile was not announced:\n%s", out)
+	}
+	for _, f := range []string{"cpu.pprof", "heap.pprof"} {
+		b, err := os.ReadFile(filepath.Join(prof, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: %d bytes, not a gzipped profile", f, len(b))
+		}
+	}
+	var ee *exec.ExitError
+	if _, err := exec.LookPath("go"); err == nil {
+		cmd := exec.Command("go", "tool", "pprof", "-top", bin, filepath.Join(prof, "cpu.pprof"))
+		top, err := cmd.CombinedOutput()
+		if errors.As(err, &ee) || err != nil || !strings.Contains(string(top), "distflash/") {
+			t.Errorf("go tool pprof -top: %v\n%s", err, top)
+		}
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// TestTensorBoardEvents: a run writes TensorBoard event files under <run>/tb/ that a reader
+// built on the protobuf library decodes, every CRC checked: one event per step with the same
+// loss, learning rate, gradient norm, tokens/s, FLOP/s and MFU as metrics.jsonl (as float32),
+// and the eval loss on the steps it ran. A resumed run adds a second file; run.tensorboard =
+// false writes none.
+func TestTensorBoardEvents(t *testing.T) {
+	dir := t.TempDir()
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=6", "--stop-after", "4", "--set", "device.peak_tflops=1",
+		"--set", "eval.interval=2", "--set", "eval.samples=2")...)
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=6", "--resume", "auto", "--set", "device.peak_tflops=1",
+		"--set", "eval.interval=2", "--set", "eval.samples=2")...)
+	files, _ := filepath.Glob(filepath.Join(dir, "tiny", "tb", "events.out.tfevents.*"))
+	if len(files) != 2 {
+		t.Fatalf("%d event files, want 2 (the run and its resumption): %v", len(files), files)
+	}
+	bySteps := map[int64]tensorboard.Event{}
+	for _, f := range files {
+		evs, err := tensorboard.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 || evs[0].FileVersion != "brain.Event:2" {
+			t.Fatalf("%s: no file_version record first", f)
+		}
+		for _, e := range evs[1:] {
+			bySteps[e.Step] = e
+		}
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if len(bySteps) != len(ms) || len(ms) != 6 {
+		t.Fatalf("%d events, %d metric lines, want 6 each", len(bySteps), len(ms))
+	}
+	for _, m := range ms {
+		e := bySteps[int64(m.Step)]
+		want := map[string]float64{"train/loss": m.Loss, "train/lr": m.LR, "train/grad_norm": m.GradNorm,
+			"perf/tokens_per_s": m.TokensPerSec, "perf/flops_per_s": m.FLOPsPerSec, "perf/mfu": m.MFU}
+		if m.Step%2 == 0 {
+			want["eval/loss"] = m.EvalLoss
+		}
+		for tag, v := range want {
+			if got, ok := e.Values[tag]; !ok || got != float32(v) {
+				t.Errorf("step %d %s: %v (present %v), metrics.jsonl %v", m.Step, tag, got, ok, v)
+			}
+		}
+		if _, ok := e.Values["eval/loss"]; ok != (m.Step%2 == 0) {
+			t.Errorf("step %d: eval/loss present %v", m.Step, ok)
+		}
+		if e.Values["memory/largest_rank_gib"] <= 0 {
+			t.Errorf("step %d: no memory", m.Step)
+		}
+	}
+	off := t.TempDir()
+	mustSucceed(t, smallRun(off, "--set", "training.steps=1", "--set", "run.tensorboard=false")...)
+	if _, err := os.Stat(filepath.Join(off, "tiny", "tb")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run.tensorboard = false: %v", err)
+	}
+}

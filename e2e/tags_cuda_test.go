@@ -1,0 +1,9 @@
+//go:build cuda
+
+package e2e
+
+// The binary these tests run is built with the tag of this test binary.
+func init() {
+	binTags = append(binTags, "cuda")
+	cudaBuild = true
+}
