@@ -261,6 +261,9 @@ func loaderDocWindows(t *testing.T, d DocLengths, T, windows int, seed uint64) [
 // largest rank; 256 windows each, they differ by at most 0.021 here, while the causal
 // idle or a fixed-length visible fraction would miss by 0.09 and 3.5×). The step time falls by the visible fraction stretched by the new idle.
 func TestPlanDocumentsMatchParallel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; in -short, TestPlanDocumentIdleMatchesCounters holds the documents' idle to parallel's counters")
+	}
 	const T, P, windows = 4096, 4, 256
 	for _, d := range []DocLengths{{Dist: "lognormal", Mean: 256}, {Dist: "exponential", Mean: 512}, {Dist: "fixed", Mean: 300}} {
 		ws := loaderDocWindows(t, d, T, windows, 5)

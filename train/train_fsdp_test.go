@@ -65,6 +65,9 @@ func compareRuns(t *testing.T, name string, a, b []Metrics, pa, pb []float32, re
 // the weights; prefetching a stale unit, a wrong shard offset or a missed reduce-scatter move
 // them by orders of magnitude more (the first bug this test found moved step 2's loss by 1e-3).
 func TestFSDPTrainsLikeOneWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; in -short, parallel's TestFSDPMatchesReplicated holds FSDP's forward and backward to replicated training")
+	}
 	const steps = 20
 	ref, trRef := trainSteps(t, steps, "checkpoint.activation=attn_output")
 	want := trRef.fullParams()
@@ -187,6 +190,9 @@ var _ = kernels.FP32
 // update is skipped (scale 65536 → 32768) and the run follows a different path, measured
 // +0.04…+0.06 nats from fp32 afterwards; bf16 stays within 0.01.
 func TestMixedPrecisionTrains(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; in -short, TestFP16OverflowSkipsThatStep runs fp16's loss scaling and model's TestHalfActivations 16-bit activations")
+	}
 	tail := func(ms []Metrics) float64 {
 		var s float64
 		for _, m := range ms[len(ms)-20:] {
@@ -233,6 +239,9 @@ func TestMixedPrecisionTrains(t *testing.T) {
 // and MLP weight gradients are summed in another order; a chunk lost or counted twice misses by
 // far more).
 func TestLossChunksTrainLikeWhole(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; in -short, model's TestLossChunks and TestMLPTiles hold chunks and tiles to the whole batch")
+	}
 	const steps = 5
 	sp4 := []string{"parallelism.world_size=4", "parallelism.sequence_parallel_degree=4", "checkpoint.activation=attn_output"}
 	cases := map[string][]string{
@@ -268,6 +277,9 @@ func TestLossChunksTrainLikeWhole(t *testing.T) {
 // batch 2; 0.0186 against 0.0167 with the default batch of 8), and it accounts fewer bytes of
 // activations than float32 training under the same policy.
 func TestHalfActivationsTrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("slow; in -short, model's TestHalfActivations holds 16-bit kept activations' gradients to float32's")
+	}
 	const steps = 50
 	dev := func(a, b []Metrics) float64 {
 		worst := 0.0
