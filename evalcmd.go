@@ -11,7 +11,7 @@ import (
 )
 
 // runEval is `distflash eval`.
-func runEval(args []string, stdout, stderr io.Writer) error {
+func runEval(args []string, stdout, stderr io.Writer) (err error) {
 	fs := root.Flags("eval", stderr)
 	configPath := fs.String("config", "", "TOML config file: [parallelism], [data] tokenizer and format, [eval] (default: the built-in defaults, as configs/tiny.toml)")
 	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint directory, or .safetensors file with the config's [model] shape (required)")
@@ -68,8 +68,8 @@ func runEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer job.Close()
-	if !job.Leader() { // every rank evaluates; rank 0 speaks and writes
+	defer cli.OnSuccess(job.Close, &err) // after a failure main ends the job (MPI_Abort)
+	if !job.Leader() {                   // every rank evaluates; rank 0 speaks and writes
 		stdout, stderr, *progress = io.Discard, io.Discard, false
 		*plotOut = ""
 	}

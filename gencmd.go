@@ -11,7 +11,7 @@ import (
 // runGenerate is `distflash generate`: the prompt continued by the model, printed as the
 // tokens come when stdout is a terminal (--stream), with the prefill's and the decoding's
 // tokens/s on stderr.
-func runGenerate(args []string, stdout, stderr io.Writer) error {
+func runGenerate(args []string, stdout, stderr io.Writer) (err error) {
 	fs := root.Flags("generate", stderr)
 	configPath := fs.String("config", "", "TOML config file: [parallelism] (sequence_parallel_degree, attention) (default: the built-in defaults)")
 	modelPath := fs.String("model", "", "Hugging Face LLaMA directory, distflash checkpoint or run directory, or .safetensors file with the config's [model] shape (required)")
@@ -37,8 +37,8 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer job.Close()
-	if !job.Leader() { // every rank generates; rank 0 speaks and writes
+	defer cli.OnSuccess(job.Close, &err) // after a failure main ends the job (MPI_Abort)
+	if !job.Leader() {                   // every rank generates; rank 0 speaks and writes
 		stdout, stderr, *stream, *out = io.Discard, io.Discard, false, ""
 	}
 	fmt.Fprintln(stderr, job.Describe())

@@ -33,10 +33,12 @@ func main() {
 		if !errors.As(err, &same) {
 			fmt.Fprintf(os.Stderr, "distflash: rank %d: %v\n", l.Rank, err)
 		}
-		os.Exit(2)
+	} else {
+		fmt.Fprintln(os.Stderr, "distflash:", err)
 	}
-	fmt.Fprintln(os.Stderr, "distflash:", err)
-	os.Exit(2)
+	// a refusal may be this rank's alone (rank 0 checks the run directory): the whole job ends
+	// now (MPI_Abort once MPI has started), not after the others wait for this one
+	transport.AbortMPI(2)
 }
 
 // everyRank marks an error that every rank of a launched world meets alike (an invalid config,

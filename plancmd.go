@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"math"
-	"strconv"
 
 	"distflash/config"
 	"distflash/internal/cli"
@@ -21,8 +19,8 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	format := fs.String("format", "text", "text | json")
 	sweep := fs.String("sweep", "", "seq_len=LO..HI: plan every seq_len from LO doubling to HI (K = 1024, M = 1024²)")
 	attention := fs.String("attention", "", "all | a schedule name (default: parallelism.attention)")
-	mfu := fs.Float64("mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the dense products; also the attention's unless --attn-mfu is given (default: the GPU type's, measured for H100/H200: 0.22; 0.5 for A100, not measured; 1 for cpu)")
-	attnMFU := fs.Float64("attn-mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the attention kernels (default: --mfu when given, else the GPU type's, measured for H100/H200: 0.15; 0.5 for A100, not measured; 1 for cpu)")
+	mfu := fs.Float64("mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the dense products; also the attention's unless --attn-mfu is given (default: the GPU type's: 0.22, measured on an H200, assumed for H100 and A100; 1 for cpu)")
+	attnMFU := fs.Float64("attn-mfu", 0, "achievable fraction of the GPU's peak FLOP/s in the attention kernels (default: --mfu when given, else the GPU type's: 0.15, measured on an H200, assumed for H100 and A100; 1 for cpu)")
 	gpuMem := fs.Float64("gpu-mem", 0, "override the GPU memory, bytes (e.g. 80e9)")
 	interBW := fs.Float64("inter-bw", 0, "override the inter-node bandwidth per GPU, bytes/s")
 	intraBW := fs.Float64("intra-bw", 0, "override the intra-node bandwidth per GPU, bytes/s")
@@ -35,20 +33,10 @@ func runPlan(args []string, stdout, stderr io.Writer) error {
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("plan: --format %q: want text or json", *format)
 	}
-	// A flag given is a value meant: 0 or less is no memory, bandwidth or speed, not "the default".
-	for _, f := range []struct {
-		name, want string
-		min        float64
-	}{{"gpu-mem", "bytes, e.g. 80e9", 1e6}, {"inter-bw", "bytes/s, e.g. 25e9", 1e3}, {"intra-bw", "bytes/s, e.g. 450e9", 1e3},
-		{"flops", "FLOP/s, e.g. 5e10", 1e3}, {"mfu", "a fraction in (0, 1]", 0}, {"attn-mfu", "a fraction in (0, 1]", 0}} {
-		v, _ := strconv.ParseFloat(fs.Lookup(f.name).Value.String(), 64)
-		bad := !(v > f.min) || math.IsInf(v, 0)
-		if f.min == 0 {
-			bad = !(v > 0 && v <= 1)
-		}
-		if cli.FlagSet(fs, f.name) && bad {
-			return fmt.Errorf("plan: --%s %s: want %s (at least %g); leave the flag out for the cluster's own value", f.name, fs.Lookup(f.name).Value, f.want, f.min)
-		}
+	if err := cli.CheckRanges(fs, "the cluster's own value", []cli.Range{{Flag: "gpu-mem", Want: "bytes, e.g. 80e9", Min: 1e6},
+		{Flag: "inter-bw", Want: "bytes/s, e.g. 25e9", Min: 1e3}, {Flag: "intra-bw", Want: "bytes/s, e.g. 450e9", Min: 1e3},
+		{Flag: "flops", Want: "FLOP/s, e.g. 5e10", Min: 1e3}, {Flag: "mfu", Want: "a fraction in (0, 1]", Max: 1}, {Flag: "attn-mfu", Want: "a fraction in (0, 1]", Max: 1}}); err != nil {
+		return err
 	}
 	cfg, err := config.Load(*configPath, sets)
 	if err != nil {

@@ -57,10 +57,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	opt := train.Options{Progress: *progress, Resume: *resume, Fresh: *fresh, StopAfter: *stopAfter,
 		Clock: train.NewClock(*timeLimit), InitParams: initParams, Profile: *profile, ProfileSteps: steps}
-	w, err := world.Launch(&cfg, stderr)
-	if w != nil {
-		defer w.Finalize()
-	}
+	w, err := world.Launch(&cfg, stderr) // after an error main ends the job (MPI_Abort), not MPI_Finalize
 	if err != nil {
 		return err
 	}
@@ -74,5 +71,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if err := train.Run(ctx, cfg, stdout, stderr, opt); err != nil {
 		return err
 	}
-	return train.WriteTraffic(w)
+	if err := train.WriteTraffic(w); err != nil {
+		return err
+	}
+	return w.Finalize()
 }

@@ -9,7 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -187,5 +189,29 @@ func (s *Sets) String() string { return strings.Join(*s, ",") }
 // Set adds an override.
 func (s *Sets) Set(v string) error {
 	*s = append(*s, v)
+	return nil
+}
+
+// Range is what a numeric flag given must hold: above Min, and at most Max when Max is set (a
+// fraction: Max 1, Min 0); Want says it to the user.
+type Range struct {
+	Flag     string
+	Want     string
+	Min, Max float64
+}
+
+// CheckRanges refuses a flag of fs given outside its Range: a flag given is a value meant, so
+// 0 is no memory, bandwidth or speed, not the default (which leaving the flag out gives:
+// dflt names it).
+func CheckRanges(fs *flag.FlagSet, dflt string, ranges []Range) error {
+	for _, r := range ranges {
+		if !FlagSet(fs, r.Flag) {
+			continue
+		}
+		v, _ := strconv.ParseFloat(fs.Lookup(r.Flag).Value.String(), 64)
+		if !(v > r.Min) || math.IsInf(v, 0) || (r.Max > 0 && v > r.Max) {
+			return fmt.Errorf("%s: --%s %s: want %s (above %g); leave the flag out for %s", fs.Name(), r.Flag, fs.Lookup(r.Flag).Value, r.Want, r.Min, dflt)
+		}
+	}
 	return nil
 }

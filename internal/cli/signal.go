@@ -86,3 +86,13 @@ func Stopping(stderr io.Writer, name, left string) Interrupt {
 		Exit: Say(stderr, true, func() string { return name + ": stopped at once" + left }),
 	}
 }
+
+// OnSuccess runs close (a command's world's end: its communicators, then MPI_Finalize) when
+// the command went well (*err nil), setting *err to what it gives; after a failure it does
+// nothing, since the program then ends the whole job (MPI_Abort) instead of waiting in
+// MPI_Finalize for ranks that may never come. Deferred by a command with a named error.
+func OnSuccess(close func() error, err *error) {
+	if *err == nil {
+		*err = close()
+	}
+}

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strconv"
 	"syscall"
@@ -105,5 +106,25 @@ func TestSignalMessages(t *testing.T) {
 	Say(&buf, false, func() string { return "rank 1" })()
 	if buf.Len() != 0 {
 		t.Errorf("a rank that does not speak said %q", buf.String())
+	}
+}
+
+// TestOnSuccess: a command that went well closes its world and reports what that gives; one
+// that failed leaves it (the program ends the job).
+func TestOnSuccess(t *testing.T) {
+	closed := 0
+	closeErr := errors.New("finalize")
+	run := func(fail bool) (err error) {
+		defer OnSuccess(func() error { closed++; return closeErr }, &err)
+		if fail {
+			return errors.New("refused")
+		}
+		return nil
+	}
+	if err := run(false); err != closeErr || closed != 1 {
+		t.Errorf("success: %v, closed %d times", err, closed)
+	}
+	if err := run(true); err == nil || err.Error() != "refused" || closed != 1 {
+		t.Errorf("failure: %v, closed %d times", err, closed)
 	}
 }

@@ -266,12 +266,13 @@ func FinalizeMPI() error {
 }
 
 // AbortMPI ends every rank of the job (MPI_Abort on the world) with code as the exit status;
-// before InitMPI, or if MPI_Abort returns, it exits this process.
+// before InitMPI, after FinalizeMPI, or if MPI_Abort returns, it exits this process.
 func AbortMPI(code int) {
 	mpi.mu.Lock()
 	e := mpi.env
+	done := mpi.finalized
 	mpi.mu.Unlock()
-	if e != nil {
+	if e != nil && !done {
 		e.abort(code)
 	}
 	os.Exit(code)

@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestCheckRanges: a flag given outside its range is refused naming it, its value and what is
+// wanted; a flag left out is not checked; a fraction may be 1 but not above.
+func TestCheckRanges(t *testing.T) {
+	ranges := []Range{{Flag: "mem", Want: "bytes", Min: 1e6}, {Flag: "frac", Want: "a fraction", Max: 1}}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""}, {[]string{"-mem", "2e6"}, ""}, {[]string{"-frac", "1"}, ""},
+		{[]string{"-mem", "0"}, "test: --mem 0: want bytes (above 1e+06); leave the flag out for the default"},
+		{[]string{"-frac", "1.5"}, "--frac 1.5: want a fraction"}, {[]string{"-frac", "0"}, "--frac 0"},
+		{[]string{"-mem", "+Inf"}, "--mem +Inf"},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		fs.Float64("mem", 0, "")
+		fs.Float64("frac", 0, "")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		err := CheckRanges(fs, "the default", ranges)
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
