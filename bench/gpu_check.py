@@ -67,6 +67,18 @@ phases took 7 minutes together (bench/results/h200-2026-11-26):
                equal (greedy: the largest logit, which rounding moves only where the top two
                are within 1e-5). --dry runs the same with device.kind = cpu-device.
 
+  cudnn        cuDNN's fused attention behind the CUDA backend (issue "GPU attention at cuDNN's
+               speed", part 2): the cuDNN the Python environment carries (the nvidia-cudnn wheel
+               PyTorch brings), its version, scripts/check_cudnn_abi.sh against its headers;
+               PyTorch SDPA's cuDNN graphs captured with CUDNN_LOGLEVEL_DBG=3 (the log kept for
+               comparison with ours); the kernels test binary with DISTFLASH_ATTENTION=cudnn
+               (every Backend method and TestCUDATrainStep, every block kind routed to cuDNN
+               where it can: the paths each test took are in its log); tiny 50-step bf16 curves
+               with device.attention = cudnn against the CPU's band; the attention benchmark's
+               distflash side with cuDNN beside the own kernel's numbers of the attention phase;
+               the 0.85B model at 8K with cuDNN. --dry checks only what needs no GPU (the ABI
+               check against the headers of a wheel cached on this machine, when there is one).
+
 MFU counts 6·N + 6·L·d·S FLOPs per token: N the parameters without the input embedding table
 (the output head's matmul counts), L layers, d = heads × head_dim, S the sequence length; the
 attention term is 12·L·d·S (QKᵀ and PV, forward and backward) halved for the causal mask.
@@ -96,12 +108,12 @@ import tarfile
 import threading
 import time
 
-PHASES = ["correctness", "attention", "model", "multigpu", "commands"]
+PHASES = ["correctness", "attention", "model", "multigpu", "commands", "cudnn"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480, "commands": 240}
+BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480, "commands": 240, "cudnn": 420}
 # The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
-SHARE = {"correctness": 0.25, "attention": 0.2, "model": 0.25, "multigpu": 0.15, "commands": 0.15}
+SHARE = {"correctness": 0.2, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.25}
 CURVE_STEPS = 50
 DOC_STEPS = 20
 FP32_TOL = 1e-5
@@ -1290,6 +1302,131 @@ def phase_commands(r):
     r.step("commands", "the same over NCCL: 1 rank; 4 ranks on one GPU (NCCL >= 2.30)", lambda t: cmd_nccl(r, t), 90)
 
 
+def cudnn_find(r, limit):
+    """The cuDNN of this Python environment (the nvidia-cudnn wheel): its library, version and
+    the ABI check of kernels/cuda/cudnn_abi.h against its headers."""
+    lib = inc = None
+    for base in sys.path:
+        d = os.path.join(base, "nvidia", "cudnn")
+        cands = sorted(glob.glob(os.path.join(d, "lib", "libcudnn.so.*")))
+        if cands:
+            lib, inc = os.path.join(d, "lib", "libcudnn.so.9"), os.path.join(d, "include")
+            break
+    if lib is None:
+        if r.dry:
+            raise Skip("no nvidia-cudnn wheel on this Python's path (a GPU machine's PyTorch brings one)")
+        raise Fail("no nvidia/cudnn/lib/libcudnn.so.* on the Python path (pip install nvidia-cudnn-cu13)")
+    res = {"lib": lib}
+    if not r.dry:
+        import ctypes
+        res["version"] = ctypes.CDLL(lib).cudnnGetVersion()
+        r.cudnn = res
+    if os.path.exists(os.path.join(inc, "cudnn_graph.h")):
+        env = {"CUDNN_INCLUDE": inc}
+        for d in ("/usr/local/cuda/include",):
+            if os.path.exists(os.path.join(d, "cuda_runtime_api.h")):
+                env["CUDA_INCLUDE"] = d
+        _, out = r.sh("cudnn-abi", ["bash", os.path.join(r.pack, "scripts", "check_cudnn_abi.sh")], limit, env=env)
+        res["abi"] = out.strip().splitlines()[-1] if out.strip() else ""
+    else:
+        res["abi"] = f"not checked: no {inc}/cudnn_graph.h"
+    return res
+
+
+CUDNN_CAPTURE = r"""
+import os, sys, torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+torch.manual_seed(0)
+for hd in (64, 128):
+    q, k, v = (torch.randn(1, 8, 2048, hd, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o.sum().backward()
+torch.cuda.synchronize()
+print("captured", flush=True)
+"""
+
+
+def cudnn_capture(r, limit):
+    """PyTorch SDPA's cuDNN graphs, forward and backward, logged by cuDNN (CUDNN_LOGLEVEL_DBG=3)."""
+    if r.dry:
+        raise Skip("needs a GPU")
+    log = os.path.join(r.logs, "cudnn_torch_sdpa.log")
+    script = os.path.join(r.work, "cudnn_capture.py")
+    with open(script, "w") as f:
+        f.write(CUDNN_CAPTURE)
+    r.sh("cudnn-capture", [sys.executable, script], limit, env={"CUDNN_LOGLEVEL_DBG": "3", "CUDNN_LOGDEST_DBG": log})
+    with open(log, errors="replace") as f:
+        text = f.read()
+    ops = sorted(set(re.findall(r"CUDNN_BACKEND_OPERATION_[A-Z_]+", text)))
+    return {"log": "logs/cudnn_torch_sdpa.log", "bytes": len(text), "operations": ops}
+
+
+def cudnn_kernels(r, limit):
+    """The kernels test binary's CUDA tests with every bf16/fp16 block that cuDNN can compute on
+    cuDNN (DISTFLASH_ATTENTION=cudnn)."""
+    if r.dry:
+        raise Skip("needs a GPU (the host-side cuDNN tests run in CI: TestCUDAHostCUDNN*)")
+    code, text = r.sh("kernels_test_cudnn", [r.bin("kernels.test"), "-test.v", "-test.run", "CUDA",
+                                              "-test.timeout", f"{int(limit) - 10}s"],
+                      limit, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1), env={"DISTFLASH_ATTENTION": "cudnn"})
+    t = parse_tests(text)
+    res = {"passed": len(t["PASS"]), "failed_tests": t["FAIL"], "paths": re.findall(r"attention \(cudnn.*", text)[:20]}
+    if code != 0 or t["FAIL"]:
+        res["failed"] = f"{len(t['FAIL'])} test(s) failed: {', '.join(t['FAIL'][:12])}" if t["FAIL"] else \
+            f"exit status {code}: {tail(text, 400)}"
+    return res
+
+
+def cudnn_curves(r, limit):
+    """Tiny 50-step bf16 curves with device.attention = cudnn against the CPU's bf16 band."""
+    if r.dry:
+        raise Skip("needs a GPU")
+    deadline = time.monotonic() + limit
+    out = {}
+    for dev, prec, extra in (("cpu", "fp32", ()), ("cpu", "bf16", ()), ("cuda", "bf16", ("--set", "device.attention=cudnn"))):
+        name = f"tiny-{dev}-{prec}" + ("-cudnn" if extra else "")
+        out[name] = [m["loss"] for m in train_curve(r, name, dev, prec, (deadline - time.monotonic()) / 2, extra=extra)]
+    c = {"tiny-cpu-fp32": out["tiny-cpu-fp32"], "tiny-cpu-bf16": out["tiny-cpu-bf16"], "tiny-cuda-bf16": out["tiny-cuda-bf16-cudnn"],
+         "tiny-cuda-fp32": out["tiny-cpu-fp32"]}  # fp32 on cuDNN is the own kernel: the bf16 band is what is checked
+    res = {"curves": out}
+    res.update(compare_curves(c))
+    return res
+
+
+def cudnn_attention(r, limit):
+    """The attention benchmark's distflash side with cuDNN (DISTFLASH_ATTENTION=cudnn)."""
+    if r.dry:
+        raise Skip("needs a GPU")
+    jpath = os.path.join(r.work, "attn_distflash_cudnn.jsonl")
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "cuda_attn.py"), "--json", jpath, "--skip-torch",
+           "--go-bin", r.bin("kernels.test"), "--seqs", "4096,16384,65536", "--head-dims", "64,128", "--benchtime", "3x"]
+    r.sh("attention_distflash_cudnn", cmd, limit, env={"PYTHONUNBUFFERED": "1", "DISTFLASH_ATTENTION": "cudnn"})
+    with open(jpath) as f:
+        return {"shapes": [json.loads(line) for line in f if line.strip()]}
+
+
+def cudnn_model(r, limit):
+    """The 0.85B model at 8K with device.attention = cudnn."""
+    if r.dry:
+        raise Skip("needs a GPU")
+    name = "llama1b-8192-cudnn"
+    extra = ["--set", "data.seq_len=8192", "--set", "model.max_seq_len=8192", "--set", "device.attention=cudnn"]
+    with MemSampler() as ms:
+        rows = train_curve(r, name, "cuda", "bf16", limit, steps=6, config="llama-1b.toml", extra=extra)
+    tps = statistics.median(m["tokens_per_s"] for m in rows[min(2, len(rows) - 1):])
+    return {"seq": 8192, "tokens_per_s": tps, "losses": [m["loss"] for m in rows], "peak_gpu_bytes": ms.result()}
+
+
+def phase_cudnn(r):
+    r.step("cudnn", "cuDNN library, version, ABI against its headers", lambda t: cudnn_find(r, t), 60)
+    r.step("cudnn", "PyTorch SDPA's cuDNN graphs (CUDNN_LOGLEVEL_DBG=3)", lambda t: cudnn_capture(r, t), 60)
+    r.step("cudnn", "kernels test binary with DISTFLASH_ATTENTION=cudnn", lambda t: cudnn_kernels(r, t), 150)
+    r.step("cudnn", "tiny 50-step bf16 curves: cuda with cuDNN vs the cpu band", lambda t: cudnn_curves(r, t), 120)
+    r.step("cudnn", "attention: distflash with cuDNN", lambda t: cudnn_attention(r, t), 120)
+    r.step("cudnn", "distflash 1B seq 8192 with cuDNN", lambda t: cudnn_model(r, t), 100)
+
+
 def cmd_run(a):
     phases = PHASES if a.phase == "all" else [a.phase]
     r = Runner(a.pack, a.out, a.budget, a.dry, a.steps)
@@ -1298,7 +1435,8 @@ def cmd_run(a):
     for i, p in enumerate(phases):
         r.start_phase(phases, i)
         {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model,
-         "multigpu": phase_multigpu, "commands": phase_commands}[p](r)
+         "multigpu": phase_multigpu, "commands": phase_commands,
+         "cudnn": phase_cudnn}[p](r)
     rep = write_report(r, phases)
     print(render(rep))
     bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")
