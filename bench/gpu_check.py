@@ -1000,12 +1000,49 @@ def render(rep):
     return "\n".join(L)
 
 
+def summary(rep):
+    """The figures tools read, from a report's steps (summary.json): the GPU, attention
+    forward+backward TFLOP/s of ours (own kernel, cuDNN) beside SDPA's per shape, the 0.85B
+    model's tokens/s, MFU and peak memory beside PyTorch's, and whatever a step put under
+    "curve" or "ops"."""
+    steps = {s["name"]: s.get("result") or {} for s in rep["steps"]}
+    def fb(rec, key):
+        d = rec.get(key)
+        if isinstance(d, dict):
+            return (d.get("best") or d).get("fwd_bwd_tflops")
+        return None
+    attn = {}
+    for name, key, field in (("attention: torch SDPA", "torch", "sdpa_fwd_bwd"), ("attention: distflash kernel", "distflash", "ours_fwd_bwd"),
+                             ("attention: distflash with cuDNN", "distflash", "ours_cudnn_fwd_bwd")):
+        for sh in steps.get(name, {}).get("shapes", []):
+            row = attn.setdefault((sh.get("head_dim"), sh.get("seq")), {"head_dim": sh.get("head_dim"), "seq": sh.get("seq")})
+            row[field] = fb(sh, key)
+    model = []
+    for row in steps.get("summary (MFU, planner, activation bytes)", {}).get("rows", []):
+        d, t = row.get("distflash") or {}, row.get("torch") or {}
+        model.append({"seq": row["seq"], "ours_tokens_per_s": d.get("tokens_per_s"), "torch_tokens_per_s": t.get("tokens_per_s"),
+                      "ours_mfu": d.get("mfu"), "ours_peak_gib": (d.get("peak_gpu_bytes") or 0) / 2**30 or None})
+    c = steps.get("distflash 1B seq 8192 with cuDNN")
+    if c:
+        model.append({"seq": c.get("seq"), "attention": "cudnn", "ours_tokens_per_s": c.get("tokens_per_s"),
+                      "ours_peak_gib": (c.get("peak_gpu_bytes") or 0) / 2**30 or None})
+    out = {"gpu": rep["meta"].get("env", {}).get("gpu"), "attention": [attn[k] for k in sorted(attn, key=lambda k: (k[0] or 0, k[1] or 0))],
+           "model": model}
+    for res in steps.values():
+        for key in ("curve", "ops"):
+            if isinstance(res, dict) and key in res:
+                out[key] = res[key]
+    return out
+
+
 def write_report(r, phases):
     r.meta["finished"] = now()
     r.meta["phases"] = phases
     rep = {"meta": r.meta, "steps": r.steps}
     with open(os.path.join(r.out, "report.json"), "w") as f:
         json.dump(rep, f, indent=1)
+    with open(os.path.join(r.out, "summary.json"), "w") as f:
+        json.dump(summary(rep), f, indent=1)
     with open(os.path.join(r.out, "report.md"), "w") as f:
         f.write(render(rep))
     with tarfile.open(os.path.join(r.out, "logs.tar.gz"), "w:gz") as t:
