@@ -13,9 +13,7 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"testing"
-	"time"
 
 	"distflash/kernels"
 	"distflash/parallel/transport"
@@ -59,15 +57,7 @@ func TestMPISchedules(t *testing.T) {
 	}{{1, false}, {2, true}, {3, false}, {4, false}, {4, true}} {
 		t.Run(fmt.Sprintf("P%d/syncsend=%v", tc.P, tc.sync), func(t *testing.T) {
 			env := []string{"DISTFLASH_MPI_TIMEOUT=60s", fmt.Sprintf("DISTFLASH_MPI_SYNC_SEND=%v", tc.sync)}
-			out, took, err := transporttest.MPIRunSelf(t, tc.P, 3*time.Minute, env, "-test.run=^TestMPISchedulesRanks$", "-test.v")
-			passed := strings.Count(out, "--- PASS: TestMPISchedulesRanks ")
-			if err != nil || passed != tc.P {
-				t.Fatalf("mpirun -np %d: %v; %d of %d ranks passed; output:\n%s", tc.P, err, passed, tc.P, out)
-			}
-			if strings.Contains(out, "--- SKIP: TestMPISchedulesRanks") {
-				t.Fatalf("a rank skipped the checks:\n%s", out)
-			}
-			t.Logf("%d ranks passed in %v", tc.P, took.Round(time.Millisecond))
+			transporttest.MPIRanksPass(t, tc.P, env, "TestMPISchedulesRanks")
 		})
 	}
 }

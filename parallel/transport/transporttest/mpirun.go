@@ -6,10 +6,26 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// MPIRanksPass runs the test named test of this test binary on np ranks under mpirun, with
+// the extra environment env, and fails t unless every rank passed it (none skipped it).
+func MPIRanksPass(t testing.TB, np int, env []string, test string) {
+	t.Helper()
+	out, took, err := MPIRunSelf(t, np, 3*time.Minute, env, "-test.run=^"+test+"$", "-test.v")
+	passed := strings.Count(out, "--- PASS: "+test+" ")
+	if err != nil || passed != np {
+		t.Fatalf("mpirun -np %d: %v; %d of %d ranks passed; output:\n%s", np, err, passed, np, out)
+	}
+	if strings.Contains(out, "--- SKIP: "+test) {
+		t.Fatalf("a rank skipped the checks:\n%s", out)
+	}
+	t.Logf("%d ranks passed in %v", np, took.Round(time.Millisecond))
+}
 
 // MPIRunSelf runs this test binary under mpirun on np ranks with args and the extra
 // environment env, stopping it (SIGTERM, which mpirun passes on to the ranks, then SIGKILL)
