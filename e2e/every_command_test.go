@@ -226,3 +226,43 @@ func tailOf(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
+
+// TestEvalDuringTrainingOnTheRanks: evaluation and samples during training run on the training
+// ranks (here 2 replicas × 2 zigzag ranks with FSDP, where no rank holds the whole model): the
+// eval loss of step 4 is one rank's evaluation of the step-4 checkpoint within 1e-5 relative,
+// the log says its time on the training ranks, metrics.jsonl has it (eval_s), and the sample
+// is written to samples.jsonl.
+func TestEvalDuringTrainingOnTheRanks(t *testing.T) {
+	dir := t.TempDir()
+	sets := []string{"parallelism.world_size=4", "parallelism.sequence_parallel_degree=2", "parallelism.attention=zigzag",
+		"parallelism.fsdp=true", "training.steps=4", "checkpoint.interval=4", "eval.interval=4", "eval.sample_interval=4",
+		"eval.sample_tokens=8", "data.eval=$GOROOT/src/strings", "eval.samples=3", "data.max_bytes=262144", "run.output_dir=" + dir}
+	args := []string{"train", "--progress=false"}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	_, stderr := succeed(t, args...)
+	if !strings.Contains(stderr, "eval step 4: loss") || !strings.Contains(stderr, "on the training ranks") || !strings.Contains(stderr, "sample step 4:") {
+		t.Fatalf("no eval or sample lines in the log:\n%s", tailOf(stderr, 20))
+	}
+	ms := readMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
+	if len(ms) != 4 || ms[3].EvalLoss == 0 || ms[3].EvalSec <= 0 {
+		t.Fatalf("metrics of step 4: eval_loss %v, eval_s %v", ms[len(ms)-1].EvalLoss, ms[len(ms)-1].EvalSec)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "tiny", "samples.jsonl")); err != nil || strings.Count(string(b), "\n") != 1 {
+		t.Errorf("samples.jsonl: %v, %q", err, b)
+	}
+	out := filepath.Join(dir, "eval.json")
+	succeed(t, "eval", "--model", filepath.Join(dir, "tiny", "step-000004"), "--data", "$GOROOT/src/strings", "--samples", "3", "--out", out)
+	var r evaluate.Report
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(r.Loss-ms[3].EvalLoss) > 1e-5*ms[3].EvalLoss {
+		t.Errorf("one rank's eval of step-000004: loss %.9f; during training on the ranks: %.9f", r.Loss, ms[3].EvalLoss)
+	}
+}
