@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
-	"sync/atomic"
 
 	"distflash/data"
 	"distflash/internal/cli"
@@ -57,20 +55,26 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 
 // exportHooks says which partial exports of out an earlier, killed export left (and that they
 // are removed), and removes this export's temporary directory when SIGINT or SIGTERM ends it
-// (exit status 130), so that an interrupted export leaves nothing behind. done stops listening.
+// (exit status 130), so that an interrupted export leaves nothing behind. The rename to out
+// is the one commit point (cli.Guard): a signal before it leaves nothing at out, one after it
+// lets the export finish. done stops listening.
 func exportHooks(out string, stderr io.Writer) (*weights.HFHooks, func()) {
-	var tmp atomic.Value
-	tmp.Store("")
-	_, done := cli.OnSignal(cli.Interrupt{Exit: func() { // no Stop: the first signal ends the export
-		if p := tmp.Load().(string); p != "" {
-			os.RemoveAll(p)
-			fmt.Fprintf(stderr, "\nexport: interrupted: removed the partial %s; nothing written at %s\n", p, out)
+	var tmp string // read and written under guard's lock
+	guard := &cli.Guard{}
+	_, done := cli.OnSignal(cli.Interrupt{Guard: guard, Exit: func() { // no Stop: the first signal ends the export
+		if err := weights.RemoveTemp(tmp); tmp != "" && err != nil {
+			fmt.Fprintf(stderr, "\nexport: interrupted; nothing written at %s, but the partial %s is left (%v): the next export of %s removes it\n", out, tmp, err, out)
+		} else if tmp != "" {
+			fmt.Fprintf(stderr, "\nexport: interrupted: removed the partial %s; nothing written at %s\n", tmp, out)
 		} else {
 			fmt.Fprintf(stderr, "\nexport: interrupted; no partial output of %s left behind\n", out)
 		}
+	}, Late: func() {
+		fmt.Fprintf(stderr, "\nexport: interrupted after %s was complete: it is kept, and the export finishes\n", out)
 	}})
 	hooks := &weights.HFHooks{
-		Temp: func(p string) { tmp.Store(p) },
+		Temp:  func(p string) { tmp = p },
+		Guard: guard.Do,
 		Stale: func(p string, bytes int64) {
 			fmt.Fprintf(stderr, "export: removing %s (%.1f MB), the partial output of an earlier export of %s that was killed\n", p, float64(bytes)/1e6, out)
 		},

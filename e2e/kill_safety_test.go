@@ -391,15 +391,22 @@ func TestTimeLimit(t *testing.T) {
 	}
 }
 
+// wideRun trains one step of an 8-layer model of width dim in dir (dim 256: 34 MB of weights,
+// dim 512: 135 MB), whose export takes long enough to be signalled, and returns the run.
+func wideRun(t *testing.T, dir string, dim int) string {
+	t.Helper()
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=1", "--set", fmt.Sprintf("model.dim=%d", dim), "--set", "model.n_layers=8",
+		"--set", "model.n_heads=8", "--set", "model.n_kv_heads=8", "--set", fmt.Sprintf("model.ffn_dim=%d", 4*dim), "--set", "data.seq_len=32")...)
+	return filepath.Join(dir, "tiny")
+}
+
 // TestExportInterruptedAndStale: SIGINT during an export removes its partial output and says so
 // (exit status 130, nothing at --out, no .OUT.tmp-* left); a partial output that a killed export
 // left is named and removed by the next export of the same directory, which completes.
 func TestExportInterruptedAndStale(t *testing.T) {
 	slow(t, "weights' TestWriteHFRefusesAndLeavesNothing leaves nothing of a failed export, and TestTokenizeKilled removes what a killed command left")
 	dir := t.TempDir()
-	run := filepath.Join(dir, "tiny")
-	mustSucceed(t, smallRun(dir, "--set", "training.steps=1", "--set", "model.dim=512", "--set", "model.n_layers=8",
-		"--set", "model.n_heads=8", "--set", "model.n_kv_heads=8", "--set", "model.ffn_dim=2048", "--set", "data.seq_len=32")...)
+	run := wideRun(t, dir, 512)
 	out := filepath.Join(dir, "hf")
 	partials := func() []string {
 		m, _ := filepath.Glob(filepath.Join(dir, ".hf.tmp-*"))
@@ -437,6 +444,104 @@ func TestExportInterruptedAndStale(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "model.safetensors")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestExportSignalledAnywhere: SIGINT or SIGTERM at many points of an export's life, from
+// just after its temporary directory appears to past its end (the rename included), leaves
+// one of two outcomes, each with a true message: the whole export at --out, byte for byte
+// the one an export without a signal writes, and exit status 0 (the signal, if it came
+// after the commit, said to be too late to stop it); or nothing at --out and no temporary
+// directory, exit status 130 and "interrupted". Never a partial --out, a whole one beside
+// status 130, or an error of the export racing its own signal hook (issue 33, item 3).
+func TestExportSignalledAnywhere(t *testing.T) {
+	slow(t, "TestExportInterruptedAndStale interrupts one export, and cli's TestSignalGuard orders a signal with the commit")
+	dir := t.TempDir()
+	run := wideRun(t, dir, 256)
+	// export starts one export into dir/NAME and returns once its temporary directory exists
+	// (false: it ended first), and a channel that gives its end.
+	export := func(name string) (*exec.Cmd, *safeBuffer, <-chan error, bool) {
+		cmd, buf := startWatched(t, "export", "--model", run, "--out", filepath.Join(dir, name))
+		end := make(chan error, 1)
+		go func() { end <- cmd.Wait() }()
+		for {
+			if m, _ := filepath.Glob(filepath.Join(dir, "."+name+".tmp-*")); len(m) > 0 {
+				return cmd, buf, end, true
+			}
+			select {
+			case err := <-end:
+				end <- err
+				return cmd, buf, end, false
+			case <-time.After(200 * time.Microsecond):
+			}
+		}
+	}
+	// the export without a signal, and how long its temporary directory lives until it ends
+	_, buf, end, ok := export("ref")
+	start := time.Now()
+	if err := <-end; err != nil || !ok {
+		t.Fatalf("export: %v (temporary directory seen: %v)\n%s", err, ok, buf.String())
+	}
+	life := time.Since(start)
+	files := map[string][]byte{}
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		b, err := os.ReadFile(filepath.Join(dir, "ref", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[f] = b
+	}
+	const n = 40
+	whole, nothing := 0, 0
+	for i := range n {
+		name := fmt.Sprintf("hf%d", i)
+		out := filepath.Join(dir, name)
+		sig := []os.Signal{syscall.SIGINT, syscall.SIGTERM}[i%2]
+		// half the runs from the start to past the end, half around the rename near the end
+		at := 1.3 * float64(i) / (n/2 - 1)
+		if i >= n/2 {
+			at = 0.6 + 0.5*float64(i-n/2)/(n/2-1)
+		}
+		delay := time.Duration(float64(life) * at)
+		cmd, buf, end, ok := export(name)
+		if !ok {
+			t.Fatalf("%s: the export ended before its temporary directory was seen:\n%s", name, buf.String())
+		}
+		time.Sleep(delay)
+		_ = cmd.Process.Signal(sig)
+		err := <-end
+		text := buf.String()
+		what := fmt.Sprintf("%s %v after %v (of %v)", name, sig, delay.Round(time.Millisecond), life.Round(time.Millisecond))
+		if left, _ := filepath.Glob(filepath.Join(dir, "."+name+".tmp-*")); len(left) > 0 {
+			t.Errorf("%s: left %v:\n%s", what, left, text)
+		}
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			whole++
+			for f, want := range files {
+				if got, err := os.ReadFile(filepath.Join(out, f)); err != nil || !bytes.Equal(got, want) {
+					t.Errorf("%s: exit 0 with %s not whole (%d of %d bytes, %v):\n%s", what, f, len(got), len(want), err, text)
+				}
+			}
+			if !strings.Contains(text, "export: "+run+" -> "+out+" (") || strings.Contains(text, "nothing written") || strings.Contains(text, "no partial output") {
+				t.Errorf("%s: exit 0 says:\n%s", what, text)
+			}
+		case errors.As(err, &ee) && ee.ExitCode() == 130:
+			nothing++
+			if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s: exit 130 beside %s (%v):\n%s", what, out, err, text)
+			}
+			if !strings.Contains(text, "export: interrupted: removed the partial") || !strings.Contains(text, "nothing written at "+out) || strings.Contains(text, " -> ") {
+				t.Errorf("%s: exit 130 says:\n%s", what, text)
+			}
+		default:
+			t.Errorf("%s: %v:\n%s", what, err, text)
+		}
+	}
+	t.Logf("%d of %d signals left the whole export, %d nothing", whole, n, nothing)
+	if whole == 0 || nothing == 0 {
+		t.Errorf("every signal came %s: the test saw one side of the commit only", map[bool]string{true: "after it", false: "before it"}[whole > 0])
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"distflash/ckpt"
 	"distflash/sysmem"
@@ -64,6 +65,11 @@ type HFHooks struct {
 	// Stale is called for each temporary directory of an earlier export of the same
 	// directory that ended without removing it (killed), before WriteHF removes it.
 	Stale func(path string, bytes int64)
+	// Guard, when set, runs the two steps that change what is at and beside dir: making the
+	// temporary directory (Temp hears of it within the step) and the commit (commit true),
+	// which renames it to dir. A signal handler that removes the temporary directory under
+	// the same lock (cli.Guard.Do) then finds either nothing at dir or dir whole.
+	Guard func(commit bool, step func() error) error
 }
 
 // shardFile is the name of shard i (0-based) of n, as transformers names them.
@@ -122,16 +128,21 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
-	hooks := HFHooks{Temp: func(string) {}, Stale: func(string, int64) {}}
+	hooks := HFHooks{Temp: func(string) {}, Stale: func(string, int64) {}, Guard: func(_ bool, step func() error) error { return step() }}
 	if e.Hooks != nil {
 		hooks = *e.Hooks
 	}
 	prefix := "." + filepath.Base(filepath.Clean(dir)) + ".tmp-"
-	tmp, err := os.MkdirTemp(parent, prefix)
+	var tmp string
+	err := hooks.Guard(false, func() (err error) {
+		if tmp, err = os.MkdirTemp(parent, prefix); err == nil {
+			hooks.Temp(tmp)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
-	hooks.Temp(tmp)
 	// The temporary directory is locked (flock) while this export writes it, so another
 	// export of dir tells a running export's directory from one a killed export left.
 	held, err := os.Open(tmp)
@@ -228,18 +239,39 @@ func writeHF(dir string, e HFExport, size int) ([]string, error) {
 	if err := ckpt.SyncDir(tmp); err != nil {
 		return nil, err
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // an empty directory
+	err = hooks.Guard(true, func() error { // the commit: before it nothing is at dir, after it dir is whole
+		if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // an empty directory
+			return err
+		}
+		if err := os.Rename(tmp, dir); err != nil {
+			return err
+		}
+		ok = true
+		hooks.Temp("") // renamed: nothing temporary is left
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("weights: %w", err)
 	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return nil, fmt.Errorf("weights: %w", err)
-	}
-	ok = true
-	hooks.Temp("") // renamed: nothing temporary is left
 	if err := ckpt.SyncDir(parent); err != nil {
 		return files, err
 	}
 	return files, nil
+}
+
+// RemoveTemp removes tmp, the temporary directory of a WriteHF that may still be writing into
+// it (a signal handler's, which holds HFHooks.Guard's lock, so the writer cannot commit):
+// while the writer makes a file in it between RemoveAll's reading and its removal of the
+// directory, it tries again; once the directory is gone the writer can make nothing in it.
+func RemoveTemp(tmp string) error {
+	var err error
+	for try := 0; try < 200; try++ {
+		if err = os.RemoveAll(tmp); err == nil {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return err
 }
 
 // unlocked reports whether no process holds the lock of directory path (an export writing it).

@@ -17,6 +17,38 @@ import (
 type Interrupt struct {
 	Stop func() // what a first signal says (and does before the context is cancelled)
 	Exit func() // what is done and said before a signal ends the process
+	// Guard, when set, orders the signals with the command's steps that change its output
+	// (Guard.Do): a signal that would end the process waits for a step under way, and once
+	// the commit has run it is ignored (Late says so) and the command runs to its end.
+	Guard *Guard
+	Late  func() // what a signal after the commit says
+}
+
+// Guard makes a command's commit point single for its signal hook, for a command whose Exit
+// removes its partial output (export: a temporary directory renamed into place when whole).
+// The steps that change what is on disk (making the temporary directory, renaming it) run
+// through Do; a signal is answered between two steps, never during one. Before the commit it
+// ends the process (Exit, status 130) and no step runs after it; from the commit on, SIGINT
+// and SIGTERM are ignored and the command ends as it would have.
+type Guard struct {
+	mu        sync.Mutex
+	committed bool
+	ignore    func() // what the commit does to later signals (OnSignal: ignores them)
+}
+
+// Do runs step with no signal answered during it. commit says that step is the commit: once
+// it returns nil, the output is whole.
+func (g *Guard) Do(commit bool, step func() error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	err := step()
+	if commit && err == nil {
+		g.committed = true
+		if g.ignore != nil {
+			g.ignore()
+		}
+	}
+	return err
 }
 
 // OnSignal returns a context that the first SIGINT or SIGTERM cancels, answering the signals
@@ -24,6 +56,9 @@ type Interrupt struct {
 func OnSignal(h Interrupt) (context.Context, func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	if h.Guard != nil {
+		h.Guard.ignore = func() { signal.Ignore(os.Interrupt, syscall.SIGTERM) }
+	}
 	ctx, stop := h.watch(sigs, os.Exit)
 	return ctx, func() {
 		signal.Stop(sigs)
@@ -32,10 +67,43 @@ func OnSignal(h Interrupt) (context.Context, func()) {
 }
 
 // watch is OnSignal with the signals read from sigs and the process ended by exit (the tests
-// give their own).
+// give their own). A signal is answered under mu, which the returned stop takes too: a
+// command that stops listening while a signal is ending it waits for the end (exit status
+// 130), so that it cannot end first with an error its signal hook caused or a success it
+// did not have.
 func (h Interrupt) watch(sigs <-chan os.Signal, exit func(code int)) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	quit := make(chan struct{})
+	var mu sync.Mutex
+	answer := func(n int) (more bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case <-quit: // stopped while the signal came
+			return false
+		default:
+		}
+		if n == 0 && h.Stop != nil {
+			h.Stop()
+			cancel()
+			return true
+		}
+		if g := h.Guard; g != nil {
+			g.mu.Lock() // after a step under way; held to the end, so none follows
+			defer g.mu.Unlock()
+			if g.committed {
+				if h.Late != nil {
+					h.Late()
+				}
+				return true
+			}
+		}
+		if h.Exit != nil {
+			h.Exit()
+		}
+		exit(130)
+		return false
+	}
 	go func() {
 		for n := 0; ; n++ {
 			select {
@@ -43,26 +111,16 @@ func (h Interrupt) watch(sigs <-chan os.Signal, exit func(code int)) (context.Co
 			case <-quit:
 				return
 			}
-			select {
-			case <-quit: // stopped while the signal came
+			if !answer(n) {
 				return
-			default:
 			}
-			if n == 0 && h.Stop != nil {
-				h.Stop()
-				cancel()
-				continue
-			}
-			if h.Exit != nil {
-				h.Exit()
-			}
-			exit(130)
-			return
 		}
 	}()
 	var once sync.Once
 	return ctx, func() {
+		mu.Lock()
 		once.Do(func() { close(quit) })
+		mu.Unlock()
 		cancel()
 	}
 }

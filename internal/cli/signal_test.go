@@ -21,14 +21,26 @@ type signals struct {
 }
 
 func watch(stop, exit bool) *signals {
-	s := &signals{sigs: make(chan os.Signal), events: make(chan string, 8)}
 	var h Interrupt
 	if stop {
-		h.Stop = func() { s.events <- "stop" }
+		h.Stop = func() {}
 	}
 	if exit {
-		h.Exit = func() { s.events <- "exit hook" }
+		h.Exit = func() {}
 	}
+	return watchHooks(h)
+}
+
+// watchHooks watches with h's hooks (each set one also an event: "stop", "exit hook", "late").
+func watchHooks(h Interrupt) *signals {
+	s := &signals{sigs: make(chan os.Signal), events: make(chan string, 8)}
+	event := func(f func(), e string) func() {
+		if f == nil {
+			return nil
+		}
+		return func() { f(); s.events <- e }
+	}
+	h.Stop, h.Exit, h.Late = event(h.Stop, "stop"), event(h.Exit, "exit hook"), event(h.Late, "late")
 	s.ctx, s.stop = h.watch(s.sigs, func(code int) { s.events <- "exit " + strconv.Itoa(code) })
 	return s
 }
@@ -89,6 +101,80 @@ func TestSignal(t *testing.T) {
 	if s.ctx.Err() == nil {
 		t.Error("stop did not cancel the context")
 	}
+}
+
+// TestSignalGuard: a signal that comes during a guarded step (export making its temporary
+// directory, or renaming it into place) is answered after it; before the commit it ends the
+// command (exit hook, 130), after the commit it is said to be late and the command goes on;
+// a commit that failed is none.
+func TestSignalGuard(t *testing.T) {
+	g := &Guard{}
+	s := watchHooks(Interrupt{Guard: g, Exit: func() {}, Late: func() {}})
+	release, stepped := make(chan struct{}), make(chan error)
+	go func() {
+		stepped <- g.Do(false, func() error { s.events <- "step"; <-release; return nil })
+	}()
+	if e := s.next(); e != "step" {
+		t.Fatalf("%q, want the step", e)
+	}
+	go func() { s.sigs <- syscall.SIGINT }()
+	if e := s.next(); e != "" {
+		t.Fatalf("a signal during a step: %q before the step ended", e)
+	}
+	close(release)
+	if err := <-stepped; err != nil {
+		t.Fatal(err)
+	}
+	if a, b := s.next(), s.next(); a != "exit hook" || b != "exit 130" {
+		t.Fatalf("after the step: %q, %q; want the exit hook, then exit 130", a, b)
+	}
+	s.stop()
+
+	g = &Guard{}
+	s = watchHooks(Interrupt{Guard: g, Exit: func() {}, Late: func() {}})
+	if err := g.Do(true, func() error { return errors.New("rename") }); err == nil || err.Error() != "rename" {
+		t.Fatalf("a failed commit: %v", err)
+	}
+	s.sigs <- syscall.SIGTERM
+	if a, b := s.next(), s.next(); a != "exit hook" || b != "exit 130" {
+		t.Fatalf("after a failed commit: %q, %q; want the exit hook, then exit 130", a, b)
+	}
+	s.stop()
+
+	g = &Guard{}
+	s = watchHooks(Interrupt{Guard: g, Exit: func() {}, Late: func() {}})
+	if err := g.Do(true, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		s.sigs <- syscall.SIGINT
+		if a, b := s.next(), s.next(); a != "late" || b != "" {
+			t.Fatalf("a signal after the commit: %q, %q; want it said to be late, and no exit", a, b)
+		}
+	}
+	s.stop()
+}
+
+// TestStopWaitsForAnExit: a command that stops listening while a signal is ending it waits
+// for the end, so that it cannot end first, with an error its exit hook caused (export's
+// removed directory) or a success it did not have.
+func TestStopWaitsForAnExit(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	s := watchHooks(Interrupt{Exit: func() { close(entered); <-release }})
+	s.sigs <- syscall.SIGINT
+	<-entered
+	stopped := make(chan struct{})
+	go func() { s.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while the exit hook ran")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	if a, b := s.next(), s.next(); a != "exit hook" || b != "exit 130" {
+		t.Fatalf("%q, %q; want the exit hook, then exit 130", a, b)
+	}
+	<-stopped
 }
 
 // TestSignalMessages: a command that stops says so on the first signal and that it stopped
