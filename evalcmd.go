@@ -35,13 +35,10 @@ func runEval(args []string, stdout, stderr io.Writer) (err error) {
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"samples", *samples}, {"seq-len", *seqLen}, {"trials", *trials}, {"depth-bins", *depthBins}} {
-		if cli.FlagSet(fs, f.name) && f.v < 1 {
-			return fmt.Errorf("eval: --%s %d: want at least 1; leave the flag out for the default", f.name, f.v)
-		}
+	if err := cli.CheckRanges(fs, "the default", []cli.Range{{Flag: "samples", Want: "at least 1"}, {Flag: "seq-len", Want: "at least 1"},
+		{Flag: "trials", Want: "at least 1"}, {Flag: "depth-bins", Want: "at least 1"},
+		{Flag: "stride", Want: "at least 1 token", Default: "a quarter of --sliding-window"}}); err != nil {
+		return err
 	}
 	req := evaluate.Request{ConfigPath: *configPath, Sets: sets, Model: *modelPath, Data: *dataPath,
 		Samples: *samples, SeqLen: *seqLen, BOS: *bosFlag, Out: *out, Task: *task,

@@ -31,6 +31,9 @@ func runGenerate(args []string, stdout, stderr io.Writer) (err error) {
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := cli.CheckRanges(fs, "the default", []cli.Range{{Flag: "samples", Want: "at least 1 continuation", Default: "one"}}); err != nil {
+		return err
+	}
 	job, err := evaluate.PrepareGenerate(evaluate.GenRequest{ConfigPath: *configPath, Sets: sets, Model: *modelPath,
 		Prompt: *prompt, PromptFile: *promptFile, BOS: *bosFlag, Samples: *samples,
 		Options: evaluate.GenOptions{MaxNew: *maxNew, Temperature: *temperature, TopK: *topK, TopP: *topP, Seed: *seed}}, stderr)

@@ -213,6 +213,8 @@ func TestFlagsThatMeanAValue(t *testing.T) {
 		{[]string{"plan", "--mfu", "0"}, "--mfu 0: want a fraction"},
 		{[]string{"eval", "--model", "x", "--samples", "0"}, "--samples 0: want at least 1"},
 		{[]string{"eval", "--model", "x", "--seq-len", "-3"}, "--seq-len -3: want at least 1"},
+		{[]string{"eval", "--model", "x", "--sliding-window", "64", "--stride", "0"}, "eval: --stride 0: want at least 1 token; leave the flag out for a quarter of --sliding-window"},
+		{[]string{"generate", "--model", "x", "--prompt", "a", "--samples", "0"}, "generate: --samples 0: want at least 1 continuation; leave the flag out for one"},
 		{[]string{"train", "--stop-after", "-5"}, "--stop-after -5: want a step >= 1"},
 	} {
 		_, _, err := cli(t, c.args...)

@@ -193,16 +193,18 @@ func (s *Sets) Set(v string) error {
 }
 
 // Range is what a numeric flag given must hold: above Min, and at most Max when Max is set (a
-// fraction: Max 1, Min 0); Want says it to the user.
+// fraction: Max 1, Min 0; a count: Min 0, an integer flag); Want says it to the user, and
+// Default what leaving the flag out gives, where that is not CheckRanges' dflt.
 type Range struct {
 	Flag     string
 	Want     string
 	Min, Max float64
+	Default  string
 }
 
 // CheckRanges refuses a flag of fs given outside its Range: a flag given is a value meant, so
-// 0 is no memory, bandwidth or speed, not the default (which leaving the flag out gives:
-// dflt names it).
+// 0 is no memory, bandwidth, speed, samples or tokens, not the default (which leaving the
+// flag out gives: dflt, or the Range's Default, names it).
 func CheckRanges(fs *flag.FlagSet, dflt string, ranges []Range) error {
 	for _, r := range ranges {
 		if !FlagSet(fs, r.Flag) {
@@ -210,7 +212,14 @@ func CheckRanges(fs *flag.FlagSet, dflt string, ranges []Range) error {
 		}
 		v, _ := strconv.ParseFloat(fs.Lookup(r.Flag).Value.String(), 64)
 		if !(v > r.Min) || math.IsInf(v, 0) || (r.Max > 0 && v > r.Max) {
-			return fmt.Errorf("%s: --%s %s: want %s (above %g); leave the flag out for %s", fs.Name(), r.Flag, fs.Lookup(r.Flag).Value, r.Want, r.Min, dflt)
+			above := ""
+			if r.Min != 0 {
+				above = fmt.Sprintf(" (above %g)", r.Min)
+			}
+			if r.Default != "" {
+				dflt = r.Default
+			}
+			return fmt.Errorf("%s: --%s %s: want %s%s; leave the flag out for %s", fs.Name(), r.Flag, fs.Lookup(r.Flag).Value, r.Want, above, dflt)
 		}
 	}
 	return nil

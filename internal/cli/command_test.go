@@ -8,9 +8,11 @@ import (
 )
 
 // TestCheckRanges: a flag given outside its range is refused naming it, its value and what is
-// wanted; a flag left out is not checked; a fraction may be 1 but not above.
+// wanted, and what leaving it out gives; a flag left out is not checked; a fraction may be 1
+// but not above; a count is at least 1.
 func TestCheckRanges(t *testing.T) {
-	ranges := []Range{{Flag: "mem", Want: "bytes", Min: 1e6}, {Flag: "frac", Want: "a fraction", Max: 1}}
+	ranges := []Range{{Flag: "mem", Want: "bytes", Min: 1e6}, {Flag: "frac", Want: "a fraction", Max: 1},
+		{Flag: "n", Want: "at least 1", Default: "n of the config"}}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -18,12 +20,14 @@ func TestCheckRanges(t *testing.T) {
 		{nil, ""}, {[]string{"-mem", "2e6"}, ""}, {[]string{"-frac", "1"}, ""},
 		{[]string{"-mem", "0"}, "test: --mem 0: want bytes (above 1e+06); leave the flag out for the default"},
 		{[]string{"-frac", "1.5"}, "--frac 1.5: want a fraction"}, {[]string{"-frac", "0"}, "--frac 0"},
-		{[]string{"-mem", "+Inf"}, "--mem +Inf"},
+		{[]string{"-mem", "+Inf"}, "--mem +Inf"}, {[]string{"-n", "1"}, ""},
+		{[]string{"-n", "0"}, "test: --n 0: want at least 1; leave the flag out for n of the config"},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		fs.Float64("mem", 0, "")
 		fs.Float64("frac", 0, "")
+		fs.Int("n", 0, "")
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
