@@ -3,7 +3,10 @@
 package e2e
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -24,5 +27,30 @@ func TestEveryCommandOverMPI(t *testing.T) {
 		t.Run(strings.Join(w, ","), func(t *testing.T) {
 			compareCommands(t, runCommands(t, model, launch, w...), one)
 		})
+	}
+}
+
+// TestExportOverMPI: export under mpirun writes one whole Hugging Face directory (rank 0's),
+// the same as one process's, and the job ends well.
+func TestExportOverMPI(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Fatalf("mpirun is not on PATH: %v", err)
+	}
+	model := trainedTiny(t)
+	dir := t.TempDir()
+	one, many := filepath.Join(dir, "one"), filepath.Join(dir, "many")
+	succeed(t, "export", "--model", model, "--out", one)
+	cmd := command()
+	cmd.Path, cmd.Args = mpirun, []string{mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", bin, "export", "--model", model, "--out", many}
+	if _, stderr, err := runCmd(t, cmd); err != nil {
+		t.Fatalf("export under mpirun -np 2: %v\n%s", err, tailOf(stderr, 20))
+	}
+	for _, f := range []string{"config.json", "model.safetensors"} {
+		a, errA := os.ReadFile(filepath.Join(one, f))
+		b, errB := os.ReadFile(filepath.Join(many, f))
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s: one process and mpirun -np 2 differ (%v, %v)", f, errA, errB)
+		}
 	}
 }
