@@ -35,7 +35,7 @@ func runGenerate(args []string, stdout, stderr io.Writer) (err error) {
 		return err
 	}
 	job, err := evaluate.PrepareGenerate(evaluate.GenRequest{ConfigPath: *configPath, Sets: sets, Model: *modelPath,
-		Prompt: *prompt, PromptFile: *promptFile, BOS: *bosFlag, Samples: *samples,
+		Prompt: *prompt, PromptFile: *promptFile, BOS: *bosFlag, Samples: *samples, Out: *out,
 		Options: evaluate.GenOptions{MaxNew: *maxNew, Temperature: *temperature, TopK: *topK, TopP: *topP, Seed: *seed}}, stderr)
 	if err != nil {
 		return err

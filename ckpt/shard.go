@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -295,6 +296,25 @@ func writeFileAtomic(path string, data []byte, beforeRename func() error) error 
 		return fmt.Errorf("ckpt: write %s: %w", path, err)
 	}
 	return nil
+}
+
+// CheckWritable says, before the data to write exists, why WriteFileAtomic(path, …) would
+// fail: path is a directory, its directory is missing or not one, or no file can be made in
+// it (a file is made there and removed). nil when it would not.
+func CheckWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return errors.New("a directory: want the name of a file to write")
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("no directory %s to write it in", dir)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // SyncDir fsyncs a directory, making the renames and creations in it durable.

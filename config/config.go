@@ -681,18 +681,8 @@ func (c *Config) validate(forEval bool) error {
 	p := c.Parallelism
 	oneOf("parallelism.backend", p.Backend, backends)
 	oneOf("parallelism.attention", p.Attention, attentions)
-	atLeast("parallelism.world_size", p.WorldSize, 1)
-	atLeast("parallelism.sequence_parallel_degree", p.SequenceParallelDegree, 1)
-	if p.WorldSize >= 1 && p.SequenceParallelDegree >= 1 && p.WorldSize%p.SequenceParallelDegree != 0 {
-		fail("parallelism.world_size = %d is not a multiple of parallelism.sequence_parallel_degree = %d: the ranks split into whole sequence-parallel groups",
-			p.WorldSize, p.SequenceParallelDegree)
-	}
-	atLeast("parallelism.ulysses_degree", p.UlyssesDegree, 1)
-	if sp, u := p.SequenceParallelDegree, p.UlyssesDegree; sp >= 1 && u >= 1 && sp%u != 0 {
-		fail("parallelism.ulysses_degree = %d does not divide parallelism.sequence_parallel_degree = %d: the sequence-parallel ranks split into groups of ulysses_degree", u, sp)
-	}
-	if p.Backend == "nccl" && c.Device.Kind != "cuda" {
-		fail("parallelism.backend = \"nccl\" with device.kind = %q: NCCL moves GPU memory, so it needs device.kind = \"cuda\" (CPU ranks over MPI: parallelism.backend = \"mpi\")", c.Device.Kind)
+	for _, msg := range p.worldErrors(c.Device.Kind) {
+		fail("%s", msg)
 	}
 	if sp := p.SequenceParallelDegree; sp > 1 && modelOK && p.UlyssesDegree >= 1 && sp%p.UlyssesDegree == 0 {
 		h := model.Heads{N: c.Model.NHeads, KV: c.Model.NKVHeads, Dim: c.Model.HeadDim}
@@ -744,6 +734,42 @@ func (c *Config) validate(forEval bool) error {
 	}
 
 	return errors.Join(errs...)
+}
+
+// ValidateWorld is the part of Validate that says whether the config's ranks make a world
+// (the sizes of [parallelism], its backend on the device), with Validate's messages: for eval
+// and generate, which launch the world before they know the model they run.
+func (c *Config) ValidateWorld() error {
+	var errs []error
+	for _, msg := range c.Parallelism.worldErrors(c.Device.Kind) {
+		errs = append(errs, fmt.Errorf("%s: %s", c.Path, msg))
+	}
+	return errors.Join(errs...)
+}
+
+// worldErrors are what keeps p's ranks from making a world on devices of kind device.
+func (p ParallelismConfig) worldErrors(device string) []string {
+	var msgs []string
+	fail := func(format string, args ...any) { msgs = append(msgs, fmt.Sprintf(format, args...)) }
+	for _, k := range []struct {
+		key string
+		v   int
+	}{{"world_size", p.WorldSize}, {"sequence_parallel_degree", p.SequenceParallelDegree}, {"ulysses_degree", p.UlyssesDegree}} {
+		if k.v < 1 {
+			fail("parallelism.%s = %d: must be >= 1", k.key, k.v)
+		}
+	}
+	if p.WorldSize >= 1 && p.SequenceParallelDegree >= 1 && p.WorldSize%p.SequenceParallelDegree != 0 {
+		fail("parallelism.world_size = %d is not a multiple of parallelism.sequence_parallel_degree = %d: the ranks split into whole sequence-parallel groups",
+			p.WorldSize, p.SequenceParallelDegree)
+	}
+	if sp, u := p.SequenceParallelDegree, p.UlyssesDegree; sp >= 1 && u >= 1 && sp%u != 0 {
+		fail("parallelism.ulysses_degree = %d does not divide parallelism.sequence_parallel_degree = %d: the sequence-parallel ranks split into groups of ulysses_degree", u, sp)
+	}
+	if p.Backend == "nccl" && device != "cuda" {
+		fail("parallelism.backend = \"nccl\" with device.kind = %q: NCCL moves GPU memory, so it needs device.kind = \"cuda\" (CPU ranks over MPI: parallelism.backend = \"mpi\")", device)
+	}
+	return msgs
 }
 
 // resolved returns c with the model's derived fields filled in (best effort: an invalid model

@@ -348,3 +348,58 @@ func TestExportErrors(t *testing.T) {
 		t.Errorf("failed exports left %d entries in %s, want only full/", len(ents), dir)
 	}
 }
+
+// TestGenerateChecksBeforeItWorks: generate refuses an --out it could not write (a missing
+// directory, a directory) before it loads the model and generates, and a prompt that does not
+// fit in memory in its own terms (the prompt, not eval's --seq-len); the options it writes
+// with the samples are named as its flags (issue 33, item 11).
+func TestGenerateChecksBeforeItWorks(t *testing.T) {
+	dir := t.TempDir()
+	_, stderr, err := cli(t, "train", "--progress=false", "--set", "training.steps=1", "--set", "model.max_seq_len=100000000",
+		"--set", "data.max_bytes=65536", "--set", "run.output_dir="+dir)
+	if err != nil {
+		t.Fatalf("train: %v\n%s", err, stderr)
+	}
+	model := filepath.Join(dir, "tiny")
+	gen := []string{"generate", "--model", model, "--prompt", "func", "--max-new-tokens", "4", "--stream=false"}
+	for _, c := range []struct{ out, want string }{
+		{filepath.Join(dir, "missing", "g.json"), "no directory " + filepath.Join(dir, "missing") + " to write it in"},
+		{dir, "a directory: want the name of a file to write"},
+	} {
+		stdout, stderr, err := cli(t, append(gen, "--out", c.out)...)
+		if err == nil || !strings.Contains(err.Error(), "generate: --out "+c.out+": "+c.want) {
+			t.Errorf("--out %s: %v, want %q", c.out, err, c.want)
+		}
+		if stdout != "" || strings.Contains(stderr, "generate: 4 tokens") {
+			t.Errorf("--out %s: generated before the refusal:\n%s%s", c.out, stdout, stderr)
+		}
+	}
+	out := filepath.Join(dir, "g.json")
+	succeed(t, append(gen, "--out", out, "--temperature", "0.5", "--top-k", "3", "--top-p", "0.9", "--seed", "2")...)
+	var written struct{ Options map[string]any }
+	if b, err := os.ReadFile(out); err != nil || json.Unmarshal(b, &written) != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	want := map[string]any{"max_new_tokens": 4.0, "temperature": 0.5, "top_k": 3.0, "top_p": 0.9, "seed": 2.0, "stop": nil}
+	if fmt.Sprint(written.Options) != fmt.Sprint(want) {
+		t.Errorf("options written %v, want %v", written.Options, want)
+	}
+	// a prompt of 50M tokens on this machine
+	prompt := filepath.Join(dir, "prompt.txt")
+	if err := os.WriteFile(prompt, []byte(strings.Repeat("x", 50_000_000)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = cli(t, "generate", "--model", model, "--prompt-file", prompt, "--max-new-tokens", "4", "--stream=false")
+	if err == nil {
+		t.Fatal("a prompt of 50M tokens was not refused")
+	}
+	msg := err.Error()
+	for _, w := range []string{"generate: a prompt of 50000000 tokens needs", "available", "the longest prompt (--prompt, --prompt-file) that fits is"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("the refusal lacks %q: %v", w, msg)
+		}
+	}
+	if strings.Contains(msg, "eval") || strings.Contains(msg, "--seq-len") {
+		t.Errorf("the refusal speaks of eval's flags: %v", msg)
+	}
+}

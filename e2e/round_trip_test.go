@@ -561,7 +561,7 @@ func TestInitFromModelKeys(t *testing.T) {
 		t.Errorf("a LLaMA config with sliding_window 16: %v, notes:\n%s", err, notes.String())
 	}
 	notes.Reset()
-	if em, err := weights.Load(llamaWindow, config.Default(), &notes); err != nil || em.Config.SlidingWindow != 16 || !strings.Contains(notes.String(), "eval: note: ") {
+	if em, err := weights.Load(llamaWindow, config.Default(), &notes); err != nil || em.Config.SlidingWindow != 16 || !strings.HasPrefix(notes.String(), "note: ") {
 		t.Errorf("eval of a LLaMA config with sliding_window 16: %v, notes:\n%s", err, notes.String())
 	}
 	for _, c := range []struct {

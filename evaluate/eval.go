@@ -160,13 +160,13 @@ func LoadConfig(path string, sets []string) (config.Config, error) {
 // checkpoint evaluated without --config brings its training run's [data] and [eval]
 // sections (data.eval, data.format, data.seq_len…) as the defaults that --set overrides. A
 // --set of a [model] key is refused for a model that brings its own shape (a checkpoint, a
-// Hugging Face directory), where it would be ignored.
-func ConfigFor(cfg config.Config, em weights.Model, configPath string, sets []string) (config.Config, error) {
+// Hugging Face directory), where it would be ignored; what names the command (eval, generate).
+func ConfigFor(cfg config.Config, em weights.Model, configPath string, sets []string, what string) (config.Config, error) {
 	if em.Source != "safetensors" { // whose [model] the config gives; the others bring their own
 		for _, o := range sets {
 			if k, _, _ := strings.Cut(o, "="); strings.HasPrefix(strings.TrimSpace(k), "model.") {
-				return config.Config{}, fmt.Errorf("eval: --set %s: the model's shape comes from %s itself (%s), so a [model] key does not apply to it; only a .safetensors file takes its shape from the config",
-					o, em.Path, em.Source)
+				return config.Config{}, fmt.Errorf("%s: --set %s: the model's shape comes from %s itself (%s), so a [model] key does not apply to it; only a .safetensors file takes its shape from the config",
+					what, o, em.Path, em.Source)
 			}
 		}
 	}

@@ -25,13 +25,14 @@ import (
 // alike, and shares it.
 
 // GenOptions are how tokens are chosen.
+// Its JSON (generate --out's "options") names each by its flag.
 type GenOptions struct {
-	MaxNew      int     // tokens to generate at most
-	Temperature float64 // 0: greedy (the largest logit, the lowest id among equals)
-	TopK        int     // sample among the K most likely tokens; 0: all
-	TopP        float64 // sample among the most likely tokens whose probabilities reach P (nucleus); 0 or 1: all
-	Seed        uint64  // the sampler's seed
-	Stop        []int32 // tokens that end the text (EOS); not included in it
+	MaxNew      int     `json:"max_new_tokens"` // tokens to generate at most
+	Temperature float64 `json:"temperature"`    // 0: greedy (the largest logit, the lowest id among equals)
+	TopK        int     `json:"top_k"`          // sample among the K most likely tokens; 0: all
+	TopP        float64 `json:"top_p"`          // sample among the most likely tokens whose probabilities reach P (nucleus); 0 or 1: all
+	Seed        uint64  `json:"seed"`           // the sampler's seed
+	Stop        []int32 `json:"stop"`           // tokens that end the text (EOS); not included in it
 }
 
 // Validate reports options no sampler can follow.

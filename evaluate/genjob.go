@@ -22,7 +22,8 @@ type GenRequest struct {
 	PromptFile string   // or a file holding it
 	BOS        string   // auto, none or a token id (ParseBOS); "" = auto
 	Options    GenOptions
-	Samples    int // continuations of the prompt, seeds Seed, Seed+1, …; 0 = 1
+	Samples    int    // continuations of the prompt, seeds Seed, Seed+1, …; 0 = 1
+	Out        string // the JSON file of the samples (WriteSamples); checked before the work
 }
 
 // GenJob is a generation ready to run: the model on the evaluator's ranks and the prompt
@@ -65,7 +66,7 @@ func PrepareGenerate(req GenRequest, stderr io.Writer) (*GenJob, error) {
 	if err := req.Options.Validate(); err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
 	}
-	l, err := loadModel(req.ConfigPath, req.Sets, req.Model, req.BOS, "generate", stderr)
+	l, err := loadModel(req.ConfigPath, req.Sets, req.Model, req.BOS, req.Out, "generate", stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +84,7 @@ func PrepareGenerate(req GenRequest, stderr io.Writer) (*GenJob, error) {
 		return nil, fmt.Errorf("generate: %d prompt tokens + --max-new-tokens %d = %d exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)",
 			len(prompt), req.Options.MaxNew, total, l.em.Config.MaxSeqLen)
 	}
-	if err := l.build(len(prompt), "generate"); err != nil {
+	if err := l.build(len(prompt), "generate", "a prompt", "prompt (--prompt, --prompt-file)"); err != nil {
 		return nil, err
 	}
 	req.Options.Stop = append(req.Options.Stop, l.stop...)

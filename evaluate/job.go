@@ -80,13 +80,18 @@ type loaded struct {
 }
 
 // loadModel reads the config and the model of an eval or generate request (the config a
-// checkpoint brings, see ConfigFor) and checks that the tokenizer and BOS fit the model.
-func loadModel(configPath string, sets []string, modelPath, bosFlag, what string, stderr io.Writer) (loaded, error) {
+// checkpoint brings, see ConfigFor) and checks that the tokenizer and BOS fit the model. out,
+// when given, is the file the command writes at the end (rank 0): checked before the model
+// is read, so that a name that cannot be written is refused before the work.
+func loadModel(configPath string, sets []string, modelPath, bosFlag, out, what string, stderr io.Writer) (loaded, error) {
 	if modelPath == "" {
 		return loaded{}, fmt.Errorf("%s: --model is required: a Hugging Face LLaMA directory, a checkpoint directory or a .safetensors file", what)
 	}
 	cfg, err := LoadConfig(configPath, sets)
 	if err != nil {
+		return loaded{}, err
+	}
+	if err := cfg.ValidateWorld(); err != nil { // as train says it, before the world is launched
 		return loaded{}, err
 	}
 	if reqs := cfg.Requirements(); len(reqs) > 0 {
@@ -99,12 +104,16 @@ func loadModel(configPath string, sets []string, modelPath, bosFlag, what string
 	}
 	if !w.Leader() {
 		stderr = io.Discard
+	} else if out != "" {
+		if err := ckpt.CheckWritable(out); err != nil {
+			return loaded{}, fmt.Errorf("%s: --out %s: %w", what, out, err)
+		}
 	}
 	em, err := weights.Load(modelPath, cfg, stderr)
 	if err != nil {
-		return loaded{}, err
+		return loaded{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if cfg, err = ConfigFor(cfg, em, configPath, sets); err != nil {
+	if cfg, err = ConfigFor(cfg, em, configPath, sets, what); err != nil {
 		return loaded{}, err
 	}
 	if bosFlag == "" {
@@ -131,17 +140,18 @@ func loadModel(configPath string, sets []string, modelPath, bosFlag, what string
 }
 
 // build checks that sequences of tokens tokens fit the model, opens the world's devices,
-// checks that such a sequence fits the memory each rank has, then puts the model on the ranks
+// checks that such a sequence (sample: "a sample", "a prompt"; knob: the flag that sets its
+// length) fits the memory each rank has, then puts the model on the ranks
 // (forward only: each block's input kept, float32, FSDP-sharded when parallelism.fsdp says
 // so) and drops the host copy of the weights.
-func (l *loaded) build(tokens int, what string) error {
+func (l *loaded) build(tokens int, what, sample, knob string) error {
 	if longest := l.em.Config.MaxSeqLen; tokens > longest {
 		return fmt.Errorf("%s: %d tokens exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)", what, tokens, longest)
 	}
 	if err := l.w.Open(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	if err := checkMemory(l.cfg, l.w, tokens, what); err != nil {
+	if err := checkMemory(l.cfg, l.w, tokens, what, sample, knob); err != nil {
 		return err
 	}
 	mc := l.em.Config
@@ -171,7 +181,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	default:
 		return nil, fmt.Errorf("eval: --task %q: want loss or passkey", req.Task)
 	}
-	l, err := loadModel(req.ConfigPath, req.Sets, req.Model, req.BOS, "eval", stderr)
+	l, err := loadModel(req.ConfigPath, req.Sets, req.Model, req.BOS, req.Out, "eval", stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +189,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 		if err := req.Passkey.Validate(l.em.Config.MaxSeqLen); err != nil {
 			return nil, err
 		}
-		if err := l.build(req.Passkey.Lengths[len(req.Passkey.Lengths)-1], "eval"); err != nil {
+		if err := l.build(req.Passkey.Lengths[len(req.Passkey.Lengths)-1], "eval", "a sample", "length (--lengths)"); err != nil {
 			return nil, err
 		}
 		if req.Out == "" {
@@ -206,14 +216,14 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	if req.Out == "" {
 		req.Out = filepath.Clean(em.Path) + ".eval.json"
 	}
-	longest := req.SeqLen // the longest forward: a sample, or a window of the sliding scoring
-	if w := req.Scoring.Window; w > 0 {
-		longest = min(longest, w)
+	longest, knob := req.SeqLen, "--seq-len" // the longest forward: a sample, or a window of the sliding scoring
+	if w := req.Scoring.Window; w > 0 && w < longest {
+		longest, knob = w, "--sliding-window"
 	}
 	if req.SeqLen > em.Config.MaxSeqLen && req.Scoring.Window == 0 {
 		return nil, fmt.Errorf("eval: --seq-len %d exceeds the model's longest sequence, %d (max_seq_len / max_position_embeddings); --sliding-window W scores longer samples in windows of W", req.SeqLen, em.Config.MaxSeqLen)
 	}
-	if err := l.build(longest, "eval"); err != nil {
+	if err := l.build(longest, "eval", "a sample", knob); err != nil {
 		return nil, err
 	}
 	ss, err := LoadSamples(req.Data, cfg.Data, em.Tokenizer, l.bos, req.SeqLen, em.Config.VocabSize, req.Samples)
@@ -427,9 +437,10 @@ func (r Report) MarshalJSON() ([]byte, error) {
 
 // checkMemory refuses, before the model is put on the ranks, an evaluation whose sequences of
 // seqLen tokens do not fit in the memory each rank has (world.Memory: the host's shared by
-// the process's ranks, or the GPU's): plan.EvalMemoryFor of the rank's share. The error names
-// what is needed and available and the longest --seq-len that fits.
-func checkMemory(cfg config.Config, w *world.World, seqLen int, what string) error {
+// the process's ranks, or the GPU's): plan.EvalMemoryFor of the rank's share. The error, the
+// command what's, names what is needed and available for sample and the longest length of it
+// that fits, by the flag that sets it (knob).
+func checkMemory(cfg config.Config, w *world.World, seqLen int, what, sample, knob string) error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(10) // as train: a few large buffers live for the whole run
 	}
@@ -443,10 +454,10 @@ func checkMemory(cfg config.Config, w *world.World, seqLen int, what string) err
 		return nil
 	}
 	gib := func(x float64) string { return fmt.Sprintf("%.1f GiB", x/(1<<30)) }
-	msg := fmt.Sprintf("%s: a sample of %d tokens needs %s per rank (the weights %s, activations %s, logits %s, attention %s, collector headroom %s), a rank has %s available (%s)",
-		what, seqLen, gib(m.Peak), gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(avail), source)
+	msg := fmt.Sprintf("%s: %s of %d tokens needs %s per rank (the weights %s, activations %s, logits %s, attention %s, collector headroom %s), a rank has %s available (%s)",
+		what, sample, seqLen, gib(m.Peak), gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(avail), source)
 	if longest := plan.MaxEvalSeqLen(cfg, plan.SafeCapacity(avail)); longest > 0 {
-		msg += fmt.Sprintf("; the longest --seq-len that fits is %d (%.0f%% of the memory left for what the estimate misses)", longest, 100*plan.EstimateError)
+		msg += fmt.Sprintf("; the longest %s that fits is %d tokens (%.0f%% of the memory left for what the estimate misses)", knob, longest, 100*plan.EstimateError)
 	}
 	return errors.New(msg)
 }

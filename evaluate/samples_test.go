@@ -60,15 +60,15 @@ func TestConfigForRefusesModelKeys(t *testing.T) {
 	}
 	for _, src := range []string{"checkpoint", "hf"} {
 		em := weights.Model{Config: cfg.Model, Source: src, Path: "m"}
-		if _, err := ConfigFor(cfg, em, "", []string{"model.sliding_window=8"}); err == nil || !strings.Contains(err.Error(), "model.sliding_window=8") {
+		if _, err := ConfigFor(cfg, em, "", []string{"model.sliding_window=8"}, "eval"); err == nil || !strings.Contains(err.Error(), "model.sliding_window=8") {
 			t.Errorf("%s: --set model.sliding_window: %v", src, err)
 		}
-		if _, err := ConfigFor(cfg, em, "", []string{"eval.samples=3"}); err != nil {
+		if _, err := ConfigFor(cfg, em, "", []string{"eval.samples=3"}, "eval"); err != nil {
 			t.Errorf("%s: --set eval.samples: %v", src, err)
 		}
 	}
 	em := weights.Model{Config: cfg.Model, Source: "safetensors", Path: "m.safetensors"}
-	if _, err := ConfigFor(cfg, em, "", []string{"model.sliding_window=8"}); err != nil {
+	if _, err := ConfigFor(cfg, em, "", []string{"model.sliding_window=8"}, "eval"); err != nil {
 		t.Errorf("safetensors: --set model.sliding_window: %v", err)
 	}
 }

@@ -49,7 +49,7 @@ func (m Model) Describe() string {
 	return m.Path
 }
 
-// Load loads eval's and generate's --model: a Hugging Face LLaMA directory (a config.json that
+// Load loads eval's and generate's --model (its errors are the command's to prefix): a Hugging Face LLaMA directory (a config.json that
 // is not distflash's own, see IsHFDir, and safetensors weights), a .safetensors file holding
 // distflash's parameter names for the config's [model] shape, or a checkpoint directory of
 // this program. cfg's data.tokenizer is the tokenizer of a .safetensors file, and of a Hugging
@@ -58,7 +58,7 @@ func (m Model) Describe() string {
 func Load(path string, cfg config.Config, stderr io.Writer) (Model, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return Model{}, fmt.Errorf("eval: --model: %w", err)
+		return Model{}, fmt.Errorf("--model: %w", err)
 	}
 	switch {
 	case fi.IsDir() && IsHFDir(path):
@@ -66,7 +66,7 @@ func Load(path string, cfg config.Config, stderr io.Writer) (Model, error) {
 	case fi.IsDir():
 		saved, params, dir, step, err := LoadCheckpoint(path, stderr)
 		if err != nil {
-			return Model{}, fmt.Errorf("eval: --model %w", err)
+			return Model{}, fmt.Errorf("--model %w", err)
 		}
 		tok, err := configTokenizer(saved) // the tokenizer the model was trained with
 		if err != nil {
@@ -76,11 +76,11 @@ func Load(path string, cfg config.Config, stderr io.Writer) (Model, error) {
 			Path: dir, Step: step, Saved: &saved}, nil
 	case strings.HasSuffix(path, ".safetensors"):
 		if err := cfg.Model.Resolve(); err != nil {
-			return Model{}, fmt.Errorf("eval: %s: the config's [model] gives its shape: %w", path, err)
+			return Model{}, fmt.Errorf("%s: the config's [model] gives its shape: %w", path, err)
 		}
 		params, err := LoadSafetensors(path, cfg.Model)
 		if err != nil {
-			return Model{}, fmt.Errorf("eval: %w", err)
+			return Model{}, err
 		}
 		tok, err := configTokenizer(cfg)
 		if err != nil {
@@ -88,7 +88,7 @@ func Load(path string, cfg config.Config, stderr io.Writer) (Model, error) {
 		}
 		return Model{Config: cfg.Model, Params: params, Tokenizer: tok, BOS: -1, Source: "safetensors", Path: path, Step: -1}, nil
 	}
-	return Model{}, fmt.Errorf("eval: --model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
+	return Model{}, fmt.Errorf("--model %s: want a Hugging Face LLaMA directory (config.json and *.safetensors), a checkpoint directory of distflash, or a .safetensors file", path)
 }
 
 // LoadCheckpoint reads a checkpoint written by distflash train: a step directory, or a
@@ -171,7 +171,7 @@ func runCheckpointDir(run string) (dir string, id ckpt.RunID, ok bool) {
 func configTokenizer(cfg config.Config) (data.Tokenizer, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
-		return nil, fmt.Errorf("eval: data.tokenizer: %w", err)
+		return nil, fmt.Errorf("data.tokenizer: %w", err)
 	}
 	return tok, nil
 }
@@ -234,16 +234,16 @@ func loadHF(dir string, cfg config.Config, stderr io.Writer) (Model, error) {
 		return Model{}, err
 	}
 	if note := h.Config.WindowNote(); note != "" {
-		fmt.Fprintf(stderr, "eval: note: %s: %s\n", filepath.Join(dir, HFConfigFile), note)
+		fmt.Fprintf(stderr, "note: %s: %s\n", filepath.Join(dir, HFConfigFile), note)
 	}
 	mc := h.Config.ModelConfig()
 	if err := mc.Resolve(); err != nil {
-		return Model{}, fmt.Errorf("eval: %s: %w", filepath.Join(dir, HFConfigFile), err)
+		return Model{}, fmt.Errorf("%s: %w", filepath.Join(dir, HFConfigFile), err)
 	}
 	// The weights as read; the ranks' copies are the caller's to check (the eval command
 	// checks each rank's share against the memory the rank has, package evaluate).
 	copies := 1.0
-	if err := config.CheckModelMemory("eval: the model of "+hfShape(dir, h.Config), mc, copies, config.WeightBytesPerParam); err != nil {
+	if err := config.CheckModelMemory("the model of "+hfShape(dir, h.Config), mc, copies, config.WeightBytesPerParam); err != nil {
 		return Model{}, err
 	}
 	params, err := h.params(mc)
@@ -256,7 +256,7 @@ func loadHF(dir string, cfg config.Config, stderr io.Writer) (Model, error) {
 	}
 	tok, err := data.NewTokenizer(tokName)
 	if err != nil {
-		return Model{}, fmt.Errorf("eval: tokenizer %s: %w", tokName, err)
+		return Model{}, fmt.Errorf("tokenizer %s: %w", tokName, err)
 	}
 	return Model{Config: mc, Params: params, Tokenizer: tok, BOS: int32(h.Config.BOSTokenID), Source: "hf", Path: dir, Step: -1}, nil
 }
