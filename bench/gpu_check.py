@@ -3,7 +3,7 @@
 test binary, PyTorch scripts, token data), on a machine with an NVIDIA GPU, PyTorch and,
 optionally, Nsight Compute, but no Go. scripts/gpu_check.sh is the entry point:
 
-    python3 bench/gpu_check.py run --pack DIR --out OUT [--phase correctness|attention|model|all]
+    python3 bench/gpu_check.py run --pack DIR --out OUT [--phase correctness|attention|model|multigpu|commands|cudnn|curve|all]
                                    [--budget SECONDS] [--steps REGEX] [--dry]
     python3 bench/gpu_check.py merge --dest DIR OUT1 OUT2 ...
 
@@ -108,12 +108,12 @@ import tarfile
 import threading
 import time
 
-PHASES = ["correctness", "attention", "model", "multigpu", "commands", "cudnn"]
+PHASES = ["correctness", "attention", "model", "multigpu", "commands", "cudnn", "curve"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480, "commands": 240, "cudnn": 420}
+BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480, "commands": 240, "cudnn": 420, "curve": 300}
 # The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
-SHARE = {"correctness": 0.2, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.25}
+SHARE = {"correctness": 0.2, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.15, "curve": 0.1}
 CURVE_STEPS = 50
 DOC_STEPS = 20
 FP32_TOL = 1e-5
@@ -412,14 +412,14 @@ def kernels_tests(r, limit):
     return res
 
 
-def train_curve(r, name, device, prec, limit, steps=CURVE_STEPS, config="tiny.toml", extra=()):
+def train_curve(r, name, device, prec, limit, steps=CURVE_STEPS, config="tiny.toml", extra=(), env=None):
     runs = os.path.join(r.work, "runs")
     cmd = [r.bin("distflash"), "train", "--config", os.path.join(r.pack, "configs", config),
            "--set", f"data.train={os.path.join(r.pack, 'data', 'go.tokens')}", "--set", "data.format=tokens",
            "--set", f"training.steps={steps}", "--set", f"device.kind={device}",
            "--set", f"training.mixed_precision={prec}", "--set", f"run.output_dir={runs}", "--set", f"run.name={name}",
            "--set", "run.log_interval=1", "--progress=false", *extra]
-    r.sh(name, cmd, limit, cwd=r.work)
+    r.sh(name, cmd, limit, cwd=r.work, env=env)
     return read_metrics(os.path.join(runs, name, "metrics.jsonl"))
 
 
@@ -879,6 +879,83 @@ def phase_model(r):
         rec = r.step("model", f"torch 1B seq {seq}", lambda t, s=seq: torch_1b(r, s, 4, t), lim)
         res[f"torch_{seq}"] = rec.get("result")
     r.step("model", "summary (MFU, planner, activation bytes)", lambda t: model_summary(r, res), 30)
+
+
+# ---------------------------------------------------------------------------------------------
+# The 0.85B model's curve beside PyTorch's (issue 35)
+
+CURVE_1B_STEPS = 30
+# The largest relative gap allowed between the two bf16 curves. bf16 trains within 0.01 nats of
+# fp32 over a run (docs/training.md#mixed-precision), and a bf16 curve's single steps have been
+# measured up to 0.019 nats from fp32's (TestHalfActivationsTrain, 50 steps); two bf16 programs
+# that each stay that close to the fp32 curve differ by at most 0.04 nats, which at the losses of
+# these 30 steps (above 4 nats for the byte tokens of the Go tree) is 1%. On the CPU at the tiny
+# shape the two differ by 7e-4 relative (e2e's TestTrainsLikePyTorch).
+CURVE_1B_TOL = 0.01
+
+
+def curve_1b(r, limit):
+    """distflash and PyTorch (bench/torch_train.py) train configs/llama-1b.toml's 0.85B model in
+    bf16 at 8K tokens a step for CURVE_1B_STEPS steps, from distflash's step-0 weights on the same
+    sequences (DISTFLASH_TRACE), with the same schedule (warmup 10 to lr 3e-4: the curve moves),
+    clipping and AdamW. Both curves are drawn in curve_1b.png; "curve" in summary.json has the
+    steps, the largest relative gap and the tolerance."""
+    seq = 256 if r.dry else 8192
+    trace = os.path.join(r.work, "trace_1b")
+    extra = ["--set", f"data.seq_len={seq}", "--set", "training.warmup_steps=10", "--set", "run.tensorboard=false"]
+    if r.dry:
+        extra += [x for s in model_sets(LLAMA_DRY) for x in ("--set", s)]
+    start = time.time()
+    rows = train_curve(r, "llama1b-curve", "cpu" if r.dry else "cuda", "bf16", limit * 0.45, steps=CURVE_1B_STEPS,
+                       config="llama-1b.toml", extra=extra, env={"DISTFLASH_TRACE": trace})
+    ours = {m["step"]: m["loss"] for m in rows}
+    jpath = os.path.join(r.work, "torch_curve_1b.json")
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "torch_train.py"), "--trace", trace, "--json", jpath,
+           "--device", "cpu" if r.dry else "cuda"]
+    r.sh("torch_curve_1b", cmd, max(limit - (time.time() - start), 1), env={"PYTHONUNBUFFERED": "1"})
+    with open(jpath) as f:
+        theirs = json.load(f)
+    steps = [s for s in theirs["steps"] if s in ours]
+    gaps = [abs(l - ours[s]) / abs(ours[s]) for s, l in zip(theirs["steps"], theirs["loss"]) if s in ours]
+    if len(steps) < CURVE_1B_STEPS:
+        raise Fail(f"{len(steps)} steps in both curves, want {CURVE_1B_STEPS}")
+    curve = {"steps": len(steps), "max_rel": max(gaps), "tolerance": CURVE_1B_TOL, "seq": seq,
+             "distflash": [ours[s] for s in steps], "pytorch": theirs["loss"][:len(steps)], "torch": theirs.get("torch")}
+    curve["png"] = plot_curves(os.path.join(r.out, "curve_1b.png"), steps, curve, seq)
+    if not curve["max_rel"] <= CURVE_1B_TOL:
+        raise Fail(f"the curves differ by up to {curve['max_rel']:.3g} relative, over {CURVE_1B_TOL}: {curve}")
+    return {"curve": curve}
+
+
+def plot_curves(path, steps, curve, seq):
+    """Both losses against the step in one PNG (matplotlib, which the GPU machine has with
+    PyTorch); None where matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=120)
+    ax.plot(steps, curve["distflash"], "o-", ms=3, label="distflash")
+    ax.plot(steps, curve["pytorch"], "x--", ms=4, label="PyTorch (bench/torch_train.py)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"0.85B LLaMA, bf16, {seq} tokens a step: largest gap {curve['max_rel']:.2e} relative")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def phase_curve(r):
+    rec = r.step("curve", "0.85B curve: distflash vs PyTorch", lambda t: curve_1b(r, t), 280)
+    c = (rec.get("result") or {}).get("curve")
+    if c:  # the report's table says it
+        rec["note"] = (f"{c['steps']} steps of {c['seq']} tokens, bf16: largest relative gap {c['max_rel']:.3g} "
+                       f"(tolerance {c['tolerance']}); {c['png'] or 'no PNG (matplotlib missing)'}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1473,7 +1550,7 @@ def cmd_run(a):
         r.start_phase(phases, i)
         {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model,
          "multigpu": phase_multigpu, "commands": phase_commands,
-         "cudnn": phase_cudnn}[p](r)
+         "cudnn": phase_cudnn, "curve": phase_curve}[p](r)
     rep = write_report(r, phases)
     print(render(rep))
     bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")

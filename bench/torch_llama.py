@@ -48,10 +48,12 @@ def rope_tables(seq, hd, theta, device):
 
 
 def rope(x, cos, sin):
-    """x: (B, H, S, hd); rotates the pairs (x[2i], x[2i+1]) by position × inv_freq[i]."""
-    x1, x2 = x[..., 0::2].float(), x[..., 1::2].float()
-    y1, y2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos
-    return torch.stack((y1, y2), dim=-1).flatten(-2).to(x.dtype)
+    """x: (B, H, S, hd); rotates the pairs (x[i], x[i + hd/2]) by position × inv_freq[i]:
+    Hugging Face's rotate_half, distflash's RoPE (weights/hf.go), so that the same weights give
+    the same model in both (bench/torch_train.py)."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h].float(), x[..., h:].float()
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
 
 
 class Cfg:

@@ -94,6 +94,9 @@ type TrainingConfig struct {
 	GradClip       float64 `toml:"grad_clip" json:"grad_clip"`               // global gradient norm limit; 0 = off
 	MixedPrecision string  `toml:"mixed_precision" json:"mixed_precision"`   // fp32 | bf16 | fp16
 	GradAccumSteps int     `toml:"grad_accum_steps" json:"grad_accum_steps"` // micro-batches per optimizer step
+	// SkipSpikes skips the update of a step whose loss or gradient norm spikes (train's spike
+	// detection, which reports them either way), as PaLM-style recipes skip such batches.
+	SkipSpikes bool `toml:"skip_spikes" json:"skip_spikes,omitempty"`
 	// LossChunk is how many tokens go through the output head and the loss at a time, so that
 	// the [tokens, vocab] logits exist one chunk at a time (model.Model.LossChunk): -1 lets
 	// LossChunkTokens choose (chunks of at most 256 MiB of logits), 0 takes all at once.
@@ -915,6 +918,10 @@ func (c Config) Notes() []string {
 		notes = append(notes, fmt.Sprintf("training.warmup_steps = %d is more than training.steps = %d: the learning rate never reaches training.lr = %g (it ends at %.3g, %d/%d of it)",
 			t.WarmupSteps, t.Steps, t.LR, t.LR*float64(t.Steps)/float64(t.WarmupSteps), t.Steps, t.WarmupSteps))
 	}
+	if t := c.Training; t.WarmupSteps < shortWarmup && t.LR >= largeLR && t.Steps > t.WarmupSteps {
+		notes = append(notes, fmt.Sprintf("training.warmup_steps = %d at training.lr = %g: Adam's first updates move every weight by about the learning rate, whatever its gradient's size, so with a warmup this short the first steps can throw the loss up and down; reference recipes warm up over hundreds of steps or 1–10%% of the run (docs/training.md#learning-rate-and-warmup)",
+			t.WarmupSteps, t.LR))
+	}
 	n := c.Model.NumParams()
 	if state := n * StateBytesPerParam; state > memoryNoteBytes {
 		msg := fmt.Sprintf("the model's %s parameters need %.1f GiB for fp32 weights, gradients and AdamW moments (%d bytes/parameter), before activations",
@@ -934,6 +941,12 @@ func (c Config) Notes() []string {
 	}
 	return notes
 }
+
+// A warmup of fewer than shortWarmup steps to a learning rate of largeLR or more is a note.
+const (
+	shortWarmup = 10
+	largeLR     = 1e-4
+)
 
 // gib converts bytes to GiB.
 func GiB(b int64) float64 { return float64(b) / (1 << 30) }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -434,6 +435,18 @@ func TestConfigNotes(t *testing.T) {
 	short.Training.WarmupSteps, short.Training.Steps = 100, 10
 	if n := strings.Join(short.Notes(), "\n"); !strings.Contains(n, "training.warmup_steps = 100 is more than training.steps = 10") || !strings.Contains(n, "10/100") {
 		t.Errorf("a warmup of 100 in a run of 10 steps: notes %q", n)
+	}
+	for _, c := range []struct {
+		warmup int
+		lr     float64
+		note   bool
+	}{{2, 3e-4, true}, {0, 3e-3, true}, {9, 1e-4, true}, {10, 3e-3, false}, {2, 5e-5, false}} {
+		quick := tiny
+		quick.Training.WarmupSteps, quick.Training.LR, quick.Training.MinLR = c.warmup, c.lr, 0
+		n := strings.Join(quick.Notes(), "\n")
+		if got := strings.Contains(n, fmt.Sprintf("training.warmup_steps = %d at training.lr = %g: Adam's first updates", c.warmup, c.lr)); got != c.note {
+			t.Errorf("warmup %d to lr %g: notes %q, want a note on the warmup: %v", c.warmup, c.lr, n, c.note)
+		}
 	}
 	// a sliding window under a schedule that sends every block anyway
 	for _, c := range []struct {

@@ -16,6 +16,10 @@ type Batch struct {
 	// at each boundary token, and at position 0 a document goes on from the previous window
 	// (DocStarts). Nil otherwise: each sequence is one document.
 	DocStart []int32
+	// Windows are where the sequences came from: sequence b is window Windows[b] of the
+	// stream, its tokens Windows[b]·T .. Windows[b]·T+T (the Loader's numbering). Nil for a
+	// batch no Loader made.
+	Windows []int
 }
 
 // DocStarts sets start[t] to the position at which the document of token t of seq starts:
@@ -110,12 +114,13 @@ func (l *Loader) Windows() int { return l.n }
 // later calls.
 func (l *Loader) Next() Batch {
 	T := l.t
-	bt := Batch{B: l.b, T: T, Inputs: make([]int32, l.b*T), Targets: make([]int32, l.b*T)}
+	bt := Batch{B: l.b, T: T, Inputs: make([]int32, l.b*T), Targets: make([]int32, l.b*T), Windows: make([]int, l.b)}
 	if l.docs {
 		bt.DocStart = make([]int32, l.b*T)
 	}
 	for i := 0; i < l.b; i++ {
-		start := l.perm[l.index] * T
+		bt.Windows[i] = l.perm[l.index]
+		start := bt.Windows[i] * T
 		copy(bt.Inputs[i*T:(i+1)*T], l.tokens[start:start+T])
 		copy(bt.Targets[i*T:(i+1)*T], l.tokens[start+1:start+T+1])
 		if l.docs {

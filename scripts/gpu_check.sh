@@ -6,7 +6,7 @@
 #       the -tags cuda distflash binary and the kernels test binary (stripped), and copies them
 #       with the kernels' test vectors, the configs, 2 MiB of the Go source as byte-token shards
 #       (the tiny config's training text) and the PyTorch scripts into DIR (about 30 MB).
-#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|multigpu|commands|cudnn|all] [--budget SECONDS]
+#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|multigpu|commands|cudnn|curve|all] [--budget SECONDS]
 #       On a machine with an NVIDIA GPU, python3 with PyTorch and optionally ncu; no Go needed.
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
@@ -70,7 +70,7 @@ pack() {
 		# the commands phase's evaluation text: a few Go source files, one document each
 		mkdir -p "$dir/data/eval"
 		cp "$(go env GOROOT)"/src/fmt/{format,print,scan,errors}.go "$dir/data/eval/"
-		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py "$dir/bench/"
+		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py bench/torch_train.py "$dir/bench/"
 		cp scripts/gpu_check.sh scripts/check_nccl_abi.sh scripts/check_nccl_abi.c scripts/check_cudnn_abi.sh scripts/check_cudnn_abi.c "$dir/scripts/"
 		mkdir -p "$dir/kernels/cuda" # the NCCL ABI check's declarations
 		cp kernels/cuda/nccl_abi.h kernels/cuda/nccl_abi_funcs.h kernels/cuda/cuda_abi.h kernels/cuda/cuda_abi_funcs.h \
@@ -125,10 +125,10 @@ dry-run)
 		echo "dry-run: no cuda.h here: kernels/cuda/cuda_abi.h not compared with the CUDA headers"
 	fi
 	pack "$out/pack"
-	for phase in correctness attention model multigpu commands cudnn; do
+	for phase in correctness attention model multigpu commands cudnn curve; do
 		"$py" "$out/pack/bench/gpu_check.py" run --pack "$out/pack" --out "$out/$phase" --phase "$phase" --dry || status=1
 	done
-	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model,multigpu,commands,cudnn}
+	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model,multigpu,commands,cudnn,curve}
 	exit $status
 	;;
 *)

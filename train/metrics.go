@@ -111,20 +111,29 @@ func (w *metricsFile) close() error {
 
 // Metrics is one line of runs/<name>/metrics.jsonl.
 type Metrics struct {
-	Step         int      `json:"step"`
-	Loss         float64  `json:"loss"`
-	LR           float64  `json:"lr"`
-	GradNorm     float64  `json:"grad_norm"`
-	TokensPerSec float64  `json:"tokens_per_s"`
-	Tokens       int64    `json:"tokens"`
-	ElapsedSec   float64  `json:"elapsed_s"`
-	AttnForwards int64    `json:"attn_forwards"`
-	AttnBytes    int64    `json:"attn_bytes"`           // the bytes the busiest rank sent for attention (sequence-parallel blocks, statistics, all-to-alls)
-	FLOPsPerSec  float64  `json:"flops_per_s"`          // the model FLOPs of the step's tokens (plan.FLOPsPerToken) per second, all ranks together
-	MFU          float64  `json:"mfu,omitempty"`        // FLOPsPerSec over the peak of all devices (device.peak_tflops or the GPU's); absent when the peak is not known (CPU)
-	Skipped      bool     `json:"skipped,omitempty"`    // fp16: gradients overflowed, the update was skipped
-	LossScale    float64  `json:"loss_scale,omitempty"` // fp16: the scale this step's loss was multiplied by
-	Memory       []Memory `json:"memory"`               // per rank
+	Step         int     `json:"step"`
+	Loss         float64 `json:"loss"`
+	LR           float64 `json:"lr"`
+	GradNorm     float64 `json:"grad_norm"`
+	TokensPerSec float64 `json:"tokens_per_s"`
+	Tokens       int64   `json:"tokens"`
+	ElapsedSec   float64 `json:"elapsed_s"`
+	AttnForwards int64   `json:"attn_forwards"`
+	AttnBytes    int64   `json:"attn_bytes"`           // the bytes the busiest rank sent for attention (sequence-parallel blocks, statistics, all-to-alls)
+	FLOPsPerSec  float64 `json:"flops_per_s"`          // the model FLOPs of the step's tokens (plan.FLOPsPerToken) per second, all ranks together
+	MFU          float64 `json:"mfu,omitempty"`        // FLOPsPerSec over the peak of all devices (device.peak_tflops or the GPU's); absent when the peak is not known (CPU)
+	Skipped      bool    `json:"skipped,omitempty"`    // fp16: gradients overflowed, the update was skipped
+	LossScale    float64 `json:"loss_scale,omitempty"` // fp16: the scale this step's loss was multiplied by
+	// Spikes (spike.go), on the steps that have one: which, the medians of the steps before
+	// that they were measured against, whether training.skip_spikes skipped the update, and
+	// the loader's windows of the step's sequences (tokens window·seq_len .. +seq_len).
+	LossSpike      bool     `json:"loss_spike,omitempty"`
+	GradNormSpike  bool     `json:"grad_norm_spike,omitempty"`
+	LossMedian     float64  `json:"loss_median,omitempty"`
+	GradNormMedian float64  `json:"grad_norm_median,omitempty"`
+	SpikeSkipped   bool     `json:"spike_skipped,omitempty"`
+	Windows        []int    `json:"windows,omitempty"`
+	Memory         []Memory `json:"memory"` // per rank
 	// Held-out evaluation, on the steps where it runs (eval.interval).
 	EvalLoss        float64 `json:"eval_loss,omitempty"`
 	EvalPerplexity  float64 `json:"eval_perplexity,omitempty"`
@@ -135,6 +144,7 @@ type Metrics struct {
 
 	stop     bool // some rank was asked to stop after this step (all ranks stop together)
 	diverged bool // fp32/bf16: the gradients hold Inf or NaN; no update was applied
+	spike    spike
 }
 
 // Memory is what one rank holds, in bytes (metrics.jsonl "memory", one entry per rank).

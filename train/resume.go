@@ -30,6 +30,7 @@ type trainState struct {
 	Loader   data.LoaderState  `json:"loader"`    // the data order's position
 	AdamStep int64             `json:"adam_step"` // updates applied (skipped fp16 steps are not)
 	Scaler   *optim.LossScaler `json:"loss_scaler,omitempty"`
+	Spikes   *spikeWatch       `json:"spikes,omitempty"` // the recent steps spike detection compares with
 }
 
 // StateTensors are the checkpointed flat tensors: the weights and AdamW's two moments, in model Layout order.
@@ -89,6 +90,7 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 	}
 	st.Loader = t.loader.State()
 	st.AdamStep = t.ranks[0].opt.Step
+	st.Spikes = t.spikes
 	if t.scaler != nil {
 		s := *t.scaler
 		st.Scaler = &s
@@ -236,6 +238,9 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 	}
 	if t.scaler != nil && st.Scaler != nil {
 		*t.scaler = *st.Scaler
+	}
+	if st.Spikes != nil { // a checkpoint of an older version has none: the window fills again
+		t.spikes = st.Spikes
 	}
 	// Replicated ranks all need every element: read (decompress) them once for this process.
 	var whole [][]float32

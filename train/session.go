@@ -114,6 +114,9 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 			return r, err
 		}
 	}
+	if t.trace, err = openTrace(t, cfg, r.st.Step, leader); err != nil {
+		return r, err
+	}
 	r.metricsPath = filepath.Join(dirs.run, "metrics.jsonl")
 	if leader {
 		if r.mf, err = openMetrics(r.metricsPath, r.st.Step); err != nil {
@@ -163,6 +166,7 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 func (r *session) close() {
 	r.mf.close()
 	r.tb.close()
+	r.t.trace.close()
 	if r.dirsOpen {
 		r.dirs.close()
 	}
@@ -219,6 +223,10 @@ func (r *session) loop(ctx context.Context) error {
 				_ = r.mf.write(m) // the diverged step, with null for what is not a number
 			}
 			return &divergedError{step: m.Step, loss: m.Loss, gradNorm: m.GradNorm, lr: m.LR, last: r.lastPath}
+		}
+		if m.LossSpike || m.GradNormSpike {
+			r.bar.Clear()
+			fmt.Fprintf(r.stderr, "%s\n", m.spike.message(m, cfg.Data.SeqLen))
 		}
 		if m.Skipped {
 			r.bar.Clear()
@@ -339,10 +347,11 @@ func (r *session) finish() error {
 		}
 	}
 	elapsed := time.Since(r.start).Seconds()
+	spikes := t.spikes.summary() // "" or "; spikes: ..."
 	switch {
 	case r.done < steps:
-		fmt.Fprintf(stdout, "stopped after step %d of %d; checkpoint in %s; continue with --resume auto; metrics in %s\n",
-			r.done, steps, r.lastPath, r.metricsPath)
+		fmt.Fprintf(stdout, "stopped after step %d of %d; checkpoint in %s; continue with --resume auto; metrics in %s%s\n",
+			r.done, steps, r.lastPath, r.metricsPath, spikes)
 	case r.first.Step == 0:
 		fmt.Fprintf(stdout, "nothing to train: the checkpoint is at step %d of %d\n", r.done, steps)
 	default:
@@ -350,8 +359,8 @@ func (r *session) finish() error {
 		if len(r.recent) > 1 {
 			end = fmt.Sprintf("%.4f (mean of the last %d steps; the last step's %.4f)", r.meanRecent(), len(r.recent), r.last.Loss)
 		}
-		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %s (ln vocab = %.4f); model in %s; metrics in %s\n",
-			r.done-r.st.Step, elapsed, float64(r.tokens-r.st.Tokens)/elapsed, r.first.Loss, end, math.Log(float64(cfg.Model.VocabSize)), r.lastPath, r.metricsPath)
+		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %s (ln vocab = %.4f); model in %s; metrics in %s%s\n",
+			r.done-r.st.Step, elapsed, float64(r.tokens-r.st.Tokens)/elapsed, r.first.Loss, end, math.Log(float64(cfg.Model.VocabSize)), r.lastPath, r.metricsPath, spikes)
 	}
 	if t.scaler != nil && t.scaler.Skipped > 0 {
 		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)

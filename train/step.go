@@ -57,6 +57,9 @@ func (t *trainer) step(step int) (Metrics, error) {
 		}
 	}
 	lr := t.sched.At(step)
+	if err := t.trace.batch(step+1, lr, batches); err != nil {
+		return Metrics{}, err
+	}
 	var out Metrics
 	err := t.run(func(r *rank) error {
 		sent := attnBytes(r.Comm.Traffic())
@@ -67,7 +70,10 @@ func (t *trainer) step(step int) (Metrics, error) {
 		}
 		st := t.gatherStats(r, lossSum, count, sent)
 		norm := math.Sqrt(st.sumsq) / scale
-		if !st.bad {
+		// Every rank has the same statistics and the same history, so decides alike.
+		sp := t.spikes.check(st.loss/st.tokens, norm)
+		skip := sp.any() && cfg.Training.SkipSpikes
+		if !st.bad && !skip {
 			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
 			r.opt.Update(r.Params, r.Grads, lr, float32(clip/scale))
 			if r.Cast != nil {
@@ -77,12 +83,22 @@ func (t *trainer) step(step int) (Metrics, error) {
 		if r == t.ranks[0] {
 			out = Metrics{Step: step + 1, Loss: st.loss / st.tokens, LR: lr, GradNorm: norm, Tokens: int64(st.tokens),
 				AttnForwards: r.Model.Stats.AttnForwards, AttnBytes: st.attnBytes, Skipped: st.bad && t.scaler != nil, Memory: st.mems, stop: st.stop,
-				diverged: st.bad && t.scaler == nil}
+				diverged: st.bad && t.scaler == nil, SpikeSkipped: skip, spike: sp}
 		}
 		return nil
 	})
 	if err != nil {
 		return Metrics{}, fmt.Errorf("train: step %d: %w", step+1, err)
+	}
+	sp := out.spike
+	t.spikes.add(step+1, out.Loss, out.GradNorm, sp, out.SpikeSkipped)
+	if sp.any() {
+		out.LossSpike, out.GradNormSpike, out.LossMedian, out.GradNormMedian = sp.loss, sp.norm, sp.lossMedian, sp.normMedian
+		for _, mb := range batches {
+			for _, b := range mb {
+				out.Windows = append(out.Windows, b.Windows...)
+			}
+		}
 	}
 	if t.scaler != nil {
 		out.LossScale = scale
@@ -213,7 +229,7 @@ func (t *trainer) gatherStats(r *rank, lossSum float64, count int, attn int64) s
 // its offset in its document, so the loss is the same. Every rank computes the same order.
 func balanceBatch(b data.Batch, schedule string, P int) data.Batch {
 	T := b.T
-	out := data.Batch{B: b.B, T: T, Inputs: make([]int32, len(b.Inputs)), Targets: make([]int32, len(b.Targets)), DocStart: make([]int32, len(b.DocStart))}
+	out := data.Batch{B: b.B, T: T, Inputs: make([]int32, len(b.Inputs)), Targets: make([]int32, len(b.Targets)), DocStart: make([]int32, len(b.DocStart)), Windows: b.Windows}
 	for s := 0; s < b.B; s++ {
 		perm, start, err := parallel.BalanceDocuments(b.DocStart[s*T:(s+1)*T], schedule, P, uint64(s))
 		if err != nil {

@@ -51,6 +51,15 @@ func (l *tbLog) write(m Metrics) {
 	if most > 0 {
 		v["memory/largest_rank_gib"] = float64(most) / (1 << 30)
 	}
+	if m.LossSpike {
+		v["spikes/loss"] = m.Loss
+	}
+	if m.GradNormSpike {
+		v["spikes/grad_norm"] = m.GradNorm
+	}
+	if m.SpikeSkipped {
+		v["spikes/skipped"] = 1
+	}
 	if m.EvalLoss != 0 {
 		v["eval/loss"], v["eval/perplexity"], v["eval/bits_per_byte"] = m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte
 	}

@@ -30,6 +30,8 @@ type trainer struct {
 	prec   kernels.Precision
 	scaler *optim.LossScaler // fp16 only
 	id     ckpt.RunID        // the run's identity, saved in every checkpoint
+	trace  *tracer           // DISTFLASH_TRACE, rank 0; nil: none
+	spikes *spikeWatch       // the recent steps' loss and gradient norm, and the spikes seen
 
 	// beforeUpdate, when set (tests), runs on every rank after the gradients are complete and
 	// before they are checked and applied.
@@ -84,7 +86,7 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 	if err != nil {
 		return nil, fmt.Errorf("%s: checkpoint.activation: %w", cfg.Path, err)
 	}
-	tr := &trainer{cfg: cfg, sched: sched, loader: loader, w: w, prec: prec}
+	tr := &trainer{cfg: cfg, sched: sched, loader: loader, w: w, prec: prec, spikes: &spikeWatch{}}
 	if prec == kernels.FP16 {
 		if tr.scaler, err = optim.NewLossScaler(t.LossScaleInit, t.LossScaleGrowthInterval); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Path, err)

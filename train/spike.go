@@ -1,0 +1,164 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Spike detection. A step's loss is a loss spike when it lies more than SpikeLossZ robust
+// standard deviations (1.4826 × the median absolute deviation) above the median loss of the
+// SpikeWindow steps before it and is more than SpikeLossRatio times that median; its gradient
+// norm (before clipping) is a gradient-norm spike when it is more than SpikeGradNormRatio times
+// their median gradient norm. Neither is looked for before SpikeMinSteps steps have run. Medians,
+// not means, so that one spike does not hide the next; the deviation scales the loss's test to
+// the run's own batch-to-batch noise (small batches of varied text swing more than large ones),
+// and the ratio keeps a run whose loss barely moves from calling its noise a spike.
+//
+// The statistics are the all-gathered ones of gatherStats, the same on every rank, so every rank
+// decides alike (training.skip_spikes skips the update on all or none).
+//
+// The thresholds are above what sound runs show: the default run (tiny on the Go tree, 1K
+// tokens a step, 600 steps) has losses up to 3.8 deviations and 1.39× the median above it (a
+// window of tables or test vectors among code) and gradient norms up to 3.9× theirs; a run
+// that has learnt a repeated sentence to a loss of 0.04 has gradient norms up to 6.7× theirs.
+const (
+	SpikeWindow        = 32
+	SpikeMinSteps      = 8
+	SpikeLossZ         = 6.0
+	SpikeLossRatio     = 1.2
+	SpikeGradNormRatio = 8.0
+)
+
+// spikeWatch holds the recent steps' loss and gradient norm, and counts the spikes seen. It
+// is saved in checkpoints (trainState), so a resumed run decides as the one that never
+// stopped.
+type spikeWatch struct {
+	Losses     []float64 `json:"losses"`     // the last SpikeWindow steps' losses, oldest first
+	Norms      []float64 `json:"grad_norms"` // their gradient norms
+	LossSpikes int       `json:"loss_spikes"`
+	NormSpikes int       `json:"grad_norm_spikes"`
+	Spiked     int       `json:"spiked"`  // steps with a spike of either
+	Skipped    int       `json:"skipped"` // updates skipped for a spike (training.skip_spikes)
+	Steps      []int     `json:"steps"`   // the steps with a spike, the first spikeStepsKept
+}
+
+// spikeStepsKept is how many spike steps the end line names.
+const spikeStepsKept = 10
+
+// spike is what check found in one step: which spikes, against which medians.
+type spike struct {
+	loss, norm             bool
+	lossMedian, normMedian float64
+	lossSigma              float64 // 1.4826 × the losses' median absolute deviation
+}
+
+func (s spike) any() bool { return s.loss || s.norm }
+
+// median of xs (not modified).
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// check looks at a step's loss and gradient norm against the steps before it. It does not
+// change w, so every rank of the process may call it concurrently.
+func (w *spikeWatch) check(loss, norm float64) spike {
+	if w == nil || len(w.Losses) < SpikeMinSteps || !finite(loss) || !finite(norm) {
+		return spike{}
+	}
+	s := spike{lossMedian: median(w.Losses), normMedian: median(w.Norms)}
+	dev := make([]float64, len(w.Losses))
+	for i, l := range w.Losses {
+		dev[i] = math.Abs(l - s.lossMedian)
+	}
+	s.lossSigma = 1.4826 * median(dev)
+	s.loss = loss-s.lossMedian > SpikeLossZ*s.lossSigma && loss > SpikeLossRatio*s.lossMedian
+	s.norm = norm > SpikeGradNormRatio*s.normMedian
+	return s
+}
+
+// add records a step after it ran: its values join the window and its spikes the counts.
+func (w *spikeWatch) add(step int, loss, norm float64, s spike, skipped bool) {
+	if !finite(loss) || !finite(norm) {
+		return
+	}
+	if w.Losses = append(w.Losses, loss); len(w.Losses) > SpikeWindow {
+		w.Losses = w.Losses[1:]
+	}
+	if w.Norms = append(w.Norms, norm); len(w.Norms) > SpikeWindow {
+		w.Norms = w.Norms[1:]
+	}
+	if s.loss {
+		w.LossSpikes++
+	}
+	if s.norm {
+		w.NormSpikes++
+	}
+	if skipped {
+		w.Skipped++
+	}
+	if s.any() {
+		if w.Spiked++; len(w.Steps) < spikeStepsKept {
+			w.Steps = append(w.Steps, step)
+		}
+	}
+}
+
+// message is the log line of a spike at step m: the step, the values against the medians,
+// where its batch lies in the data and what was done.
+func (s spike) message(m Metrics, seqLen int) string {
+	var what []string
+	if s.loss {
+		what = append(what, fmt.Sprintf("loss spike: loss %.4f is %.2f× the median %.4f of the last %d steps (%.0f deviations above it)",
+			m.Loss, m.Loss/s.lossMedian, s.lossMedian, SpikeWindow, (m.Loss-s.lossMedian)/s.lossSigma))
+	}
+	if s.norm {
+		what = append(what, fmt.Sprintf("gradient-norm spike: grad_norm %.4g is %.1f× the median %.4g", m.GradNorm, m.GradNorm/s.normMedian, s.normMedian))
+	}
+	act := "update applied (training.skip_spikes = true skips such a step)"
+	if m.SpikeSkipped {
+		act = "update skipped (training.skip_spikes)"
+	}
+	return fmt.Sprintf("step %d: %s; its batch is %s; %s", m.Step, strings.Join(what, "; "), windowsText(m.Windows, seqLen), act)
+}
+
+// windowsText says where the sequences of a batch lie in the training data: the loader's
+// windows and their first tokens.
+func windowsText(ws []int, seqLen int) string {
+	if len(ws) == 0 {
+		return "not known"
+	}
+	var parts []string
+	for i, w := range ws {
+		if i == 4 {
+			parts = append(parts, fmt.Sprintf("… (%d windows)", len(ws)))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d (tokens %d..%d)", w, w*seqLen, w*seqLen+seqLen))
+	}
+	return "window " + strings.Join(parts, ", ")
+}
+
+// summary is the end line's account of the spikes, "; spikes: …", or "" when there were none.
+func (w *spikeWatch) summary() string {
+	if w == nil || w.LossSpikes+w.NormSpikes == 0 {
+		return ""
+	}
+	steps := make([]string, len(w.Steps))
+	for i, s := range w.Steps {
+		steps[i] = fmt.Sprint(s)
+	}
+	more := ""
+	if w.Spiked > len(w.Steps) {
+		more = ", …"
+	}
+	return fmt.Sprintf("; spikes: %d of the loss, %d of the gradient norm (steps %s%s), %d updates skipped",
+		w.LossSpikes, w.NormSpikes, strings.Join(steps, ", "), more, w.Skipped)
+}
