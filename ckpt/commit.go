@@ -87,12 +87,20 @@ var commitHook func(stage string) error
 // itself with SIGKILL on reaching that stage, as a machine failure would.
 const KillAtEnv = "DISTFLASH_CKPT_KILL_AT"
 
+// PauseAtEnv names an environment variable for tests that signal a save in progress: when it
+// holds the name of a save stage (as KillAtEnv), the process waits 2 seconds on reaching
+// that stage, as a slow disk would.
+const PauseAtEnv = "DISTFLASH_CKPT_PAUSE_AT"
+
 // stageShardWritten is reached when WriteShard has written and synced a rank's files.
 const stageShardWritten = "shard written"
 
 func hook(stage string) error {
 	if os.Getenv(KillAtEnv) == stage {
 		killSelf()
+	}
+	if os.Getenv(PauseAtEnv) == stage {
+		time.Sleep(2 * time.Second)
 	}
 	if commitHook != nil {
 		return commitHook(stage)

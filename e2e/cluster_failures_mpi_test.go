@@ -24,27 +24,51 @@ import (
 // its shard: the job ends within a bounded time with a message that names the failure, and
 // the checkpoint of step 2 stays `latest`, intact.
 func TestMPIKilledRank(t *testing.T) {
-	dir := t.TempDir()
-	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
-		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
-	if out, _, err := mpirunTrain(t, 2, nil, append(set, "--stop-after", "2")...); err != nil {
-		t.Fatalf("mpirun to step 2: %v\n%s", err, out)
-	}
-	out, took, err := mpirunTrain(t, 2, []string{ckpt.KillAtEnv + "=shard written"}, append(set, "--resume", "auto")...)
-	if err == nil {
-		t.Fatalf("mpirun succeeded although rank 0 was killed:\n%s", out)
-	}
+	out, took := killDuringSave(t, 0)
 	if took > 60*time.Second {
 		t.Errorf("the job took %v to end after a rank died", took)
 	}
 	if !strings.Contains(out, "signal 9") && !strings.Contains(out, "Killed") {
 		t.Errorf("the output does not say a rank was killed:\n%s", out)
 	}
+	t.Logf("job ended %v after start; mpirun said:\n%s", took, lastLines(out, 8))
+}
+
+// TestMPIRankLostDuringSave kills rank 1 while the ranks save step 4, after its shard is
+// written: what rank 0 says of the save that mpirun's SIGTERM stopped it in is true: it stops
+// when the save is complete, or, when it cannot be, the checkpoint of step 2 stays `latest`,
+// as it does (issue 33, item 8).
+func TestMPIRankLostDuringSave(t *testing.T) {
+	out, _ := killDuringSave(t, 1)
+	const said = "stopping when the checkpoint of step 4, now being saved, is complete (Ctrl-C again to stop now); until it is, or if it cannot be (stopped now, a rank lost), the checkpoint of step 2 stays `latest`"
+	if !strings.Contains(out, said) || strings.Count(out, "now being saved") != 1 {
+		t.Errorf("rank 0 did not say what becomes of the save (%q):\n%s", said, out)
+	}
+}
+
+// killDuringSave trains 2 MPI ranks to a checkpoint of step 2, resumes them and kills rank
+// killed (SIGKILL, from inside) while the ranks save step 4, after its shard is written: the
+// job must fail, and the checkpoint of step 2 stay `latest`, intact. It returns what mpirun
+// printed and how long the job took.
+func killDuringSave(t *testing.T, killed int) (string, time.Duration) {
+	t.Helper()
+	dir := t.TempDir()
+	set := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
+		"--set", "checkpoint.interval=2", "--set", "run.output_dir=" + dir}
+	if out, _, err := mpirunTrain(t, 2, nil, append(set, "--stop-after", "2")...); err != nil {
+		t.Fatalf("mpirun to step 2: %v\n%s", err, out)
+	}
+	envs := make([][]string, 2)
+	envs[killed] = []string{ckpt.KillAtEnv + "=shard written"}
+	out, took, err := mpirunRanks(t, envs, append(set, "--resume", "auto")...)
+	if err == nil {
+		t.Fatalf("mpirun succeeded although rank %d was killed:\n%s", killed, out)
+	}
 	path, skipped, err := ckpt.Resolve(filepath.Join(dir, "tiny-sp4"), "auto")
 	if err != nil || len(skipped) > 0 || filepath.Base(path) != "step-000002" {
 		t.Errorf("latest after the kill: %s, %v (skipped %v); want step-000002", path, err, skipped)
 	}
-	t.Logf("job ended %v after start; mpirun said:\n%s", took, lastLines(out, 8))
+	return out, took
 }
 
 // TestMPIWorldMismatch: a config whose world_size is not the number of processes is refused

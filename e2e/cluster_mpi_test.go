@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,21 +26,32 @@ import (
 // and --bind-to none lets each rank's Go runtime use both.
 func mpirunTrain(t *testing.T, np int, env []string, args ...string) (string, time.Duration, error) {
 	t.Helper()
+	envs := make([][]string, np) // rank 0 runs with env, the others without
+	envs[0] = env
+	return mpirunRanks(t, envs, args...)
+}
+
+// mpirunRanks is mpirunTrain with rank i's environment variables envs[i] (MPMD: an app
+// context for each run of ranks alike).
+func mpirunRanks(t *testing.T, envs [][]string, args ...string) (string, time.Duration, error) {
+	t.Helper()
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
 		t.Fatalf("mpirun is not on PATH (Debian: apt-get install openmpi-bin libopenmpi-dev; .ci/run installs it): %v", err)
 	}
 	argv := []string{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none"}
-	if len(env) > 0 { // MPMD: rank 0 runs with env, the others without
-		argv = append(argv, "-np", "1", "env")
-		argv = append(argv, env...)
-		argv = append(argv, bin)
-		argv = append(argv, trainArgs(args)...)
-		argv = append(argv, ":", "-np", fmt.Sprint(np-1), bin)
-	} else {
-		argv = append(argv, "-np", fmt.Sprint(np), bin)
+	for i, j := 0, 0; i < len(envs); i = j {
+		for j = i + 1; j < len(envs) && slices.Equal(envs[j], envs[i]); j++ {
+		}
+		if i > 0 {
+			argv = append(argv, ":")
+		}
+		argv = append(argv, "-np", fmt.Sprint(j-i))
+		if len(envs[i]) > 0 {
+			argv = append(append(argv, "env"), envs[i]...)
+		}
+		argv = append(append(argv, bin), trainArgs(args)...)
 	}
-	argv = append(argv, trainArgs(args)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mpirun, argv...)

@@ -313,7 +313,7 @@ func TestSignalDuringSave(t *testing.T) {
 	if !strings.Contains(out, "checkpoint: step 2 saved") {
 		t.Fatalf("the save of step 2 did not complete:\n%s", out)
 	}
-	if !strings.Contains(out, "stopping after the checkpoint of step 2, now being saved") {
+	if !strings.Contains(out, "stopping when the checkpoint of step 2, now being saved, is complete") {
 		t.Skipf("the signal did not arrive during the save (%.0f ms after step 2's line):\n%s", time.Since(began).Seconds()*1e3, out)
 	}
 	if strings.Contains(out, "step 3/") || strings.Count(out, "checkpoint: step") != 1 {
@@ -324,6 +324,54 @@ func TestSignalDuringSave(t *testing.T) {
 	}
 	if s := latestStep(t, filepath.Join(dir, "tiny")); s != 2 {
 		t.Errorf("latest is step %d, want 2", s)
+	}
+}
+
+// TestSignalsDuringSaveSayWhatIsKept: Ctrl-C twice while a checkpoint is being saved (the save
+// held 2 s after its shard is written, DISTFLASH_CKPT_PAUSE_AT): the first says the run stops
+// when that save is complete and which checkpoint stays `latest` until then, or if it cannot
+// complete, or that none exists (the first save); the second that it stopped during the save,
+// not during a step, and again what stays `latest`, which is what the directory then holds
+// (issue 33, item 8).
+func TestSignalsDuringSaveSayWhatIsKept(t *testing.T) {
+	for _, c := range []struct {
+		save   int    // the step whose save is signalled
+		latest string // what stays latest
+	}{{2, "no checkpoint exists"}, {4, "the checkpoint of step 2 stays `latest`"}} {
+		dir := t.TempDir()
+		cmd := command(smallRun(dir, "--set", "training.steps=100", "--set", "run.log_interval=1", "--set", "checkpoint.interval=2")...)
+		cmd.Env = append(os.Environ(), ckpt.PauseAtEnv+"=shard written")
+		buf := &safeBuffer{}
+		cmd.Stdout, cmd.Stderr = buf, buf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		waitOutput(t, buf, fmt.Sprintf("step %d/100", c.save))
+		time.Sleep(500 * time.Millisecond) // in the save, held after its shard
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		waitOutput(t, buf, "Ctrl-C again to stop now")
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		var ee *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Fatalf("save of step %d: after two SIGINTs: %v, want exit status 130\n%s", c.save, err, buf.String())
+		}
+		out := buf.String()
+		for _, want := range []string{
+			fmt.Sprintf("stopping when the checkpoint of step %d, now being saved, is complete (Ctrl-C again to stop now); until it is, or if it cannot be (stopped now, a rank lost), %s\n", c.save, c.latest),
+			fmt.Sprintf("stopped at once during the save of step %d's checkpoint, which is not complete; %s\n", c.save, c.latest),
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("save of step %d: no %q:\n%s", c.save, want, out)
+			}
+		}
+		if c.save == 2 {
+			if path, _, err := ckpt.Resolve(filepath.Join(dir, "tiny"), "auto"); path != "" || err != nil {
+				t.Errorf("after the first save was stopped: %q, %v; want no checkpoint:\n%s", path, err, out)
+			}
+		} else if s := latestStep(t, filepath.Join(dir, "tiny")); s != 2 {
+			t.Errorf("latest is step %d, want 2", s)
+		}
 	}
 }
 

@@ -85,10 +85,12 @@ func (c *Clock) overLimit() bool {
 }
 
 // StopMessage is what a first stop request (Ctrl-C, SIGTERM) says: the step it waits for, how
-// long that step has run and how long a step takes, or the checkpoint being saved.
+// long that step has run and how long a step takes, or the checkpoint being saved, which may
+// not complete (a second request, or under MPI a rank lost: mpirun's SIGTERM to the others
+// comes as one), and what is `latest` until it does.
 func (c *Clock) StopMessage() string {
 	if s := c.saving.Load(); s > 0 {
-		return fmt.Sprintf("stopping after the checkpoint of step %d, now being saved (Ctrl-C again to stop now; the checkpoint before it stays `latest`)", s)
+		return fmt.Sprintf("stopping when the checkpoint of step %d, now being saved, is complete (Ctrl-C again to stop now); until it is, or if it cannot be (stopped now, a rank lost), %s", s, c.latest())
 	}
 	step, b := c.step.Load(), c.began.Load()
 	var ran string
@@ -104,6 +106,29 @@ func (c *Clock) StopMessage() string {
 		latest = fmt.Sprintf("the newest checkpoint is step %d", l)
 	}
 	return fmt.Sprintf("stopping after step %d%s and saving; until that save completes, %s (Ctrl-C again to stop now)", step, ran, latest)
+}
+
+// latest says which checkpoint is `latest` while none is being completed: the newest
+// complete one (resumed from or saved), or that there is none.
+func (c *Clock) latest() string {
+	if l := c.last.Load(); l > 0 {
+		return fmt.Sprintf("the checkpoint of step %d stays `latest`", l)
+	}
+	return "no checkpoint exists"
+}
+
+// NowMessage is what a second stop request says, ending the process at once: the step, or
+// the save, it stopped in without completing, and the checkpoint that stays `latest`, if any.
+func (c *Clock) NowMessage() string {
+	latest := c.latest()
+	switch s, step := c.saving.Load(), c.step.Load(); {
+	case s > 0:
+		return fmt.Sprintf("stopped at once during the save of step %d's checkpoint, which is not complete; %s", s, latest)
+	case c.began.Load() != 0:
+		return fmt.Sprintf("stopped at once during step %d, without saving; %s", step, latest)
+	default: // between steps: evaluating, writing the metrics
+		return fmt.Sprintf("stopped at once after step %d, without saving it; %s", step, latest)
+	}
 }
 
 // Duration writes d for people: "850ms", "42s", "3m05s", "2h07m", "3d04h".

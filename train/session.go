@@ -178,11 +178,12 @@ func (r *session) checkpoint(step int) error {
 	t := r.t
 	r.clock.saving.Store(int64(step))
 	path, err := t.save(trainState{Step: step, Tokens: r.tokens, Elapsed: r.st.Elapsed + time.Since(r.start).Seconds()}, r.lastPath, r.stderr)
-	r.clock.saving.Store(0)
 	if err != nil {
+		r.clock.saving.Store(0)
 		return err
 	}
-	r.clock.saved(step, time.Since(began))
+	r.clock.saved(step, time.Since(began)) // before the save ends, for the messages of a signal between the two
+	r.clock.saving.Store(0)
 	r.saved, r.lastPath = step, path
 	r.bar.Clear()
 	raw, stored := checkpointSize(path, t.ranks[0].Model.Layout.Size)
