@@ -266,6 +266,50 @@ func TestDiskFull(t *testing.T) {
 	validMetrics(t, filepath.Join(dir, "tiny", "metrics.jsonl"))
 }
 
+// TestMetricsDiskFull: a disk that fills while metrics.jsonl grows (its run directory on a small
+// tmpfs, nearly full) stops the run saying so: which step's line is not written, which lines
+// stay whole, and what the run keeps: that no checkpoint exists, or the last one and where
+// (checkpoint.dir on another disk), which is `latest` there (issue 33, item 9). Mounting a
+// tmpfs needs root, which CI and the development machines have.
+func TestMetricsDiskFull(t *testing.T) {
+	slow(t, "train's TestMetricsLinesWholeOnFullDisk fills metrics.jsonl on a tmpfs, and TestDiskFull fills a save")
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	for _, withCheckpoints := range []bool{false, true} {
+		dir, ckpts := t.TempDir(), t.TempDir()
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
+			t.Fatalf("mount tmpfs: %v: %s", err, out)
+		}
+		defer exec.Command("umount", dir).Run()
+		if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 200<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args := smallRun(dir, "--set", "training.steps=100000", "--set", "run.tensorboard=false", "--set", "checkpoint.interval=0")
+		if withCheckpoints {
+			args = append(args, "--set", "checkpoint.interval=5", "--set", "checkpoint.dir="+ckpts)
+		}
+		out, code := output(t, args...)
+		metrics := filepath.Join(dir, "tiny", "metrics.jsonl")
+		m := regexp.MustCompile(`train: disk full \([0-9.]+ KB free\): step (\d+)'s line of (\S+) is not written and the lines of steps up to (\d+) are whole; the run stops, and (.*): write .*: no space left on device`).FindStringSubmatch(out)
+		if code != 2 || m == nil || m[2] != metrics {
+			t.Fatalf("checkpoints %v: exit %d:\n%s", withCheckpoints, code, out)
+		}
+		lines := validMetrics(t, metrics)
+		if step, _ := strconv.Atoi(m[1]); step < 2 || m[3] != strconv.Itoa(step-1) || len(lines) != step-1 {
+			t.Errorf("checkpoints %v: step %s not written, steps up to %s whole; the file has %d lines", withCheckpoints, m[1], m[3], len(lines))
+		}
+		kept := "no checkpoint was saved before it: nothing of the run can be resumed"
+		if withCheckpoints {
+			latest := latestStep(t, ckpts)
+			kept = "the last good checkpoint, " + filepath.Join(ckpts, ckpt.StepDir(latest)) + ", is untouched: --resume auto continues from it"
+		}
+		if m[4] != kept {
+			t.Errorf("checkpoints %v: the run keeps %q, want %q", withCheckpoints, m[4], kept)
+		}
+	}
+}
+
 // TestCtrlCTwice: the first SIGINT says it stops after the step and saves; a second one ends
 // the process at once with a non-zero status, leaving the last complete checkpoint `latest`.
 func TestCtrlCTwice(t *testing.T) {

@@ -9,8 +9,11 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
+	"syscall"
 
 	"distflash/ckpt"
+	"distflash/sysmem"
 	"distflash/world"
 )
 
@@ -44,9 +47,10 @@ func (m Metrics) MarshalJSON() ([]byte, error) {
 // whole or not at all: a write that fails part-way (a full disk) is cut back to the end of
 // the previous line, so a reader never meets half a line.
 type metricsFile struct {
-	f    *os.File
-	path string
-	end  int64 // bytes of complete lines
+	f     *os.File
+	path  string
+	end   int64 // bytes of complete lines
+	whole int   // the step of the last complete line; 0: none
 }
 
 // openMetrics opens metrics.jsonl for a run that starts after step done: a fresh run
@@ -75,11 +79,12 @@ func openMetrics(path string, done int) (*metricsFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	return &metricsFile{f: f, path: path, end: int64(len(keep))}, nil
+	return &metricsFile{f: f, path: path, end: int64(len(keep)), whole: done}, nil
 }
 
-// write appends m as one line.
-func (w *metricsFile) write(m Metrics) error {
+// write appends m as one line. A line that cannot be written stops the run: the error says
+// which lines stay whole and what the run keeps, its newest checkpoint last ("": none).
+func (w *metricsFile) write(m Metrics, last string) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("train: encode step %d's metrics: %w", m.Step, err)
@@ -90,9 +95,22 @@ func (w *metricsFile) write(m Metrics) error {
 		if n > 0 {
 			_ = w.f.Truncate(w.end) // no half line
 		}
-		return fmt.Errorf("train: write step %d to %s: %w", m.Step, w.path, err)
+		what := "could not write"
+		if errors.Is(err, syscall.ENOSPC) {
+			what = "disk full"
+			if free, ok := sysmem.DiskFree(filepath.Dir(w.path)); ok {
+				what = fmt.Sprintf("disk full (%.1f KB free)", float64(free)/1e3)
+			}
+		}
+		whole := "no line is"
+		if w.whole > 0 {
+			whole = fmt.Sprintf("the lines of steps up to %d are", w.whole)
+		}
+		return fmt.Errorf("train: %s: step %d's line of %s is not written and %s whole; the run stops, and %s: %w",
+			what, m.Step, w.path, whole, kept(last), err)
 	}
 	w.end += int64(n)
+	w.whole = m.Step
 	return nil
 }
 

@@ -221,7 +221,7 @@ func (r *session) loop(ctx context.Context) error {
 		if m.diverged || !finite(m.Loss) || !finite(m.GradNorm) && !m.Skipped {
 			r.bar.Clear()
 			if r.mf != nil {
-				_ = r.mf.write(m) // the diverged step, with null for what is not a number
+				_ = r.mf.write(m, r.lastPath) // the diverged step, with null for what is not a number
 			}
 			return &divergedError{step: m.Step, loss: m.Loss, gradNorm: m.GradNorm, lr: m.LR, last: r.lastPath}
 		}
@@ -245,7 +245,7 @@ func (r *session) loop(ctx context.Context) error {
 			}
 		}
 		if r.mf != nil {
-			if err := r.mf.write(m); err != nil {
+			if err := r.mf.write(m, r.lastPath); err != nil {
 				return err
 			}
 		}

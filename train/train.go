@@ -65,10 +65,16 @@ type divergedError struct {
 func (e *divergedError) Error() string {
 	msg := fmt.Sprintf("train: diverged at step %d (loss %g, grad_norm %g, lr %.3g): lower training.lr, raise training.warmup_steps or set training.grad_clip",
 		e.step, e.loss, e.gradNorm, e.lr)
-	if e.last != "" {
-		return msg + "; the last good checkpoint, " + e.last + ", is untouched: --resume auto continues from it"
+	return msg + "; " + kept(e.last)
+}
+
+// kept says what a run that an error stopped keeps: its newest checkpoint, last ("" when none
+// was saved or resumed from).
+func kept(last string) string {
+	if last != "" {
+		return "the last good checkpoint, " + last + ", is untouched: --resume auto continues from it"
 	}
-	return msg + "; no checkpoint was saved before it"
+	return "no checkpoint was saved before it: nothing of the run can be resumed"
 }
 
 // Run runs the configured number of steps, writing metrics.jsonl, a progress bar and
