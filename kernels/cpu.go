@@ -271,17 +271,41 @@ func (c *CPU) RMSNorm(out, rstd, x, w Buf, rows, dim int, eps float32) {
 	mustLen("rmsnorm w", ws, dim)
 	chunks(rows, 16, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			row := xs[i*dim : (i+1)*dim]
-			var ss float64
-			for _, v := range row {
-				ss += float64(v) * float64(v)
+			rmsNormRow(o[i*dim:(i+1)*dim], &r[i], xs[i*dim:(i+1)*dim], ws, eps)
+		}
+	})
+}
+
+// rmsNormRow normalises one row: out = x·rs·w with rs = 1/sqrt(mean(x²) + eps), the squares
+// summed in float64 in order.
+func rmsNormRow(out []float32, rs *float32, x, w []float32, eps float32) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	r := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
+	*rs = r
+	for j, v := range x {
+		out[j] = v * r * w[j]
+	}
+}
+
+// AddRMSNorm implements Backend: each row's sum is made, then normalised as RMSNorm does.
+func (c *CPU) AddRMSNorm(sum, out, rstd, a, b, w Buf, rows, dim int, eps float32) {
+	s, o, r, xa, xb, ws := f(sum), f(out), f(rstd), f(a), f(b), f(w)
+	mustLen("add+rmsnorm sum", s, rows*dim)
+	mustLen("add+rmsnorm a", xa, rows*dim)
+	mustLen("add+rmsnorm b", xb, rows*dim)
+	mustLen("add+rmsnorm out", o, rows*dim)
+	mustLen("add+rmsnorm rstd", r, rows)
+	mustLen("add+rmsnorm w", ws, dim)
+	chunks(rows, 16, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row := s[i*dim : (i+1)*dim]
+			for j, v := range xa[i*dim : (i+1)*dim] {
+				row[j] = v + xb[i*dim+j]
 			}
-			rs := float32(1 / math.Sqrt(ss/float64(dim)+float64(eps)))
-			r[i] = rs
-			orow := o[i*dim : (i+1)*dim]
-			for j, v := range row {
-				orow[j] = v * rs * ws[j]
-			}
+			rmsNormRow(o[i*dim:(i+1)*dim], &r[i], row, ws, eps)
 		}
 	})
 }
@@ -380,6 +404,27 @@ func (c *CPU) SwiGLUBackward(dgate, dup, dout, gate, up Buf) {
 	})
 }
 
+// SwiGLUBackwardAct implements Backend. exp(−g) in float64 is what silu and the sigmoid both
+// take, computed once: the same values as SwiGLU and SwiGLUBackward.
+func (c *CPU) SwiGLUBackwardAct(act, dgate, dup, dout, gate, up Buf) {
+	a, dg, du, do, g, u := f(act), f(dgate), f(dup), f(dout), f(gate), f(up)
+	mustLen("swiglu act", a, len(do))
+	mustLen("swiglu dgate", dg, len(do))
+	mustLen("swiglu dup", du, len(do))
+	mustLen("swiglu gate", g, len(do))
+	mustLen("swiglu up", u, len(do))
+	chunks(len(do), 1<<12, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			gi := g[i]
+			e := math.Exp(float64(-gi))
+			a[i] = gi / (1 + float32(e)) * u[i]
+			s := float32(1 / (1 + e))
+			du[i] = do[i] * gi * s
+			dg[i] = do[i] * u[i] * s * (1 + gi*(1-s))
+		}
+	})
+}
+
 // CrossEntropy implements Backend.
 func (c *CPU) CrossEntropy(losses, dlogits, logits Buf, targets []int32, vocab int, dscale float32) {
 	ls, lg := f(losses), f(logits)
@@ -455,6 +500,29 @@ func (c *CPU) AdamW(pb, gb, mb, vb Buf, hp AdamWStep, decay bool) {
 			p[i] -= lr * (mh/(float32(math.Sqrt(float64(vh)))+eps) + wd*p[i])
 		}
 	})
+}
+
+// AdamWSegments implements Backend: AdamW on each segment's slices.
+func (c *CPU) AdamWSegments(pb, gb, mb, vb Buf, segs []AdamWSegment, hp AdamWStep) {
+	n := pb.Len()
+	mustLen("adamw g", f(gb), n)
+	mustLen("adamw m", f(mb), n)
+	mustLen("adamw v", f(vb), n)
+	checkSegments(segs, n)
+	for _, s := range segs {
+		c.AdamW(c.Slice(pb, s.Off, s.N), c.Slice(gb, s.Off, s.N), c.Slice(mb, s.Off, s.N), c.Slice(vb, s.Off, s.N), hp, s.Decay)
+	}
+}
+
+// checkSegments panics unless segs are in increasing order, disjoint and inside n elements.
+func checkSegments(segs []AdamWSegment, n int) {
+	end := 0
+	for i, s := range segs {
+		if s.N < 0 || s.Off < end || s.Off+s.N > n {
+			panic(fmt.Sprintf("kernels: adamw segment %d [%d, %d+%d): not after the previous one (ending at %d) and inside %d elements", i, s.Off, s.Off, s.N, end, n))
+		}
+		end = s.Off + s.N
+	}
 }
 
 // parallel runs fn(0..n-1) on up to GOMAXPROCS goroutines; each index runs exactly once.

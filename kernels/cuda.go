@@ -44,6 +44,7 @@ type CUDA struct {
 	ints   *cuda.Mem    // positions, ids, targets, tile bounds
 	f64s   *cuda.Mem    // reduction partials, RoPE frequencies
 	flag   *cuda.Mem    // AllFinite's flag
+	segs   *cuda.Mem    // AdamWSegments' table
 	halves [4]*cuda.Mem // 16-bit operands of the tensor-core attention
 
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
@@ -55,7 +56,7 @@ var ptxKernels = map[string][]string{
 		"df_add", "df_scale", "df_sumsq_partial", "df_allfinite", "df_embedding", "df_embedding_bwd",
 		"df_rmsnorm", "df_rmsnorm_bwd_dx", "df_rmsnorm_bwd_dw_partial", "df_rmsnorm_bwd_dw_final",
 		"df_rope", "df_swiglu", "df_swiglu_bwd", "df_xent", "df_adamw", "df_round", "df_pack_half",
-		"df_unpack_half", "df_to_half",
+		"df_unpack_half", "df_to_half", "df_add_rmsnorm", "df_swiglu_bwd_act", "df_adamw_multi",
 	},
 	"attn_f32": {
 		"df_attn_merge", "df_attn_finish", "df_attn_prep", "df_attn_fwd_f32", "df_attn_bwd_dq_f32",
@@ -103,6 +104,9 @@ type gpuDevice interface {
 	Sync() error
 	Launch(name string, gx, gy, bx, smem int, args []uint64) error
 	Gemm(g cuda.Gemm, a, b, c cuda.Ptr, alpha, beta float32, compute cuda.Compute) error
+	NewEvent() (*cuda.Event, error)
+	RecordEvent(e *cuda.Event) error
+	EventSeconds(from, to *cuda.Event) (float64, error)
 	Close() error
 }
 

@@ -34,6 +34,8 @@ type fakeDevice struct {
 	gemms    []cuda.Gemm
 	computes []cuda.Compute
 	optin    int
+	events   int         // events made
+	recorded map[int]int // event ID → the launches and GEMMs queued before its last record
 }
 
 func newFakeCUDA(t *testing.T) (*CUDA, *fakeDevice) {
@@ -99,6 +101,31 @@ func (f *fakeDevice) DtoD(dst, src cuda.Ptr, bytes int) error {
 func (f *fakeDevice) Memset32(dst cuda.Ptr, _ uint32, n int) error {
 	return f.check("memset", dst, 4*n)
 }
+
+// NewEvent, RecordEvent and EventSeconds give a clock on which every launch and GEMM takes a
+// microsecond: an event reads the work queued before it was recorded.
+func (f *fakeDevice) NewEvent() (*cuda.Event, error) {
+	f.events++
+	return &cuda.Event{ID: f.events}, nil
+}
+
+func (f *fakeDevice) RecordEvent(e *cuda.Event) error {
+	if f.recorded == nil {
+		f.recorded = map[int]int{}
+	}
+	f.recorded[e.ID] = len(f.launches) + len(f.gemms)
+	return nil
+}
+
+func (f *fakeDevice) EventSeconds(from, to *cuda.Event) (float64, error) {
+	a, ok1 := f.recorded[from.ID]
+	b, ok2 := f.recorded[to.ID]
+	if !ok1 || !ok2 {
+		return 0, fmt.Errorf("event %d or %d not recorded", from.ID, to.ID)
+	}
+	return float64(b-a) * 1e-6, nil
+}
+
 func (f *fakeDevice) Sync() error  { return nil }
 func (f *fakeDevice) Close() error { return nil }
 

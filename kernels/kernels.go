@@ -84,6 +84,13 @@ type AdamWStep struct {
 	GradScale                          float32 // gradients are multiplied by this before use (clipping, loss scale)
 }
 
+// AdamWSegment is a run of the parameters of an AdamW update: the elements [Off, Off+N), with
+// weight decay (Decay) or without (norm weights).
+type AdamWSegment struct {
+	Off, N int
+	Decay  bool
+}
+
 // Backend is the compute interface. A method panics on a programming error (mismatched
 // lengths): those are bugs in the caller, not conditions a user can fix.
 type Backend interface {
@@ -144,6 +151,10 @@ type Backend interface {
 	RMSNorm(out, rstd, x, w Buf, rows, dim int, eps float32)
 	// RMSNormBackward adds the gradients with respect to x and w into dx and dw.
 	RMSNormBackward(dx, dw, dout, x, w, rstd Buf, rows, dim int)
+	// AddRMSNorm is Add then RMSNorm in one pass: sum = a + b (sum may alias a or b), then
+	// out, rstd = RMSNorm(sum, w), every value as the two calls make it. The residual add
+	// before a block's second norm.
+	AddRMSNorm(sum, out, rstd, a, b, w Buf, rows, dim int, eps float32)
 	// RoPE rotates x ([len(pos), heads, headDim]) in place by the rotary embedding t of each
 	// token's position, in the rotate-half convention of Hugging Face LLaMA: for i < headDim/2,
 	// (x_i, x_{i+headDim/2}) turns by the angle pos·t.InvFreq[i] (computed in float64) with its
@@ -155,6 +166,10 @@ type Backend interface {
 	SwiGLU(out, gate, up Buf)
 	// SwiGLUBackward sets (overwrites) dgate and dup from dout.
 	SwiGLUBackward(dgate, dup, dout, gate, up Buf)
+	// SwiGLUBackwardAct is SwiGLU(act, gate, up) and SwiGLUBackward(dgate, dup, dout, gate,
+	// up) in one pass, every value as the two calls make it: the backward of an activation
+	// that was not kept, which the down projection's weight gradient then reads.
+	SwiGLUBackwardAct(act, dgate, dup, dout, gate, up Buf)
 	// CrossEntropy computes, per row of logits ([rows, vocab]), the loss -log softmax(row)[t]
 	// into losses ([rows]) for targets t = targets[row]; a negative target marks a row that is
 	// ignored (loss 0, gradient 0). When dlogits is not nil it is set (overwritten) to
@@ -179,4 +194,8 @@ type Backend interface {
 	// AdamW updates parameters p in place from gradients g and moments m, v. When decay is
 	// false the weight decay is not applied (norm weights).
 	AdamW(p, g, m, v Buf, hp AdamWStep, decay bool)
+	// AdamWSegments is AdamW on each segment of p, g, m and v (in increasing order, disjoint;
+	// elements outside every segment are left), every value as AdamW on the segment's slices
+	// makes it: one call, on a GPU one launch, for the many tensors of a model.
+	AdamWSegments(p, g, m, v Buf, segs []AdamWSegment, hp AdamWStep)
 }

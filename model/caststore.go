@@ -14,6 +14,8 @@ type CastStore struct {
 	grads   kernels.Buf   // fp32 gradients, whole layout
 	packed  []kernels.Buf // per unit: the 16-bit copy
 	scratch kernels.Buf   // one unit, widened
+	// Ops, when set, is the per-op profile Refresh's casts are recorded in.
+	Ops *kernels.OpProfile
 }
 
 // NewCastStore returns a store for the fp32 master params and grads (both the whole layout)
@@ -33,7 +35,9 @@ func NewCastStore(be kernels.Backend, layout Layout, params, grads kernels.Buf, 
 // Refresh rounds the master parameters into the 16-bit compute copy.
 func (s *CastStore) Refresh() {
 	for i, u := range s.units {
+		s.Ops.Begin(kernels.OpCast, kernels.PhaseStep)
 		s.be.PackHalf(s.packed[i], s.be.Slice(s.master, u.Off, u.N), s.prec)
+		s.Ops.End(kernels.HalfCost(u.N))
 	}
 }
 

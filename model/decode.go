@@ -183,9 +183,9 @@ func (d *Decoder) Step(tok int32) []float32 {
 	for l := 0; l < c.NLayers; l++ {
 		w := layerWeights(m.acquire(1 + l))
 		be.RMSNorm(d.norm, d.rstd, d.x, w.AttnNorm, 1, D, eps)
-		m.linear(d.q, d.norm, w.Wq, 1, Q, D)
-		m.linear(d.kt, d.norm, w.Wk, 1, KV, D)
-		m.linear(d.vt, d.norm, w.Wv, 1, KV, D)
+		m.linear(kernels.OpGemmQ, d.q, d.norm, w.Wq, 1, Q, D)
+		m.linear(kernels.OpGemmK, d.kt, d.norm, w.Wk, 1, KV, D)
+		m.linear(kernels.OpGemmV, d.vt, d.norm, w.Wv, 1, KV, D)
 		be.RoPE(d.q, qpos, c.NHeads, hd, m.rope, false)
 		be.RoPE(d.kt, qpos, c.NKVHeads, hd, m.rope, false)
 		if mine {
@@ -216,19 +216,19 @@ func (d *Decoder) Step(tok int32) []float32 {
 			st = d.acc
 		}
 		be.AttnFinish(d.att, d.lse, st, 1, H, hd)
-		m.linear(d.h, d.att, w.Wo, 1, D, Q)
+		m.linear(kernels.OpGemmO, d.h, d.att, w.Wo, 1, D, Q)
 		be.Add(d.h, d.h, d.x)
 		be.RMSNorm(d.norm, d.rstd, d.h, w.FFNNorm, 1, D, eps)
-		m.linear(d.gate, d.norm, w.Gate, 1, F, D)
-		m.linear(d.up, d.norm, w.Up, 1, F, D)
+		m.linear(kernels.OpGemmGate, d.gate, d.norm, w.Gate, 1, F, D)
+		m.linear(kernels.OpGemmUp, d.up, d.norm, w.Up, 1, F, D)
 		be.SwiGLU(d.act, d.gate, d.up)
-		m.linear(d.out, d.act, w.Down, 1, D, F)
+		m.linear(kernels.OpGemmDown, d.out, d.act, w.Down, 1, D, F)
 		be.Add(d.x, d.out, d.h)
 		m.release(1 + l)
 	}
 	head := m.acquire(c.NLayers + 1)
 	be.RMSNorm(d.norm, d.rstd, d.x, head[0], 1, D, eps)
-	m.linear(d.logits, d.norm, head[1], 1, c.VocabSize, D)
+	m.linear(kernels.OpGemmHead, d.logits, d.norm, head[1], 1, c.VocabSize, D)
 	m.release(c.NLayers + 1)
 	be.Download(d.host, d.logits)
 	d.next++

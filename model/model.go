@@ -115,9 +115,14 @@ type Model struct {
 	// RowHook, when set, is called in the forward with each chunk of logits (rows tokens
 	// from token row0, [rows, vocab]) before the loss reads them (see LossChunk).
 	RowHook func(row0 int, logits kernels.Buf, rows int)
+	// Ops, when set, is the per-op profile the model's backend calls are recorded in (in its
+	// profiled steps: kernels.OpProfile), each GEMM by its role and every op in the phase it
+	// runs in (forward, the backward's recomputation, backward).
+	Ops *kernels.OpProfile
 
 	units    []Unit
 	actBytes int64
+	phase    kernels.Phase // of the ops being run, for Ops
 	arena    []kernels.Buf // the buffers ensure sizes, in the order it takes them (take)
 	taken    int           // how many of them ensure has taken for the current batch
 
@@ -358,17 +363,6 @@ func (a LayerActs) bytes() int64 {
 // (The attention schedules' own communication buffers are not counted.)
 func (m *Model) ActivationBytes() int64 { return m.actBytes }
 
-// linear computes y = x·Wᵀ for x [n, in], W [out, in].
-func (m *Model) linear(y, x, w kernels.Buf, n, out, in int) {
-	m.be.MatMul(y, x, w, n, out, in, false, true, 0)
-}
-
-// linearBackward adds dW += dyᵀ·x and sets (beta 0) or adds (beta 1) dx = dy·W.
-func (m *Model) linearBackward(dx, dw, dy, x, w kernels.Buf, n, out, in int, beta float32) {
-	m.be.MatMul(dw, dy, x, out, in, n, true, false, 1)
-	m.be.MatMul(dx, dy, w, n, in, out, false, false, beta)
-}
-
 // seqSlice returns sequence b's rows of a [B·T, width] buffer.
 func (m *Model) seqSlice(buf kernels.Buf, b, width int) kernels.Buf {
 	return m.be.Slice(buf, b*m.seq*width, m.seq*width)
@@ -376,18 +370,19 @@ func (m *Model) seqSlice(buf kernels.Buf, b, width int) kernels.Buf {
 
 // blockForward runs block l on a.X. It fills every field of a; when attn is false it takes
 // a.AttnOut and a.Lse as already computed (the attn_output checkpoint) and skips the
-// attention. When out is not nil the block's output x + h-path is written there.
+// attention. When out is not nil the block's output x + h-path is written there; when it is
+// nil (the backward's recomputation) the MLP's activation is left to the backward, whose
+// SwiGLU kernel writes it (SwiGLUBackwardAct), and a tiled MLP is left to it whole.
 func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Buf, attn bool) {
 	be, c := m.be, m.Cfg
 	n, D, Q, KV, F := m.batch*m.seq, c.Dim, c.QDim(), c.KVDim(), c.FFNDim
-	eps := float32(c.NormEps)
-	be.RMSNorm(a.Norm1, a.Rstd1, a.X, w.AttnNorm, n, D, eps)
-	m.linear(a.Q, a.Norm1, w.Wq, n, Q, D)
-	m.linear(a.K, a.Norm1, w.Wk, n, KV, D)
-	m.linear(a.V, a.Norm1, w.Wv, n, KV, D)
+	m.norm(a.Norm1, a.Rstd1, a.X, w.AttnNorm, n)
+	m.linear(kernels.OpGemmQ, a.Q, a.Norm1, w.Wq, n, Q, D)
+	m.linear(kernels.OpGemmK, a.K, a.Norm1, w.Wk, n, KV, D)
+	m.linear(kernels.OpGemmV, a.V, a.Norm1, w.Wv, n, KV, D)
 	for b := 0; b < m.batch; b++ {
-		be.RoPE(m.seqSlice(a.Q, b, Q), m.rpos[b], c.NHeads, c.HeadDim, m.rope, false)
-		be.RoPE(m.seqSlice(a.K, b, KV), m.rpos[b], c.NKVHeads, c.HeadDim, m.rope, false)
+		m.rotate(m.seqSlice(a.Q, b, Q), m.rpos[b], c.NHeads, false)
+		m.rotate(m.seqSlice(a.K, b, KV), m.rpos[b], c.NKVHeads, false)
 	}
 	if m.KVHook != nil && attn {
 		m.KVHook(l, a.K, a.V)
@@ -395,48 +390,50 @@ func (m *Model) blockForward(l int, w LayerWeights, a *LayerActs, out kernels.Bu
 	if attn {
 		m.Stats.AttnForwards++
 		for b := 0; b < m.batch; b++ {
-			m.Attn.Forward(m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads),
-				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.seqOf(l, b), m.heads())
+			m.attnForward(m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads),
+				m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV), m.seqOf(l, b))
 		}
 		if kept := m.acts[l].AttnOut; kept != nil && m.halfActs() { // kept for the backward in 16 bits
-			be.PackHalf(kept, a.AttnOut, m.ActPrecision)
+			m.pack(kept, a.AttnOut)
 		}
 	}
-	m.linear(a.H, a.AttnOut, w.Wo, n, D, Q)
-	be.Add(a.H, a.H, a.X)
-	be.RMSNorm(a.Norm2, a.Rstd2, a.H, w.FFNNorm, n, D, eps)
+	m.linear(kernels.OpGemmO, a.H, a.AttnOut, w.Wo, n, D, Q)
+	m.addNorm(a.H, a.Norm2, a.Rstd2, a.H, a.X, w.FFNNorm, n) // h = x + Wo·attn, n2 = rmsnorm(h)∘w2
 	if m.tiled() {
 		// the MLP a tile of tokens at a time; a recompute for the backward (out nil) leaves it
 		// to blockBackward, which recomputes each tile where it needs it
 		if out != nil {
 			for i0 := 0; i0 < n; i0 += m.tile {
 				rows := min(m.tile, n-i0)
-				t := m.mlpTile(w, a.Norm2, i0, rows)
+				t := m.mlpTile(w, a.Norm2, i0, rows, true)
 				o := be.Slice(out, i0*D, rows*D)
-				m.linear(o, t.Act, w.Down, rows, D, F)
-				be.Add(o, o, be.Slice(a.H, i0*D, rows*D))
+				m.linear(kernels.OpGemmDown, o, t.Act, w.Down, rows, D, F)
+				m.residual(o, o, be.Slice(a.H, i0*D, rows*D))
 			}
 		}
 		return
 	}
-	m.linear(a.Gate, a.Norm2, w.Gate, n, F, D)
-	m.linear(a.Up, a.Norm2, w.Up, n, F, D)
-	be.SwiGLU(a.Act, a.Gate, a.Up)
+	m.linear(kernels.OpGemmGate, a.Gate, a.Norm2, w.Gate, n, F, D)
+	m.linear(kernels.OpGemmUp, a.Up, a.Norm2, w.Up, n, F, D)
 	if out != nil {
-		m.linear(out, a.Act, w.Down, n, D, F)
-		be.Add(out, out, a.H)
+		m.swiglu(a.Act, a.Gate, a.Up)
+		m.linear(kernels.OpGemmDown, out, a.Act, w.Down, n, D, F)
+		m.residual(out, out, a.H)
 	}
 }
 
-// mlpTile computes the MLP's gate, up and activation for the rows tokens from row i0 of the
-// FFN norm output norm2 into the tile buffers, and returns them (Gate, Up, Act of the tile).
-func (m *Model) mlpTile(w LayerWeights, norm2 kernels.Buf, i0, rows int) LayerActs {
+// mlpTile computes the MLP's gate and up (and, with act, its activation) for the rows tokens
+// from row i0 of the FFN norm output norm2 into the tile buffers, and returns them (Gate, Up,
+// Act of the tile).
+func (m *Model) mlpTile(w LayerWeights, norm2 kernels.Buf, i0, rows int, act bool) LayerActs {
 	be, D, F := m.be, m.Cfg.Dim, m.Cfg.FFNDim
 	t := LayerActs{Gate: be.Slice(m.mlp.Gate, 0, rows*F), Up: be.Slice(m.mlp.Up, 0, rows*F), Act: be.Slice(m.mlp.Act, 0, rows*F)}
 	x := be.Slice(norm2, i0*D, rows*D)
-	m.linear(t.Gate, x, w.Gate, rows, F, D)
-	m.linear(t.Up, x, w.Up, rows, F, D)
-	be.SwiGLU(t.Act, t.Gate, t.Up)
+	m.linear(kernels.OpGemmGate, t.Gate, x, w.Gate, rows, F, D)
+	m.linear(kernels.OpGemmUp, t.Up, x, w.Up, rows, F, D)
+	if act {
+		m.swiglu(t.Act, t.Gate, t.Up)
+	}
 	return t
 }
 
@@ -467,12 +464,13 @@ func (m *Model) layerActs(l int) *LayerActs {
 // the attention under CheckpointAttnOutput. Recomputation runs the same kernels on the same
 // inputs, so it is bit-identical to what the forward computed.
 func (m *Model) restore(l int, w LayerWeights) *LayerActs {
+	defer m.setPhase(m.setPhase(kernels.PhaseRecompute))
 	if m.halfActs() { // widen what was kept into the scratch, then recompute the rest
 		kept := &m.acts[l]
 		m.view = m.work
-		m.be.UnpackHalf(m.view.X, kept.X, m.ActPrecision)
+		m.unpack(m.view.X, kept.X)
 		if kept.AttnOut != nil {
-			m.be.UnpackHalf(m.view.AttnOut, kept.AttnOut, m.ActPrecision)
+			m.unpack(m.view.AttnOut, kept.AttnOut)
 			m.view.Lse = kept.Lse
 		}
 		m.blockForward(l, w, &m.view, nil, m.Policy == CheckpointLayer)
@@ -490,42 +488,52 @@ func (m *Model) restore(l int, w LayerWeights) *LayerActs {
 func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels.Buf) {
 	be, c, s := m.be, m.Cfg, &m.grad
 	n, D, Q, KV, F := m.batch*m.seq, c.Dim, c.QDim(), c.KVDim(), c.FFNDim
-	// out = h + Wdown·act: dh = dout (dx already holds it), dact = dout·Wdown
-	if m.tiled() { // a tile at a time, its gate, up and activation recomputed
+	// out = h + Wdown·act: dh = dout (dx already holds it), dact = dout·Wdown. Where the
+	// activation was not kept (recomputed, or tiled), the SwiGLU backward's kernel writes it
+	// before the down projection's weight gradient reads it (SwiGLUBackwardAct).
+	if m.tiled() { // a tile at a time, its gate and up recomputed
 		for i0 := 0; i0 < n; i0 += m.tile {
 			rows := min(m.tile, n-i0)
-			t := m.mlpTile(w, a.Norm2, i0, rows)
+			old := m.setPhase(kernels.PhaseRecompute)
+			t := m.mlpTile(w, a.Norm2, i0, rows, false)
+			m.setPhase(old)
 			dact, dgate, dup := be.Slice(s.dact, 0, rows*F), be.Slice(s.dgate, 0, rows*F), be.Slice(s.dup, 0, rows*F)
-			dnorm, norm2 := be.Slice(s.dnorm, i0*D, rows*D), be.Slice(a.Norm2, i0*D, rows*D)
-			m.linearBackward(dact, g.Down, be.Slice(dx, i0*D, rows*D), t.Act, w.Down, rows, D, F, 0)
-			be.SwiGLUBackward(dgate, dup, dact, t.Gate, t.Up)
-			m.linearBackward(dnorm, g.Gate, dgate, norm2, w.Gate, rows, F, D, 0)
-			m.linearBackward(dnorm, g.Up, dup, norm2, w.Up, rows, F, D, 1)
+			dnorm, norm2, dout := be.Slice(s.dnorm, i0*D, rows*D), be.Slice(a.Norm2, i0*D, rows*D), be.Slice(dx, i0*D, rows*D)
+			m.gradX(kernels.OpGemmDown, dact, dout, w.Down, rows, D, F, 0)
+			m.swigluBackwardAct(t.Act, dgate, dup, dact, t.Gate, t.Up)
+			m.gradW(kernels.OpGemmDown, g.Down, dout, t.Act, rows, D, F)
+			m.linearBackward(kernels.OpGemmGate, dnorm, g.Gate, dgate, norm2, w.Gate, rows, F, D, 0)
+			m.linearBackward(kernels.OpGemmUp, dnorm, g.Up, dup, norm2, w.Up, rows, F, D, 1)
 		}
 	} else {
-		m.linearBackward(s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0)
-		be.SwiGLUBackward(s.dgate, s.dup, s.dact, a.Gate, a.Up)
-		m.linearBackward(s.dnorm, g.Gate, s.dgate, a.Norm2, w.Gate, n, F, D, 0)
-		m.linearBackward(s.dnorm, g.Up, s.dup, a.Norm2, w.Up, n, F, D, 1)
+		if m.Policy == CheckpointNone { // the forward's activation, kept
+			m.linearBackward(kernels.OpGemmDown, s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0)
+			m.swigluBackward(s.dgate, s.dup, s.dact, a.Gate, a.Up)
+		} else {
+			m.gradX(kernels.OpGemmDown, s.dact, dx, w.Down, n, D, F, 0)
+			m.swigluBackwardAct(a.Act, s.dgate, s.dup, s.dact, a.Gate, a.Up)
+			m.gradW(kernels.OpGemmDown, g.Down, dx, a.Act, n, D, F)
+		}
+		m.linearBackward(kernels.OpGemmGate, s.dnorm, g.Gate, s.dgate, a.Norm2, w.Gate, n, F, D, 0)
+		m.linearBackward(kernels.OpGemmUp, s.dnorm, g.Up, s.dup, a.Norm2, w.Up, n, F, D, 1)
 	}
-	be.RMSNormBackward(dx, g.FFNNorm, s.dnorm, a.H, w.FFNNorm, a.Rstd2, n, D) // dx = dh
+	m.normBackward(dx, g.FFNNorm, s.dnorm, a.H, w.FFNNorm, a.Rstd2, n) // dx = dh
 	// h = x + Wo·attn: dx = dh, dattn = dh·Wo
-	m.linearBackward(s.dattn, g.Wo, dx, a.AttnOut, w.Wo, n, D, Q, 0)
-	be.Zero(s.dq)
-	be.Zero(s.dk)
-	be.Zero(s.dv)
+	m.linearBackward(kernels.OpGemmO, s.dattn, g.Wo, dx, a.AttnOut, w.Wo, n, D, Q, 0)
+	m.zero(s.dq)
+	m.zero(s.dk)
+	m.zero(s.dv)
 	for b := 0; b < m.batch; b++ {
-		m.Attn.Backward(m.seqSlice(s.dq, b, Q), m.seqSlice(s.dk, b, KV), m.seqSlice(s.dv, b, KV),
+		m.attnBackward(m.seqSlice(s.dq, b, Q), m.seqSlice(s.dk, b, KV), m.seqSlice(s.dv, b, KV),
 			m.seqSlice(a.Q, b, Q), m.seqSlice(a.K, b, KV), m.seqSlice(a.V, b, KV),
-			m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads), m.seqSlice(s.dattn, b, Q),
-			m.seqOf(l, b), m.heads())
-		be.RoPE(m.seqSlice(s.dq, b, Q), m.rpos[b], c.NHeads, c.HeadDim, m.rope, true)
-		be.RoPE(m.seqSlice(s.dk, b, KV), m.rpos[b], c.NKVHeads, c.HeadDim, m.rope, true)
+			m.seqSlice(a.AttnOut, b, Q), m.seqSlice(a.Lse, b, c.NHeads), m.seqSlice(s.dattn, b, Q), m.seqOf(l, b))
+		m.rotate(m.seqSlice(s.dq, b, Q), m.rpos[b], c.NHeads, true)
+		m.rotate(m.seqSlice(s.dk, b, KV), m.rpos[b], c.NKVHeads, true)
 	}
-	m.linearBackward(s.dnorm, g.Wq, s.dq, a.Norm1, w.Wq, n, Q, D, 0)
-	m.linearBackward(s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1)
-	m.linearBackward(s.dnorm, g.Wv, s.dv, a.Norm1, w.Wv, n, KV, D, 1)
-	be.RMSNormBackward(dx, g.AttnNorm, s.dnorm, a.X, w.AttnNorm, a.Rstd1, n, D)
+	m.linearBackward(kernels.OpGemmQ, s.dnorm, g.Wq, s.dq, a.Norm1, w.Wq, n, Q, D, 0)
+	m.linearBackward(kernels.OpGemmK, s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1)
+	m.linearBackward(kernels.OpGemmV, s.dnorm, g.Wv, s.dv, a.Norm1, w.Wv, n, KV, D, 1)
+	m.normBackward(dx, g.AttnNorm, s.dnorm, a.X, w.AttnNorm, a.Rstd1, n)
 }
 
 // seqOf is sequence b's attention placement for layer l: masked by the sliding window when
@@ -578,13 +586,14 @@ func (m *Model) forward(bt Batch, dscale float32) (lossSum float64, count int) {
 		panic(fmt.Sprintf("model: %d ids and %d targets for %d×%d tokens", len(ids), len(targets), B, T))
 	}
 	m.ensure(bt)
+	m.phase = kernels.PhaseForward
 	be, c := m.be, m.Cfg
 	n := B * T
 	// each block's input, kept as the policy says: with 16-bit kept activations it is made in
 	// a float32 buffer (xin), which the forward computes with, and packed into the kept one
 	keep := func(l int, x kernels.Buf) {
 		if m.halfActs() {
-			be.PackHalf(m.acts[l].X, x, m.ActPrecision)
+			m.pack(m.acts[l].X, x)
 		}
 	}
 	input := func(l int) kernels.Buf {
@@ -593,7 +602,10 @@ func (m *Model) forward(bt Batch, dscale float32) (lossSum float64, count int) {
 		}
 		return m.acts[l].X
 	}
-	be.Embedding(input(0), m.acquire(0)[0], ids, c.Dim)
+	table := m.acquire(0)[0]
+	m.Ops.Begin(kernels.OpEmbedding, m.phase)
+	be.Embedding(input(0), table, ids, c.Dim)
+	m.Ops.End(kernels.EmbeddingCost(n, c.Dim, false))
 	m.release(0)
 	keep(0, input(0))
 	for l := 0; l < c.NLayers; l++ {
@@ -611,14 +623,14 @@ func (m *Model) forward(bt Batch, dscale float32) (lossSum float64, count int) {
 	// with the head's backward for each chunk as soon as its dlogits exist
 	L, D, V := c.NLayers, c.Dim, c.VocabSize
 	head := m.acquire(L + 1)
-	be.RMSNorm(m.normF, m.rstdF, m.xOut, head[0], n, D, float32(c.NormEps))
+	m.norm(m.normF, m.rstdF, m.xOut, head[0], n)
 	if dscale != 0 {
 		m.headGrad = m.gradOf(L + 1)
 	}
 	for i0 := 0; i0 < n; i0 += m.chunk {
 		rows := min(m.chunk, n-i0)
 		lg, nf := be.Slice(m.logit, 0, rows*V), be.Slice(m.normF, i0*D, rows*D)
-		m.linear(lg, nf, head[1], rows, V, D)
+		m.linear(kernels.OpGemmHead, lg, nf, head[1], rows, V, D)
 		if m.RowHook != nil {
 			m.RowHook(i0, lg, rows)
 		}
@@ -626,9 +638,11 @@ func (m *Model) forward(bt Batch, dscale float32) (lossSum float64, count int) {
 		if dscale != 0 {
 			dl = lg
 		}
+		m.Ops.Begin(kernels.OpLoss, m.phase)
 		be.CrossEntropy(be.Slice(m.loss, i0, rows), dl, lg, targets[i0:i0+rows], V, dscale)
+		m.Ops.End(kernels.CrossEntropyCost(rows, V, dl != nil))
 		if dscale != 0 { // logits = normF·Headᵀ: dnormF = dlogits·Head, dHead += dlogitsᵀ·normF
-			m.linearBackward(be.Slice(m.grad.dnorm, i0*D, rows*D), m.headGrad[1], lg, nf, head[1], rows, V, D, 0)
+			m.linearBackward(kernels.OpGemmHead, be.Slice(m.grad.dnorm, i0*D, rows*D), m.headGrad[1], lg, nf, head[1], rows, V, D, 0)
 		}
 	}
 	m.release(L + 1)
@@ -666,10 +680,11 @@ func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count
 	n := b.B * len(b.Pos)
 	// the head's backward ran in the forward, chunk by chunk; s.dnorm holds dnormF
 	L := c.NLayers
+	m.phase = kernels.PhaseBackward
 	head, headGrad := m.acquire(L+1), m.headGrad
 	m.headGrad = nil
-	be.Zero(s.dx)
-	be.RMSNormBackward(s.dx, headGrad[0], s.dnorm, m.xOut, head[0], m.rstdF, n, c.Dim)
+	m.zero(s.dx)
+	m.normBackward(s.dx, headGrad[0], s.dnorm, m.xOut, head[0], m.rstdF, n)
 	m.release(L + 1)
 	m.gradDone(L + 1)
 	for l := L - 1; l >= 0; l-- {
@@ -679,7 +694,10 @@ func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count
 		m.release(1 + l)
 		m.gradDone(1 + l)
 	}
-	be.EmbeddingBackward(m.gradOf(0)[0], s.dx, ids, c.Dim)
+	dtable := m.gradOf(0)[0]
+	m.Ops.Begin(kernels.OpEmbedding, m.phase)
+	be.EmbeddingBackward(dtable, s.dx, ids, c.Dim)
+	m.Ops.End(kernels.EmbeddingCost(n, c.Dim, true))
 	m.gradDone(0)
 	m.Stats.Steps++
 	return lossSum, count

@@ -74,7 +74,15 @@ func (m *Model) acquire(u int) []kernels.Buf {
 	if m.Store == nil {
 		return m.views(u, m.be.Slice(m.Params.Flat, m.units[u].Off, m.units[u].N))
 	}
-	return m.views(u, m.Store.Params(u))
+	class := m.storeClass()
+	m.Ops.Begin(class, m.phase)
+	buf := m.Store.Params(u)
+	cost := kernels.OpCost{Bytes: 4 * int64(m.units[u].N)} // what is gathered
+	if class == kernels.OpCast {
+		cost = kernels.HalfCost(m.units[u].N)
+	}
+	m.Ops.End(cost)
+	return m.views(u, buf)
 }
 
 // release ends the use of unit u's parameters.
@@ -92,9 +100,17 @@ func (m *Model) gradOf(u int) []kernels.Buf {
 	return m.views(u, m.Store.Grad(u))
 }
 
-// gradDone says unit u's gradient is complete.
+// gradDone says unit u's gradient is complete (FSDP reduce-scatters it; a CastStore has
+// nothing to do).
 func (m *Model) gradDone(u int) {
-	if m.Store != nil {
-		m.Store.GradDone(u)
+	if m.Store == nil {
+		return
 	}
+	if m.storeClass() == kernels.OpCast {
+		m.Store.GradDone(u)
+		return
+	}
+	m.Ops.Begin(kernels.OpComm, m.phase)
+	m.Store.GradDone(u)
+	m.Ops.End(kernels.OpCost{Bytes: 4 * int64(m.units[u].N)})
 }

@@ -68,26 +68,33 @@ type AdamW struct {
 	Hyper
 	Step int64       // updates applied so far
 	M, V kernels.Buf // moments, laid out like the parameters
+	// Ops, when set, is the per-op profile the update is recorded in (kernels.OpProfile).
+	Ops *kernels.OpProfile
 
 	be   kernels.Backend
-	segs []Segment
+	segs []kernels.AdamWSegment
+	n    int // parameters in the segments
 }
 
 // NewAdamW returns an optimizer for size parameters cut into segs.
 func NewAdamW(be kernels.Backend, size int, segs []Segment, h Hyper) *AdamW {
-	return &AdamW{Hyper: h, M: be.Alloc(size), V: be.Alloc(size), be: be, segs: segs}
+	o := &AdamW{Hyper: h, M: be.Alloc(size), V: be.Alloc(size), be: be}
+	for _, s := range segs {
+		o.segs = append(o.segs, kernels.AdamWSegment{Off: s.Off, N: s.N, Decay: s.Decay})
+		o.n += s.N
+	}
+	return o
 }
 
-// Update applies one AdamW step with learning rate lr to params, using grads·gradScale.
+// Update applies one AdamW step with learning rate lr to params, using grads·gradScale: every
+// segment in one call (kernels.Backend.AdamWSegments).
 func (o *AdamW) Update(params, grads kernels.Buf, lr float64, gradScale float32) {
 	o.Step++
 	hp := kernels.AdamWStep{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay,
 		Step: o.Step, GradScale: gradScale}
-	be := o.be
-	for _, s := range o.segs {
-		be.AdamW(be.Slice(params, s.Off, s.N), be.Slice(grads, s.Off, s.N),
-			be.Slice(o.M, s.Off, s.N), be.Slice(o.V, s.Off, s.N), hp, s.Decay)
-	}
+	o.Ops.Begin(kernels.OpOptimizer, kernels.PhaseStep)
+	o.be.AdamWSegments(params, grads, o.M, o.V, o.segs, hp)
+	o.Ops.End(kernels.AdamWCost(o.n))
 }
 
 // GradNorm returns the global L2 norm of grads.

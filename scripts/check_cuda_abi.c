@@ -16,6 +16,7 @@
 #ifdef SIGNATURES
 #define CHECK_SIGNATURE(name, sym, ret, params) ret(*check_##name) params = &name;
 DF_CU_FUNCS(CHECK_SIGNATURE)
+DF_CU_TIMING_FUNCS(CHECK_SIGNATURE)
 DF_BLAS_FUNCS(CHECK_SIGNATURE)
 #endif
 #endif
@@ -32,6 +33,7 @@ int main(void) {
 	DF_CONSTS(PRINT_CONST)
 	DF_TYPES(PRINT_TYPE)
 	DF_CU_FUNCS(PRINT_SYM)
+	DF_CU_TIMING_FUNCS(PRINT_SYM)
 	DF_BLAS_FUNCS(PRINT_SYM)
 	return 0;
 }

@@ -153,7 +153,7 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 	r.flopsPerToken = plan.FLOPsPerToken(cfg.Model, cfg.Data.SeqLen)
 	r.peak = peakFLOPS(cfg, t.w)
 	if opt.Profile != "" && leader {
-		r.prof = &profiler{dir: opt.Profile, from: r.st.Step + opt.ProfileSteps[0], to: r.st.Step + opt.ProfileSteps[1]}
+		r.prof = &profiler{dir: opt.Profile, from: r.st.Step + opt.ProfileSteps[0], to: r.st.Step + opt.ProfileSteps[1], rank: t.ranks[0]}
 	}
 	r.done, r.saved = r.st.Step, r.st.Step
 	if r.st.Step > 0 {

@@ -48,7 +48,8 @@ type Options struct {
 	// a limit.
 	Clock *Clock
 	// Profile, when set (--profile), is the directory where rank 0 writes Go CPU and heap
-	// profiles of the steps ProfileSteps names (first and last, 1-based, of this session's steps).
+	// profiles of the steps ProfileSteps names (first and last, 1-based, of this session's steps)
+	// and the per-op table of its work in them (ops.txt, ops.json: profile.go).
 	Profile      string
 	ProfileSteps [2]int
 }

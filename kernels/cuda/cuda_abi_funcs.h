@@ -50,6 +50,14 @@
 	X(cuGetErrorName, "cuGetErrorName", CUresult, (CUresult error, const char** pStr))                          \
 	X(cuGetErrorString, "cuGetErrorString", CUresult, (CUresult error, const char** pStr))
 
+// DF_CU_TIMING_FUNCS lists the entry points of the per-op profile's timer, resolved apart from
+// the others (driver.go): CUDA 12.8's headers name cuEventElapsedTime_v2, which an older driver
+// does not export; there the unversioned symbol (the same signature) is taken, and without it
+// only the timer is missing, not the backend.
+#define DF_CU_TIMING_FUNCS(X)                                                                                   \
+	X(cuEventSynchronize, "cuEventSynchronize", CUresult, (CUevent hEvent))                                     \
+	X(cuEventElapsedTime, "cuEventElapsedTime_v2", CUresult, (float* pMilliseconds, CUevent hStart, CUevent hEnd))
+
 #define DF_BLAS_FUNCS(X)                                                                                        \
 	X(cublasCreate, "cublasCreate_v2", cublasStatus_t, (cublasHandle_t * handle))                               \
 	X(cublasDestroy, "cublasDestroy_v2", cublasStatus_t, (cublasHandle_t handle))                               \
@@ -63,7 +71,7 @@
 	X(cublasGetStatusString, "cublasGetStatusString", const char*, (cublasStatus_t status))
 
 #define DF_CONSTS(X)                                                                                            \
-	X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_NOT_READY) X(CU_STREAM_NON_BLOCKING) X(CU_EVENT_DISABLE_TIMING)            \
+	X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_NOT_READY) X(CUDA_ERROR_NOT_SUPPORTED) X(CU_STREAM_NON_BLOCKING) X(CU_EVENT_DEFAULT) X(CU_EVENT_DISABLE_TIMING)            \
 	X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)                 \
 	X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) X(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)    \
 	X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) X(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)                        \

@@ -30,6 +30,7 @@ package cuda
 // 11 on (the calls used here have kept their ABI). Each entry point NAME is a pointer p_NAME.
 #define DF_DECLARE(name, sym, ret, params) static ret(*p_##name) params;
 DF_CU_FUNCS(DF_DECLARE)
+DF_CU_TIMING_FUNCS(DF_DECLARE)
 DF_BLAS_FUNCS(DF_DECLARE)
 
 // df_cublas_names are the cuBLAS libraries tried in order when DISTFLASH_CUBLAS names none.
@@ -49,6 +50,12 @@ static int df_open_libs(char* err, size_t n) {
 	p_##name = (ret(*) params)dlsym(h, sym); \
 	if (p_##name == NULL) { snprintf(err, n, "%s has no %s: the driver is older than CUDA 11.8", cu, sym); return 1; }
 	DF_CU_FUNCS(DF_RESOLVE_CU)
+	// The timer's entry points: the symbol, else the unversioned name; else NULL
+	// (df_event_elapsed then fails with CUDA_ERROR_NOT_SUPPORTED).
+#define DF_RESOLVE_TIMING(name, sym, ret, params) \
+	p_##name = (ret(*) params)dlsym(h, sym); \
+	if (p_##name == NULL) p_##name = (ret(*) params)dlsym(h, #name);
+	DF_CU_TIMING_FUNCS(DF_RESOLVE_TIMING)
 	const char* blas = getenv("DISTFLASH_CUBLAS");
 	void* b = NULL;
 	char tried[512] = "";
@@ -166,6 +173,35 @@ static CUresult df_load(CUcontext c, CUmodule* m, const void* image, char* log, 
 	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
 	void* vals[2] = {log, (void*)(uintptr_t)logSize};
 	return p_cuModuleLoadDataEx(m, image, 2, opts, vals);
+}
+
+// The per-op profile's timing events: made with timing (CU_EVENT_DEFAULT), recorded on the
+// stream, and the time between two once the later one is reached (the host waits for it).
+static CUresult df_event_create(CUcontext c, CUevent* e) {
+	CUresult r = p_cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return p_cuEventCreate(e, CU_EVENT_DEFAULT);
+}
+
+static CUresult df_event_record(CUcontext c, CUstream s, CUevent e) {
+	CUresult r = p_cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return p_cuEventRecord(e, s);
+}
+
+static CUresult df_event_elapsed(CUcontext c, CUevent from, CUevent to, float* ms) {
+	if (p_cuEventSynchronize == NULL || p_cuEventElapsedTime == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult r = p_cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	r = p_cuEventSynchronize(to);
+	if (r != CUDA_SUCCESS) return r;
+	return p_cuEventElapsedTime(ms, from, to);
+}
+
+static CUresult df_event_destroy(CUcontext c, CUevent e) {
+	CUresult r = p_cuCtxSetCurrent(c);
+	if (r != CUDA_SUCCESS) return r;
+	return p_cuEventDestroy(e);
 }
 
 static CUresult df_func(CUcontext c, CUmodule m, CUfunction* f, const char* name, int smemOptin) {
@@ -487,6 +523,54 @@ func freeMem(a freeArg) {
 		return
 	}
 	C.df_free(a.d.ctx, a.d.stream, C.CUdeviceptr(a.ptr)) // an error here has nowhere to go
+}
+
+// Event is a timing event of a Device (NewEvent): a point of its stream's work, recorded by
+// RecordEvent. A runtime cleanup destroys it once it is unreachable. ID numbers the events of
+// a recording fake device in tests (0 for a real one).
+type Event struct {
+	ID int
+	ev C.CUevent
+}
+
+type eventArg struct {
+	d  *Device
+	ev C.CUevent
+}
+
+func destroyEvent(a eventArg) {
+	if a.d.closed.Load() {
+		return
+	}
+	C.df_event_destroy(a.d.ctx, a.ev) // an error here has nowhere to go
+}
+
+// NewEvent makes a timing event.
+func (d *Device) NewEvent() (*Event, error) {
+	e := &Event{}
+	if err := check("cuEventCreate", C.df_event_create(d.ctx, &e.ev)); err != nil {
+		return nil, err
+	}
+	runtime.AddCleanup(e, destroyEvent, eventArg{d, e.ev})
+	return e, nil
+}
+
+// RecordEvent records e on the stream: it is reached when the work queued before it is done.
+// The host does not wait.
+func (d *Device) RecordEvent(e *Event) error {
+	return check("cuEventRecord", C.df_event_record(d.ctx, d.stream, e.ev))
+}
+
+// EventSeconds waits until to is reached and returns the seconds from from to to (both
+// recorded; the driver's resolution is about half a microsecond).
+func (d *Device) EventSeconds(from, to *Event) (float64, error) {
+	var ms C.float
+	if err := check("cuEventElapsedTime", C.df_event_elapsed(d.ctx, from.ev, to.ev, &ms)); err != nil {
+		return 0, err
+	}
+	runtime.KeepAlive(from)
+	runtime.KeepAlive(to)
+	return float64(ms) / 1e3, nil
 }
 
 // Alloc returns zeroed device memory of the given size (a multiple of 4 bytes).

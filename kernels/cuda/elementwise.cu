@@ -81,6 +81,28 @@ __global__ void df_rmsnorm(float* __restrict__ out, float* __restrict__ rstd, co
     }
 }
 
+// df_add_rmsnorm: block per row; sum = a + b (sum may alias a or b), then out and rstd as
+// df_rmsnorm computes them from sum: each thread reads back the sums it wrote, and the squares
+// are summed by the same threads in the same tree, so the values equal df_add then df_rmsnorm.
+__global__ void df_add_rmsnorm(float* sum, float* __restrict__ out, float* __restrict__ rstd, const float* a,
+                               const float* b, const float* __restrict__ w, int rows, int dim, float eps) {
+    __shared__ double sh[32];
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+        long long off = (long long)r * dim;
+        double ss = 0;
+        for (int j = threadIdx.x; j < dim; j += blockDim.x) {
+            float h = __fadd_rn(a[off + j], b[off + j]);
+            sum[off + j] = h;
+            double v = h;
+            ss += v * v;
+        }
+        ss = df_block_sum_d(ss, sh);
+        float rs = (float)(1.0 / sqrt(ss / dim + (double)eps));
+        if (threadIdx.x == 0) rstd[r] = rs;
+        for (int j = threadIdx.x; j < dim; j += blockDim.x) out[off + j] = __fmul_rn(__fmul_rn(sum[off + j], rs), w[j]);
+    }
+}
+
 // df_rmsnorm_bwd_dx: block per row; dx += r·w∘dout − r³/dim·x·(Σ w∘dout∘x), in double.
 __global__ void df_rmsnorm_bwd_dx(float* __restrict__ dx, const float* __restrict__ dout,
                                   const float* __restrict__ x, const float* __restrict__ w,
@@ -177,6 +199,23 @@ __global__ void df_swiglu_bwd(float* __restrict__ dg, float* __restrict__ du, co
     }
 }
 
+// df_swiglu_bwd_act is df_swiglu and df_swiglu_bwd in one pass: act = silu(g)·u, and dg and du
+// overwritten as df_swiglu_bwd writes them. exp(−g) in double, which both take, is computed
+// once: the same values.
+__global__ void df_swiglu_bwd_act(float* __restrict__ act, float* __restrict__ dg, float* __restrict__ du,
+                                  const float* __restrict__ dout, const float* __restrict__ g,
+                                  const float* __restrict__ u, long long n) {
+    DF_FOR(i, n) {
+        float gi = g[i], d = dout[i], ui = u[i];
+        double e = exp(-(double)gi);
+        act[i] = __fmul_rn(__fdiv_rn(gi, __fadd_rn(1.0f, (float)e)), ui);
+        float s = (float)(1.0 / (1.0 + e));
+        du[i] = __fmul_rn(__fmul_rn(d, gi), s);
+        float t = __fadd_rn(1.0f, __fmul_rn(gi, __fsub_rn(1.0f, s)));
+        dg[i] = __fmul_rn(__fmul_rn(__fmul_rn(d, ui), s), t);
+    }
+}
+
 // df_xent: block per row of logits. losses[r] = lse − logit[target] (0 for a negative target);
 // when dlogits is not null it is overwritten by (softmax − onehot)·dscale (0 for an ignored row).
 // dlogits may be logits: every element is read (max, sum) before any is written.
@@ -209,21 +248,40 @@ __global__ void df_xent(float* __restrict__ losses, float* dlogits, const float*
     }
 }
 
-// df_adamw: one AdamW update (decoupled weight decay wd; c1, c2 the bias corrections), in the
-// CPU's order of float32 operations.
+// df_adamw_elem: one AdamW update of element i (decoupled weight decay wd; c1, c2 the bias
+// corrections), in the CPU's order of float32 operations.
+__device__ __forceinline__ void df_adamw_elem(float* __restrict__ p, const float* __restrict__ g,
+                                              float* __restrict__ m, float* __restrict__ v, long long i,
+                                              float b1, float b2, float c1, float c2, float lr, float eps,
+                                              float gs, float wd) {
+    float gi = __fmul_rn(g[i], gs);
+    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.0f, b1), gi));
+    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, b2), gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    float mh = __fdiv_rn(mi, c1), vh = __fdiv_rn(vi, c2);
+    float pi = p[i];
+    float upd = __fadd_rn(__fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), eps)), __fmul_rn(wd, pi));
+    p[i] = __fsub_rn(pi, __fmul_rn(lr, upd));
+}
+
+// df_adamw: one AdamW update of the n elements.
 __global__ void df_adamw(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                          float* __restrict__ v, long long n, float b1, float b2, float c1, float c2,
                          float lr, float eps, float gs, float wd) {
-    DF_FOR(i, n) {
-        float gi = __fmul_rn(g[i], gs);
-        float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.0f, b1), gi));
-        float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, b2), gi), gi));
-        m[i] = mi;
-        v[i] = vi;
-        float mh = __fdiv_rn(mi, c1), vh = __fdiv_rn(vi, c2);
-        float pi = p[i];
-        float upd = __fadd_rn(__fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), eps)), __fmul_rn(wd, pi));
-        p[i] = __fsub_rn(pi, __fmul_rn(lr, upd));
+    DF_FOR(i, n) df_adamw_elem(p, g, m, v, i, b1, b2, c1, c2, lr, eps, gs, wd);
+}
+
+// df_adamw_multi: the AdamW update of every segment in one launch (multi-tensor): segment s is
+// the elements [seg[3s], seg[3s] + seg[3s+1]) with weight decay wd when seg[3s+2] is 1, none
+// when 0; the grid strides over each segment in turn. Elements outside the segments are left.
+__global__ void df_adamw_multi(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
+                               float* __restrict__ v, const long long* __restrict__ seg, int nseg, float b1,
+                               float b2, float c1, float c2, float lr, float eps, float gs, float wd) {
+    for (int s = 0; s < nseg; s++) {
+        long long off = seg[3 * s], n = seg[3 * s + 1];
+        float w = seg[3 * s + 2] ? wd : 0.0f;
+        DF_FOR(i, n) df_adamw_elem(p, g, m, v, off + i, b1, b2, c1, c2, lr, eps, gs, w);
     }
 }
 
