@@ -39,7 +39,11 @@ phases took 7 minutes together (bench/results/h200-2026-11-26):
                checkpointing) vs `distflash plan --cluster 1x1xH100-80GB` (or H200-141GB). Peak
                GPU memory is the largest `nvidia-smi` memory.used while the run lasts, minus the
                value before it (the same measurement for both programs; PyTorch's allocator peak
-               is reported beside it).
+               is reported beside it). Then the per-op tables at 8K: `train --profile` over
+               steps 3–4 (ops.json: each op class and phase with its time on CUDA events, calls,
+               bytes, FLOPs and ratio to its floor at the ceilings the run measures) and
+               bench/torch_ops.py (torch.profiler's kernels of the same step in the same classes),
+               side by side in the report and both under "ops" in summary.json.
 
   multigpu     several processes on the one GPU over MPI with device buffers (issue "many
                GPUs", part 3): Open MPI from the Debian packages the pack carries, unpacked into
@@ -111,7 +115,7 @@ import time
 PHASES = ["correctness", "attention", "model", "multigpu", "commands", "cudnn", "curve"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "attention": 420, "model": 420, "multigpu": 480, "commands": 240, "cudnn": 420, "curve": 300}
+BUDGET = {"correctness": 360, "attention": 420, "model": 540, "multigpu": 480, "commands": 240, "cudnn": 420, "curve": 300}
 # The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
 SHARE = {"correctness": 0.2, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.15, "curve": 0.1}
 CURVE_STEPS = 50
@@ -879,6 +883,99 @@ def phase_model(r):
         rec = r.step("model", f"torch 1B seq {seq}", lambda t, s=seq: torch_1b(r, s, 4, t), lim)
         res[f"torch_{seq}"] = rec.get("result")
     r.step("model", "summary (MFU, planner, activation bytes)", lambda t: model_summary(r, res), 30)
+    ops = {}
+    for impl, fn in (("distflash", ops_distflash), ("torch", ops_torch)):
+        rec = r.step("model", f"per-op table: {impl} seq {seqs[0]}", lambda t, f=fn: f(r, seqs[0], t), 90)
+        ops[impl] = (rec.get("result") or {}).get("table")
+    r.step("model", f"per-op tables side by side, seq {seqs[0]}", lambda t: ops_tables(seqs[0], ops), 10)
+
+
+# ---------------------------------------------------------------------------------------------
+# The per-op tables (issue 36, part 1): ours from `train --profile` (ops.json: CUDA events per op
+# class, floors at the ceilings it measures), PyTorch's from torch.profiler (bench/torch_ops.py),
+# on the model phase's shape at its first length; both under "ops" in summary.json.
+
+OPS_STEPS = (3, 4)  # the profiled steps of a 4-step run: the first two warm up
+
+
+def ops_distflash(r, seq, limit):
+    """train with --profile over OPS_STEPS; its ops.json."""
+    prof = os.path.join(r.work, f"ops_{seq}")
+    extra = ["--set", f"data.seq_len={seq}", "--set", f"model.max_seq_len={max(seq, 8192)}", "--set", "run.tensorboard=false",
+             "--profile", prof, "--profile-steps", f"{OPS_STEPS[0]}..{OPS_STEPS[1]}"]
+    if r.dry:
+        extra += [x for s in model_sets(LLAMA_DRY) for x in ("--set", s)]
+    train_curve(r, f"llama1b-ops-{seq}", "cpu" if r.dry else "cuda", "bf16", limit, steps=OPS_STEPS[1],
+                config="llama-1b.toml", extra=extra)
+    with open(os.path.join(prof, "ops.json")) as f:
+        tab = json.load(f)
+    with open(os.path.join(prof, "ops.txt")) as f:
+        txt = f.read()
+    with open(os.path.join(r.logs, f"ops_distflash_{seq}.txt"), "w") as f:
+        f.write(txt)
+    return {"table": tab}
+
+
+def ops_torch(r, seq, limit):
+    """bench/torch_ops.py on the same model and length."""
+    jpath = os.path.join(r.work, f"torch_ops_{seq}.json")
+    cfg = LLAMA_DRY if r.dry else LLAMA_1B
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "torch_ops.py"), "--seq", str(seq), "--json", jpath,
+           "--dim", str(cfg["dim"]), "--layers", str(cfg["n_layers"]), "--heads", str(cfg["n_heads"]),
+           "--kv-heads", str(cfg["n_kv_heads"]), "--ffn", str(cfg["ffn_dim"]), "--vocab", str(cfg["vocab_size"]),
+           "--device", "cpu" if r.dry else "cuda"]
+    r.sh(f"torch_ops_{seq}", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
+    with open(jpath) as f:
+        return {"table": json.load(f)}
+
+
+def ops_side_by_side(ours, theirs):
+    """Rows of both tables by (op, phase): each side's ms a step, ours over PyTorch's, and our
+    floor (the op's bytes and FLOPs at the ceilings our run measured) with each side's ratio to it."""
+    a = {(x["op"], x["phase"]): x for x in (ours or {}).get("ops", [])}
+    b = {(x["op"], x["phase"]): x for x in (theirs or {}).get("ops", [])}
+    rows = []
+    for k in list(a) + [k for k in b if k not in a]:
+        x, y = a.get(k, {}), b.get(k, {})
+        row = {"op": k[0], "phase": k[1], "ours_ms": 1e3 * x.get("seconds", 0), "torch_ms": 1e3 * y.get("seconds", 0),
+               "ours_calls": x.get("calls", 0), "torch_calls": y.get("calls", 0)}
+        if row["ours_ms"] > 0 and row["torch_ms"] > 0:
+            row["ours_over_torch"] = row["ours_ms"] / row["torch_ms"]
+        if x.get("floor_seconds"):
+            row["floor_ms"] = 1e3 * x["floor_seconds"]
+            row["ours_ratio"], row["torch_ratio"] = row["ours_ms"] / row["floor_ms"], row["torch_ms"] / row["floor_ms"]
+        rows.append(row)
+    return rows
+
+
+def ops_tables(seq, ops):
+    """Both tables and the rows side by side, under "ops" (summary.json takes it)."""
+    ours, theirs = ops.get("distflash"), ops.get("torch")
+    if not ours and not theirs:
+        raise Skip("neither per-op table was made")
+    return {"ops": {"seq": seq, "distflash": ours, "torch": theirs, "side_by_side": ops_side_by_side(ours, theirs)}}
+
+
+def ops_markdown(o):
+    """The side-by-side table for report.md."""
+    ours, theirs = o.get("distflash") or {}, o.get("torch") or {}
+
+    def num(v, spec=".3f"):
+        return format(v, spec) if v else "-"
+    c = ours.get("ceilings") or {}
+    L = ["", f"## Per-op tables, seq {o.get('seq')} (ms a step; floor: our bytes and FLOPs at our measured ceilings)", "",
+         f"distflash {num(1e3 * ours.get('step_seconds', 0), '.1f')} ms a step on the device's clock, "
+         f"{num(1e3 * ours.get('gap_seconds', 0), '.1f')} ms of it outside every op; ceilings ({c.get('source')}): "
+         f"{num((c.get('bytes_per_s') or 0) / 1e9, '.0f')} GB/s, {num((c.get('gemm_flops_per_s') or 0) / 1e12, '.1f')} TFLOP/s GEMM. "
+         f"PyTorch {num(1e3 * theirs.get('step_seconds', 0), '.1f')} ms a step with the profiler on, kernels "
+         f"{num(1e3 * (theirs.get('step_seconds', 0) - theirs.get('gap_seconds', 0)), '.1f')} ms.", "",
+         "| op | phase | ours calls | ours ms | PyTorch calls | PyTorch ms | ours/PyTorch | floor ms | ours ×floor | PyTorch ×floor |",
+         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for x in o.get("side_by_side", []):
+        L.append(f"| {x['op']} | {x['phase']} | {num(x['ours_calls'], '.0f')} | {num(x['ours_ms'])} | {num(x['torch_calls'], '.0f')} | "
+                 f"{num(x['torch_ms'])} | {num(x.get('ours_over_torch'), '.2f')} | {num(x.get('floor_ms'))} | "
+                 f"{num(x.get('ours_ratio'), '.2f')} | {num(x.get('torch_ratio'), '.2f')} |")
+    return L
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1073,6 +1170,9 @@ def render(rep):
               f"{fmt(a.get('measured_bytes_per_token_layer'), '.0f')}; distflash's own accounting "
               f"{fmt(a.get('accounted_bytes_per_token_layer'), '.0f')}; planner {fmt(a.get('planner_bytes_per_token_layer'), '.0f')}; "
               f"bf16 anchor {a.get('bf16_anchor_bytes')} ({a.get('anchor_note')})."]
+    for res in by.values():
+        if isinstance(res.get("ops"), dict):
+            L += ops_markdown(res["ops"])
     L.append("")
     return "\n".join(L)
 

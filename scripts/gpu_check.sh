@@ -70,7 +70,7 @@ pack() {
 		# the commands phase's evaluation text: a few Go source files, one document each
 		mkdir -p "$dir/data/eval"
 		cp "$(go env GOROOT)"/src/fmt/{format,print,scan,errors}.go "$dir/data/eval/"
-		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py bench/torch_train.py "$dir/bench/"
+		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py bench/torch_train.py bench/torch_ops.py "$dir/bench/"
 		cp scripts/gpu_check.sh scripts/check_nccl_abi.sh scripts/check_nccl_abi.c scripts/check_cudnn_abi.sh scripts/check_cudnn_abi.c "$dir/scripts/"
 		mkdir -p "$dir/kernels/cuda" # the NCCL ABI check's declarations
 		cp kernels/cuda/nccl_abi.h kernels/cuda/nccl_abi_funcs.h kernels/cuda/cuda_abi.h kernels/cuda/cuda_abi_funcs.h \
