@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -47,7 +48,9 @@ func Open(path string) (*Checkpoint, error) {
 	dir := path
 	if _, err := os.Stat(filepath.Join(path, ManifestFile)); errors.Is(err, fs.ErrNotExist) {
 		if _, lerr := os.Stat(filepath.Join(path, LatestFile)); lerr != nil {
-			if _, derr := os.Stat(path); derr != nil {
+			if _, derr := os.Stat(path); errors.Is(derr, fs.ErrNotExist) {
+				return nil, fmt.Errorf("ckpt: no checkpoint at %s: %s", path, holds(filepath.Dir(path)))
+			} else if derr != nil {
 				return nil, fmt.Errorf("ckpt: open checkpoint: %w", derr)
 			}
 			return nil, fmt.Errorf("ckpt: %s: neither a checkpoint (no %s) nor a run directory (no %s)", path, ManifestFile, LatestFile)
@@ -242,6 +245,30 @@ func (c *Checkpoint) ReadTensor(name string) ([]float32, error) {
 	}
 	dst := make([]float32, t.Len)
 	return dst, c.Read(name, 0, dst)
+}
+
+// holds says which checkpoints directory dir holds, for an error that names one it does not:
+// its step directories, newest first (the first few), and which is `latest`.
+func holds(dir string) string {
+	names, err := stepDirs(dir)
+	switch {
+	case err != nil:
+		return err.Error()
+	case len(names) == 0:
+		if _, err := os.Stat(dir); err != nil {
+			return dir + " does not exist"
+		}
+		return dir + " holds no checkpoint"
+	}
+	const most = 5
+	list := strings.Join(names[:min(len(names), most)], ", ")
+	if len(names) > most {
+		list += fmt.Sprintf(" and %d older", len(names)-most)
+	}
+	if latest, err := readLatest(dir); err == nil {
+		list += "; `latest` is " + latest
+	}
+	return fmt.Sprintf("%s holds %s (--resume auto takes the newest intact one)", dir, list)
 }
 
 // Resolve implements --resume. spec "" means no resume: ("", nil, nil). spec "auto" means

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"distflash/ckpt"
 	"distflash/config"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -312,13 +314,15 @@ func helpFlags(t *testing.T, args []string) map[string]bool {
 	return flags
 }
 
-// TestDocsFlags: every --flag of a `distflash CMD` or `go run . CMD` command line in a fenced
-// code block of README.md and docs/*.md (also behind mpirun, srun or a path: ./distflash) is
-// one that `CMD -h` lists; `data tokenize`, `data fetch c4` and `data passkey` are held to their own flags.
-// A line ending in a backslash goes on in the next.
-func TestDocsFlags(t *testing.T) {
-	help := map[string]map[string]bool{}
-	checked := 0
+// codeLine is one command line of a fenced code block: where it starts (file:line) and its
+// text, a line ending in a backslash joined with the next.
+type codeLine struct{ where, text string }
+
+// codeLines are the command lines of the fenced code blocks of README.md and docs/*.md, in the
+// order of docFiles and of each file.
+func codeLines(t *testing.T) []codeLine {
+	t.Helper()
+	var out []codeLine
 	for _, f := range docFiles(t) {
 		lines := readMarkdown(t, f)
 		for i := 0; i < len(lines); i++ {
@@ -330,29 +334,41 @@ func TestDocsFlags(t *testing.T) {
 				i++
 				text = strings.TrimSuffix(strings.TrimRight(text, " "), `\`) + " " + lines[i].text
 			}
-			where := fmt.Sprintf("%s:%d", f, start)
-			cmds, err := commandsIn(where, shellWords(text))
-			if err != nil {
-				t.Error(err)
-				continue
+			out = append(out, codeLine{fmt.Sprintf("%s:%d", f, start), text})
+		}
+	}
+	return out
+}
+
+// TestDocsFlags: every --flag of a `distflash CMD` or `go run . CMD` command line in a fenced
+// code block of README.md and docs/*.md (also behind mpirun, srun or a path: ./distflash) is
+// one that `CMD -h` lists; `data tokenize`, `data fetch c4` and `data passkey` are held to their own flags.
+// A line ending in a backslash goes on in the next.
+func TestDocsFlags(t *testing.T) {
+	help := map[string]map[string]bool{}
+	checked := 0
+	for _, l := range codeLines(t) {
+		cmds, err := commandsIn(l.where, shellWords(l.text))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		for _, c := range cmds {
+			key := strings.Join(c.help, " ")
+			if help[key] == nil {
+				help[key] = helpFlags(t, c.help)
 			}
-			for _, c := range cmds {
-				key := strings.Join(c.help, " ")
-				if help[key] == nil {
-					help[key] = helpFlags(t, c.help)
-				}
-				checked++
-				for _, name := range c.flags {
-					if !help[key][name] {
-						var have []string
-						for h := range help[key] {
-							if h != "h" && h != "help" {
-								have = append(have, "--"+h)
-							}
+			checked++
+			for _, name := range c.flags {
+				if !help[key][name] {
+					var have []string
+					for h := range help[key] {
+						if h != "h" && h != "help" {
+							have = append(have, "--"+h)
 						}
-						slices.Sort(have)
-						t.Errorf("%s: --%s is not a flag of `distflash %s` (it has %s)", where, name, strings.TrimSuffix(key, " -h"), strings.Join(have, " "))
 					}
+					slices.Sort(have)
+					t.Errorf("%s: --%s is not a flag of `distflash %s` (it has %s)", l.where, name, strings.TrimSuffix(key, " -h"), strings.Join(have, " "))
 				}
 			}
 		}
@@ -361,6 +377,131 @@ func TestDocsFlags(t *testing.T) {
 	if checked < 10 {
 		t.Errorf("found only %d distflash command lines in the docs' code blocks: is the pattern broken?", checked)
 	}
+}
+
+// docStepsDivisor shortens the runs of TestDocsRunInOrder: each run's training.steps, and the
+// step directories the commands name, divided by it (at least 1).
+const docStepsDivisor = 50
+
+// TestDocsRunInOrder: the `go run . train` and `go run . export` commands of README.md and the
+// guides, as written, run one after another in a fresh tree (a temporary directory with
+// configs/, runs/ empty), as a reader who follows them does: the README's, then each guide's
+// (docs/*.md by name), in order. None is refused for a run directory an earlier one holds
+// (each names its own run), and each checkpoint or export a command names exists when it
+// runs. To keep it short, each run's steps (its own, its config's or the default) and the step
+// directories named (step-000600) are divided by docStepsDivisor, and 64 KiB of text is read.
+// A command that repeats an earlier one is not run again (the reader has run it: the guides
+// start from the README's first command), and one whose input comes from outside the
+// tree (~/models, X.toml, C4 shards from the network) is skipped; the log names both.
+func TestDocsRunInOrder(t *testing.T) {
+	slow(t, "TestDocsFlags holds every command of the docs to the flags it has, and run_directory_test's tests refuse a run directory that holds an earlier run")
+	tree := t.TempDir()
+	configs, _ := filepath.Glob("configs/*.toml")
+	if err := os.Mkdir(filepath.Join(tree, "configs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range configs {
+		b, err := os.ReadFile(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tree, c), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shorter := func(n int) int { return max(1, (n+docStepsDivisor-1)/docStepsDivisor) }
+	stepDir, envVar := regexp.MustCompile(`step-(\d{6})`), regexp.MustCompile(`^[A-Z_]+=`)
+	done := map[string]bool{}
+	ran := 0
+	for _, l := range codeLines(t) {
+		words := shellWords(l.text)
+		var env []string
+		for len(words) > 0 && envVar.MatchString(words[0]) {
+			env, words = append(env, words[0]), words[1:]
+		}
+		if len(words) < 4 || words[0] != "go" || words[1] != "run" || words[2] != "." || (words[3] != "train" && words[3] != "export") {
+			continue
+		}
+		args := words[3:]
+		if i := slices.IndexFunc(args, func(a string) bool { return a == ";" || a == "|" || a == "&" }); i >= 0 {
+			args = args[:i]
+		}
+		key := strings.Join(append(env, args...), " ")
+		if skip := docSkip(tree, args); skip != "" || done[key] {
+			if skip == "" {
+				skip = "the same command ran before"
+			}
+			t.Logf("%s: not run: %s", l.where, skip)
+			continue
+		}
+		done[key] = true
+		for i, a := range args {
+			args[i] = stepDir.ReplaceAllStringFunc(a, func(d string) string {
+				n, _ := strconv.Atoi(d[len("step-"):])
+				return ckpt.StepDir(shorter(n))
+			})
+		}
+		if args[0] == "train" {
+			steps, err := docSteps(tree, args)
+			if err != nil {
+				t.Fatalf("%s: %v", l.where, err)
+			}
+			args = append(args, "--progress=false", "--set", fmt.Sprintf("training.steps=%d", shorter(steps)), "--set", "data.max_bytes=65536")
+		}
+		cmd := command(args...)
+		cmd.Dir, cmd.Env = tree, append(os.Environ(), env...)
+		if _, stderr, err := runCmd(t, cmd); err != nil {
+			t.Errorf("%s: %s: %v\n%s", l.where, l.text, err, tailOf(stderr, 8))
+		}
+		ran++
+	}
+	t.Logf("%d commands ran", ran)
+	if ran < 15 {
+		t.Errorf("only %d `go run . train` or `export` commands ran: is the pattern broken?", ran)
+	}
+}
+
+// docSkip says why a command of the docs cannot run in the fresh tree ("" when it can): it
+// names a file outside it (a model under ~, a placeholder X.toml) or an input that no command
+// of the docs makes in it (C4's shards, which come from the network).
+func docSkip(tree string, args []string) string {
+	for i, a := range args {
+		if strings.Contains(a, "~/") || strings.Contains(a, "X.toml") {
+			return a + " is outside the tree"
+		}
+		input, _ := strings.CutPrefix(a, "data.train=")
+		if input == a {
+			input = ""
+		}
+		if i > 0 && slices.Contains([]string{"--init-from", "--model", "--config"}, args[i-1]) {
+			input = a
+		}
+		if input == "" || strings.HasPrefix(input, "$") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(tree, input)); err != nil {
+			return input + " does not exist: no command of the docs makes it in the tree"
+		}
+	}
+	return ""
+}
+
+// docSteps is the training.steps of a train command's args: its own --set, else its config's.
+func docSteps(tree string, args []string) (int, error) {
+	path, steps := "", 0
+	for i, a := range args {
+		if i > 0 && args[i-1] == "--config" {
+			path = filepath.Join(tree, a)
+		}
+		if v, ok := strings.CutPrefix(a, "training.steps="); ok {
+			steps, _ = strconv.Atoi(v)
+		}
+	}
+	if steps > 0 {
+		return steps, nil
+	}
+	cfg, err := config.Read(path, nil)
+	return cfg.Training.Steps, err
 }
 
 // outside matches a relative path that leaves the repository.

@@ -135,6 +135,27 @@ func TestResumeDamage(t *testing.T) {
 	}
 }
 
+// TestResumeNamesWhatExists: --resume naming a checkpoint that does not exist (the docs once
+// named step-000100 of a run that had none) is refused with the checkpoints the run directory
+// holds and which is `latest`, whether it is named by its path or by its name alone, and a
+// directory that does not exist is said not to, instead of a raw stat (issue 33, item 12).
+func TestResumeNamesWhatExists(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "tiny")
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--set", "checkpoint.interval=2")...)
+	holds := run + " holds step-000004, step-000002; `latest` is step-000004 (--resume auto takes the newest intact one)"
+	for _, c := range []struct{ spec, want string }{
+		{filepath.Join(run, "step-000100"), "no checkpoint at " + filepath.Join(run, "step-000100") + ": " + holds},
+		{"step-000100", "no checkpoint at " + filepath.Join(run, "step-000100") + ": " + holds},
+		{filepath.Join(dir, "other", "step-000100"), "no checkpoint at " + filepath.Join(dir, "other", "step-000100") + ": " + filepath.Join(dir, "other") + " does not exist"},
+	} {
+		_, _, err := cli(t, smallRun(dir, "--resume", c.spec)...)
+		if err == nil || !strings.HasSuffix(err.Error(), c.want) {
+			t.Errorf("--resume %s: %v, want %q", c.spec, err, c.want)
+		}
+	}
+}
+
 // TestResumeSaysWhatChanged: every changed key is printed old → new with what it does; a key
 // that cannot continue the same training is refused by name.
 func TestResumeSaysWhatChanged(t *testing.T) {

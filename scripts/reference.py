@@ -3,9 +3,13 @@
 
 This file is the specification the Go implementation is checked against.  It is
 written from the LLaMA paper / Hugging Face ``LlamaForCausalLM`` definition and
-does not depend on (or look at) any Go code.  Run it with Debian's Python
-(``/usr/bin/python3``), which has torch and numpy; no ``safetensors`` or
-``transformers`` package is used.
+does not depend on (or look at) any Go code.  Every command needs PyTorch and
+numpy, which a plain python3 lacks: Debian's ``python3-torch`` and
+``python3-numpy`` (``apt-get install python3-torch python3-numpy``, then
+``/usr/bin/python3``), or the virtual environment ``scripts/install_torch.sh``
+makes (it prints its interpreter: ``"$(scripts/install_torch.sh)"
+scripts/reference.py ...``).  No ``safetensors`` or ``transformers`` package is
+used.
 
 Usage
 -----
@@ -43,7 +47,8 @@ Usage
         --samples S [--out FILE]
         Loss of a Hugging Face LLaMA directory (what `distflash export` writes),
         read with this file's own safetensors reader, on byte-tokenized
-        documents (see cmd_read_hf); prints JSON.
+        documents (see cmd_read_hf); prints JSON.  Needs PyTorch and numpy, as
+        every command (see above).
 
     /usr/bin/python3 scripts/reference.py generate
         Regenerate weights/testdata/hf/generate.json: greedy decoding of the three
@@ -269,9 +274,13 @@ import struct
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:
+    sys.exit(f"reference.py needs PyTorch and numpy ({e}): apt-get install python3-torch python3-numpy "
+             "and run /usr/bin/python3, or run the interpreter scripts/install_torch.sh prints")
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN_DIR = os.path.join(REPO_ROOT, "model", "testdata", "golden")
@@ -1713,7 +1722,7 @@ def main(argv=None):
     sub.add_parser("rope", help="regenerate the RoPE scaling vectors in model/testdata/rope")
     sub.add_parser("hf", help="regenerate the Hugging Face LLaMA fixtures in weights/testdata/hf")
     sub.add_parser("generate", help="regenerate weights/testdata/hf/generate.json (greedy decoding of the HF fixtures)")
-    r = sub.add_parser("read-hf", help="loss of a Hugging Face LLaMA directory, read with this file's own safetensors reader")
+    r = sub.add_parser("read-hf", help="loss of a Hugging Face LLaMA directory, read with this file's own safetensors reader (needs PyTorch and numpy)")
     r.add_argument("dir")
     r.add_argument("--docs", required=True, help="glob of text files, one document each, in sorted order")
     r.add_argument("--seq-len", type=int, required=True)

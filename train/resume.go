@@ -183,9 +183,10 @@ func checkpointSize(dir string, elems int) (raw, stored int64) {
 func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st trainState, ok bool, err error) {
 	start := time.Now()
 	if spec != "auto" && !filepath.IsAbs(spec) {
-		// a step directory of this run may be named by its name alone
+		// a step directory of this run may be named by its name alone (one that does not exist
+		// is then refused with this run's checkpoints)
 		if _, err := os.Stat(spec); err != nil {
-			if _, err := os.Stat(filepath.Join(t.runDir(), spec)); err == nil {
+			if _, err := os.Stat(filepath.Join(t.runDir(), spec)); err == nil || filepath.Dir(spec) == "." {
 				spec = filepath.Join(t.runDir(), spec)
 			}
 		}
