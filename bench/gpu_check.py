@@ -1689,7 +1689,9 @@ def cmd_merge(a):
         json.dump(rep, f, indent=1)
     with open(os.path.join(a.dest, "report.md"), "w") as f:
         f.write(render(rep))
-    print(f"wrote {a.dest}/report.md and report.json from {len(reps)} report(s)")
+    with open(os.path.join(a.dest, "summary.json"), "w") as f:
+        json.dump(summary(rep), f, indent=1)
+    print(f"wrote {a.dest}/report.md, report.json and summary.json from {len(reps)} report(s)")
     return 0
 
 

@@ -344,8 +344,8 @@ def bench(a, device):
     return rec
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_shape_args(ap):
+    """The model's shape and the sequence length as flags (defaults: configs/llama-1b.toml at 8K)."""
     ap.add_argument("--dim", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--heads", type=int, default=16)
@@ -353,6 +353,20 @@ def main():
     ap.add_argument("--ffn", type=int, default=5632)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--seq", type=int, default=8192)
+
+
+def emit(rec, path):
+    """Prints the JSON record as the last line, and writes it to path too when one is given."""
+    line = json.dumps(rec)
+    if path:
+        with open(path, "w") as f:
+            f.write(line + "\n")
+    print(line)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_shape_args(ap)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
@@ -365,12 +379,7 @@ def main():
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda: PyTorch sees no CUDA device")
-    rec = check(a, device) if a.check else bench(a, device)
-    line = json.dumps(rec)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(line + "\n")
-    print(line)
+    emit(check(a, device) if a.check else bench(a, device), a.json)
 
 
 if __name__ == "__main__":

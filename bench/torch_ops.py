@@ -31,7 +31,6 @@ step_seconds, gap_seconds, ops: op, phase, calls, seconds) plus impl and torch.
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -242,13 +241,7 @@ def run(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dim", type=int, default=2048)
-    ap.add_argument("--layers", type=int, default=16)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--kv-heads", type=int, default=4)
-    ap.add_argument("--ffn", type=int, default=5632)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--seq", type=int, default=8192)
+    tl.add_shape_args(ap)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
@@ -260,11 +253,7 @@ def main():
     rec = run(a)
     if not all(math.isfinite(r["seconds"]) for r in rec["ops"]):
         sys.exit("a time that is not a number")
-    line = json.dumps(rec)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(line + "\n")
-    print(line)
+    tl.emit(rec, a.json)
 
 
 if __name__ == "__main__":
