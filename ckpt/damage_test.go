@@ -87,7 +87,7 @@ func TestDamage(t *testing.T) {
 		}, ManifestFile, []string{"checksum mismatch", "the manifest is damaged"}},
 		{"step deleted", func(t *testing.T, runDir string) {
 			os.RemoveAll(filepath.Join(runDir, "step-000020"))
-		}, "step-000020", []string{"no such file"}},
+		}, "step-000020", []string{"does not exist", "holds step-000010"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			runDir, a, _ := twoSteps(t)

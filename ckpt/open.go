@@ -49,7 +49,7 @@ func Open(path string) (*Checkpoint, error) {
 	if _, err := os.Stat(filepath.Join(path, ManifestFile)); errors.Is(err, fs.ErrNotExist) {
 		if _, lerr := os.Stat(filepath.Join(path, LatestFile)); lerr != nil {
 			if _, derr := os.Stat(path); errors.Is(derr, fs.ErrNotExist) {
-				return nil, fmt.Errorf("ckpt: no checkpoint at %s: %s", path, holds(filepath.Dir(path)))
+				return nil, fmt.Errorf("ckpt: %s does not exist: %s", path, holds(filepath.Dir(path)))
 			} else if derr != nil {
 				return nil, fmt.Errorf("ckpt: open checkpoint: %w", derr)
 			}
@@ -60,7 +60,9 @@ func Open(path string) (*Checkpoint, error) {
 			return nil, err
 		}
 		dir = filepath.Join(path, name)
-		if _, err := os.Stat(dir); err != nil {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("ckpt: %s names %s, which does not exist: %s", filepath.Join(path, LatestFile), name, holds(path))
+		} else if err != nil {
 			return nil, fmt.Errorf("ckpt: %s names %s: %w", filepath.Join(path, LatestFile), name, err)
 		}
 	}

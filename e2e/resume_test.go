@@ -145,9 +145,9 @@ func TestResumeNamesWhatExists(t *testing.T) {
 	mustSucceed(t, smallRun(dir, "--set", "training.steps=4", "--set", "checkpoint.interval=2")...)
 	holds := run + " holds step-000004, step-000002; `latest` is step-000004 (--resume auto takes the newest intact one)"
 	for _, c := range []struct{ spec, want string }{
-		{filepath.Join(run, "step-000100"), "no checkpoint at " + filepath.Join(run, "step-000100") + ": " + holds},
-		{"step-000100", "no checkpoint at " + filepath.Join(run, "step-000100") + ": " + holds},
-		{filepath.Join(dir, "other", "step-000100"), "no checkpoint at " + filepath.Join(dir, "other", "step-000100") + ": " + filepath.Join(dir, "other") + " does not exist"},
+		{filepath.Join(run, "step-000100"), filepath.Join(run, "step-000100") + " does not exist: " + holds},
+		{"step-000100", filepath.Join(run, "step-000100") + " does not exist: " + holds},
+		{filepath.Join(dir, "other", "step-000100"), filepath.Join(dir, "other", "step-000100") + " does not exist: " + filepath.Join(dir, "other") + " does not exist"},
 	} {
 		_, _, err := cli(t, smallRun(dir, "--resume", c.spec)...)
 		if err == nil || !strings.HasSuffix(err.Error(), c.want) {
