@@ -52,7 +52,10 @@ func (g *Guard) Do(commit bool, step func() error) error {
 }
 
 // OnSignal returns a context that the first SIGINT or SIGTERM cancels, answering the signals
-// as h says, and a function that stops listening and cancels the context.
+// as h says, and a function that stops listening and cancels the context. The command is done
+// with what a signal could interrupt when it calls that function: the signals that come after
+// it, while the process ends, are ignored (not left to end it by their default action, which
+// would say nothing and hide the command's own ending).
 func OnSignal(h Interrupt) (context.Context, func()) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -61,6 +64,7 @@ func OnSignal(h Interrupt) (context.Context, func()) {
 	}
 	ctx, stop := h.watch(sigs, os.Exit)
 	return ctx, func() {
+		signal.Ignore(os.Interrupt, syscall.SIGTERM)
 		signal.Stop(sigs)
 		stop()
 	}
