@@ -184,15 +184,5 @@ func (t *trainer) loadWeights(params []float32) error {
 	if n := t.ranks[0].Model.Layout.Size; len(params) != n {
 		return fmt.Errorf("init: %d weights for a model of %d", len(params), n)
 	}
-	return t.run(func(r *rank) error {
-		if r.FSDP != nil {
-			r.FSDP.Load(params)
-			return nil
-		}
-		r.Model.LoadParams(params)
-		if r.Cast != nil {
-			r.Cast.Refresh()
-		}
-		return nil
-	})
+	return t.run(func(r *rank) error { return r.Load(params) })
 }

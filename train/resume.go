@@ -269,9 +269,7 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 			r.Backend.Upload(buf, host)
 		}
 		r.opt.Step = st.AdamStep
-		if r.Cast != nil {
-			r.Cast.Refresh()
-		}
+		r.Refresh()
 		return nil
 	})
 	if err != nil {

@@ -76,9 +76,7 @@ func (t *trainer) step(step int) (Metrics, error) {
 		if !st.bad && !skip {
 			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
 			r.opt.Update(r.Params, r.Grads, lr, float32(clip/scale))
-			if r.Cast != nil {
-				r.Cast.Refresh()
-			}
+			r.Refresh()
 		}
 		if r == t.ranks[0] {
 			out = Metrics{Step: step + 1, Loss: st.loss / st.tokens, LR: lr, GradNorm: norm, Tokens: int64(st.tokens),

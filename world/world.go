@@ -28,13 +28,12 @@ import (
 
 // World is the ranks of a run and what this process holds of them.
 type World struct {
-	Dims     parallel.Dims
-	Device   config.DeviceConfig
-	Par      config.ParallelismConfig // as launched: backend "mpi" when an MPI launcher started the process
-	boot     transport.Comm           // this process's MPI communicator; nil when every rank is in this process
-	local    *transport.World         // the in-process world; nil under MPI
-	ranks    []*Rank                  // this process's ranks, in rank order (after Open)
-	launcher string                   // the MPI launcher that started the process, or ""
+	Dims   parallel.Dims
+	Device config.DeviceConfig
+	Par    config.ParallelismConfig // as launched: backend "mpi" when an MPI launcher started the process
+	boot   transport.Comm           // this process's MPI communicator; nil when every rank is in this process
+	local  *transport.World         // the in-process world; nil under MPI
+	ranks  []*Rank                  // this process's ranks, in rank order (after Open)
 }
 
 // Launch starts the world cfg asks for: MPI when parallelism.backend is "mpi", or when an MPI
@@ -79,9 +78,6 @@ func Launch(cfg *config.Config, stderr io.Writer) (*World, error) {
 		return nil, fmt.Errorf("%s: parallelism.backend = %q (over MPI): %w", cfg.Path, p.Backend, err)
 	}
 	w := &World{Dims: dims, Device: cfg.Device, Par: *p, boot: comm}
-	if launch != nil {
-		w.launcher = launch.Launcher
-	}
 	if comm.Size() != dims.World {
 		return w, fmt.Errorf("%s: parallelism.world_size = %d, but the launcher started %d processes: make them equal (mpirun -np %d)",
 			cfg.Path, dims.World, comm.Size(), dims.World)
@@ -107,19 +103,6 @@ func (w *World) LocalRanks() int {
 // Boot is this process's MPI communicator (nil in process): what carries agreements between
 // processes before and beside the ranks' own communicators.
 func (w *World) Boot() transport.Comm { return w.boot }
-
-// Describe is the line that says how the world runs: its dimensions, and the processes and
-// MPI library under MPI.
-func (w *World) Describe() string {
-	s := w.Dims.String()
-	if w.boot != nil {
-		s += fmt.Sprintf("; mpi: %d processes; %s", w.boot.Size(), transport.MPIInfo())
-	}
-	if w.Par.Backend == "nccl" {
-		s += "; NCCL between the GPUs"
-	}
-	return s
-}
 
 // Ranks are this process's ranks, in rank order (nil before Open).
 func (w *World) Ranks() []*Rank { return w.ranks }
