@@ -33,13 +33,13 @@ type Evaluator struct {
 	Config model.Config
 	w      *world.World
 
-	mu       sync.Mutex
-	replicas map[int]transport.Comm // each local rank's group across the replicas (split on first use)
+	mu    sync.Mutex
+	ranks map[int]*rankState // each local rank's, made on first use
 }
 
 // NewEvaluator returns the evaluator of w's model. w must be built.
 func NewEvaluator(w *world.World) *Evaluator {
-	return &Evaluator{Config: w.First().Model.Cfg, w: w, replicas: map[int]transport.Comm{}}
+	return &Evaluator{Config: w.First().Model.Cfg, w: w, ranks: map[int]*rankState{}}
 }
 
 // P is the number of ranks sharing each sequence.
@@ -173,7 +173,7 @@ func (e *Evaluator) gatherReplicas(r *world.Rank, o outcome, round []request) []
 	for i, a := range o.argmax {
 		mine[len(o.losses)+i] = float32(a)
 	}
-	src, dst := be.Alloc(width), be.Alloc(width*g.Size())
+	src, dst := e.scratch(r, slotSend, width), e.scratch(r, slotGather, width*g.Size())
 	be.Upload(src, mine)
 	g.AllGather(dst, src, "eval.gather")
 	all := make([]float32, width*g.Size())
@@ -189,20 +189,52 @@ func (e *Evaluator) gatherReplicas(r *world.Rank, o outcome, round []request) []
 	return outs
 }
 
-// replicaGroup is rank r's group across the replicas, split off on first use (every rank
-// reaches its first use in the same call).
-func (e *Evaluator) replicaGroup(r *world.Rank) transport.Comm {
+// rankState is what the evaluator keeps of one of the process's ranks between calls: its group
+// across the replicas (split off on first use: every rank reaches its first use in the same
+// call) and its buffers for the results that go between ranks, grown as needed, so that a
+// sample, a round or a decoded token allocates no device memory.
+type rankState struct {
+	replicas transport.Comm
+	bufs     [slots]kernels.Buf
+}
+
+// The scratch buffers of a rank.
+const (
+	slotPart   = iota // a forward's results on the rank, summed over its sequence group
+	slotSend          // a replica's results of a round, sent
+	slotGather        // every replica's results of a round
+	slotFlag          // the stop flag
+	slots
+)
+
+// state is rank r's rankState.
+func (e *Evaluator) state(r *world.Rank) *rankState {
 	e.mu.Lock()
-	g, ok := e.replicas[r.ID]
-	e.mu.Unlock()
-	if ok {
-		return g
+	defer e.mu.Unlock()
+	st := e.ranks[r.ID]
+	if st == nil {
+		st = &rankState{}
+		e.ranks[r.ID] = st
 	}
-	g = e.w.Dims.ReplicaGroup(r.Comm)
-	e.mu.Lock()
-	e.replicas[r.ID] = g
-	e.mu.Unlock()
-	return g
+	return st
+}
+
+// scratch is rank r's buffer slot, of n values (a view of one at least that long).
+func (e *Evaluator) scratch(r *world.Rank, slot, n int) kernels.Buf {
+	st := e.state(r)
+	if b := st.bufs[slot]; b == nil || b.Len() < n {
+		st.bufs[slot] = r.Backend.Alloc(n)
+	}
+	return r.Backend.Slice(st.bufs[slot], 0, n)
+}
+
+// replicaGroup is rank r's group across the replicas.
+func (e *Evaluator) replicaGroup(r *world.Rank) transport.Comm {
+	st := e.state(r)
+	if st.replicas == nil {
+		st.replicas = e.w.Dims.ReplicaGroup(r.Comm)
+	}
+	return st.replicas
 }
 
 // forwardOn runs request q on rank r (the rank's tokens of q, padded for its sequence group)
@@ -246,7 +278,7 @@ func (e *Evaluator) forwardOn(r *world.Rank, q request) (outcome, error) {
 		}
 	}
 	if d.SP > 1 {
-		buf := be.Alloc(len(part))
+		buf := e.scratch(r, slotPart, len(part))
 		be.Upload(buf, part)
 		r.Seq.AllReduce(buf, "eval.gather")
 		be.Download(part, buf)
@@ -278,7 +310,7 @@ func (e *Evaluator) stoppedOn(r *world.Rank, ctx context.Context) bool {
 	if ctx.Err() != nil {
 		v[0] = 1
 	}
-	b := be.Alloc(1)
+	b := e.scratch(r, slotFlag, 1)
 	be.Upload(b, v)
 	r.Comm.AllReduce(b, "eval.stop")
 	be.Download(v, b)
@@ -326,10 +358,9 @@ func Local(mc model.Config, par config.ParallelismConfig, params []float32) (*Ev
 	}
 	cfg.Parallelism.WorldSize = max(par.WorldSize, par.SequenceParallelDegree, 1)
 	cfg.Parallelism.SequenceParallelDegree = max(par.SequenceParallelDegree, 1)
-	if sp := cfg.Parallelism.SequenceParallelDegree; sp > 1 {
-		if err := parallel.CheckHybrid(par.Attention, model.Heads{N: mc.NHeads, KV: mc.NKVHeads, Dim: mc.HeadDim}, sp, max(par.UlyssesDegree, 1)); err != nil {
-			return nil, fmt.Errorf("eval: parallelism.attention = %q on %d sequence-parallel ranks: %w", par.Attention, sp, err)
-		}
+	cfg.Parallelism.UlyssesDegree = max(par.UlyssesDegree, 1)
+	if err := cfg.ValidateEval(); err != nil { // a schedule the heads or ranks do not allow, say
+		return nil, fmt.Errorf("eval: %w", err)
 	}
 	w, err := world.Launch(&cfg, io.Discard)
 	if err != nil {
@@ -338,10 +369,16 @@ func Local(mc model.Config, par config.ParallelismConfig, params []float32) (*Ev
 	if err := w.Open(); err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
-	spec := world.Spec{Model: mc, Policy: model.CheckpointLayer, Precision: kernels.FP32, FSDP: par.FSDP,
-		LossChunk: config.AutoLossChunk(mc.VocabSize), MLPTile: config.AutoMLPTile(mc.FFNDim), Params: params}
-	if err := w.Build(spec); err != nil {
+	if err := w.Build(forwardSpec(mc, par.FSDP, params)); err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
 	return NewEvaluator(w), nil
+}
+
+// forwardSpec is the model an evaluation puts on its ranks: mc with the weights params, kept
+// for a forward only (each block's input: CheckpointLayer), in float32, FSDP-sharded when fsdp,
+// its loss chunk and MLP tile as training's defaults.
+func forwardSpec(mc model.Config, fsdp bool, params []float32) world.Spec {
+	return world.Spec{Model: mc, Policy: model.CheckpointLayer, Precision: kernels.FP32, FSDP: fsdp,
+		LossChunk: config.AutoLossChunk(mc.VocabSize), MLPTile: config.AutoMLPTile(mc.FFNDim), Params: params}
 }

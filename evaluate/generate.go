@@ -232,10 +232,7 @@ func (e *Evaluator) Generate(ctx context.Context, prompt []int32, opt GenOptions
 			logits = dec.Step(tok)
 		}
 		my.DecodeSec = time.Since(start).Seconds()
-		after := r.Comm.Traffic()
-		for site, b := range after {
-			after[site] = b - before[site]
-		}
+		after := r.Comm.Traffic().Since(before)
 		mu.Lock()
 		sent[r.ID] = after
 		mu.Unlock()

@@ -16,8 +16,6 @@ import (
 	"distflash/ckpt"
 	"distflash/config"
 	"distflash/data"
-	"distflash/kernels"
-	"distflash/model"
 	"distflash/plan"
 	"distflash/weights"
 	"distflash/world"
@@ -154,10 +152,7 @@ func (l *loaded) build(tokens int, what, sample, knob string) error {
 	if err := checkMemory(l.cfg, l.w, tokens, what, sample, knob); err != nil {
 		return err
 	}
-	mc := l.em.Config
-	spec := world.Spec{Model: mc, Policy: model.CheckpointLayer, Precision: kernels.FP32, FSDP: l.cfg.Parallelism.FSDP,
-		LossChunk: config.AutoLossChunk(mc.VocabSize), MLPTile: config.AutoMLPTile(mc.FFNDim), Params: l.em.Params} // as training's defaults
-	if err := l.w.Build(spec); err != nil {
+	if err := l.w.Build(forwardSpec(l.em.Config, l.cfg.Parallelism.FSDP, l.em.Params)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	l.em.Params, l.ev = nil, NewEvaluator(l.w)

@@ -61,6 +61,18 @@ type Comm interface {
 // Traffic is bytes sent by one rank, per call site.
 type Traffic map[string]int64
 
+// Since is what was sent since before, an earlier snapshot of the same counts: by call site,
+// the sites that sent nothing since left out.
+func (t Traffic) Since(before Traffic) Traffic {
+	out := Traffic{}
+	for k, v := range t {
+		if v != before[k] {
+			out[k] = v - before[k]
+		}
+	}
+	return out
+}
+
 // Total is the sum over call sites.
 func (t Traffic) Total() int64 {
 	var s int64

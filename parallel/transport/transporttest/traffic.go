@@ -25,13 +25,7 @@ func CheckTraffic(got, want transport.Traffic) error {
 
 // TrafficSince is the bytes sent since before, by call site.
 func TrafficSince(c transport.Comm, before transport.Traffic) transport.Traffic {
-	out := transport.Traffic{}
-	for k, v := range c.Traffic() {
-		if d, ok := before[k]; !ok || v != d {
-			out[k] = v - d
-		}
-	}
-	return out
+	return c.Traffic().Since(before)
 }
 
 // SameTraffic compares two byte counts site by site, a missing site counting as 0 bytes.
