@@ -8,7 +8,6 @@ import (
 
 	"distflash/data"
 	"distflash/internal/cli"
-	"distflash/parallel/transport"
 	"distflash/weights"
 	"distflash/weights/safetensors"
 )
@@ -39,9 +38,6 @@ func runExport(args []string, stdout, stderr io.Writer) error {
 	shardSize, err := weights.ParseSize(*maxShard)
 	if err != nil {
 		return fmt.Errorf("export: --max-shard-size: %w", err)
-	}
-	if l, _ := transport.MPIEnv(); l != nil && l.Rank > 0 {
-		return nil // under mpirun or srun rank 0 writes the one directory; the other ranks have none to write
 	}
 	hooks, done := exportHooks(*out, stderr)
 	ex, err := weights.ExportHF(*modelPath, *out, weights.ExportOptions{DType: st, MaxShard: shardSize, Hooks: hooks}, stderr)

@@ -65,15 +65,15 @@ var commands []cli.Command
 
 func init() {
 	commands = []cli.Command{
-		{Name: "train", Run: runTrain, Summary: "train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)", Usage: []string{
+		{Name: "train", EveryRank: true, Run: runTrain, Summary: "train a model from a TOML config (configs/tiny.toml runs on a laptop CPU)", Usage: []string{
 			"--config FILE [--set section.key=value ...] [--progress=false] [--init-from MODEL]",
 			"--config FILE --resume auto [--time-limit 3h50m] [--stop-after STEP] [--profile DIR]"}},
 		{Name: "plan", Run: runPlan, Summary: "predict memory, communication and step time of a config on a GPU cluster", Usage: []string{
 			"--config FILE [--set k=v ...] [--cluster 2x8xA100-80GB] [--format text|json]\n[--sweep seq_len=8K..512K] [--attention all|NAME] [--mfu F] [--attn-mfu F]"}},
-		{Name: "eval", Run: runEval, Summary: "loss, perplexity and bits per byte of a model on text, by position; passkey retrieval", Usage: []string{
+		{Name: "eval", EveryRank: true, Run: runEval, Summary: "loss, perplexity and bits per byte of a model on text, by position; passkey retrieval", Usage: []string{
 			"--model PATH --data FILE [--config FILE] [--samples 100] [--seq-len 2048] [--out FILE]\n[--positions] [--sliding-window W --stride S] [--plot FILE.png]",
 			"--model PATH --task passkey [--lengths 1K,2K,4K] [--trials 20] [--plot FILE.png]"}},
-		{Name: "generate", Run: runGenerate, Summary: "continue a prompt with a model (KV cache, greedy or sampled; sequence-parallel)", Usage: []string{
+		{Name: "generate", EveryRank: true, Run: runGenerate, Summary: "continue a prompt with a model (KV cache, greedy or sampled; sequence-parallel)", Usage: []string{
 			"--model PATH --prompt TEXT|--prompt-file FILE [--max-new-tokens 128]\n[--temperature T] [--top-k K] [--top-p P] [--seed S] [--samples N]"}},
 		{Name: "export", Run: runExport, Summary: "write a checkpoint as a Hugging Face LLaMA directory (config.json, safetensors, tokenizer)", Usage: []string{
 			"--model CHECKPOINT --out DIR [--dtype f32|bf16] [--max-shard-size 5GB]"}},
@@ -104,4 +104,9 @@ position of eval reports (eval --positions), one line per report.`},
 var root = cli.Command{Name: "distflash", Summary: "trains LLaMA-family models on long sequences"}
 
 // run runs the command that args name.
-func run(args []string, stdout, stderr io.Writer) error { return root.Execute(args, stdout, stderr) }
+func run(args []string, stdout, stderr io.Writer) error {
+	if l, _ := transport.MPIEnv(); l != nil && root.Rank0Only(args, l.Rank) {
+		return nil // one output, one report: rank 0 makes them
+	}
+	return root.Execute(args, stdout, stderr)
+}

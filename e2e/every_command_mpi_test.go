@@ -31,7 +31,8 @@ func TestEveryCommandOverMPI(t *testing.T) {
 }
 
 // TestExportOverMPI: export under mpirun writes one whole Hugging Face directory (rank 0's),
-// the same as one process's, and the job ends well.
+// the same as one process's, and the job ends well; a command that launches no world (plan
+// here) says its refusal once, rank 0's.
 func TestExportOverMPI(t *testing.T) {
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
@@ -45,6 +46,11 @@ func TestExportOverMPI(t *testing.T) {
 	cmd.Path, cmd.Args = mpirun, []string{mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", bin, "export", "--model", model, "--out", many}
 	if _, stderr, err := runCmd(t, cmd); err != nil {
 		t.Fatalf("export under mpirun -np 2: %v\n%s", err, tailOf(stderr, 20))
+	}
+	cmd = command()
+	cmd.Path, cmd.Args = mpirun, []string{mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", bin, "plan", "--cluster", "bogus"}
+	if _, stderr, err := runCmd(t, cmd); err == nil || strings.Count(stderr, `--cluster "bogus"`) != 1 {
+		t.Errorf("plan --cluster bogus under mpirun -np 2: %v, the refusal %d times:\n%s", err, strings.Count(stderr, `--cluster "bogus"`), stderr)
 	}
 	for _, f := range []string{"config.json", "model.safetensors"} {
 		a, errA := os.ReadFile(filepath.Join(one, f))

@@ -27,6 +27,20 @@ type Command struct {
 	Detail  string                                              // what its -h says instead of the summary, when that says too little
 	Run     func(args []string, stdout, stderr io.Writer) error // nil for one with subcommands
 	Subs    []Command
+	// EveryRank says that under an MPI launcher (mpirun, srun) every process runs the command:
+	// it launches a world of which each process is a rank. A command without it makes its
+	// output once, so rank 0 alone runs it (Rank0Only).
+	EveryRank bool
+}
+
+// Rank0Only reports whether the command args name, below root, is one that a process of rank
+// above 0 of an MPI launch leaves to rank 0 (not EveryRank): it is to say nothing and end well.
+func (root *Command) Rank0Only(args []string, rank int) bool {
+	if rank == 0 || len(args) == 0 {
+		return false
+	}
+	c := root.Find(args[0])
+	return c != nil && !c.EveryRank
 }
 
 // Execute runs the command of the table root (the program) that args name; -h (and help) of a

@@ -37,3 +37,22 @@ func TestCheckRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestRank0Only: under an MPI launch a rank above 0 leaves a command that is not EveryRank to
+// rank 0 (a command of a group too), runs one that is, and rank 0 runs every one; an unknown
+// name is left to the usual error.
+func TestRank0Only(t *testing.T) {
+	root := &Command{Name: "p", Subs: []Command{{Name: "train", EveryRank: true}, {Name: "plan"}, {Name: "data", Subs: []Command{{Name: "tokenize"}}}}}
+	for _, tc := range []struct {
+		args []string
+		rank int
+		want bool
+	}{
+		{[]string{"plan"}, 1, true}, {[]string{"data", "tokenize"}, 3, true}, {[]string{"train"}, 1, false},
+		{[]string{"plan"}, 0, false}, {[]string{"bogus"}, 1, false}, {nil, 1, false},
+	} {
+		if got := root.Rank0Only(tc.args, tc.rank); got != tc.want {
+			t.Errorf("%q on rank %d: %v, want %v", tc.args, tc.rank, got, tc.want)
+		}
+	}
+}
