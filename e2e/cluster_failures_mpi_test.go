@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"distflash/ckpt"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"distflash/ckpt"
 )
 
 // The tests of this file check how a job of several MPI processes ends when something goes

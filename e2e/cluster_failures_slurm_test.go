@@ -3,12 +3,13 @@
 package e2e
 
 import (
-	"distflash/ckpt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"distflash/ckpt"
 )
 
 // The tests of this file check how a Slurm job step ends when a rank is killed, or when srun

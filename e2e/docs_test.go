@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"distflash/ckpt"
-	"distflash/config"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -15,6 +13,9 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"distflash/ckpt"
+	"distflash/config"
 )
 
 // The tests of this file keep the README and the guides in docs/ true to the repository and

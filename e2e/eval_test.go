@@ -236,14 +236,8 @@ func TestEvalOwnSafetensors(t *testing.T) {
 		if _, stderr, err := cli(t, append(args, extra...)...); err != nil {
 			t.Fatalf("%v\n%s", err, stderr)
 		}
-		raw, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var r evaluate.Report
-		if err := json.Unmarshal(raw, &r); err != nil {
-			t.Fatal(err)
-		}
+		readJSON(t, out, &r)
 		return r
 	}
 	var hf evaluate.Report

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -99,14 +98,7 @@ func runCommands(t *testing.T, model string, launch []string, sets ...string) co
 		if err != nil {
 			t.Fatalf("%s %s: %v\n%s", r.args[0], strings.Join(sets, " "), err, tailOf(stderr, 30))
 		}
-		b, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		target := []any{&res.eval, &res.passkey, &res.generate}[i]
-		if err := json.Unmarshal(b, target); err != nil {
-			t.Fatalf("%s: %v", out, err)
-		}
+		readJSON(t, out, []any{&res.eval, &res.passkey, &res.generate}[i])
 	}
 	return res
 }
@@ -256,13 +248,7 @@ func TestEvalDuringTrainingOnTheRanks(t *testing.T) {
 	out := filepath.Join(dir, "eval.json")
 	succeed(t, "eval", "--model", filepath.Join(dir, "tiny", "step-000004"), "--data", "$GOROOT/src/strings", "--samples", "3", "--out", out)
 	var r evaluate.Report
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, out, &r)
 	if math.Abs(r.Loss-ms[3].EvalLoss) > 1e-5*ms[3].EvalLoss {
 		t.Errorf("one rank's eval of step-000004: loss %.9f; during training on the ranks: %.9f", r.Loss, ms[3].EvalLoss)
 	}

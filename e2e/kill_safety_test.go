@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"distflash/ckpt"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"distflash/ckpt"
 )
 
 // The tests of this file kill, interrupt and starve the real process the way a user's machine

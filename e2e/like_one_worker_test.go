@@ -126,10 +126,7 @@ func TestDocumentMaskTrainsLikeOneWorker(t *testing.T) {
 	for _, name := range []string{"zigzag", "burst"} {
 		got := trainLosses(t, append(slices.Clone(sets), "parallelism.world_size=4", "parallelism.sequence_parallel_degree=4",
 			"parallelism.attention="+name, "parallelism.balance_documents=true")...)
-		worst := 0.0
-		for i := range want {
-			worst = math.Max(worst, math.Abs(got[i]-want[i])/want[i])
-		}
+		worst := worstRel(got, want)
 		if worst > 1e-6 {
 			t.Errorf("%s with balanced documents: worst relative loss difference from one worker %.2e > 1e-6", name, worst)
 		}
@@ -206,10 +203,7 @@ func TestHybridDocumentMaskTrainsLikeOneWorker(t *testing.T) {
 	for _, balance := range []string{"false", "true"} {
 		got := trainLosses(t, append(slices.Clone(sets), "parallelism.world_size=4", "parallelism.sequence_parallel_degree=4",
 			"parallelism.ulysses_degree=2", "parallelism.attention=zigzag", "parallelism.balance_documents="+balance)...)
-		worst := 0.0
-		for i := range want {
-			worst = math.Max(worst, math.Abs(got[i]-want[i])/want[i])
-		}
+		worst := worstRel(got, want)
 		if worst > 1e-6 {
 			t.Errorf("balance_documents=%s: worst relative loss difference from one worker %.2e > 1e-6", balance, worst)
 		}
@@ -366,4 +360,13 @@ func TestEvalDynamicRopeSequenceParallel(t *testing.T) {
 			})
 		}
 	}
+}
+
+// worstRel is the largest relative difference of got from want, element by element.
+func worstRel(got, want []float64) float64 {
+	worst := 0.0
+	for i := range want {
+		worst = math.Max(worst, math.Abs(got[i]-want[i])/want[i])
+	}
+	return worst
 }

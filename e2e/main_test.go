@@ -430,3 +430,15 @@ func latestStep(t *testing.T, run string) int {
 	c.Close()
 	return c.Manifest().Step
 }
+
+// readJSON decodes the JSON file at path into v, failing t if it cannot.
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"distflash/config"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"distflash/config"
 )
 
 // The tests of this file check what the commands refuse before they start, and how: a config

@@ -42,14 +42,8 @@ func evalReportOf(t *testing.T, modelPath string, seqLen int, extra ...string) e
 	if _, stderr, err := cli(t, args...); err != nil {
 		t.Fatalf("eval %s: %v\n%s", modelPath, err, stderr)
 	}
-	raw, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r evaluate.Report
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, out, &r)
 	return r
 }
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"distflash/ckpt"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"distflash/ckpt"
 )
 
 // The tests of this file check that a run directory belongs to one run: a second run on a

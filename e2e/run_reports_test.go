@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"distflash/train/tensorboard"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"distflash/train/tensorboard"
 )
 
 // The tests of this file check what a run reports: its loss falls, and its log lines,
