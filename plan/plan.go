@@ -176,6 +176,14 @@ func (c Cluster) String() string { return fmt.Sprintf("%dx%dx%s", c.Nodes, c.GPU
 // GPUs is the number of GPUs in all.
 func (c Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
 
+// unit names one of the cluster's ranks in the printed plan: "rank" for CPU ranks, "GPU".
+func (c Cluster) unit() string {
+	if c.GPU.Name == cpuType.Name {
+		return "rank"
+	}
+	return "GPU"
+}
+
 // ParseCluster reads NODESxGPUSxTYPE, e.g. 2x8xA100-80GB.
 func ParseCluster(s string) (Cluster, error) {
 	parts := strings.SplitN(s, "x", 3)
@@ -293,7 +301,7 @@ func FitToCluster(cfg config.Config, cl Cluster) (config.Config, error) {
 	if p.SequenceParallelDegree == p.WorldSize {
 		p.SequenceParallelDegree = cl.GPUs()
 	} else if cl.GPUs()%p.SequenceParallelDegree != 0 {
-		return cfg, fmt.Errorf("plan: cluster %s has %d GPUs, not a multiple of parallelism.sequence_parallel_degree = %d", cl, cl.GPUs(), p.SequenceParallelDegree)
+		return cfg, fmt.Errorf("plan: cluster %s has %d %ss, not a multiple of parallelism.sequence_parallel_degree = %d", cl, cl.GPUs(), cl.unit(), p.SequenceParallelDegree)
 	}
 	p.WorldSize = cl.GPUs()
 	if err := cfg.Validate(); err != nil {
@@ -976,7 +984,7 @@ func WriteDetail(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "cluster:  %s: %d GPUs, %s each, %.3g TFLOP/s bf16 × mfu %.2f (attention %.2f; %s), NVLink %.3g GB/s, inter-node %.3g GB/s per GPU\n",
 			cl, cl.GPUs(), mem, cl.GPU.FLOPS/1e12, cl.MFU, cl.AttnMFU, efficiencyOf(cl), cl.GPU.IntraBW/1e9, cl.GPU.InterBW/1e9)
 	}
-	fmt.Fprintf(w, "schedule: %s, seq_len %s (%s tokens per GPU)\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
+	fmt.Fprintf(w, "schedule: %s, seq_len %s (%s tokens per %s)\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU), cl.unit())
 	if pl.Refused != "" {
 		fmt.Fprintf(w, "refused:  %s\n", pl.Refused)
 		return
@@ -1009,7 +1017,7 @@ func WriteDetail(w io.Writer, rep Report) {
 	if mp.Fits && mp.Margin < thinMargin*mp.Capacity {
 		fmt.Fprintf(w, "  note: a margin under %.0f%% of the memory: what the estimate does not count (the CUDA context, NCCL's buffers, the allocator's fragmentation; measured/estimated was 1.10 on the CPU at 64K) can take that much, so a run may not fit; keep the margin above it\n", 100*thinMargin)
 	}
-	fmt.Fprintf(w, "  longest sequence per GPU that fits: %s tokens (seq_len %s)\n", seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
+	fmt.Fprintf(w, "  longest sequence per %s that fits: %s tokens (seq_len %s)\n", cl.unit(), seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
 	c := pl.Comm
 	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
 	fmt.Fprintf(w, "  %-22s %10s  (one layer's forward + backward: %s per rank, %s all ranks together)\n",
@@ -1063,7 +1071,8 @@ func WriteDetail(w io.Writer, rep Report) {
 func WriteTable(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "config:  %s\ncluster: %s, mfu %.2f (attention %.2f)\n\n", rep.Summary, rep.Cluster, rep.Cluster.MFU, rep.Cluster.AttnMFU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "attention\tseq_len\tper GPU\tpeak GB\tfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/GPU\t")
+	u := rep.Cluster.unit()
+	fmt.Fprintf(tw, "attention\tseq_len\tper %s\tpeak GB\tfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/%s\t\n", u, u)
 	var reasons []string // one line per refused schedule and reason, printed under the table
 	for _, pl := range rep.Plans {
 		if pl.Refused != "" {
