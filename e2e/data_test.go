@@ -473,6 +473,30 @@ func TestTrainDamagedShard(t *testing.T) {
 	}
 }
 
+// TestTrainIncompleteShardSet (issue 33, item 6): a tokenized set knows its shards; with one
+// deleted, train (which used to go on with the rest without a word) refuses naming it, and a
+// shard that is not one of the set is refused by name too.
+func TestTrainIncompleteShardSet(t *testing.T) {
+	_, out, _ := tokenizeC4(t)
+	last := filepath.Join(out, "shard-000002.tokens")
+	aside := filepath.Join(t.TempDir(), "aside.tokens")
+	if err := os.Rename(last, aside); err != nil {
+		t.Fatal(err)
+	}
+	train := dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0")
+	mustFail(t, train, "lists 3 shards, and shard-000002.tokens is missing", "the set is incomplete")
+	b, err := os.ReadFile(aside)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{last, filepath.Join(out, "shard-000009.tokens")} {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustFail(t, train, "holds shard-000009.tokens, which is not in the set", "remove it")
+}
+
 // TestTrainDocumentMaskShards: with data.document_mask, training on the shards data
 // tokenize writes gives bit for bit the losses of training on the text they were written
 // from (the same windows and document starts); a version 2 shard, which has no document

@@ -494,3 +494,81 @@ func TestEvalSaysWhatItReplaces(t *testing.T) {
 		t.Errorf("an eval on other data:\n%s", out)
 	}
 }
+
+// TestEvalDamagedWeights (issue 33, item 4): a NaN in an HF directory's q_proj, which used to
+// give a finite loss and generated text, is refused by eval and generate naming the tensor
+// and where in it, before anything is run and with no result file; weights that are finite
+// but overflow the arithmetic give a result said to be not a finite number, in the text and
+// as null (named in "non_finite") in the JSON, instead of failing to write it.
+func TestEvalDamagedWeights(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"config.json", "model.safetensors"} {
+		b, err := os.ReadFile(filepath.Join(hfFixtures, "llama-tied", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "model.safetensors" {
+			n := binary.LittleEndian.Uint64(b)
+			var header map[string]struct {
+				DType   string `json:"dtype"`
+				Offsets []int  `json:"data_offsets"`
+			}
+			if err := json.Unmarshal(b[8:8+n], &header); err != nil {
+				t.Fatal(err)
+			}
+			q := header["model.layers.0.self_attn.q_proj.weight"]
+			if q.DType != "F16" {
+				t.Fatalf("the fixture's q_proj is %s, want F16", q.DType)
+			}
+			binary.LittleEndian.PutUint16(b[8+int(n)+q.Offsets[0]+2*5:], 0x7e00) // an F16 NaN at row 0, column 5
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := filepath.Join(t.TempDir(), "result.json")
+	for _, args := range [][]string{
+		{"eval", "--model", dir, "--data", hfDocs, "--samples", "2", "--seq-len", "40", "--out", res, "--progress=false"},
+		{"generate", "--model", dir, "--prompt", "Once upon", "--max-new-tokens", "4", "--stream=false", "--out", res},
+	} {
+		out := mustFail(t, args, "model.layers.0.self_attn.q_proj.weight", "holds NaN at index ", ", column 5)",
+			"the weights are damaged", "nothing was run on them")
+		if strings.Contains(out, "loss") || fileExists(res) {
+			t.Errorf("%s of damaged weights reported a loss or wrote %s:\n%s", args[0], res, out)
+		}
+	}
+
+	// Finite weights whose products overflow float32: the final norm's and the output
+	// projection's at 1e20 make logits of about ±1e40, infinite.
+	em, err := weights.Load(filepath.Join(hfFixtures, "llama-sharded"), config.Default(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := model.NewLayout(em.Config)
+	var names []string
+	values, shapes := map[string][]float32{}, map[string][]int{}
+	for _, tn := range layout.Tensors {
+		v := em.Params[tn.Off : tn.Off+tn.Size()]
+		if tn.Name == "model.norm.weight" || tn.Name == "lm_head.weight" {
+			for i := range v {
+				v[i] = 1e20
+			}
+		}
+		names, values[tn.Name], shapes[tn.Name] = append(names, tn.Name), v, tn.Shape
+	}
+	path := filepath.Join(t.TempDir(), "overflow.safetensors")
+	writeSafetensorsF32(t, path, names, values, shapes)
+	args := []string{"eval", "--model", path, "--data", hfDocs, "--samples", "2", "--seq-len", "40", "--out", res, "--progress=false"}
+	for _, s := range shardedModelSets {
+		args = append(args, "--set", s)
+	}
+	out, code := output(t, args...)
+	if code != 0 || !strings.Contains(out, "loss, perplexity, bits_per_byte not a finite number: the model's arithmetic overflowed") {
+		t.Errorf("eval of overflowing weights (exit %d) does not say its loss is not a finite number:\n%s", code, out)
+	}
+	var m map[string]any
+	readJSON(t, res, &m)
+	if v, ok := m["loss"]; !ok || v != nil || !strings.Contains(fmt.Sprint(m["non_finite"]), "loss") {
+		t.Errorf("the JSON of a non-finite result: loss %v (present %v), non_finite %v; want loss null and named", v, ok, m["non_finite"])
+	}
+}

@@ -59,6 +59,50 @@ func TestPlanSweepTable(t *testing.T) {
 	}
 }
 
+// TestPlanSaysWhatIsMeasured (issue 33, item 10): configs/llama7b-512k.toml, which used to plan
+// faster on 2×8 A100 than on 2×8 H100 (A100's efficiency an unmeasured default, H100's fitted),
+// plans in the physical order, and the plan says which efficiency figures were measured and
+// which assumed; a fit with a thin margin gets a note; a cluster of CPU ranks is spoken of in
+// ranks, not GPUs and NVLink.
+func TestPlanSaysWhatIsMeasured(t *testing.T) {
+	step := func(cluster string) (float64, string) {
+		t.Helper()
+		out, _, err := cli(t, "plan", "--config", "configs/llama7b-512k.toml", "--cluster", cluster, "--format", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep plan.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Plans[0].Time.Step, rep.Cluster.GPU.Efficiency
+	}
+	a100, a100Eff := step("2x8xA100-80GB")
+	h100, h100Eff := step("2x8xH100-80GB")
+	if !(a100 > 2*h100) {
+		t.Errorf("a step on 2x8 A100 %.1f s, on 2x8 H100 %.1f s: want the A100 (a third of the H100's bf16 rate) well over twice as slow", a100, h100)
+	}
+	if !strings.Contains(a100Eff, "not measured on an A100") || !strings.Contains(h100Eff, "measured") {
+		t.Errorf("efficiency sources: A100 %q, H100 %q; want the A100's said to be unmeasured and the H100's where it was measured", a100Eff, h100Eff)
+	}
+	out, _, err := cli(t, "plan", "--config", "configs/llama7b-512k.toml", "--cluster", "1x8xA100-80GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"not measured on an A100", "fits in 80.00 GB: margin ", "note: a margin under 5% of the memory"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan on 1x8xA100-80GB: no %q in:\n%s", want, out)
+		}
+	}
+	out, _, err = cli(t, "plan", "--config", "configs/tiny-sp4.toml", "--cluster", "2x2xcpu", "--flops", "1e10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "4 CPU ranks") || !strings.Contains(out, "tokens per rank)") || strings.Contains(out, "GPU") || strings.Contains(out, "NVLink") {
+		t.Errorf("plan on 2x2xcpu speaks of GPUs or NVLink, or not of CPU ranks:\n%s", out)
+	}
+}
+
 // TestPlanCommandFlags: a cluster of 8 GPUs gets the sequence over 8 GPUs; an unknown
 // --format is refused by name.
 func TestPlanCommandFlags(t *testing.T) {

@@ -201,6 +201,22 @@ func TestConfigUlyssesDegree(t *testing.T) {
 	}
 }
 
+// TestUnmeantInputIsSaid (issue 33, item 7): input that used to be ignored is refused or
+// said: a --set of a [model] key for a checkpoint, which brings its own shape; an argument
+// version does not take; a warmup longer than the run, which never reaches training.lr.
+func TestUnmeantInputIsSaid(t *testing.T) {
+	run := tinyCheckpoint(t)
+	for _, set := range []string{"model.sliding_window=16", "model.dim=64"} {
+		mustFail(t, []string{"eval", "--model", run, "--data", hfDocs, "--samples", "1", "--set", set},
+			"eval: --set "+set+": the model's shape comes from "+run, "a [model] key does not apply to it")
+	}
+	mustFail(t, []string{"version", "extra-arg"}, `version: unexpected arguments ["extra-arg"]`)
+	out := mustSucceed(t, smallRun(t.TempDir(), "--set", "training.steps=1", "--set", "training.warmup_steps=100")...)
+	if want := "note: training.warmup_steps = 100 is more than training.steps = 1: the learning rate never reaches training.lr"; !strings.Contains(out, want) {
+		t.Errorf("a warmup longer than the run is not said (%q):\n%s", want, out)
+	}
+}
+
 // TestFlagsThatMeanAValue: a flag given with 0 (or a value no machine has) is refused, not read
 // as "the default"; a cpu cluster's memory per rank says where it comes from.
 func TestFlagsThatMeanAValue(t *testing.T) {
