@@ -486,6 +486,12 @@ func (w *ShardWriter) write(tokens []int32) error {
 	return nil
 }
 
+// Size is the bytes the shard will take when closed as it stands: its header, the tokens it
+// has been given (on disk or still buffered) and the document table Close writes.
+func (w *ShardWriter) Size() int64 {
+	return w.h.HeaderSize + w.h.Tokens*int64(w.h.TokenBytes) + 8*int64(len(w.starts))
+}
+
 // Header returns the header the shard has so far: its counts and checksum grow with each
 // document (the checksum covers the document table only once Close has written it).
 func (w *ShardWriter) Header() ShardHeader { return w.h }

@@ -258,6 +258,7 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 	var (
 		sw         *ShardWriter
 		lastReport int64
+		closed     int64 // the bytes of the shards closed
 	)
 	free, freeOK := sysmem.DiskFree(stage)
 	fail := func(err error) (TokenizeStats, error) {
@@ -268,7 +269,13 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 			mu.Lock()
 			done := writtenFraction(st.TokenizeProgress, textRead, src.MaxBytes)
 			mu.Unlock()
-			err = diskFull(opt.Out, sysmem.TreeBytes(stage), done, free, freeOK)
+			// done is of the text given to the shards, some of it still in their buffers:
+			// the estimate scales what they were given, not what reached the disk
+			given := closed
+			if sw != nil {
+				given += sw.Size()
+			}
+			err = diskFull(opt.Out, sysmem.TreeBytes(stage), given, done, free, freeOK)
 		}
 		if sw != nil {
 			sw.Abort()
@@ -276,13 +283,22 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		os.RemoveAll(stage)
 		return TokenizeStats{TokenizeProgress: st.TokenizeProgress}, err
 	}
+	// closeShard closes sw and adds it to the shards; a shard that fails to close is removed
+	// by Close, so sw is nil after it either way
+	closeShard := func() error {
+		closed += sw.Size()
+		err := sw.Close()
+		if err == nil {
+			st.Shards = append(st.Shards, sw.path)
+		}
+		sw = nil
+		return err
+	}
 	err = encodeDocs(ctx, w, tok, opt.Workers, func(tokens []int32, textBytes int) error {
 		if sw != nil && limit > 0 && sw.Header().Tokens+sepLen+int64(len(tokens)) > limit {
-			if err := sw.Close(); err != nil {
+			if err := closeShard(); err != nil {
 				return err
 			}
-			st.Shards = append(st.Shards, sw.path)
-			sw = nil
 		}
 		if sw == nil {
 			var err error
@@ -314,11 +330,9 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 	if err != nil {
 		return fail(err)
 	}
-	if err := sw.Close(); err != nil {
-		sw = nil
+	if err := closeShard(); err != nil {
 		return fail(err)
 	}
-	st.Shards = append(st.Shards, sw.path)
 	if !single {
 		// the set's members, published with them (last, when the shards move one by one)
 		if err := writeShardSet(filepath.Join(stage, "shards"), st.Shards, tok.Name()); err != nil {
@@ -386,16 +400,17 @@ func writtenFraction(p TokenizeProgress, textRead, maxBytes int64) float64 {
 	return float64(p.InputBytes) * float64(p.TextBytes) / float64(textRead) / float64(p.InputTotal)
 }
 
-// diskFull explains a write that filled the disk: how much was written, and how much the
-// fraction done of the input suggests in all, and what was free at the start.
-func diskFull(out string, written int64, done float64, free int64, freeOK bool) error {
+// diskFull explains a write that filled the disk: how much was written, how much the shards
+// need in all (given, the bytes the shards were given, over done, the fraction of the input
+// whose text they were given), and what was free at the start.
+func diskFull(out string, written, given int64, done float64, free int64, freeOK bool) error {
 	had := "an unknown amount"
 	if freeOK {
 		had = fmt.Sprintf("%.1f MB", float64(free)/1e6)
 	}
 	need := "more"
 	if done > 0 && done <= 1 {
-		need = fmt.Sprintf("about %.1f MB in all (%.0f%% of the input is read)", float64(written)/done/1e6, 100*done)
+		need = fmt.Sprintf("about %.1f MB in all (%.0f%% of the input is read)", float64(given)/done/1e6, 100*done)
 	}
 	return fmt.Errorf("disk full beside %s after %.1f MB of shards, which need %s; %s was free at the start; the partial shards are removed, nothing is at %s: free space or write elsewhere: %w",
 		out, float64(written)/1e6, need, had, out, syscall.ENOSPC)
