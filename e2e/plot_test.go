@@ -30,8 +30,7 @@ func decodePNG(t *testing.T, path string) image.Image {
 // runs' colours drawn, the SVG is XML naming both runs, panels and axes.
 func TestPlotTwoRuns(t *testing.T) {
 	dir := t.TempDir()
-	a := runplottest.WriteRun(t, dir, "alpha", runplottest.SynthMetrics(60, 3e-3, 2.5, 20), "")
-	b := runplottest.WriteRun(t, dir, "beta", runplottest.SynthMetrics(45, 1e-2, 3.0, 0), "")
+	a, b := runplottest.TwoRuns(t, dir)
 	for _, ext := range []string{".png", ".svg"} {
 		out := filepath.Join(dir, "runs"+ext)
 		// Flags may come after the runs; the second run is given by its metrics.jsonl.
@@ -49,20 +48,7 @@ func TestPlotTwoRuns(t *testing.T) {
 			decodePNG(t, out)
 			continue
 		}
-		root, texts := runplottest.SVGTexts(t, out)
-		if want := "svg width=864pt height=756pt"; root != want { // 12 × 10.5 inches
-			t.Errorf("root element %q, want %q", root, want)
-		}
-		all := strings.Join(texts, "\n")
-		for _, want := range []string{"alpha", "beta", "Training loss", "Learning rate", "Gradient norm", "Throughput",
-			"loss (nats/token)", "tokens/s", "eval 2.608 at step 60", "eval loss"} {
-			if !strings.Contains(all, want) {
-				t.Errorf("SVG has no text %q; texts:\n%s", want, all)
-			}
-		}
-		if strings.Contains(all, "DIVERGED") {
-			t.Errorf("SVG says a healthy run diverged:\n%s", all)
-		}
+		runplottest.CheckTwoRunsSVG(t, out)
 	}
 }
 

@@ -62,8 +62,7 @@ func drawRuns(t *testing.T, format string, dirs ...string) []byte {
 // the last eval loss.
 func TestDrawTwoRuns(t *testing.T) {
 	dir := t.TempDir()
-	a := runplottest.WriteRun(t, dir, "alpha", runplottest.SynthMetrics(60, 3e-3, 2.5, 20), "")
-	b := runplottest.WriteRun(t, dir, "beta", runplottest.SynthMetrics(45, 1e-2, 3.0, 0), "")
+	a, b := runplottest.TwoRuns(t, dir)
 	img := runplottest.DecodePNG(t, "png", drawRuns(t, "png", a, b))
 	// Each run's colour covers its lines in five panels and its legend entry.
 	for i, name := range []string{"alpha", "beta"} {
@@ -78,20 +77,7 @@ func TestDrawTwoRuns(t *testing.T) {
 	if err := os.WriteFile(svg, drawRuns(t, "svg", a, b), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	root, texts := runplottest.SVGTexts(t, svg)
-	if want := "svg width=864pt height=756pt"; root != want {
-		t.Errorf("root element %q, want %q", root, want)
-	}
-	all := strings.Join(texts, "\n")
-	for _, want := range []string{"alpha", "beta", "Training loss", "Learning rate", "Gradient norm", "Throughput",
-		"loss (nats/token)", "tokens/s", "eval 2.608 at step 60", "eval loss"} {
-		if !strings.Contains(all, want) {
-			t.Errorf("SVG has no text %q; texts:\n%s", want, all)
-		}
-	}
-	if strings.Contains(all, "DIVERGED") {
-		t.Errorf("SVG says a healthy run diverged:\n%s", all)
-	}
+	runplottest.CheckTwoRunsSVG(t, svg)
 }
 
 // TestReadDamagedRuns: null values are left out and mark the run diverged, a torn last

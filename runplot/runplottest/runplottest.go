@@ -101,3 +101,32 @@ func SVGTexts(t testing.TB, path string) (string, []string) {
 	}
 	return root, texts
 }
+
+// TwoRuns writes the two runs the two-run pictures are drawn from under dir: alpha, 60 steps
+// at lr 3e-3 with an eval every 20, and beta, 45 steps at lr 1e-2; it returns their
+// directories.
+func TwoRuns(t testing.TB, dir string) (alpha, beta string) {
+	t.Helper()
+	return WriteRun(t, dir, "alpha", SynthMetrics(60, 3e-3, 2.5, 20), ""),
+		WriteRun(t, dir, "beta", SynthMetrics(45, 1e-2, 3.0, 0), "")
+}
+
+// CheckTwoRunsSVG checks the SVG at path drawn from TwoRuns: 12 × 10.5 inches, naming both
+// runs, the panels, the axes and the last eval loss, and not saying that a run diverged.
+func CheckTwoRunsSVG(t testing.TB, path string) {
+	t.Helper()
+	root, texts := SVGTexts(t, path)
+	if want := "svg width=864pt height=756pt"; root != want { // 12 × 10.5 inches
+		t.Errorf("root element %q, want %q", root, want)
+	}
+	all := strings.Join(texts, "\n")
+	for _, want := range []string{"alpha", "beta", "Training loss", "Learning rate", "Gradient norm", "Throughput",
+		"loss (nats/token)", "tokens/s", "eval 2.608 at step 60", "eval loss"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("SVG has no text %q; texts:\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "DIVERGED") {
+		t.Errorf("SVG says a healthy run diverged:\n%s", all)
+	}
+}
