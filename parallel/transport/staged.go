@@ -139,24 +139,25 @@ func (r *stagedReq) Wait() {
 	}
 }
 
-// AllGather implements Comm.
-func (c *stagedComm) AllGather(dst, src kernels.Buf, site string) {
+// through runs op, a collective from src into dst, on host copies of them: src's copied
+// down, dst's copied back up after it.
+func (c *stagedComm) through(dst, src kernels.Buf, op func(h, s kernels.Buf)) {
 	h, rh := c.down(dst, false)
 	s, rs := c.down(src, true)
-	c.inner.AllGather(h, s, site)
+	op(h, s)
 	c.up(dst, h)
 	rh()
 	rs()
 }
 
+// AllGather implements Comm.
+func (c *stagedComm) AllGather(dst, src kernels.Buf, site string) {
+	c.through(dst, src, func(h, s kernels.Buf) { c.inner.AllGather(h, s, site) })
+}
+
 // ReduceScatter implements Comm.
 func (c *stagedComm) ReduceScatter(dst, src kernels.Buf, site string) {
-	h, rh := c.down(dst, false)
-	s, rs := c.down(src, true)
-	c.inner.ReduceScatter(h, s, site)
-	c.up(dst, h)
-	rh()
-	rs()
+	c.through(dst, src, func(h, s kernels.Buf) { c.inner.ReduceScatter(h, s, site) })
 }
 
 // AllReduce implements Comm.
@@ -169,10 +170,5 @@ func (c *stagedComm) AllReduce(buf kernels.Buf, site string) {
 
 // AllToAll implements Comm.
 func (c *stagedComm) AllToAll(dst, src kernels.Buf, site string) {
-	h, rh := c.down(dst, false)
-	s, rs := c.down(src, true)
-	c.inner.AllToAll(h, s, site)
-	c.up(dst, h)
-	rh()
-	rs()
+	c.through(dst, src, func(h, s kernels.Buf) { c.inner.AllToAll(h, s, site) })
 }
