@@ -101,6 +101,18 @@ func TestPlanSaysWhatIsMeasured(t *testing.T) {
 	if !strings.Contains(out, "4 CPU ranks") || !strings.Contains(out, "tokens per rank)") || strings.Contains(out, "GPU") || strings.Contains(out, "NVLink") {
 		t.Errorf("plan on 2x2xcpu speaks of GPUs or NVLink, or not of CPU ranks:\n%s", out)
 	}
+	// docs/training.md's 1.08B over 2 FSDP processes fits at 64 tokens a rank, not at 1K: the
+	// longest that fits is under the search's step, not "0 tokens"
+	out, _, err = cli(t, "plan", "--config", "configs/tiny.toml", "--cluster", "1x2xcpu", "--flops", "1e10", "--gpu-mem", "12.28e9",
+		"--set", "parallelism.world_size=2", "--set", "parallelism.fsdp=true", "--set", "model.dim=2048", "--set", "model.n_layers=21",
+		"--set", "model.n_heads=16", "--set", "model.n_kv_heads=4", "--set", "model.ffn_dim=5632", "--set", "model.vocab_size=32000",
+		"--set", "data.seq_len=64", "--set", "data.batch_size=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "fits in 12.28 GB") || !strings.Contains(out, "longest sequence per rank that fits: under 1K tokens") {
+		t.Errorf("a plan that fits below 1K tokens a rank:\n%s", out)
+	}
 }
 
 // TestPlanCommandFlags: a cluster of 8 GPUs gets the sequence over 8 GPUs; an unknown

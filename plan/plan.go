@@ -267,7 +267,7 @@ type Plan struct {
 	Memory       MemoryPlan  `json:"memory"`
 	Comm         CommPlan    `json:"comm"`
 	Time         TimePlan    `json:"time"`
-	MaxSeqPerGPU int         `json:"max_seq_per_gpu"`     // longest tokens per GPU that fit, multiple of 1024
+	MaxSeqPerGPU int         `json:"max_seq_per_gpu"`     // longest tokens per GPU that fit, multiple of 1024 (0: under 1024)
 	Docs         *DocPlan    `json:"documents,omitempty"` // document masking (data.document_mask, --doc-len)
 	Window       *WindowPlan `json:"window,omitempty"`    // the sliding window (model.sliding_window)
 }
@@ -1017,7 +1017,11 @@ func WriteDetail(w io.Writer, rep Report) {
 	if mp.Fits && mp.Margin < thinMargin*mp.Capacity {
 		fmt.Fprintf(w, "  note: a margin under %.0f%% of the memory: what the estimate does not count (the CUDA context, NCCL's buffers, the allocator's fragmentation; measured/estimated was 1.10 on the CPU at 64K) can take that much, so a run may not fit; keep the margin above it\n", 100*thinMargin)
 	}
-	fmt.Fprintf(w, "  longest sequence per %s that fits: %s tokens (seq_len %s)\n", cl.unit(), seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
+	if pl.MaxSeqPerGPU == 0 { // the search steps by 1K tokens; fewer may fit, as the plan's own may
+		fmt.Fprintf(w, "  longest sequence per %s that fits: under 1K tokens (the search steps by 1024)\n", cl.unit())
+	} else {
+		fmt.Fprintf(w, "  longest sequence per %s that fits: %s tokens (seq_len %s)\n", cl.unit(), seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
+	}
 	c := pl.Comm
 	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
 	fmt.Fprintf(w, "  %-22s %10s  (one layer's forward + backward: %s per rank, %s all ranks together)\n",
