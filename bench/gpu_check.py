@@ -3,12 +3,12 @@
 test binary, PyTorch scripts, token data), on a machine with an NVIDIA GPU, PyTorch and,
 optionally, Nsight Compute, but no Go. scripts/gpu_check.sh is the entry point:
 
-    python3 bench/gpu_check.py run --pack DIR --out OUT [--phase correctness|attention|model|multigpu|commands|cudnn|curve|all]
+    python3 bench/gpu_check.py run --pack DIR --out OUT [--phase all|PHASE[,PHASE...]]
                                    [--budget SECONDS] [--steps REGEX] [--dry]
     python3 bench/gpu_check.py merge --dest DIR OUT1 OUT2 ...
 
-Phases (each fits one 10-minute command, all three 20 minutes: BUDGET; with --phase all and a
---budget, each phase gets its SHARE of what is left. Every step has its own time limit, a
+Phases (each fits one 10-minute command, all three 20 minutes: BUDGET; with several (--phase all, or a
+list such as cudnn,model) and a --budget, each phase gets its SHARE of what is left. Every step has its own time limit, a
 failing or timed-out step is recorded and the next one runs. --steps runs only the steps whose
 name the expression finds, for a rerun after a fix; merge then lets a later report's run of a
 step replace an earlier one, which the report lists as superseded). On the H200 the three
@@ -116,7 +116,7 @@ PHASES = ["correctness", "attention", "model", "multigpu", "commands", "cudnn", 
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
 BUDGET = {"correctness": 360, "attention": 420, "model": 540, "multigpu": 480, "commands": 240, "cudnn": 420, "curve": 300}
-# The share of --budget each phase gets in an `all` run (time a phase leaves unused passes on).
+# The share of --budget each phase gets in a run of several (time a phase leaves unused passes on).
 SHARE = {"correctness": 0.2, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.15, "curve": 0.1}
 CURVE_STEPS = 50
 DOC_STEPS = 20
@@ -1641,8 +1641,22 @@ def phase_cudnn(r):
     r.step("cudnn", "distflash 1B seq 8192 with cuDNN", lambda t: cudnn_model(r, t), 100)
 
 
+def phase_list(arg):
+    """The phases --phase names, in its order: "all", one phase, or several joined by commas
+    (the most valuable first, for a device lent for less than all of them)."""
+    if arg == "all":
+        return list(PHASES)
+    phases = arg.split(",")
+    for p in phases:
+        if p not in PHASES:
+            raise argparse.ArgumentTypeError(f"--phase {arg}: unknown phase {p!r}: want all or some of {', '.join(PHASES)}, joined by commas")
+    if len(set(phases)) != len(phases):
+        raise argparse.ArgumentTypeError(f"--phase {arg}: a phase named twice")
+    return phases
+
+
 def cmd_run(a):
-    phases = PHASES if a.phase == "all" else [a.phase]
+    phases = phase_list(a.phase)
     r = Runner(a.pack, a.out, a.budget, a.dry, a.steps)
     r.meta["env"] = setup_env(r)
     print(json.dumps(r.meta["env"]), flush=True)
@@ -1701,7 +1715,8 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("--pack", required=True)
     r.add_argument("--out", required=True)
-    r.add_argument("--phase", default="all", choices=PHASES + ["all"])
+    r.add_argument("--phase", default="all",
+                   help=f"all, or one or more of {','.join(PHASES)} joined by commas, run in that order")
     r.add_argument("--budget", type=float, default=None,
                    help=f"seconds for all steps (default {BUDGET}, summed for all)")
     r.add_argument("--dry", action="store_true")
@@ -1712,8 +1727,12 @@ def main():
     m.add_argument("outs", nargs="+")
     a = ap.parse_args()
     if a.cmd == "run":
+        try:
+            phases = phase_list(a.phase)
+        except argparse.ArgumentTypeError as e:
+            r.error(str(e))
         if a.budget is None:
-            a.budget = sum(BUDGET.values()) if a.phase == "all" else BUDGET[a.phase]
+            a.budget = sum(BUDGET[p] for p in phases)
         sys.exit(cmd_run(a))
     sys.exit(cmd_merge(a))
 

@@ -6,12 +6,12 @@
 #       the -tags cuda distflash binary and the kernels test binary (stripped), and copies them
 #       with the kernels' test vectors, the configs, 2 MiB of the Go source as byte-token shards
 #       (the tiny config's training text) and the PyTorch scripts into DIR (about 30 MB).
-#   scripts/gpu_check.sh run DIR OUT [--phase correctness|attention|model|multigpu|commands|cudnn|curve|all] [--budget SECONDS]
+#   scripts/gpu_check.sh run DIR OUT [--phase all|PHASE[,PHASE...]] [--budget SECONDS]
 #       On a machine with an NVIDIA GPU, python3 with PyTorch and optionally ncu; no Go needed.
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
 #       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Budgets (--budget): correctness 6 min, attention 7, model 7, multigpu 8, commands 4, cudnn 7; all 39 (each phase a share of it:
+#       failed. Budgets (--budget): correctness 6 min, attention 7, model 9, multigpu 8, commands 4, cudnn 7, curve 5; all 46 (each phase a share of it:
 #       SHARE in bench/gpu_check.py).
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
