@@ -540,24 +540,13 @@ func TestEvalDamagedWeights(t *testing.T) {
 
 	// Finite weights whose products overflow float32: the final norm's and the output
 	// projection's at 1e20 make logits of about ±1e40, infinite.
-	em, err := weights.Load(filepath.Join(hfFixtures, "llama-sharded"), config.Default(), io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layout := model.NewLayout(em.Config)
-	var names []string
-	values, shapes := map[string][]float32{}, map[string][]int{}
-	for _, tn := range layout.Tensors {
-		v := em.Params[tn.Off : tn.Off+tn.Size()]
-		if tn.Name == "model.norm.weight" || tn.Name == "lm_head.weight" {
+	path := sourceSafetensors(t, func(name string, v []float32) {
+		if name == "model.norm.weight" || name == "lm_head.weight" {
 			for i := range v {
 				v[i] = 1e20
 			}
 		}
-		names, values[tn.Name], shapes[tn.Name] = append(names, tn.Name), v, tn.Shape
-	}
-	path := filepath.Join(t.TempDir(), "overflow.safetensors")
-	writeSafetensorsF32(t, path, names, values, shapes)
+	})
 	args := []string{"eval", "--model", path, "--data", hfDocs, "--samples", "2", "--seq-len", "40", "--out", res, "--progress=false"}
 	for _, s := range shardedModelSets {
 		args = append(args, "--set", s)

@@ -457,15 +457,22 @@ func tinyCheckpoint(t *testing.T, extra ...string) string {
 }
 
 // sourceSafetensors writes the weights of the HF fixture llama-sharded as one F32
-// .safetensors file with distflash's names.
-func sourceSafetensors(t *testing.T) string {
+// .safetensors file with distflash's names; edit, when not nil, may change each tensor's
+// values first.
+func sourceSafetensors(t *testing.T, edit func(name string, v []float32)) string {
 	t.Helper()
 	em, err := weights.Load("weights/testdata/hf/llama-sharded", config.Default(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts := weights.Tensors(em.Config, em.Params)
+	if edit != nil {
+		for _, x := range ts {
+			edit(x.Name, x.Data)
+		}
+	}
 	path := filepath.Join(t.TempDir(), "weights.safetensors")
-	if err := safetensors.Write(path, weights.Tensors(em.Config, em.Params), safetensors.DTypeF32, nil); err != nil {
+	if err := safetensors.Write(path, ts, safetensors.DTypeF32, nil); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -481,7 +488,7 @@ func TestInitFromSources(t *testing.T) {
 		{"hf", "weights/testdata/hf/llama-sharded"},
 		{"hf", "weights/testdata/hf/llama-tied"},
 		{"hf", "weights/testdata/hf/mistral-window"},
-		{"safetensors", sourceSafetensors(t)},
+		{"safetensors", sourceSafetensors(t, nil)},
 		{"checkpoint", ckptDir},
 		{"checkpoint", filepath.Join(ckptDir, "step-000003")},
 	} {
