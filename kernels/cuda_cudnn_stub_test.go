@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"distflash/internal/ctest"
 	"distflash/kernels/cuda"
 )
 
@@ -94,7 +95,7 @@ func tail(s string, n int) string {
 // buildCUDNNStub compiles the stub into a temporary directory (-Wl,--no-undefined: it must
 // define every entry point it declares from cudnn_abi_funcs.h).
 func buildCUDNNStub(t *testing.T) string {
-	cc := cudnnCC(t)
+	cc := ctest.Compiler(t, "the cuDNN stub")
 	lib := filepath.Join(t.TempDir(), "libcudnnstub.so")
 	args := slices.Concat(cc[1:], []string{"-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-I", filepath.Join("cuda"),
 		"-o", lib, filepath.Join("testdata", "cudnnstub", "cudnnstub.c"), "-Wl,--no-undefined", "-lpthread"})
@@ -103,23 +104,6 @@ func buildCUDNNStub(t *testing.T) string {
 		t.Fatalf("%s %s: %v\n%s", cc[0], strings.Join(args, " "), err, out)
 	}
 	return lib
-}
-
-// cudnnCC returns $CC (split into the command and its flags) where it names a program found,
-// else gcc or cc on PATH; it skips the test when there is none (CI has gcc).
-func cudnnCC(t *testing.T) []string {
-	if cc := strings.Fields(os.Getenv("CC")); len(cc) > 0 {
-		if p, err := exec.LookPath(cc[0]); err == nil {
-			return append([]string{p}, cc[1:]...)
-		}
-	}
-	for _, cc := range []string{"gcc", "cc"} {
-		if p, err := exec.LookPath(cc); err == nil {
-			return []string{p}
-		}
-	}
-	t.Skip("no C compiler ($CC, gcc or cc) to build the cuDNN stub; CI has gcc, so this test runs there")
-	return nil
 }
 
 // ---- the stub's log ----

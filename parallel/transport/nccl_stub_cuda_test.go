@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"distflash/internal/ctest"
 	"distflash/kernels"
 )
 
@@ -38,7 +39,7 @@ func TestCUDAHostNCCLStub(t *testing.T) {
 		stubChild(t)
 		return
 	}
-	cc := cCompiler(t)
+	cc := ctest.Compiler(t, "the GPU stub library")
 	for _, tc := range []struct {
 		name    string
 		version int
@@ -87,23 +88,6 @@ func TestCUDAHostNCCLStub(t *testing.T) {
 
 // stubChildEnv marks the child process of TestCUDAHostNCCLStub.
 const stubChildEnv = "DISTFLASH_GPUSTUB_CHILD"
-
-// cCompiler returns $CC (split into the command and its flags) where it names a program found,
-// else gcc or cc on PATH; it skips the test when there is none.
-func cCompiler(t *testing.T) []string {
-	if cc := strings.Fields(os.Getenv("CC")); len(cc) > 0 {
-		if p, err := exec.LookPath(cc[0]); err == nil {
-			return append([]string{p}, cc[1:]...)
-		}
-	}
-	for _, cc := range []string{"gcc", "cc"} {
-		if p, err := exec.LookPath(cc); err == nil {
-			return []string{p}
-		}
-	}
-	t.Skip("no C compiler ($CC, gcc or cc) to build the GPU stub library; CI has gcc, so this test runs there")
-	return nil
-}
 
 // stubChild is the child process: the backend and a one-rank NCCL world on gpustub. It writes
 // "# PHASE" into the stub's log before each phase.
