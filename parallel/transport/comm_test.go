@@ -150,31 +150,6 @@ func TestCommIrecvMatchesInPostOrder(t *testing.T) {
 // compared bit for bit with a float32 sum in rank order, over values whose sum depends on the
 // order (1e8 + 1 − 1e8), so a reduction in any other order would show.
 func TestCommCollectives(t *testing.T) {
-	// x is rank r's element i: mixed magnitudes, so float32 sums are order-sensitive.
-	x := func(r, i int) float32 {
-		switch (r + i) % 3 {
-		case 0:
-			return 1e8 + float32(i)
-		case 1:
-			return 1 + float32(r)/7
-		default:
-			return -1e8 - float32(r)
-		}
-	}
-	sum := func(P, i int) float32 { // rank order, float32
-		var s float32
-		for r := 0; r < P; r++ {
-			s += x(r, i)
-		}
-		return s
-	}
-	vec := func(r, n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = x(r, i)
-		}
-		return v
-	}
 	cases := []struct {
 		name string
 		fn   func(c transport.Comm, be kernels.Backend) error
@@ -183,10 +158,10 @@ func TestCommCollectives(t *testing.T) {
 			const n = 4
 			P, r := c.Size(), c.Rank()
 			dst := be.Alloc(P * n)
-			c.AllGather(dst, commBuf(be, vec(r, n)), "ag")
+			c.AllGather(dst, commBuf(be, mixedVec(r, 0, n)), "ag")
 			var want []float32
 			for q := 0; q < P; q++ {
-				want = append(want, vec(q, n)...)
+				want = append(want, mixedVec(q, 0, n)...)
 			}
 			if i := commEqualBits(kernels.Host(dst), want); i >= 0 {
 				return fmt.Errorf("element %d: got %v, want %v", i, kernels.Host(dst), want)
@@ -198,10 +173,10 @@ func TestCommCollectives(t *testing.T) {
 			const n = 3
 			P, r := c.Size(), c.Rank()
 			dst := be.Alloc(n)
-			c.ReduceScatter(dst, commBuf(be, vec(r, P*n)), "rs")
+			c.ReduceScatter(dst, commBuf(be, mixedVec(r, 0, P*n)), "rs")
 			want := make([]float32, n)
 			for i := range want {
-				want[i] = sum(P, r*n+i)
+				want[i] = rankOrderSum(P, r*n+i)
 			}
 			if i := commEqualBits(kernels.Host(dst), want); i >= 0 {
 				return fmt.Errorf("element %d: got %v, want the rank-order sum %v", i, kernels.Host(dst), want)
@@ -214,11 +189,11 @@ func TestCommCollectives(t *testing.T) {
 			want := transport.Traffic{}
 			for _, n := range []int{7, 3, 1, 11} { // 7 and 11 divisible by none of 2, 3, 5; 3, 1 < P
 				site := fmt.Sprintf("ar%d", n)
-				b := commBuf(be, vec(r, n))
+				b := commBuf(be, mixedVec(r, 0, n))
 				c.AllReduce(b, site)
 				w := make([]float32, n)
 				for i := range w {
-					w[i] = sum(P, i)
+					w[i] = rankOrderSum(P, i)
 				}
 				if i := commEqualBits(kernels.Host(b), w); i >= 0 {
 					return fmt.Errorf("length %d element %d: got %v, want the rank-order sum %v", n, i, kernels.Host(b), w)
@@ -489,4 +464,35 @@ func TestInprocCopiesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("send waited on before the receive", 4)
+}
+
+// mixedX is rank r's element i: mixed magnitudes (1e8 + i, 1 + r/7, −1e8 − r), so a float32
+// sum depends on its order and only the rank-order sum matches bit for bit.
+func mixedX(r, i int) float32 {
+	switch (r + i) % 3 {
+	case 0:
+		return 1e8 + float32(i)
+	case 1:
+		return 1 + float32(r)/7
+	default:
+		return -1e8 - float32(r)
+	}
+}
+
+// mixedVec is rank r's elements off to off+n.
+func mixedVec(r, off, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = mixedX(r, off+i)
+	}
+	return v
+}
+
+// rankOrderSum is the float32 sum of element i over ranks 0 to P−1, in rank order.
+func rankOrderSum(P, i int) float32 {
+	var s float32
+	for r := 0; r < P; r++ {
+		s += mixedX(r, i)
+	}
+	return s
 }

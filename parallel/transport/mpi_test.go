@@ -198,35 +198,6 @@ func mpiTestPostOrder(t *testing.T, c transport.Comm) {
 	}
 }
 
-// mpiX is rank r's element i: mixed magnitudes (1e8 + i, 1 + r/7, −1e8 − r), so a float32 sum
-// depends on its order and only the rank-order sum matches bit for bit.
-func mpiX(r, i int) float32 {
-	switch (r + i) % 3 {
-	case 0:
-		return 1e8 + float32(i)
-	case 1:
-		return 1 + float32(r)/7
-	default:
-		return -1e8 - float32(r)
-	}
-}
-
-func mpiVec(r, off, n int) []float32 {
-	v := make([]float32, n)
-	for i := range v {
-		v[i] = mpiX(r, off+i)
-	}
-	return v
-}
-
-func mpiSum(P, i int) float32 {
-	var s float32
-	for r := 0; r < P; r++ {
-		s += mpiX(r, i)
-	}
-	return s
-}
-
 // mpiTestCollectives is TestCommCollectives over MPI: every collective's result, sums bit for
 // bit equal to the float32 sum in rank order, and the bytes of each.
 func mpiTestCollectives(t *testing.T, c transport.Comm) {
@@ -243,38 +214,38 @@ func mpiTestCollectives(t *testing.T, c transport.Comm) {
 
 	const n = 4
 	dst := be.Alloc(P * n)
-	c.AllGather(dst, commBuf(be, mpiVec(r, 0, n)), "ag")
+	c.AllGather(dst, commBuf(be, mixedVec(r, 0, n)), "ag")
 	var all []float32
 	for q := 0; q < P; q++ {
-		all = append(all, mpiVec(q, 0, n)...)
+		all = append(all, mixedVec(q, 0, n)...)
 	}
 	check("all-gather", kernels.Host(dst), all)
 	want["ag"] = int64((P - 1) * n * 4)
 
 	// In place: src is this rank's block of dst.
 	ip := commBuf(be, make([]float32, P*n))
-	copy(kernels.Host(ip)[r*n:], mpiVec(r, 0, n))
+	copy(kernels.Host(ip)[r*n:], mixedVec(r, 0, n))
 	c.AllGather(ip, be.Slice(ip, r*n, n), "ag.inplace")
 	check("all-gather in place", kernels.Host(ip), all)
 	want["ag.inplace"] = int64((P - 1) * n * 4)
 
 	const m = 3
 	rs := be.Alloc(m)
-	c.ReduceScatter(rs, commBuf(be, mpiVec(r, 0, P*m)), "rs")
+	c.ReduceScatter(rs, commBuf(be, mixedVec(r, 0, P*m)), "rs")
 	w := make([]float32, m)
 	for i := range w {
-		w[i] = mpiSum(P, r*m+i)
+		w[i] = rankOrderSum(P, r*m+i)
 	}
 	check("reduce-scatter", kernels.Host(rs), w)
 	want["rs"] = int64((P - 1) * m * 4)
 
 	for _, n := range []int{7, 3, 1, 11, 50000} { // 7, 11 divisible by none of 2, 3, 4; 1, 3 < P
 		site := fmt.Sprintf("ar%d", n)
-		b := commBuf(be, mpiVec(r, 0, n))
+		b := commBuf(be, mixedVec(r, 0, n))
 		c.AllReduce(b, site)
 		w := make([]float32, n)
 		for i := range w {
-			w[i] = mpiSum(P, i)
+			w[i] = rankOrderSum(P, i)
 		}
 		check("all-reduce "+site, kernels.Host(b), w)
 		if P > 1 {
