@@ -45,8 +45,31 @@ type Options struct {
 	// Read decompresses whole frames, so smaller frames make small reads cheaper and
 	// the index longer.
 	FrameElems int
-	// Workers is how many frames are compressed at once; 0 means GOMAXPROCS.
+	// Workers is how many frames are compressed at once; 0 means GOMAXPROCS. Each holds
+	// WorkerBytes(FrameElems) while it compresses.
 	Workers int
+}
+
+// ProcessWorkers is how many frames a training process compresses at once over all the
+// shards its ranks write together (the ranks share them; each has one at least), so that the
+// writer's memory is bounded whatever the machine's cores: WorkerBytes each.
+const ProcessWorkers = 4
+
+// window is the zstd window: frames are compressed apart (EncodeAll), and a match further
+// back than 1 MiB in a float32 byte plane is rare, so the ratio is the same as at the
+// default 8 MiB at every level (BenchmarkSave) while the encoder's history buffer is the
+// frame's size instead of 16 MiB.
+const window = 1 << 20
+
+// WorkerBytes is the memory one compressing worker holds for a frame of frameElems float32
+// (0 means DefaultFrameElems): the byte planes, the encoder's history of them and the
+// compressed output (each at most the frame's 4 bytes an element), and the encoder's match
+// tables (under 2 MiB at every level).
+func WorkerBytes(frameElems int) int64 {
+	if frameElems <= 0 {
+		frameElems = DefaultFrameElems
+	}
+	return 3*4*int64(frameElems) + 2<<20
 }
 
 // DefaultLevel is the compression level used when Options.Level is 0.
@@ -159,7 +182,7 @@ func WriteShard(dir string, rank int, pieces []Piece, opt Options) (ShardInfo, e
 	}
 
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(elevel), zstd.WithEncoderConcurrency(workers),
-		zstd.WithEncoderCRC(true), zstd.WithZeroFrames(true))
+		zstd.WithEncoderCRC(true), zstd.WithWindowSize(window), zstd.WithZeroFrames(true))
 	if err != nil {
 		return ShardInfo{}, fmt.Errorf("ckpt: WriteShard rank %d: %w", rank, err)
 	}

@@ -449,8 +449,8 @@ func checkMemory(cfg config.Config, w *world.World, seqLen int, what, sample, kn
 		return nil
 	}
 	gib := func(x float64) string { return fmt.Sprintf("%.1f GiB", x/(1<<30)) }
-	msg := fmt.Sprintf("%s: %s of %d tokens needs %s per rank (the weights %s, activations %s, logits %s, attention %s, collector headroom %s), a rank has %s available (%s)",
-		what, sample, seqLen, gib(m.Peak), gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(avail), source)
+	msg := fmt.Sprintf("%s: %s of %d tokens needs %s per rank (the weights %s, activations %s, logits %s, attention %s, collector headroom %s, the process outside its tensors %s), a rank has %s available (%s)",
+		what, sample, seqLen, gib(m.Peak), gib(m.Params), gib(m.Activations), gib(m.Logits), gib(m.AttnWork), gib(m.Runtime), gib(m.Process), gib(avail), source)
 	if longest := plan.MaxEvalSeqLen(cfg, plan.SafeCapacity(avail)); longest > 0 {
 		msg += fmt.Sprintf("; the longest %s that fits is %d tokens (%.0f%% of the memory left for what the estimate misses)", knob, longest, 100*plan.EstimateError)
 	}

@@ -9,7 +9,7 @@ import (
 // parallelism.fsdp its chunks and two gathered units); each
 // block's input and one block's full set (the evaluator's models keep what CheckpointLayer
 // keeps: the forward needs no more); one loss chunk of logits with the final norm's output;
-// the attention's working set; and the Go collector's headroom. No gradients, optimizer or
+// the attention's working set; the Go collector's headroom and the process (ProcessBase). No gradients, optimizer or
 // backward scratch.
 func EvalMemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	m := cfg.Model
@@ -35,7 +35,8 @@ func EvalMemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
 	mp.Peak = mp.Params + mp.Activations + mp.Logits + mp.AttnWork
 	mp.Runtime = gcHeadroom * mp.Peak
-	mp.Peak += mp.Runtime
+	mp.Process = ProcessBase / float64(localRanks(cfg)) // no training data or checkpoint writer
+	mp.Peak += mp.Runtime + mp.Process
 	mp.Capacity = capacity
 	mp.Margin = capacity - mp.Peak
 	mp.Fits = mp.Margin >= 0
@@ -53,10 +54,12 @@ func MaxEvalSeqLen(cfg config.Config, capacity float64) int {
 	return LargestFitting(fits, 1<<22) * 1024 * sp
 }
 
-// EstimateError is how far a measured peak has been above the estimate of MemoryFor:
-// measured/estimated 1.10 on the CPU at 64K tokens (bench/memory.sh, docs/training.md's table;
-// the Go runtime, its stacks and fragmentation beyond the live heap). A length suggested as the
-// longest that fits leaves this much of the memory to spare (SafeCapacity), so that it runs.
+// EstimateError is the memory a length suggested as the longest that fits leaves to spare
+// (SafeCapacity), for what the estimate of MemoryFor misses: the peak resident set of a
+// training process was 0.96–1.04 of it on the CPU (the tiny model at 16K and 32K tokens, the
+// 125M-class model at 1K to 8K, docs/training.md; runs of one config differ by up to 7%, as the
+// collector's timing moves the heap's high-water mark), and up to 1.10 before the estimate
+// counted the process outside its tensors and the heap's freed pages.
 const EstimateError = 0.10
 
 // SafeCapacity is the memory a suggested length may fill: capacity less EstimateError of it.

@@ -41,8 +41,12 @@
 //     and the dQ/dK/dV being accumulated: n × (2·qdim + 4·kvdim) elements + 2·heads fp32 per
 //     token. Communication buffers with fsdp: two gathered blocks of weights (current and
 //     prefetched) and one block's fp32 gradients. On the CPU (device.kind = "cpu") the Go
-//     collector's headroom: train runs it at GOGC=10, so 10% of the rest. Peak = the sum; allocator fragmentation and
-//     the CUDA context are not modelled, so keep a margin.
+//     collector's headroom: train runs it at GOGC=10, and it holds freed pages a while, so 15%
+//     of the rest (gcHeadroom, measured); and the process
+//     outside its tensors (ProcessBase: the binary and the Go runtime; the training data's
+//     tokens, 4 bytes each and at most one a byte of data.max_bytes; the checkpoint writer's
+//     ckpt.ProcessWorkers workers), shared by the process's ranks. Peak = the sum; allocator
+//     fragmentation and the CUDA context are not modelled, so keep a margin.
 //   - Communication. Attention: measured by running the schedule's own code (package parallel)
 //     on sequence_parallel_degree in-process ranks with the model's heads at two short
 //     sequence lengths and extrapolating linearly in the length (traffic is linear in the
@@ -95,6 +99,7 @@
 package plan
 
 import (
+	"distflash/ckpt"
 	"fmt"
 	"io"
 	"math"
@@ -221,6 +226,7 @@ type MemoryPlan struct {
 	AttnWork        float64 `json:"attn_work"`        // attention working set (estimate)
 	CommBuffers     float64 `json:"comm_buffers"`     // fsdp gather/scatter buffers
 	Runtime         float64 `json:"runtime"`          // on the CPU: the Go collector's headroom over the rest
+	Process         float64 `json:"process"`          // on the CPU: the rank's share of the process outside its tensors (ProcessBase, the data's tokens, the checkpoint writer)
 	Peak            float64 `json:"peak"`
 	Capacity        float64 `json:"capacity"`
 	Margin          float64 `json:"margin"` // capacity − peak (negative: does not fit)
@@ -353,9 +359,39 @@ func elemBytes(cfg config.Config) float64 {
 	return 2
 }
 
-// gcHeadroom is the fraction of the live heap the Go collector lets the heap grow by before a
-// collection under the GOGC of a training run (package train sets 10).
-const gcHeadroom = 0.10
+// gcHeadroom is the resident memory the Go heap holds beyond the live tensors, as a fraction of
+// them: the 10% the collector lets the heap grow by before a collection under the GOGC of a
+// training run (package train sets 10), and the pages it has freed but not yet returned to the
+// system. With 10% alone, the peak resident set was 1.02–1.04 of the estimate (the 125M-class
+// model at 1K and 8K tokens, bench/memory.sh; the tiny model at 16K and 32K); with 15%,
+// 0.96–1.04 (EstimateError).
+const gcHeadroom = 0.15
+
+// ProcessBase is the resident memory of a distflash process outside the tensors, the data and
+// the checkpoint writer: the binary's code and data (25 MB on disk), the Go runtime's
+// structures and stacks, and the pages the collector has freed but not yet returned. Measured
+// on linux/amd64 (peak RSS from /usr/bin/time less the rest of the estimate, the tiny model at
+// 1K to 8K tokens, GOMAXPROCS 1 to 4): 40 to 52 MB.
+const ProcessBase = 32 << 20
+
+// localRanks is how many of the world's ranks one process runs: all of them in process
+// (parallelism.backend = "inproc"), one under MPI or NCCL.
+func localRanks(cfg config.Config) int {
+	if cfg.Parallelism.Backend == "inproc" {
+		return max(1, cfg.Parallelism.WorldSize)
+	}
+	return 1
+}
+
+// dataBytes bounds the training data a process holds: its tokens as int32, at most one a byte
+// of text (data.max_bytes, when it bounds the text); a tokenized set (data.format = "tokens")
+// or an unbounded read (data.max_bytes = 0) is not known before it is read, and counts 0.
+func dataBytes(cfg config.Config) float64 {
+	if cfg.Data.Format == "tokens" || cfg.Data.MaxBytes <= 0 {
+		return 0
+	}
+	return 4 * float64(cfg.Data.MaxBytes)
+}
 
 // actElemBytes is the size of one element of the activation, logits, scratch and attention
 // buffers: the model allocates them as kernels.Buf, float32 on every backend, whatever
@@ -478,10 +514,11 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	}
 	mp.Peak = mp.Params + mp.Grads + mp.Optimizer + mp.Activations + mp.Logits + mp.BackwardScratch + mp.AttnWork + mp.CommBuffers
 	if cfg.Device.Kind == "cpu" {
-		// train runs the collector at GOGC=10: the heap grows 10% past what is live before a
-		// collection (device memory has no such headroom)
+		// train runs the collector at GOGC=10: the heap grows past what is live before a
+		// collection (device memory has no such headroom); and the process outside its tensors
 		mp.Runtime = gcHeadroom * mp.Peak
-		mp.Peak += mp.Runtime
+		mp.Process = (ProcessBase + dataBytes(cfg) + ckpt.ProcessWorkers*float64(ckpt.WorkerBytes(0))) / float64(localRanks(cfg))
+		mp.Peak += mp.Runtime + mp.Process
 	}
 	mp.Capacity = capacity
 	mp.Margin = capacity - mp.Peak
@@ -1000,8 +1037,9 @@ func WriteDetail(w io.Writer, rep Report) {
 		{"logits + head", mp.Logits, "one loss chunk of logits, and the final norm's grow with the tokens"},
 		{"backward scratch", mp.BackwardScratch, "grows with the tokens; the MLP's is one tile"},
 		{"attention working set", mp.AttnWork, "grows with the tokens"}, {"communication buffers", mp.CommBuffers, ""},
-		{"collector headroom", mp.Runtime, "the CPU's Go heap: 10% of the rest"}, {"peak", mp.Peak, ""}} {
-		if r.what == "collector headroom" && r.b == 0 {
+		{"collector headroom", mp.Runtime, "the CPU's Go heap: 15% of the rest"},
+		{"process", mp.Process, "the binary and Go runtime, the data's tokens, the checkpoint writer"}, {"peak", mp.Peak, ""}} {
+		if (r.what == "collector headroom" || r.what == "process") && r.b == 0 {
 			continue
 		}
 		if r.note != "" {
@@ -1015,7 +1053,7 @@ func WriteDetail(w io.Writer, rep Report) {
 	}
 	fmt.Fprintf(w, "  %s in %s: margin %s (%.0f%%)\n", verdict, gb(mp.Capacity), gb(mp.Margin), 100*mp.Margin/mp.Capacity)
 	if mp.Fits && mp.Margin < thinMargin*mp.Capacity {
-		fmt.Fprintf(w, "  note: a margin under %.0f%% of the memory: what the estimate does not count (the CUDA context, NCCL's buffers, the allocator's fragmentation; measured/estimated was 1.10 on the CPU at 64K) can take that much, so a run may not fit; keep the margin above it\n", 100*thinMargin)
+		fmt.Fprintf(w, "  note: a margin under %.0f%% of the memory: what the estimate does not count (the CUDA context, NCCL's buffers, the allocator's fragmentation; on the CPU the peak resident set has been 0.96–1.04 of the estimate, up to 1.10 before it counted the process and the heap's freed pages) can take that much, so a run may not fit; keep the margin above it\n", 100*thinMargin)
 	}
 	if pl.MaxSeqPerGPU == 0 { // the search steps by 1K tokens; fewer may fit, as the plan's own may
 		fmt.Fprintf(w, "  longest sequence per %s that fits: under 1K tokens (the search steps by 1024)\n", cl.unit())

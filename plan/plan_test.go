@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"distflash/ckpt"
 	"distflash/config"
 	"distflash/data"
 	"distflash/kernels"
@@ -498,4 +499,46 @@ func firstLine(s, sub string) string {
 		}
 	}
 	return ""
+}
+
+// TestMemoryProcessTerm: on the CPU the process outside its tensors is counted once per
+// process and shared by its ranks (a fourth of it for each of 4 in-process ranks, the whole
+// for an MPI rank), grows by 4 bytes a byte of data.max_bytes (an int32 token a byte at most),
+// counts the checkpoint writer's workers, and is absent on a GPU, whose memory holds no process.
+func TestMemoryProcessTerm(t *testing.T) {
+	base := loadPlanConfig(t, "../configs/tiny.toml", "data.max_bytes=1048576")
+	one := MemoryFor(base, 1e12)
+	writer := float64(ckpt.ProcessWorkers) * float64(ckpt.WorkerBytes(0))
+	if want := ProcessBase + 4*1048576 + writer; one.Process != want {
+		t.Errorf("one rank's process term %.0f bytes, want %.0f (base, 4 MiB of tokens, the writer)", one.Process, want)
+	}
+	if d := one.Peak - one.Process - one.Runtime; math.Abs(one.Runtime-gcHeadroom*d) > 1 {
+		t.Errorf("collector headroom %.0f over the tensors' %.0f: the process term is counted in it", one.Runtime, d)
+	}
+	more := loadPlanConfig(t, "../configs/tiny.toml", "data.max_bytes=2097152")
+	if got := MemoryFor(more, 1e12).Process - one.Process; got != 4*1048576 {
+		t.Errorf("1 MiB more of data.max_bytes adds %.0f bytes, want %d", got, 4*1048576)
+	}
+	four := loadPlanConfig(t, "../configs/tiny.toml", "data.max_bytes=1048576", "parallelism.world_size=4",
+		"parallelism.sequence_parallel_degree=4")
+	if got := MemoryFor(four, 1e12).Process; math.Abs(got-one.Process/4) > 1 {
+		t.Errorf("4 in-process ranks: each %.0f bytes of the process, want a fourth of %.0f", got, one.Process)
+	}
+	four.Parallelism.Backend = "mpi"
+	if got := MemoryFor(four, 1e12).Process; got != one.Process {
+		t.Errorf("an MPI rank holds %.0f bytes of its process, want all %.0f", got, one.Process)
+	}
+	unbounded := base
+	unbounded.Data.MaxBytes = 0
+	if got := MemoryFor(unbounded, 1e12).Process; got != ProcessBase+writer {
+		t.Errorf("data.max_bytes = 0: %.0f bytes, want the base and writer only (%.0f)", got, ProcessBase+writer)
+	}
+	gpu := base
+	gpu.Device.Kind = "cuda"
+	if m := MemoryFor(gpu, 1e12); m.Process != 0 || m.Runtime != 0 {
+		t.Errorf("on a GPU: process %.0f and headroom %.0f bytes, want none", m.Process, m.Runtime)
+	}
+	if m := EvalMemoryFor(base, 1e12); m.Process != ProcessBase {
+		t.Errorf("eval's process term %.0f bytes, want ProcessBase (no training data or writer)", m.Process)
+	}
 }

@@ -46,8 +46,8 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 	if ranks > 1 {
 		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, b(m.Peak*float64(ranks)))
 	}
-	fmt.Fprintf(&msg, " (model state %s; growing with data.seq_len × data.batch_size: activations %s, logits %s, backward scratch %s, attention %s), this machine has %s available (%s)",
-		b(state), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(avail), source)
+	fmt.Fprintf(&msg, " (model state %s; the process outside its tensors %s; growing with data.seq_len × data.batch_size: activations %s, logits %s, backward scratch %s, attention %s), this machine has %s available (%s)",
+		b(state), b(m.Process), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(avail), source)
 	if tokens := plan.MaxTokensPerGPU(cfg, plan.SafeCapacity(perRank)); tokens > 0 {
 		seq := tokens * w.Dims.SP
 		fmt.Fprintf(&msg, ". The longest data.seq_len that fits is %d (data.batch_size %d; %.0f%% of the memory left for what the estimate misses)",

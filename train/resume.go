@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -110,7 +111,7 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 	var final string
 	err = t.run(func(r *rank) error {
 		r.Comm.Barrier() // the directory exists
-		if _, err := ckpt.WriteShard(tmp, r.ID, t.pieces(r), ckpt.Options{Level: t.cfg.Checkpoint.CompressionLevel}); err != nil {
+		if _, err := ckpt.WriteShard(tmp, r.ID, t.pieces(r), t.shardOptions()); err != nil {
 			return err
 		}
 		r.Comm.Barrier() // every shard is written
@@ -448,4 +449,13 @@ func shown(v string) string {
 		return "(absent)"
 	}
 	return v
+}
+
+// shardOptions are how each rank writes its shard: the checkpoint's compression level, and a
+// share of ckpt.ProcessWorkers compressing workers (no more than the cores), so that the
+// process's ranks, which write at once, hold what plan's memory estimate counts for the
+// writer and no more.
+func (t *trainer) shardOptions() ckpt.Options {
+	workers := max(1, min(runtime.GOMAXPROCS(0), ckpt.ProcessWorkers)/t.w.LocalRanks())
+	return ckpt.Options{Level: t.cfg.Checkpoint.CompressionLevel, Workers: workers}
 }
