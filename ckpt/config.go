@@ -20,8 +20,15 @@ import (
 // token ids mean).
 var mustMatch = []string{"model", "data.tokenizer"}
 
+// mayDiffer are the keys inside mustMatch whose difference leaves the saved tensors' meaning
+// alone: model.init draws a fresh model's weights, which a checkpoint replaces.
+var mayDiffer = []string{"model.init"}
+
 // fatalKey reports whether a difference in key makes a checkpoint unusable.
 func fatalKey(key string) bool {
+	if slices.Contains(mayDiffer, key) {
+		return false
+	}
 	for _, k := range mustMatch {
 		if key == k || strings.HasPrefix(key, k+".") {
 			return true

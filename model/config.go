@@ -33,6 +33,9 @@ type Config struct {
 	// attend to the whole prefix), as Gemma 3's and Cohere 2's sliding_window_pattern: the
 	// interleaved local and global layers as one number. 0: SlidingWindowLayers says.
 	SlidingWindowPattern int `toml:"sliding_window_pattern" json:"sliding_window_pattern,omitempty"`
+	// Init is how a fresh model's weights are drawn (InitParams): "scaled" (or empty, the
+	// default), "normal" or "torchtitan".
+	Init string `toml:"init" json:"init,omitempty"`
 }
 
 // Window is the attention window of layer l: SlidingWindow where the layer is windowed, else
@@ -95,7 +98,7 @@ func (r RopeScaling) String() string {
 // DefaultConfig is the tiny model that trains on a laptop CPU in a minute or two.
 func DefaultConfig() Config {
 	return Config{Dim: 128, NLayers: 4, NHeads: 4, NKVHeads: 2, FFNDim: 352, VocabSize: 256,
-		NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 2048, SlidingWindowLayers: []int{}}
+		NormEps: 1e-5, RopeTheta: 10000, MaxSeqLen: 2048, SlidingWindowLayers: []int{}, Init: "scaled"}
 }
 
 // Resolve fills the derived fields (n_kv_heads, head_dim) and checks that the shape is a valid
@@ -142,6 +145,8 @@ func (c *Config) Resolve() error {
 		return fmt.Errorf("model.sliding_window_pattern = %d: must be >= 0 (N: every N-th layer global, the others windowed; 0: none)", c.SlidingWindowPattern)
 	case c.SlidingWindowPattern > 0 && c.SlidingWindow == 0:
 		return fmt.Errorf("model.sliding_window_pattern = %d: the windowed layers need a window, model.sliding_window", c.SlidingWindowPattern)
+	case !slices.Contains(initSchemes, c.Init):
+		return fmt.Errorf("model.init = %q: want \"scaled\" (the default: N(0, 0.02²), o_proj and down_proj by 1/√(2·n_layers)), \"normal\" (Hugging Face's initializer_range 0.02 for every matrix) or \"torchtitan\" (its depth_init)", c.Init)
 	case c.SlidingWindowPattern > 0 && len(c.SlidingWindowLayers) > 0:
 		return fmt.Errorf("model.sliding_window_pattern = %d and model.sliding_window_layers = %v: set one of the two", c.SlidingWindowPattern, c.SlidingWindowLayers)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 
 	"distflash/kernels"
@@ -103,14 +104,51 @@ func NewWeights(be kernels.Backend, layout Layout, nLayers int, flat kernels.Buf
 	return w
 }
 
-// InitParams returns freshly initialised parameters on the host, deterministic in seed:
-// matrices ~ N(0, 0.02²) as in LLaMA and GPT-2, the two projections that write into the
-// residual stream (o_proj, down_proj) scaled by 1/√(2·n_layers) so the stream's variance does
-// not grow with depth, norm weights 1.
+// InitParams returns freshly initialised parameters on the host, deterministic in seed, drawn
+// as cfg.Init says (initOf); norm weights are 1 under every scheme.
 func InitParams(cfg Config, layout Layout, seed uint64) []float32 {
 	out := make([]float32, layout.Size)
 	InitParamsEach(cfg, layout, seed, initBlock, func(off int, vals []float32) { copy(out[off:], vals) })
 	return out
+}
+
+// initSchemes are the values of model.init ("" is "scaled").
+var initSchemes = []string{"", "scaled", "normal", "torchtitan"}
+
+// initOf is how a matrix of cfg is drawn: N(0, std²), values beyond ±cut·std drawn again when
+// cut > 0. The schemes (model.init):
+//   - "scaled" (the default), GPT-2's and llm.c's: std 0.02, the two projections that write
+//     into the residual stream (o_proj, down_proj) 0.02/√(2·n_layers) so that the stream's
+//     variance does not grow with depth; the head is untied, 0.02 like the embedding.
+//   - "normal", Hugging Face's LlamaPreTrainedModel with initializer_range 0.02: std 0.02 for
+//     every matrix, the embedding and the head too.
+//   - "torchtitan", its LLaMA with depth_init: the embedding N(0, 1); q, k, v and gate 0.02; o,
+//     up and down 0.02/√(2·(layer+1)) (layer 0-based); the head dim^−½ cut at ±3σ.
+func initOf(cfg Config, name string) (std, cut float64) {
+	layer := -1
+	if rest, ok := strings.CutPrefix(name, "model.layers."); ok {
+		n, _, _ := strings.Cut(rest, ".")
+		layer, _ = strconv.Atoi(n)
+	}
+	residual := strings.HasSuffix(name, "o_proj.weight") || strings.HasSuffix(name, "down_proj.weight")
+	switch cfg.Init {
+	case "normal":
+		return 0.02, 0
+	case "torchtitan":
+		switch {
+		case name == "model.embed_tokens.weight":
+			return 1, 0
+		case name == "lm_head.weight":
+			return 1 / math.Sqrt(float64(cfg.Dim)), 3
+		case residual || strings.HasSuffix(name, "up_proj.weight"):
+			return 0.02 / math.Sqrt(2*float64(layer+1)), 0
+		}
+		return 0.02, 0
+	}
+	if residual {
+		return 0.02 / math.Sqrt(2*float64(cfg.NLayers)), 0
+	}
+	return 0.02, 0
 }
 
 // initBlock is how many values InitParams generates at a time.
@@ -124,20 +162,20 @@ const initBlock = 1 << 20
 func InitParamsEach(cfg Config, layout Layout, seed uint64, block int, visit func(off int, vals []float32)) {
 	r := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	buf := make([]float32, block)
-	resid := 0.02 / math.Sqrt(2*float64(cfg.NLayers))
 	for _, t := range layout.Tensors {
-		std := 0.02
-		if strings.HasSuffix(t.Name, "o_proj.weight") || strings.HasSuffix(t.Name, "down_proj.weight") {
-			std = resid
-		}
+		std, cut := initOf(cfg, t.Name)
 		for lo := 0; lo < t.Size(); lo += block {
 			x := buf[:min(block, t.Size()-lo)]
 			for i := range x {
 				if len(t.Shape) == 1 {
 					x[i] = 1
-				} else {
-					x[i] = float32(r.NormFloat64() * std)
+					continue
 				}
+				v := r.NormFloat64()
+				for cut > 0 && math.Abs(v) > cut {
+					v = r.NormFloat64()
+				}
+				x[i] = float32(v * std)
 			}
 			visit(t.Off+lo, x)
 		}

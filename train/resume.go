@@ -294,6 +294,7 @@ const (
 // change of them does to a resumed run. Keys not listed are changeTraining.
 var resumeKeys = map[string]int{
 	"model":                                changeRefused, // the weights' shapes and what they compute
+	"model.init":                           changeExact,   // draws a fresh model's weights; a checkpoint's replace them
 	"data.tokenizer":                       changeRefused, // what the token ids mean
 	"data.seq_len":                         changeRefused, // the saved data position counts windows of seq_len
 	"data.train":                           changeRefused,
