@@ -88,7 +88,11 @@ func TestSpikesReportedAndSkipped(t *testing.T) {
 	run := func(name string, more ...string) (string, string, []spikeRow) {
 		args := []string{"train", "--progress=false", "--set", "run.output_dir=" + dir, "--set", "run.name=" + name, "--set", "data.train=" + data}
 		for _, s := range append(spikeSets, more...) {
-			args = append(args, "--set", s)
+			if strings.HasPrefix(s, "--") { // a flag (--stop-after=N, --resume=auto)
+				args = append(args, s)
+			} else {
+				args = append(args, "--set", s)
+			}
 		}
 		stdout, stderr := succeed(t, args...)
 		b, err := os.ReadFile(filepath.Join(dir, name, "metrics.jsonl"))
@@ -147,6 +151,24 @@ func TestSpikesReportedAndSkipped(t *testing.T) {
 		}
 		if same := r.Loss == plain[i].Loss; same != (r.Step <= at) {
 			t.Errorf("step %d: loss %v with skip_spikes, %v without: want equal up to step %d and different after", r.Step, r.Loss, plain[i].Loss, at)
+		}
+	}
+
+	// Stopped 3 steps before the spike and resumed, the run decides as the one that never
+	// stopped: the recent steps the medians are taken over are in the checkpoint, so the same
+	// step is reported and skipped, and the losses after it are the uninterrupted run's bit
+	// for bit. A model.init changed on resume (it draws only a fresh model) changes nothing.
+	run("resumed", "training.skip_spikes=true", "--stop-after=97")
+	stdout, stderr, resumed := run("resumed", "training.skip_spikes=true", "model.init=torchtitan", "--resume=auto")
+	if !strings.Contains(stderr, fmt.Sprintf("step %d: loss spike", at)) || !strings.Contains(stdout, fmt.Sprintf("(steps %d), 1 updates skipped", at)) {
+		t.Errorf("resumed 3 steps before it, the run does not report and skip the spike at step %d:\n%s\n%s", at, stderr, stdout)
+	}
+	if len(resumed) != len(skip) {
+		t.Fatalf("the resumed run's metrics.jsonl has %d steps, the uninterrupted %d", len(resumed), len(skip))
+	}
+	for i, r := range resumed {
+		if r.Loss != skip[i].Loss || r.Skipped != skip[i].Skipped || r.LossSpike != skip[i].LossSpike || r.NormSpike != skip[i].NormSpike {
+			t.Errorf("step %d resumed: %+v, uninterrupted: %+v", r.Step, r, skip[i])
 		}
 	}
 }
