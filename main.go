@@ -15,9 +15,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"distflash/internal/cli"
 	"distflash/parallel/transport"
+	"distflash/world"
 )
 
 func main() {
@@ -29,10 +31,12 @@ func main() {
 	if l, _ := transport.MPIEnv(); l != nil && l.Size > 1 && l.Rank > 0 {
 		// one of several ranks: rank 0 says what every rank found alike (the config, the
 		// memory), and each other rank only what is its own
-		var same *everyRank
-		if !errors.As(err, &same) {
-			fmt.Fprintf(os.Stderr, "distflash: rank %d: %v\n", l.Rank, err)
+		if world.IsAlike(err) {
+			// rank 0 meets it too, says it and ends the job, this process with it; a rank
+			// that is still here after alikeGrace says it itself, so it is never lost
+			time.Sleep(alikeGrace)
 		}
+		fmt.Fprintf(os.Stderr, "distflash: rank %d: %v\n", l.Rank, err)
 	} else {
 		fmt.Fprintln(os.Stderr, "distflash:", err)
 	}
@@ -41,11 +45,9 @@ func main() {
 	transport.AbortMPI(2)
 }
 
-// everyRank marks an error that every rank of a launched world meets alike (an invalid config,
-// a model that does not fit): only rank 0 prints it.
-type everyRank struct{ error }
-
-func (e *everyRank) Unwrap() error { return e.error }
+// alikeGrace is how long a rank other than 0 waits, with an error every rank meets alike
+// (world.Alike), for rank 0 to say it and end the job before saying it itself.
+const alikeGrace = 5 * time.Second
 
 // runVersion is `distflash version`.
 func runVersion(args []string, stdout, stderr io.Writer) error {

@@ -60,3 +60,34 @@ func TestExportOverMPI(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryRankRefusalOnceOverMPI: a refusal that every rank of a launched eval or generate
+// makes alike (a --seq-len, a passkey length or a generation beyond the model's longest
+// sequence) is said once, rank 0's, with no "rank 1:" copy, and ends the job.
+func TestEveryRankRefusalOnceOverMPI(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Fatalf("mpirun is not on PATH: %v", err)
+	}
+	model := trainedTiny(t)
+	launch := []string{mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2", bin}
+	world := []string{"--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2"}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"eval --seq-len beyond the model", []string{"eval", "--model", model, "--seq-len", "100000"}, "exceeds the model's longest sequence"},
+		{"generate past the model", []string{"generate", "--model", model, "--prompt", "func main() {", "--max-new-tokens", "100000"}, "exceed the model's longest sequence"},
+		{"passkey past the model", []string{"eval", "--task", "passkey", "--model", model, "--lengths", "64K"}, "65536"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := command()
+			cmd.Path, cmd.Args = mpirun, append(append(launch, c.args...), world...)
+			_, stderr, err := runCmd(t, cmd)
+			if err == nil || strings.Count(stderr, c.want) != 1 || strings.Contains(stderr, "rank 1:") {
+				t.Errorf("%v; %d times %q, want once and no \"rank 1:\" line:\n%s", err, strings.Count(stderr, c.want), c.want, stderr)
+			}
+		})
+	}
+}
