@@ -99,7 +99,6 @@
 package plan
 
 import (
-	"distflash/ckpt"
 	"fmt"
 	"io"
 	"math"
@@ -110,6 +109,7 @@ import (
 	"sync"
 	"text/tabwriter"
 
+	"distflash/ckpt"
 	"distflash/config"
 	"distflash/kernels"
 	"distflash/model"
@@ -369,18 +369,20 @@ const gcHeadroom = 0.15
 
 // ProcessBase is the resident memory of a distflash process outside the tensors, the data and
 // the checkpoint writer: the binary's code and data (25 MB on disk), the Go runtime's
-// structures and stacks, and the pages the collector has freed but not yet returned. Measured
-// on linux/amd64 (peak RSS from /usr/bin/time less the rest of the estimate, the tiny model at
-// 1K to 8K tokens, GOMAXPROCS 1 to 4): 40 to 52 MB.
+// structures and stacks. Measured on linux/amd64: peak RSS from /usr/bin/time less the
+// tensors' estimate was 40 to 52 MB for the tiny model at 1K to 8K tokens, GOMAXPROCS 1 to 4,
+// which held 4 MiB of tokens and one to four writer workers besides (dataBytes and
+// ckpt.WorkerBytes count those).
 const ProcessBase = 32 << 20
 
-// localRanks is how many of the world's ranks one process runs: all of them in process
-// (parallelism.backend = "inproc"), one under MPI or NCCL.
+// localRanks is how many of the world's ranks one process runs, by world.Launch's rule: one
+// under MPI (parallelism.backend = "mpi", which Launch sets when mpirun or srun started the
+// process), else all of them (inproc, and NCCL over the in-process world).
 func localRanks(cfg config.Config) int {
-	if cfg.Parallelism.Backend == "inproc" {
-		return max(1, cfg.Parallelism.WorldSize)
+	if cfg.Parallelism.Backend == "mpi" {
+		return 1
 	}
-	return 1
+	return max(1, cfg.Parallelism.WorldSize)
 }
 
 // dataBytes bounds the training data a process holds: its tokens as int32, at most one a byte
