@@ -263,8 +263,11 @@ func TestLossChunksTrainLikeWhole(t *testing.T) {
 			rel, abs := 1e-6, 1e-5
 			if name == "bf16" {
 				// a last-bit difference in a master weight can round its bf16 compute copy the
-				// other way (2^-8 relative): measured 8.4e-6 on the loss, 1.3e-5 on the weights
-				rel, abs = 1e-4, 1e-4
+				// other way (2^-8 relative), and Adam's normalised step carries it on: measured
+				// 8.4e-6 on the loss and 1.3e-5 on the weights with the portable GEMM, 7.7e-6 and
+				// 9.2e-4 with the FMA one (AMD EPYC); a chunk lost or counted twice still moves
+				// the loss by far more than 1e-4
+				rel, abs = 1e-4, 2e-3
 			}
 			compareRuns(t, name, whole, chunked, trW.fullParams(), trC.fullParams(), rel, abs)
 		})
