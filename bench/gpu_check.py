@@ -71,6 +71,22 @@ phases took 7 minutes together (bench/results/h200-2026-11-26):
                equal (greedy: the largest logit, which rounding moves only where the top two
                are within 1e-5). --dry runs the same with device.kind = cpu-device.
 
+  cudnn-first  cuDNN's fused attention the first time it meets a GPU (the cuDNN review's D0–D7,
+               docs/gpu.md "cuDNN's fused attention"), at most 5 minutes: the cuDNN and NVRTC
+               of the Python environment (D0: files, versions, whether NVRTC and its builtins
+               load); the kernels test binary's TestCUDACUDNNFirst with CUDNN_LOGLEVEL_DBG=2
+               (D0–D6: one block forward and backward against the own kernel, with the real O
+               and with the synthetic O′, softmax_sum against D, the two forms' time, the
+               deterministic and default workspace at 8K × 32 heads, the mask matrix, TFLOP/s of
+               cuDNN and the own kernel at head_dim 64/128, 4K–16K, with the glue's share);
+               PyTorch SDPA (cuDNN backend) on the same shapes; and D7, two steps of the tiny
+               config at 2048 tokens over 2 ranks with ring and with distflash, bf16, cuDNN
+               against the own kernel (losses within 2e-3 relative, gradient norms 5e-2: the
+               kernels round P and dS to bf16 at different points), the plans the warm-up built
+               and no block that cuDNN was meant to take on the own kernel. --dry runs
+               TestCUDACUDNNFirst on the stub cuDNN and the recording fake device
+               (DISTFLASH_CUDNN_FIRST=stub: the routing, plans and workspaces, no numbers), the
+               SDPA script on the CPU, and D7 on CPU ranks.
   cudnn        cuDNN's fused attention behind the CUDA backend (issue "GPU attention at cuDNN's
                speed", part 2): the cuDNN the Python environment carries (the nvidia-cudnn wheel
                PyTorch brings), its version, scripts/check_cudnn_abi.sh against its headers;
@@ -112,12 +128,14 @@ import tarfile
 import threading
 import time
 
-PHASES = ["correctness", "attention", "model", "multigpu", "commands", "cudnn", "curve"]
+PHASES = ["correctness", "cudnn-first", "attention", "model", "multigpu", "commands", "cudnn", "curve"]
 # Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
 # command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "attention": 420, "model": 540, "multigpu": 480, "commands": 240, "cudnn": 420, "curve": 300}
+BUDGET = {"correctness": 360, "cudnn-first": 300, "attention": 420, "model": 540, "multigpu": 480, "commands": 240, "cudnn": 420,
+          "curve": 300}
 # The share of --budget each phase gets in a run of several (time a phase leaves unused passes on).
-SHARE = {"correctness": 0.2, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.15, "curve": 0.1}
+SHARE = {"correctness": 0.2, "cudnn-first": 0.15, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.15,
+         "curve": 0.1}
 CURVE_STEPS = 50
 DOC_STEPS = 20
 FP32_TOL = 1e-5
@@ -1632,6 +1650,110 @@ def cudnn_model(r, limit):
     return {"seq": 8192, "tokens_per_s": tps, "losses": [m["loss"] for m in rows], "peak_gpu_bytes": ms.result()}
 
 
+def first_nvrtc(r, limit):
+    """D0: the cuDNN and NVRTC of this Python environment: the files, cuDNN's version and the
+    CUDA it was built for, and whether libnvrtc and its builtins load (as distflash preloads
+    them: RTLD_GLOBAL)."""
+    res = cudnn_find(r, limit)
+    majors = {}
+    for base in sys.path:
+        for d in ("cuda_nvrtc", "cu13", "cu12"):
+            for f in sorted(glob.glob(os.path.join(base, "nvidia", d, "lib", "libnvrtc*.so*"))):
+                majors.setdefault(os.path.basename(f), f)
+    res["nvrtc_files"] = majors
+    if r.dry:
+        return res
+    import ctypes
+    lib = ctypes.CDLL(res["lib"])
+    lib.cudnnGetCudartVersion.restype = ctypes.c_size_t
+    major = lib.cudnnGetCudartVersion() // 1000
+    res["cuda_major"] = major
+    name = f"libnvrtc.so.{major}"
+    path = majors.get(name, name)
+    try:
+        nv = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        maj, mnr = ctypes.c_int(), ctypes.c_int()
+        nv.nvrtcVersion(ctypes.byref(maj), ctypes.byref(mnr))
+        res["nvrtc"] = f"{maj.value}.{mnr.value} ({path})"
+        b = f"libnvrtc-builtins.so.{maj.value}.{mnr.value}"
+        ctypes.CDLL(os.path.join(os.path.dirname(path), b) if os.path.isabs(path) else b, mode=ctypes.RTLD_GLOBAL)
+        res["nvrtc_builtins"] = b
+    except OSError as e:
+        res["failed"] = f"NVRTC for CUDA {major} does not load: {e}"
+    return res
+
+
+def first_kernels(r, limit):
+    """D0–D6: the kernels test binary's TestCUDACUDNNFirst, cuDNN's debug log kept."""
+    env = {"DISTFLASH_ATTENTION": "cudnn"}
+    if r.dry:
+        env["DISTFLASH_CUDNN_FIRST"] = "stub"
+    else:
+        env.update({"CUDNN_LOGLEVEL_DBG": "2", "CUDNN_LOGDEST_DBG": os.path.join(r.logs, "cudnn_first_dbg.log")})
+    code, text = r.sh("cudnn_first", [r.bin("kernels.test"), "-test.v", "-test.run", "^TestCUDACUDNNFirst$",
+                                      "-test.timeout", f"{int(limit) - 5}s"],
+                      limit, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1), env=env)
+    steps = [json.loads(line.split(" ", 1)[1]) for line in text.splitlines() if line.startswith("CUDNNFIRST ")]
+    t = parse_tests(text)
+    res = {"steps": steps, "failed_tests": t["FAIL"]}
+    if code != 0 or t["FAIL"]:
+        errs = [line.strip() for line in text.splitlines() if "_test.go:" in line][:12]
+        res["failed"] = f"{', '.join(t['FAIL'][:8]) or f'exit status {code}'}: {' | '.join(errs) or tail(text, 400)}"
+    return res
+
+
+def first_sdpa(r, limit):
+    """D6's reference: PyTorch SDPA (its cuDNN and flash backends) on the same shapes."""
+    jpath = os.path.join(r.work, "cudnn_first_sdpa.jsonl")
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "cuda_attn.py"), "--json", jpath, "--skip-go",
+           "--seqs", "4096,8192,16384", "--head-dims", "64,128", "--reps", "5"]
+    if r.dry:
+        cmd = [sys.executable, os.path.join(r.pack, "bench", "cuda_attn.py"), "--json", jpath, "--skip-go", "--device", "cpu",
+               "--seqs", "256", "--head-dims", "64", "--reps", "1"]
+    r.sh("cudnn_first_sdpa", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
+    with open(jpath) as f:
+        return {"shapes": [json.loads(line) for line in f if line.strip()]}
+
+
+def first_schedules(r, limit):
+    """D7: two steps of the tiny config at 2048 tokens over 2 ranks, ring and distflash, bf16,
+    cuDNN against the own kernel: the losses, gradient norms, the warm-up's plans, the paths."""
+    deadline = time.monotonic() + limit
+    dev = "cpu" if r.dry else "cuda"
+    res, bad = {}, []
+    for attn in ("ring", "distflash"):
+        rows = {}
+        for mode in ("cudnn", "own"):
+            name = f"d7-{attn}-{mode}"
+            extra = ("--set", "data.seq_len=2048", "--set", "parallelism.world_size=2", "--set", "parallelism.sequence_parallel_degree=2",
+                     "--set", f"parallelism.attention={attn}") + (() if r.dry else ("--set", f"device.attention={mode}"))
+            rows[mode] = train_curve(r, name, dev, "bf16", max(30, (deadline - time.monotonic()) / 2), steps=2, extra=extra)
+            with open(os.path.join(r.logs, name + ".log"), errors="replace") as f:
+                text = f.read()
+            res[name] = {"losses": [m["loss"] for m in rows[mode]], "grad_norms": [m["grad_norm"] for m in rows[mode]],
+                         "warmup": re.findall(r"attention warm-up before the first step.*", text)[:1],
+                         "paths": re.findall(r"^attention \(.*", text, re.M)[-1:]}
+            if mode == "cudnn" and not r.dry:
+                if not res[name]["warmup"]:
+                    bad.append(f"{attn}: no attention warm-up line")
+                for p in res[name]["paths"]:
+                    if "cuDNN has no plan" in p or "no cuDNN" in p:
+                        bad.append(f"{attn}: a block without cuDNN: {p[:300]}")
+        for a, b in zip(rows["cudnn"], rows["own"]):
+            if abs(a["loss"] - b["loss"]) > 2e-3 * abs(b["loss"]) or abs(a["grad_norm"] - b["grad_norm"]) > 5e-2 * abs(b["grad_norm"]):
+                bad.append(f"{attn} step {a['step']}: cuDNN loss {a['loss']:.6f}, grad norm {a['grad_norm']:.4g}; own {b['loss']:.6f}, {b['grad_norm']:.4g}")
+    if bad:
+        res["failed"] = "; ".join(bad)
+    return res
+
+
+def phase_cudnn_first(r):
+    r.step("cudnn-first", "D0: cuDNN and NVRTC of the Python environment", lambda t: first_nvrtc(r, t), 30)
+    r.step("cudnn-first", "D0-D6: TestCUDACUDNNFirst", lambda t: first_kernels(r, t), 150)
+    r.step("cudnn-first", "D6: PyTorch SDPA on the same shapes", lambda t: first_sdpa(r, t), 60)
+    r.step("cudnn-first", "D7: ring and distflash steps, cuDNN vs own", lambda t: first_schedules(r, t), 90)
+
+
 def phase_cudnn(r):
     r.step("cudnn", "cuDNN library, version, ABI against its headers", lambda t: cudnn_find(r, t), 60)
     r.step("cudnn", "PyTorch SDPA's cuDNN graphs (CUDNN_LOGLEVEL_DBG=3)", lambda t: cudnn_capture(r, t), 60)
@@ -1663,7 +1785,7 @@ def cmd_run(a):
     for i, p in enumerate(phases):
         r.start_phase(phases, i)
         {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model,
-         "multigpu": phase_multigpu, "commands": phase_commands,
+         "multigpu": phase_multigpu, "commands": phase_commands, "cudnn-first": phase_cudnn_first,
          "cudnn": phase_cudnn, "curve": phase_curve}[p](r)
     rep = write_report(r, phases)
     print(render(rep))

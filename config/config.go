@@ -177,6 +177,12 @@ type DeviceConfig struct {
 	// without cuDNN, said once), "cudnn" (the same, but a cuDNN that cannot be loaded is an
 	// error) or "own" (the own FlashAttention kernel only). The CPU has one path.
 	Attention string `toml:"attention" json:"attention,omitempty"`
+	// DeterministicAttention asks a GPU's attention backward for the same bits run to run:
+	// cuDNN's deterministic backward where its workspace stays within 256 MiB (it grows as
+	// s_q·s_kv: 4 GiB for one 8K block of 32 heads on Hopper), the own kernel (deterministic)
+	// for the other blocks. False (the default, as PyTorch's and TransformerEngine's) lets
+	// cuDNN accumulate dQ with atomics. The CPU is deterministic either way.
+	DeterministicAttention bool `toml:"deterministic_attention" json:"deterministic_attention,omitempty"`
 }
 
 // The allowed values of the enumerated keys, in the order error messages list them.

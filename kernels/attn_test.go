@@ -244,9 +244,9 @@ func TestAttnWindowSkipsTiles(t *testing.T) {
 		o, lse := be.Alloc(T*H*hd), be.Alloc(H*T)
 		be.AttnFinish(o, lse, st, T, H, hd)
 		d := be.Alloc(H * T)
-		be.AttnBackwardPrep(d, o, do, T, H, hd)
+		be.AttnBackwardPrep(d, o, do, T, H, hd, FP32)
 		dq, dk, dv := be.Alloc(T*H*hd), be.Alloc(T*H*hd), be.Alloc(T*H*hd)
-		be.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh)
+		be.AttnBackward(dq, dk, dv, q, k, v, nil, do, lse, d, sh)
 		after := be.Counters().Snapshot()
 		return after.AttnFwdFLOPs - before.AttnFwdFLOPs, after.AttnBwdFLOPs - before.AttnBwdFLOPs
 	}
@@ -333,12 +333,12 @@ func checkBlocks(t *testing.T, r *rand.Rand, H, K, hd int, pos, doc []int32, cau
 
 	dob, D := be.Alloc(len(do)), be.Alloc(H*n)
 	be.Upload(dob, do)
-	be.AttnBackwardPrep(D, o, dob, n, H, hd)
+	be.AttnBackwardPrep(D, o, dob, n, H, hd, FP32)
 	dq, dk, dv := be.Alloc(len(q)), be.Alloc(len(k)), be.Alloc(len(v))
 	for _, bi := range order {
 		kb, vb, sh := block(bi)
 		dkb, dvb := be.Alloc(kb.Len()), be.Alloc(vb.Len())
-		be.AttnBackward(dq, dkb, dvb, qb, kb, vb, dob, lse, D, sh)
+		be.AttnBackward(dq, dkb, dvb, qb, kb, vb, nil, dob, lse, D, sh)
 		copy(Host(dk)[cuts[bi]*K*hd:], Host(dkb))
 		copy(Host(dv)[cuts[bi]*K*hd:], Host(dvb))
 	}
@@ -378,9 +378,9 @@ func TestAttnFullyMaskedQuery(t *testing.T) {
 	}
 	do, D := be.Alloc(4), be.Alloc(2)
 	be.Upload(do, []float32{1, 1, 1, 1})
-	be.AttnBackwardPrep(D, o, do, 2, 1, 2)
+	be.AttnBackwardPrep(D, o, do, 2, 1, 2, FP32)
 	dq, dk, dv := be.Alloc(4), be.Alloc(4), be.Alloc(4)
-	be.AttnBackward(dq, dk, dv, q, k, v, do, lse, D, sh)
+	be.AttnBackward(dq, dk, dv, q, k, v, nil, do, lse, D, sh)
 	for _, x := range append(Host(dq)[:2:2], Host(dk)...) {
 		if x != x {
 			t.Fatalf("NaN in backward: dq %v dk %v", Host(dq), Host(dk))
@@ -442,9 +442,9 @@ func TestAttnLongBlockMatchesNaive(t *testing.T) {
 			o, lse := be.Alloc(n*H*hd), be.Alloc(H*n)
 			be.AttnFinish(o, lse, st, n, H, hd)
 			dob, D := upload(be, do), be.Alloc(H*n)
-			be.AttnBackwardPrep(D, o, dob, n, H, hd)
+			be.AttnBackwardPrep(D, o, dob, n, H, hd, FP32)
 			dq, dk, dv := be.Alloc(n*H*hd), be.Alloc(n*K*hd), be.Alloc(n*K*hd)
-			be.AttnBackward(dq, dk, dv, qb, kb, vb, dob, lse, D, sh)
+			be.AttnBackward(dq, dk, dv, qb, kb, vb, nil, dob, lse, D, sh)
 			for _, c := range []struct {
 				name  string
 				got   Buf

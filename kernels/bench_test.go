@@ -155,7 +155,7 @@ func newAttnBench(n, hd int) *attnBench {
 	}
 	a.forward()
 	be.AttnFinish(a.o, a.lse, a.st, n, H, hd)
-	be.AttnBackwardPrep(a.d, a.o, a.do, n, H, hd)
+	be.AttnBackwardPrep(a.d, a.o, a.do, n, H, hd, FP32)
 	be.Counters().Reset()
 	return a
 }
@@ -245,7 +245,7 @@ func BenchmarkAttnBackward(b *testing.B) {
 	for _, s := range attnBenchSizes {
 		b.Run(fmt.Sprintf("n%d/hd%d", s.n, s.hd), func(b *testing.B) {
 			a := newAttnBench(s.n, s.hd)
-			step := func() { a.be.AttnBackward(a.dq, a.dk, a.dv, a.q, a.k, a.v, a.do, a.lse, a.d, a.sh) }
+			step := func() { a.be.AttnBackward(a.dq, a.dk, a.dv, a.q, a.k, a.v, nil, a.do, a.lse, a.d, a.sh) }
 			attnLoop(b, a, step, a.be.Counters().AttnBwdFLOPs.Load, 2.5*a.naiveFwdFLOPs)
 		})
 	}

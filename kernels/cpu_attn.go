@@ -209,6 +209,11 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	if err := sh.Validate(); err != nil {
 		panic(err)
 	}
+	if sh.Operands != FP32 {
+		H, KV, hd := sh.Heads, sh.KVHeads, sh.HeadDim
+		qb, kb, vb = c.unpacked("attn q", qb, sh.NQ*H*hd, sh), c.unpacked("attn k", kb, sh.NK*KV*hd, sh), c.unpacked("attn v", vb, sh.NK*KV*hd, sh)
+		sh.Operands = FP32
+	}
 	q, k, v, o, ms, ls := f(qb), f(kb), f(vb), f(st.O), f(st.M), f(st.L)
 	H, hd := sh.Heads, sh.HeadDim
 	qs, ks := H*hd, sh.KVHeads*hd
@@ -370,7 +375,11 @@ func (c *CPU) AttnFinish(ob, lseb Buf, s AttnState, nq, heads, headDim int) {
 }
 
 // AttnBackwardPrep implements Backend.
-func (c *CPU) AttnBackwardPrep(db, ob, dob Buf, nq, heads, headDim int) {
+func (c *CPU) AttnBackwardPrep(db, ob, dob Buf, nq, heads, headDim int, p Precision) {
+	if p != FP32 {
+		sh := AttnShape{Operands: p}
+		ob, dob = c.unpacked("prep o", ob, nq*heads*headDim, sh), c.unpacked("prep do", dob, nq*heads*headDim, sh)
+	}
 	d, o, do := f(db), f(ob), f(dob)
 	mustLen("prep o", o, nq*heads*headDim)
 	mustLen("prep do", do, len(o))
@@ -408,9 +417,24 @@ func attnBwdSplit(kvHeads, keyTiles int) int {
 // walks the group's query heads, then the query tiles (each packed once), then its visible
 // key tiles (K and V packed once per call) in a fixed order, adding into dK, dV and dQ (or
 // its class's partial dQ, see attnBwdChunks), so no two items write the same element.
-func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh AttnShape) {
+// The CPU computes from D alone (o, when given, is only checked): D is what the schedules
+// compute and send, and what FlashAttention-2's backward uses.
+func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh AttnShape) {
 	if err := sh.Validate(); err != nil {
 		panic(err)
+	}
+	if sh.Operands != FP32 {
+		H, KV, hd := sh.Heads, sh.KVHeads, sh.HeadDim
+		qb, kb, vb = c.unpacked("attn bwd q", qb, sh.NQ*H*hd, sh), c.unpacked("attn bwd k", kb, sh.NK*KV*hd, sh), c.unpacked("attn bwd v", vb, sh.NK*KV*hd, sh)
+		dob = c.unpacked("attn bwd do", dob, sh.NQ*H*hd, sh)
+		if ob != nil { // not read: checked only
+			mustLen("attn bwd o (packed)", f(ob), sh.OperandLen(sh.NQ*H*hd))
+		}
+		ob = nil
+		sh.Operands = FP32
+	}
+	if ob != nil {
+		mustLen("attn bwd o", f(ob), sh.NQ*sh.Heads*sh.HeadDim)
 	}
 	dq, dk, dv, q, k, v, do, lse, d := f(dqb), f(dkb), f(dvb), f(qb), f(kb), f(vb), f(dob), f(lseb), f(db)
 	H, hd := sh.Heads, sh.HeadDim
@@ -564,4 +588,13 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Attn
 			}
 		})
 	}
+}
+
+// unpacked returns the n values of an operand packed in 16 bits (AttnShape.Operands) in a
+// float32 buffer of their own: the CPU computes on the values the packing rounded to.
+func (c *CPU) unpacked(what string, b Buf, n int, sh AttnShape) Buf {
+	mustLen(what+" (packed)", f(b), sh.OperandLen(n))
+	out := c.Alloc(n)
+	c.UnpackHalf(out, b, sh.Operands)
+	return out
 }

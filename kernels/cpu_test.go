@@ -965,9 +965,9 @@ func TestBitReproducibleAcrossGOMAXPROCS(t *testing.T) {
 		o, lse := be.Alloc(N*H*hd), be.Alloc(H*N)
 		be.AttnFinish(o, lse, st, N, H, hd)
 		do, D := upload(be, randVec(r, N*H*hd, 1)), be.Alloc(H*N)
-		be.AttnBackwardPrep(D, o, do, N, H, hd)
+		be.AttnBackwardPrep(D, o, do, N, H, hd, FP32)
 		dq, dk, dv := be.Alloc(N*H*hd), be.Alloc(N*K*hd), be.Alloc(N*K*hd)
-		be.AttnBackward(dq, dk, dv, q, kk, v, do, lse, D, sh)
+		be.AttnBackward(dq, dk, dv, q, kk, v, nil, do, lse, D, sh)
 		res["attn o"], res["attn lse"], res["attn D"] = Host(o), Host(lse), Host(D)
 		res["attn dq"], res["attn dk"], res["attn dv"] = Host(dq), Host(dk), Host(dv)
 		return res

@@ -29,7 +29,8 @@ import (
 // that method exists) MatMul rounds its operands to 16 bits inside cuBLAS and accumulates in
 // float32, and attention runs the tensor-core FlashAttention-2 kernels of attn_mma.cu (16-bit
 // q, k, v, dO, P and dS operands, float32 accumulation and state) for head dimensions 32, 64
-// and 128. Buffers stay float32 at the interface in every mode.
+// and 128. Buffers stay float32 at the interface in every mode, but for attention operands a
+// 16-bit run's schedules pass packed (AttnShape.Operands), which the kernels read as they are.
 //
 // A CUDA backend is meant to be driven by one goroutine (one per rank); its methods are
 // nevertheless safe to call concurrently.
@@ -45,7 +46,7 @@ type CUDA struct {
 	f64s   *cuda.Mem    // reduction partials, RoPE frequencies
 	flag   *cuda.Mem    // AllFinite's flag
 	segs   *cuda.Mem    // AdamWSegments' table
-	halves [4]*cuda.Mem // 16-bit operands of the tensor-core attention
+	halves [5]*cuda.Mem // 16-bit operands of the attention: q, k, v, dO (or O), and a packed dO realigned
 
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
 }
@@ -59,12 +60,12 @@ var ptxKernels = map[string][]string{
 		"df_unpack_half", "df_to_half", "df_add_rmsnorm", "df_swiglu_bwd_act", "df_adamw_multi",
 	},
 	"attn_f32": {
-		"df_attn_merge", "df_attn_finish", "df_attn_prep", "df_attn_fwd_f32", "df_attn_bwd_dq_f32",
+		"df_attn_merge", "df_attn_finish", "df_attn_prep", "df_attn_prep16", "df_attn_fwd_f32", "df_attn_bwd_dq_f32",
 		"df_attn_bwd_dkdv_f32",
 	},
 	"attn_mma": mmaKernelNames(),
 	"cudnn_aux": {
-		"df_pad_half", "df_cudnn_dsplit", "df_add_half", "df_cudnn_fold", "df_lse_scatter",
+		"df_cudnn_oprime", "df_add_half3", "df_cudnn_fold", "df_lse_scatter",
 	},
 }
 

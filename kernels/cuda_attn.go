@@ -40,6 +40,39 @@ func (c *CUDA) toHalf(i int, b Buf, fp16 bool) devPtr {
 	return p
 }
 
+// widened returns a packed operand's n values in a float32 buffer of their own (UnpackHalf),
+// for the float32 kernel (c.mu not held).
+func (c *CUDA) widened(b Buf, n int, sh AttnShape) Buf {
+	out := c.Alloc(n)
+	c.UnpackHalf(out, b, sh.Operands)
+	return out
+}
+
+// operand returns the 16-bit address of one of a call's operands (c.mu held): a float32
+// buffer converted into slot i (toHalf); a packed one (AttnShape.Operands) as it is, or copied
+// into slot i when it does not start on a 16-byte boundary (the kernels' vector loads and
+// cuDNN's tensors need it). A packed operand of the other 16-bit format than the backend
+// computes in is a caller's bug.
+func (c *CUDA) operand(i int, b Buf, sh AttnShape, fp16 bool) devPtr {
+	if sh.Operands == FP32 {
+		return c.toHalf(i, b, fp16)
+	}
+	if (sh.Operands == FP16) != fp16 {
+		want := BF16
+		if fp16 {
+			want = FP16
+		}
+		panic(fmt.Sprintf("kernels: cuda attention operands packed in %v, the backend computes in %v", sh.Operands, want))
+	}
+	d := dbuf(b)
+	if p := d.ptr(); p%16 == 0 {
+		return p
+	}
+	p := c.grow(&c.halves[i], 4*d.n)
+	must(c.dev.DtoD(p, d.ptr(), 4*d.n))
+	return p
+}
+
 // attnPlan checks an attention call's shape and buffer lengths (as the CPU backend does) and
 // returns the plan.
 func (c *CUDA) attnPlan(sh AttnShape) attnPlan {
@@ -59,7 +92,8 @@ func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	p := c.attnPlan(sh)
 	H, hd := sh.Heads, sh.HeadDim
 	qs, ks := H*hd, sh.KVHeads*hd
-	q, k, v := dptr("attn q", qb, sh.NQ*qs), dptr("attn k", kb, sh.NK*ks), dptr("attn v", vb, sh.NK*ks)
+	ol := sh.OperandLen
+	q, k, v := dptr("attn q", qb, ol(sh.NQ*qs)), dptr("attn k", kb, ol(sh.NK*ks)), dptr("attn v", vb, ol(sh.NK*ks))
 	o, m, l := dptr("attn o", st.O, sh.NQ*qs), dptr("attn m", st.M, H*sh.NQ), dptr("attn l", st.L, H*sh.NQ)
 	pairs := visiblePairs(sh, attnT64, p.fwdBK)
 	if pairs == 0 || sh.NQ == 0 {
@@ -70,6 +104,11 @@ func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	c.counters.AttnFwdFLOPs.Add(4 * pairs * int64(hd*H))
 	if c.cudnnForward(st, qb, kb, vb, sh) {
 		return
+	}
+	if !p.mma && sh.Operands != FP32 { // the float32 kernel (a head dimension the 16-bit one has not): the values, widened
+		qb, kb, vb = c.widened(qb, sh.NQ*qs, sh), c.widened(kb, sh.NK*ks, sh), c.widened(vb, sh.NK*ks, sh)
+		q, k, v = dbuf(qb), dbuf(kb), dbuf(vb)
+		sh.Operands = FP32
 	}
 
 	c.mu.Lock()
@@ -85,7 +124,7 @@ func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 			int32(sh.NQ), int32(sh.NK), int32(H), int32(sh.KVHeads), int32(hd), sh.Scale, causal)
 		return
 	}
-	hq, hk, hv := c.toHalf(0, qb, p.halfIsFP16), c.toHalf(1, kb, p.halfIsFP16), c.toHalf(2, vb, p.halfIsFP16)
+	hq, hk, hv := c.operand(0, qb, sh, p.halfIsFP16), c.operand(1, kb, sh, p.halfIsFP16), c.operand(2, vb, sh, p.halfIsFP16)
 	c.launch("df_attn_fwd_"+p.suffix, gx, H, p.threads, p.smemFwd, hq, hk, hv, o, m, l,
 		at(ai.qpos), at(ai.kpos), at(ai.q64min), at(ai.q64max), at(ai.k64min), at(ai.k64max),
 		doc(ai.qstart), doc(ai.qs64min), doc(ai.qs64max),
@@ -112,21 +151,29 @@ func (c *CUDA) AttnFinish(ob, lseb Buf, s AttnState, nq, heads, headDim int) {
 }
 
 // AttnBackwardPrep implements Backend.
-func (c *CUDA) AttnBackwardPrep(db, ob, dob Buf, nq, heads, headDim int) {
+func (c *CUDA) AttnBackwardPrep(db, ob, dob Buf, nq, heads, headDim int, p Precision) {
 	n := nq * heads * headDim
+	if p != FP32 {
+		n16 := AttnShape{Operands: p}.OperandLen(n)
+		d, o, do := dptr("prep D", db, heads*nq), dptr("prep o", ob, n16), dptr("prep do", dob, n16)
+		c.launch("df_attn_prep16", warpRowGrid(nq*heads), 1, ewThreads, 0, d, o, do,
+			int32(nq), int32(heads), int32(headDim), boolInt(p == FP16))
+		return
+	}
 	d, o, do := dptr("prep D", db, heads*nq), dptr("prep o", ob, n), dptr("prep do", dob, n)
 	c.launch("df_attn_prep", warpRowGrid(nq*heads), 1, ewThreads, 0, d, o, do,
 		int32(nq), int32(heads), int32(headDim))
 }
 
 // AttnBackward implements Backend.
-func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh AttnShape) {
+func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh AttnShape) {
 	p := c.attnPlan(sh)
 	H, hd := sh.Heads, sh.HeadDim
 	qs, ks := H*hd, sh.KVHeads*hd
-	q, dq, do := dptr("attn bwd q", qb, sh.NQ*qs), dptr("attn bwd dq", dqb, sh.NQ*qs), dptr("attn bwd do", dob, sh.NQ*qs)
-	k, dk := dptr("attn bwd k", kb, sh.NK*ks), dptr("attn bwd dk", dkb, sh.NK*ks)
-	v, dv := dptr("attn bwd v", vb, sh.NK*ks), dptr("attn bwd dv", dvb, sh.NK*ks)
+	ol := sh.OperandLen
+	q, dq, do := dptr("attn bwd q", qb, ol(sh.NQ*qs)), dptr("attn bwd dq", dqb, sh.NQ*qs), dptr("attn bwd do", dob, ol(sh.NQ*qs))
+	k, dk := dptr("attn bwd k", kb, ol(sh.NK*ks)), dptr("attn bwd dk", dkb, sh.NK*ks)
+	v, dv := dptr("attn bwd v", vb, ol(sh.NK*ks)), dptr("attn bwd dv", dvb, sh.NK*ks)
 	lse, d := dptr("attn bwd lse", lseb, H*sh.NQ), dptr("attn bwd D", db, H*sh.NQ)
 	pairs := visiblePairs(sh, attnT64, attnT32)
 	if pairs == 0 || sh.NQ == 0 {
@@ -134,8 +181,16 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Att
 	}
 	c.counters.AttnBackwards.Add(1)
 	c.counters.AttnBwdFLOPs.Add(10 * pairs * int64(hd*H))
-	if c.cudnnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db, sh) {
+	if ob != nil {
+		dptr("attn bwd o", ob, ol(sh.NQ*qs))
+	}
+	if c.cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db, sh) {
 		return
+	}
+	if !p.mma && sh.Operands != FP32 {
+		qb, kb, vb, dob = c.widened(qb, sh.NQ*qs, sh), c.widened(kb, sh.NK*ks, sh), c.widened(vb, sh.NK*ks, sh), c.widened(dob, sh.NQ*qs, sh)
+		q, k, v, do = dbuf(qb), dbuf(kb), dbuf(vb), dbuf(dob)
+		sh.Operands = FP32
 	}
 
 	c.mu.Lock()
@@ -157,7 +212,7 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh Att
 		return
 	}
 	f16 := p.halfIsFP16
-	hq, hk, hv, hdo := c.toHalf(0, qb, f16), c.toHalf(1, kb, f16), c.toHalf(2, vb, f16), c.toHalf(3, dob, f16)
+	hq, hk, hv, hdo := c.operand(0, qb, sh, f16), c.operand(1, kb, sh, f16), c.operand(2, vb, sh, f16), c.operand(3, dob, sh, f16)
 	c.launch("df_attn_bwd_dq_"+p.suffix, ceilDiv(sh.NQ, attnT64), H, p.threads, p.smemDQ,
 		hq, hk, hv, hdo, lse, d, dq, at(ai.qpos), at(ai.kpos), at(ai.q64min), at(ai.q64max), at(ai.k32min), at(ai.k32max),
 		doc(ai.qstart), doc(ai.qs64min), doc(ai.qs64max),

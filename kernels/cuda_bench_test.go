@@ -94,8 +94,8 @@ func benchAttnShape(b *testing.B, be *CUDA, n, H, hd int) {
 	b.Run("bwd/"+name, func(b *testing.B) {
 		fwd()
 		for b.Loop() {
-			be.AttnBackwardPrep(d, o, do, n, H, hd)
-			be.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh)
+			be.AttnBackwardPrep(d, o, do, n, H, hd, FP32)
+			be.AttnBackward(dq, dk, dv, q, k, v, nil, do, lse, d, sh)
 			be.Sync()
 		}
 		b.ReportMetric(2.5*flops*float64(b.N)/b.Elapsed().Seconds()/1e12, "TFLOP/s")

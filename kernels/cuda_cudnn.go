@@ -5,50 +5,57 @@ package kernels
 // cuDNN's fused attention behind the CUDA backend's AttnForward and AttnBackward. A block that
 // cuDNN can compute (cuda_cudnn_route.go: full, causal, band, documents) at BF16/FP16 precision
 // runs as one cuDNN graph (kernels/cuda/cudnn_sdpa.go), every other block on the own kernels.
+// Every graph has one head dimension for Q, K, V and O, as PyTorch's and TransformerEngine's
+// have: the shapes NVIDIA validates and its specialised kernels (64, 128, 256) serve.
 //
 // Forward: cuDNN computes the block's normalised output o_b and its log-sum-exp lse_b (the
 // graph's Stats, float32), and df_cudnn_fold folds them into the float32 state (O, M, L) as
 // AttnMerge folds the state (O = o_b, M = lse_b, L = 1): the partial outputs of a block and of
 // the blocks before it are merged in float32, as TransformerEngine's context parallelism does.
 //
-// Backward: the Backend passes the final merged lse and D = rowsum(dO ∘ O) (AttnBackwardPrep),
-// not O, and the schedules send D (not O) to the ranks that compute the other blocks of a
-// query. cuDNN's backward graph reads O only to compute softmax_sum = rowsum(dO ∘ O), in
-// float32, which it then uses as D. So the backward hands it O′ and dO′ with eight more
-// columns: dO′ = [dO, p1, p2, p3, 0…], O′ = [0…, s, s, s, 0…], V′ = [V, 0…], where s is the
-// power of two of D's exponent and p1, p2, p3 are D/s cut by truncation into three 16-bit pieces
-// (3 × 8 bits of bf16 or 3 × 11 of fp16 hold float32's 24-bit significand): rowsum(dO′ ∘ O′) =
-// p1·s + p2·s + p3·s = D exactly — every product is a 16-bit value times a power of two (or
-// zero), and the pieces have one sign and disjoint bits of D's significand, so every partial
-// sum is a float32 and the float32 sum is exact in any order (every float32 D in bf16;
-// 2^−25 ≤ |D| < 2^31 in fp16: TestCUDAHostCUDNNDSplit). The extra columns
-// meet V′'s zeros in dP = dO′·V′ᵀ and add nothing; dV′'s extra columns are dropped. cuDNN thus
-// uses the very D the schedule computed, on every rank, and no schedule changes. The price is a
-// head dimension of D+8 for V, dO and O in the backward (see docs/gpu.md).
+// Backward: cuDNN's graph reads O only to compute softmax_sum = rowsum(dO ∘ O) in float32 from
+// the 16-bit operands, which it uses where FlashAttention uses D. Where the block's queries are
+// this rank's, the caller passes their final O (AttnBackward's o) and cuDNN gets it in 16 bits,
+// as PyTorch and TransformerEngine give it. Where only D travelled with the queries (the helper
+// blocks of DistFlashAttn and BurstAttention, a backward given D), cuDNN gets the synthetic O′
+// of kernels/oprime.go (df_cudnn_oprime): rowsum(dO ∘ O′) = D to within the 16-bit unit.
 //
 // The per-block gradients cuDNN writes in 16 bits are added into the float32 dq, dk, dv
 // (the Backend's accumulate rule): per-step gradients are rounded to bf16/fp16 once before the
 // float32 accumulation across blocks.
 //
-// Plans are built once per graph (shape, mask, cuDNN version) and cached; the workspace is one
-// pooled device buffer, grown on demand.
+// The backward is non-deterministic by default (dQ accumulated with atomics in a float32
+// buffer, as PyTorch's and TransformerEngine's default): cuDNN's deterministic backward on Hopper
+// asks a workspace of b·h·s_q·s_kv·2 bytes, 4 GiB for one 8K block of 32 heads.
+// device.deterministic_attention (SetDeterministicAttention) asks for it, up to
+// cudnnDeterministicCap of workspace; a block above the cap runs the own kernel, which is
+// deterministic too, and that is said once.
+//
+// Plans are built once per graph (shape, mask, cuDNN version) and kept for the run: no plan is
+// evicted, so a run cannot thrash the cache; past cudnnMaxPlans graphs new shapes run the own
+// kernel (said once). Their count and build time are in AttentionPaths. The workspace is one
+// pooled device buffer, grown on demand; one that cannot be allocated sends the block to the
+// own kernel (said once), never a panic.
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
+	"time"
 
 	"distflash/kernels/cuda"
 )
 
-// cudnnPadDV is how many columns the backward adds to V, dO and O to carry D (cuDNN needs
-// head dimensions that are multiples of 8; three are used).
-const cudnnPadDV = 8
+// cudnnMaxPlans bounds the plans a backend keeps. Plans hold host descriptors only (a few
+// hundred KB each at most); none is evicted, so a run's working set never thrashes.
+var cudnnMaxPlans = 1024
 
-// cudnnMaxPlans bounds the plan cache (a plan holds host descriptors only).
-const cudnnMaxPlans = 128
+// cudnnDeterministicCap is the most workspace a deterministic backward may ask for:
+// cudnn-frontend's cap before cuDNN 9.0 and llm.c's, 256 MiB.
+const cudnnDeterministicCap = 256 << 20
 
 // cudnnNotice writes the CUDA backend's one-time notices about cuDNN (to standard error).
 var cudnnNotice = func(msg string) { fmt.Fprintln(os.Stderr, "distflash:", msg) }
@@ -64,43 +71,50 @@ type cudnnState struct {
 	dnn           *cuda.DNN
 	deterministic bool
 	plans         map[string]*cudnnPlan
-	order         []string // plan keys, oldest first
 	noticed       map[string]bool
+	built         PlanStats
 
 	ws      *cuda.Mem    // the pooled workspace
-	scratch [9]*cuda.Mem // 16-bit operands and outputs, padded statistics
-	paths   struct {
+	scratch [6]*cuda.Mem // 16-bit outputs and O′, padded statistics
+	// last is the latest execution of a forward ([0]) and a backward ([1]) plan with its
+	// bindings: the GPU check times cuDNN alone with it, to tell its kernel from the glue.
+	last  [2]cudnnExec
+	paths struct {
 		mu       sync.Mutex
 		fwd, bwd map[string]int64
 	}
 }
 
-// Scratch slots of cudnnState (the toHalf slots 0–2 of CUDA hold q, k, v).
+// Scratch slots of cudnnState (the toHalf slots 0–3 of CUDA hold q, k, v and the real O).
 const (
 	scrO     = iota // forward: o_b (16-bit); backward: O′
-	scrStats        // forward: Stats; backward (ragged): the lse scattered into the padded statistics
-	scrV            // backward: V′
-	scrDO           // backward: dO′
+	scrStats        // forward: Stats; backward: lse scattered into the padded statistics, or lse aligned
+	scrDO           // backward: dO in 16 bits
 	scrDQ           // backward: dq, dk, dv in 16 bits
 	scrDK
 	scrDV
 )
 
-// cudnnPlan is a cached plan, or why the graph has none (err).
-type cudnnPlan struct {
-	plan *cuda.Plan
-	lay  *cuda.SDPALayout
-	ws   int64 // total workspace bytes
-	err  error
+// cudnnExec is one execution of a plan: the plan, the tensors' addresses and the workspace.
+type cudnnExec struct {
+	plan *cudnnPlan
+	ptrs map[int64]cuda.Ptr
+	ws   devPtr
 }
 
-// initCUDNN sets the cuDNN side's defaults: attention mode auto, cuDNN opened on the
-// backend's device, and the determinism of cuDNN's backward from
-// $DISTFLASH_CUDNN_DETERMINISTIC (default 1: dQ without atomics, reproducible run to run as the
-// own kernels are; 0 lets cuDNN accumulate dQ with atomics, as PyTorch does).
+// cudnnPlan is a cached plan, or why the graph has none (err).
+type cudnnPlan struct {
+	plan     *cuda.Plan
+	lay      *cuda.SDPALayout
+	ws       int64 // total workspace bytes
+	backward bool
+	err      error
+}
+
+// initCUDNN sets the cuDNN side's defaults: attention mode auto, the non-deterministic
+// backward, cuDNN opened on the backend's device.
 func (c *CUDA) initCUDNN() {
 	c.dnn.mode = AttentionAuto
-	c.dnn.deterministic = os.Getenv("DISTFLASH_CUDNN_DETERMINISTIC") != "0"
 	c.dnn.open = func() (*cuda.DNN, error) {
 		d, ok := c.dev.(interface{ DNN() (*cuda.DNN, error) })
 		if !ok {
@@ -128,14 +142,25 @@ func (c *CUDA) SetAttention(mode string) error {
 	return nil
 }
 
+// SetDeterministicAttention implements AttentionRouter.
+func (c *CUDA) SetDeterministicAttention(on bool) {
+	s := &c.dnn
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deterministic = on
+}
+
 // AttentionPaths implements AttentionRouter.
 func (c *CUDA) AttentionPaths() AttentionPaths {
 	s := &c.dnn
 	s.mu.Lock()
-	p := AttentionPaths{Mode: s.mode}
+	p := AttentionPaths{Mode: s.mode, Deterministic: s.deterministic, Plans: s.built}
 	switch {
 	case s.dnn != nil:
 		p.Library = fmt.Sprintf("cuDNN %s (%s)", cuda.CUDNNVersionString(s.dnn.Version), s.dnn.File)
+		if n := cuda.LoadedNVRTC(); n.File != "" {
+			p.Library += fmt.Sprintf(", NVRTC %d.%d", n.Major, n.Minor)
+		}
 	case s.err != nil:
 		p.Library = "no cuDNN: " + s.err.Error()
 	}
@@ -192,7 +217,8 @@ func (s *cudnnState) load() error {
 	return nil
 }
 
-// close releases the plans and the handle.
+// close releases the plans and the handle. The caller has synchronised the device's stream
+// (CUDA.Close): no queued execution of a plan outlives it.
 func (s *cudnnState) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -201,7 +227,7 @@ func (s *cudnnState) close() error {
 			p.plan.Close()
 		}
 	}
-	s.plans, s.order = nil, nil
+	s.plans = nil
 	if s.dnn == nil {
 		return nil
 	}
@@ -212,7 +238,7 @@ func (s *cudnnState) close() error {
 
 // cudnnRoute decides whether cuDNN computes block sh; it returns the block, its graph's
 // description and plan, or false after counting the own path the block takes (s.mu is not
-// held by the caller).
+// held by the caller). The caller counts the cuDNN path once the block ran (cudnnRan).
 func (c *CUDA) cudnnRoute(sh AttnShape, backward bool) (cudnnBlock, cuda.SDPA, *cudnnPlan, bool) {
 	s := &c.dnn
 	s.mu.Lock()
@@ -229,7 +255,7 @@ func (c *CUDA) cudnnRoute(sh AttnShape, backward bool) (cudnnBlock, cuda.SDPA, *
 		return own("fp32")
 	}
 	if err := s.load(); err != nil {
-		s.notice(fmt.Sprintf("cuDNN is not used, every attention block runs the own kernel: %v", err))
+		s.notice(fmt.Sprintf("cuDNN attention is off, every attention block runs the own kernel: %v", err))
 		return own("no cuDNN")
 	}
 	if s.dnn.Version == 91000 || s.dnn.Version == 91001 {
@@ -246,11 +272,67 @@ func (c *CUDA) cudnnRoute(sh AttnShape, backward bool) (cudnnBlock, cuda.SDPA, *
 		return own(err.Error())
 	}
 	p := s.plan(spec)
+	if p == nil {
+		s.notice(fmt.Sprintf("cuDNN: %d attention plans built, the most a run keeps: blocks of new shapes run the own kernel", cudnnMaxPlans))
+		return own("cuDNN plan cache full")
+	}
 	if p.err != nil {
+		if h := compileHint(p.err); h != "" {
+			s.notice(fmt.Sprintf("cuDNN cannot build its fused attention (%s): those blocks run the own kernel: %v", h, p.err))
+		}
 		return own("cuDNN has no plan: " + p.err.Error())
 	}
-	s.count(backward, "cudnn "+blk.kind)
+	if spec.Deterministic && backward && p.ws > cudnnDeterministicCap {
+		s.notice(fmt.Sprintf("device.deterministic_attention: cuDNN's deterministic backward asks %s of workspace for a %d×%d block of %d heads "+
+			"(more than %s): such blocks run the own kernel, which is deterministic too", bytesText(p.ws), spec.SQ, spec.SKV, spec.H,
+			bytesText(cudnnDeterministicCap)))
+		return own(fmt.Sprintf("deterministic workspace %s above %s", bytesText(p.ws), bytesText(cudnnDeterministicCap)))
+	}
 	return blk, spec, p, true
+}
+
+// compileHint says what a plan failure means when every engine failed for want of NVRTC or
+// with a failed compilation, else "".
+func compileHint(err error) string {
+	var ce cuda.CUDNNError
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, code := range []int{3008, 4001} {
+		if ce.Code == code || containsStatus(ce.Last, code) {
+			return cuda.StatusHint(code)
+		}
+	}
+	return ""
+}
+
+// containsStatus reports whether an engine list (cuda.Plan.Tried, joined) names the status.
+func containsStatus(s string, code int) bool {
+	return strings.Contains(s, fmt.Sprintf("cudnnStatus_t %d", code))
+}
+
+// cudnnRan counts the cuDNN path of a block that ran.
+func (c *CUDA) cudnnRan(blk cudnnBlock, backward bool) { c.dnn.count(backward, "cudnn "+blk.kind) }
+
+// cudnnOwn counts the own path of a block that cuDNN could not run after all (its memory did
+// not fit), saying why once.
+func (c *CUDA) cudnnOwn(backward bool, err error) {
+	s := &c.dnn
+	s.mu.Lock()
+	if !s.noticed["memory"] {
+		s.notice(fmt.Sprintf("cuDNN attention: %v: such blocks run the own kernel", err))
+		s.noticed["memory"] = true
+	}
+	s.mu.Unlock()
+	s.count(backward, "own: "+err.Error())
+}
+
+// bytesText writes a byte count in MiB or GiB.
+func bytesText(b int64) string {
+	if b >= 1<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
 }
 
 // sdpaSpec is block blk of sh as a cuDNN graph description.
@@ -259,52 +341,86 @@ func (c *CUDA) sdpaSpec(sh AttnShape, blk cudnnBlock, backward bool) cuda.SDPA {
 	if c.precision() == precFP16 {
 		io = cuda.Half
 	}
-	dv := int64(sh.HeadDim)
-	if backward {
-		dv += cudnnPadDV
-	}
-	s := cuda.SDPA{Backward: backward, IO: io, B: blk.b, H: int64(sh.Heads), KVH: int64(sh.KVHeads),
-		SQ: blk.sq, SKV: blk.skv, D: int64(sh.HeadDim), DV: dv, Scale: sh.Scale, Mask: blk.mask,
-		Ragged: blk.ragged, Deterministic: c.dnn.deterministic, Version: c.dnn.dnn.Version,
+	return cuda.SDPA{Backward: backward, IO: io, B: blk.b, H: int64(sh.Heads), KVH: int64(sh.KVHeads),
+		SQ: blk.sq, SKV: blk.skv, D: int64(sh.HeadDim), Scale: sh.Scale, Mask: blk.mask,
+		Ragged: blk.ragged, Deterministic: backward && c.dnn.deterministic, Version: c.dnn.dnn.Version,
 		SM: 10*c.info.major + c.info.minor}
-	return s
 }
 
-// plan returns the cached plan of spec, building it the first time (s.mu held).
+// plan returns the cached plan of spec, building it the first time, or nil when the cache is
+// full (s.mu held).
 func (s *cudnnState) plan(spec cuda.SDPA) *cudnnPlan {
 	key := spec.Key()
 	if p, ok := s.plans[key]; ok {
 		return p
 	}
-	p := &cudnnPlan{}
+	if len(s.plans) >= cudnnMaxPlans {
+		return nil
+	}
+	p := &cudnnPlan{backward: spec.Backward}
+	start := time.Now()
 	p.plan, p.lay, p.err = s.dnn.BuildSDPA(spec)
+	sec := time.Since(start).Seconds()
 	if p.err == nil {
 		p.ws = p.lay.Layout()
+		s.built.Built++
+		s.built.Seconds += sec
+		s.built.Slowest = max(s.built.Slowest, sec)
+		s.built.Workspace = max(s.built.Workspace, p.ws)
+	} else {
+		s.built.Failed++
 	}
 	if s.plans == nil {
 		s.plans = map[string]*cudnnPlan{}
 	}
-	if len(s.order) >= cudnnMaxPlans {
-		old := s.order[0]
-		s.order = s.order[1:]
-		if q := s.plans[old]; q != nil && q.plan != nil {
-			q.plan.Close()
-		}
-		delete(s.plans, old)
-	}
 	s.plans[key] = p
-	s.order = append(s.order, key)
 	return p
 }
 
-// scratchAt returns scratch slot i grown to bytes, rounded up to whole 32-bit words (the
-// memsets of the 16-bit outputs clear words) (c.mu held).
-func (c *CUDA) scratchAt(i, bytes int) devPtr { return c.grow(&c.dnn.scratch[i], (bytes+3)&^3) }
+// tryGrow is grow for memory cuDNN's path can do without: an allocation that fails is
+// returned as an error (the block then runs the own kernel) instead of a panic.
+func (c *CUDA) tryGrow(m **cuda.Mem, bytes int, what string) (devPtr, error) {
+	if *m == nil || (*m).Bytes < bytes {
+		n, err := c.dev.Alloc(max(bytes, 4096))
+		if err != nil {
+			return 0, fmt.Errorf("%s of %s does not fit in device memory (%v)", what, bytesText(int64(bytes)), err)
+		}
+		*m = n
+	}
+	return (*m).Ptr, nil
+}
 
-// cudnnExecute runs plan p with the tensors given, the workspace grown to the plan's size and
-// its zeroed tensors cleared (c.mu held).
-func (c *CUDA) cudnnExecute(p *cudnnPlan, ptrs map[int64]cuda.Ptr) {
-	ws := c.grow(&c.dnn.ws, int(p.ws))
+// cudnnMem holds the allocations of one cuDNN block, made before anything is queued so that a
+// failure leaves nothing half done.
+type cudnnMem struct {
+	c   *CUDA
+	err error
+}
+
+// at returns scratch slot i grown to bytes, rounded up to whole 32-bit words (the memsets of
+// the 16-bit outputs clear words) (c.mu held).
+func (m *cudnnMem) at(i, bytes int) devPtr {
+	if m.err != nil {
+		return 0
+	}
+	p, err := m.c.tryGrow(&m.c.dnn.scratch[i], (bytes+3)&^3, "cuDNN's scratch")
+	m.err = err
+	return p
+}
+
+// workspace returns the workspace grown to p's size (c.mu held).
+func (m *cudnnMem) workspace(p *cudnnPlan) devPtr {
+	if m.err != nil {
+		return 0
+	}
+	ws, err := m.c.tryGrow(&m.c.dnn.ws, int(p.ws), "cuDNN's workspace")
+	m.err = err
+	return ws
+}
+
+// cudnnExecute runs plan p with the tensors given and the workspace at ws, its zeroed tensors
+// cleared (c.mu held).
+func (c *CUDA) cudnnExecute(p *cudnnPlan, ptrs map[int64]cuda.Ptr, ws devPtr) {
 	for _, t := range p.lay.Extra {
 		ptrs[t.UID] = ws + devPtr(t.Off)
 		if t.Zero {
@@ -312,6 +428,24 @@ func (c *CUDA) cudnnExecute(p *cudnnPlan, ptrs map[int64]cuda.Ptr) {
 		}
 	}
 	must(p.plan.Execute(ptrs, ws))
+	i := 0
+	if p.backward {
+		i = 1
+	}
+	c.dnn.last[i] = cudnnExec{plan: p, ptrs: ptrs, ws: ws}
+}
+
+// raggedPtrs uploads a ragged block's integers and binds them (c.mu held); it returns the row
+// map's address.
+func (c *CUDA) raggedPtrs(ptrs map[int64]cuda.Ptr, blk cudnnBlock, sh AttnShape) devPtr {
+	H, hd, KVH := sh.Heads, sh.HeadDim, sh.KVHeads
+	ri, err := packRagged(blk, sh.NQ, H, H*hd, KVH*hd, KVH*hd, H*hd)
+	must(err)
+	ip := c.uploadInts(ri.data)
+	at := func(off int) devPtr { return ip + devPtr(4*off) }
+	ptrs[cuda.UIDSeqQ], ptrs[cuda.UIDSeqKV] = at(ri.seqQ), at(ri.seqKV)
+	ptrs[cuda.UIDOffQ], ptrs[cuda.UIDOffK], ptrs[cuda.UIDOffV], ptrs[cuda.UIDOffO] = at(ri.offQ), at(ri.offK), at(ri.offV), at(ri.offO)
+	return at(ri.rowmap)
 }
 
 // cudnnForward computes block sh with cuDNN and folds it into st, or returns false (the own
@@ -325,75 +459,111 @@ func (c *CUDA) cudnnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) bool {
 	o, m, l := dbuf(st.O), dbuf(st.M), dbuf(st.L)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	mem := &cudnnMem{c: c}
+	oh := mem.at(scrO, 2*sh.NQ*H*hd)
+	stats := mem.at(scrStats, int(4*spec.B*spec.H*spec.SQ))
+	ws := mem.workspace(p)
+	if mem.err != nil {
+		c.cudnnOwn(false, mem.err)
+		return false
+	}
 	fp16 := spec.IO == cuda.Half
-	hq, hk, hv := c.toHalf(0, qb, fp16), c.toHalf(1, kb, fp16), c.toHalf(2, vb, fp16)
-	oh := c.scratchAt(scrO, 2*sh.NQ*H*hd)
-	stats := c.scratchAt(scrStats, int(4*spec.B*spec.H*spec.SQ))
+	hq, hk, hv := c.operand(0, qb, sh, fp16), c.operand(1, kb, sh, fp16), c.operand(2, vb, sh, fp16)
 	ptrs := map[int64]cuda.Ptr{cuda.UIDQ: hq, cuda.UIDK: hk, cuda.UIDV: hv, cuda.UIDO: oh, cuda.UIDStats: stats}
 	var rowmap devPtr
 	if blk.ragged {
-		ri, err := packRagged(blk, sh.NQ, H, H*hd, sh.KVHeads*hd, sh.KVHeads*hd, H*hd)
-		must(err)
-		ip := c.uploadInts(ri.data)
-		at := func(off int) devPtr { return ip + devPtr(4*off) }
-		ptrs[cuda.UIDSeqQ], ptrs[cuda.UIDSeqKV] = at(ri.seqQ), at(ri.seqKV)
-		ptrs[cuda.UIDOffQ], ptrs[cuda.UIDOffK], ptrs[cuda.UIDOffV], ptrs[cuda.UIDOffO] = at(ri.offQ), at(ri.offK), at(ri.offV), at(ri.offO)
-		rowmap = at(ri.rowmap)
+		rowmap = c.raggedPtrs(ptrs, blk, sh)
 	}
-	c.cudnnExecute(p, ptrs)
+	c.cudnnExecute(p, ptrs, ws)
 	c.launch("df_cudnn_fold", warpRowGrid(sh.NQ*H), 1, ewThreads, 0, o, m, l, oh, stats, rowmap,
 		int32(sh.NQ), int32(H), int32(hd), int32(spec.SQ), boolInt(fp16))
+	c.cudnnRan(blk, false)
 	runtime.KeepAlive([]Buf{qb, kb, vb})
 	return true
 }
 
 // cudnnBackward adds block sh's gradients computed by cuDNN into dq, dk, dv, or returns false
-// (the own kernels then compute them).
-func (c *CUDA) cudnnBackward(dqb, dkb, dvb, qb, kb, vb, dob, lseb, db Buf, sh AttnShape) bool {
+// (the own kernels then compute them). ob, when not nil, is the queries' final output: cuDNN
+// gets it in 16 bits; else the synthetic O′ of D.
+func (c *CUDA) cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh AttnShape) bool {
 	blk, spec, p, ok := c.cudnnRoute(sh, true)
 	if !ok {
 		return false
 	}
 	H, KVH, hd := sh.Heads, sh.KVHeads, sh.HeadDim
-	ld := hd + cudnnPadDV
 	dq, dk, dv := dbuf(dqb), dbuf(dkb), dbuf(dvb)
-	do, lse, d, v := dbuf(dob), dbuf(lseb), dbuf(db), dbuf(vb)
+	do, lse, d := dbuf(dob), dbuf(lseb), dbuf(db)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fp16 := spec.IO == cuda.Half
-	f16 := boolInt(fp16)
-	hq, hk := c.toHalf(0, qb, fp16), c.toHalf(1, kb, fp16)
-	vp := c.scratchAt(scrV, 2*sh.NK*KVH*ld)
-	c.launch("df_pad_half", ewGrid(sh.NK*KVH*ld), 1, ewThreads, 0, vp, v, int64(sh.NK*KVH), int32(hd), int32(ld), f16)
-	dop, op := c.scratchAt(scrDO, 2*sh.NQ*H*ld), c.scratchAt(scrO, 2*sh.NQ*H*ld)
-	c.launch("df_cudnn_dsplit", ewGrid(sh.NQ*H*ld), 1, ewThreads, 0, dop, op, do, d,
-		int32(sh.NQ), int32(H), int32(hd), int32(ld), f16)
-	gq, gk, gv := c.scratchAt(scrDQ, 2*sh.NQ*H*hd), c.scratchAt(scrDK, 2*sh.NK*KVH*hd), c.scratchAt(scrDV, 2*sh.NK*KVH*ld)
-	// cuDNN need not write the rows of keys (or queries) that see nothing: start from zero
-	c.memset32(gq, 0, (sh.NQ*H*hd+1)/2)
-	c.memset32(gk, 0, (sh.NK*KVH*hd+1)/2)
-	c.memset32(gv, 0, (sh.NK*KVH*ld+1)/2)
-	ptrs := map[int64]cuda.Ptr{cuda.UIDQ: hq, cuda.UIDK: hk, cuda.UIDV: vp, cuda.UIDO: op, cuda.UIDdO: dop,
-		cuda.UIDStats: lse.ptr(), cuda.UIDdQ: gq, cuda.UIDdK: gk, cuda.UIDdV: gv}
+	mem := &cudnnMem{c: c}
+	nq, nk := sh.NQ*H*hd, sh.NK*KVH*hd
+	var dop, op devPtr
+	if sh.Operands == FP32 {
+		dop = mem.at(scrDO, 2*nq)
+	}
+	if ob == nil {
+		op = mem.at(scrO, 2*nq)
+	}
+	gq, gk, gv := mem.at(scrDQ, 2*nq), mem.at(scrDK, 2*nk), mem.at(scrDV, 2*nk)
+	stats := lse.ptr()
+	// cuDNN reads the statistics at the 16-byte alignment every tensor declares: a ragged
+	// block's are scattered into padded rows, a misaligned slice's copied
 	switch {
 	case blk.ragged:
-		ri, err := packRagged(blk, sh.NQ, H, H*hd, KVH*hd, KVH*ld, H*ld)
-		must(err)
-		ip := c.uploadInts(ri.data)
-		at := func(off int) devPtr { return ip + devPtr(4*off) }
-		ptrs[cuda.UIDSeqQ], ptrs[cuda.UIDSeqKV] = at(ri.seqQ), at(ri.seqKV)
-		ptrs[cuda.UIDOffQ], ptrs[cuda.UIDOffK], ptrs[cuda.UIDOffV], ptrs[cuda.UIDOffO] = at(ri.offQ), at(ri.offK), at(ri.offV), at(ri.offO)
-		stats := c.scratchAt(scrStats, int(4*spec.B*spec.H*spec.SQ))
-		c.launch("df_lse_scatter", ewGrid(sh.NQ*H), 1, ewThreads, 0, stats, lse, at(ri.rowmap), int32(sh.NQ), int32(H), int32(spec.SQ))
-		ptrs[cuda.UIDStats] = stats
-	case spec.BackwardWorkaround():
-		ip := c.uploadInts([]int32{int32(spec.SQ), int32(spec.SKV)})
-		ptrs[cuda.UIDSeqQ], ptrs[cuda.UIDSeqKV] = ip, ip+4
+		stats = mem.at(scrStats, int(4*spec.B*spec.H*spec.SQ))
+	case stats%16 != 0:
+		stats = mem.at(scrStats, 4*H*sh.NQ)
 	}
-	c.cudnnExecute(p, ptrs)
-	c.launch("df_add_half", ewGrid(sh.NQ*H*hd), 1, ewThreads, 0, dq, gq, int64(sh.NQ*H), int32(hd), int32(hd), f16)
-	c.launch("df_add_half", ewGrid(sh.NK*KVH*hd), 1, ewThreads, 0, dk, gk, int64(sh.NK*KVH), int32(hd), int32(hd), f16)
-	c.launch("df_add_half", ewGrid(sh.NK*KVH*hd), 1, ewThreads, 0, dv, gv, int64(sh.NK*KVH), int32(hd), int32(ld), f16)
-	runtime.KeepAlive([]Buf{qb, kb, lseb})
+	ws := mem.workspace(p)
+	if mem.err != nil {
+		c.cudnnOwn(true, mem.err)
+		return false
+	}
+	fp16 := spec.IO == cuda.Half
+	f16 := boolInt(fp16)
+	hq, hk, hv := c.operand(0, qb, sh, fp16), c.operand(1, kb, sh, fp16), c.operand(2, vb, sh, fp16)
+	// dO in 16 bits: converted into its scratch, or the packed operand itself
+	var do16 devPtr
+	if sh.Operands != FP32 {
+		do16 = c.operand(4, dob, sh, fp16)
+		dop = do16
+	}
+	switch {
+	case ob != nil:
+		op = c.operand(3, ob, sh, fp16)
+		if do16 == 0 {
+			c.launch("df_to_half", ewGrid(nq), 1, ewThreads, 0, dop, do, int64(nq), f16)
+		}
+	case do16 == 0:
+		c.launch("df_cudnn_oprime", warpRowGrid(sh.NQ*H), 1, ewThreads, 0, dop, op, do, devPtr(0), d,
+			int32(sh.NQ), int32(H), int32(hd), f16)
+	default:
+		c.launch("df_cudnn_oprime", warpRowGrid(sh.NQ*H), 1, ewThreads, 0, devPtr(0), op, devPtr(0), do16, d,
+			int32(sh.NQ), int32(H), int32(hd), f16)
+	}
+	// cuDNN need not write the rows of keys (or queries) that see nothing: start from zero
+	c.memset32(gq, 0, (nq+1)/2)
+	c.memset32(gk, 0, (nk+1)/2)
+	c.memset32(gv, 0, (nk+1)/2)
+	ptrs := map[int64]cuda.Ptr{cuda.UIDQ: hq, cuda.UIDK: hk, cuda.UIDV: hv, cuda.UIDO: op, cuda.UIDdO: dop,
+		cuda.UIDStats: stats, cuda.UIDdQ: gq, cuda.UIDdK: gk, cuda.UIDdV: gv}
+	switch {
+	case blk.ragged:
+		rowmap := c.raggedPtrs(ptrs, blk, sh)
+		// the padded rows must hold finite statistics: −Inf − (−Inf) is NaN in the masked scores
+		c.memset32(stats, 0, int(spec.B*spec.H*spec.SQ))
+		c.launch("df_lse_scatter", ewGrid(sh.NQ*H), 1, ewThreads, 0, stats, lse, rowmap, int32(sh.NQ), int32(H), int32(spec.SQ))
+	case stats != lse.ptr():
+		must(c.dev.DtoD(stats, lse.ptr(), 4*H*sh.NQ))
+	}
+	if spec.BackwardWorkaround() {
+		// seq_len_q and seq_len_kv, each at a 16-byte boundary
+		ip := c.uploadInts([]int32{int32(spec.SQ), 0, 0, 0, int32(spec.SKV)})
+		ptrs[cuda.UIDSeqQ], ptrs[cuda.UIDSeqKV] = ip, ip+16
+	}
+	c.cudnnExecute(p, ptrs, ws)
+	c.launch("df_add_half3", ewGrid(nq+2*nk), 1, ewThreads, 0, dq, gq, int64(nq), dk, gk, dv, gv, int64(nk), f16)
+	c.cudnnRan(blk, true)
+	runtime.KeepAlive([]Buf{qb, kb, vb, ob, dob, lseb, db})
 	return true
 }

@@ -250,7 +250,9 @@ func pow2(n, least int) int {
 // lengths of its batches, the ragged offsets (in elements) of Q/dQ, K/dK, V/dV and O/dO
 // (rows of the given widths), batches past the segments empty; and the row map of its queries
 // into cuDNN's padded statistics [B, heads, SQ] (−1 for a query in no segment). The offsets
-// must fit int32.
+// must fit int32. Every array starts on a 16-byte boundary (a multiple of 4 values from the
+// start of the upload, itself an allocation's start): the tensors declare 16-byte alignment,
+// and cuDNN may read the offsets vectorised.
 type raggedInts struct {
 	data                                        []int32
 	seqQ, seqKV, offQ, offK, offV, offO, rowmap int
@@ -259,8 +261,8 @@ type raggedInts struct {
 func packRagged(b cudnnBlock, nq, heads int, qw, kw, vw, ow int) (raggedInts, error) {
 	var r raggedInts
 	add := func(n int) int {
-		off := len(r.data)
-		r.data = append(r.data, make([]int32, n)...)
+		off := (len(r.data) + 3) &^ 3
+		r.data = append(r.data, make([]int32, off+n-len(r.data))...)
 		return off
 	}
 	B := int(b.b)

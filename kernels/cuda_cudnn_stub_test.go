@@ -36,32 +36,47 @@ const (
 )
 
 // cudnnStubScenarios are the child processes of TestCUDAHostCUDNNStub: each loads the library
-// once (a process loads cuDNN once), with the stub's settings in env.
+// once (a process loads cuDNN once), with the stub's settings in env. $NVRTC13 and $NVRTC12
+// stand for the stub NVRTC libraries stubNVRTC builds, $SITE for a pip-style site-packages
+// holding the cuDNN stub and an NVRTC wheel's folder.
 var cudnnStubScenarios = []struct {
 	name string
 	env  []string
 }{
 	{"h100-cudnn-9.10.2", []string{"CUDNNSTUB_VERSION=91002"}},
+	{"h100-cudnn-9.26.0", []string{"CUDNNSTUB_VERSION=92600"}},
 	{"h100-cudnn-9.0.0", []string{"CUDNNSTUB_VERSION=90000"}},
-	{"h100-cudnn-9.10.2-atomics", []string{"CUDNNSTUB_VERSION=91002", "DISTFLASH_CUDNN_DETERMINISTIC=0"}},
-	{"a100-cudnn-9.5.1", []string{"CUDNNSTUB_VERSION=90501"}},
+	{"h100-cudnn-9.26.0-deterministic", []string{"CUDNNSTUB_VERSION=92600"}},
+	{"a100-cudnn-9.5.1", []string{"CUDNNSTUB_VERSION=90501", "CUDNNSTUB_SM=80", "CUDNNSTUB_CUDART=12080", "DISTFLASH_LIBNVRTC=$NVRTC12"}},
 	{"no-engine", []string{"CUDNNSTUB_ENGINES_A=0", "CUDNNSTUB_ENGINES_FALLBACK=0"}},
 	{"fallback-engine", []string{"CUDNNSTUB_ENGINES_A=1", "CUDNNSTUB_PLAN_FAILS=1"}},
+	{"workspace-oom", []string{"CUDNNSTUB_VERSION=92600", "CUDNNSTUB_WORKSPACE=1099511627776"}},
+	{"plan-cache-full", []string{"CUDNNSTUB_VERSION=92600"}},
 	{"too-old", []string{"CUDNNSTUB_VERSION=80907"}},
 	{"buggy-9.10.0", []string{"CUDNNSTUB_VERSION=91000"}},
 	{"missing", nil},
 	{"cudnn-mode-missing", nil},
+	{"no-nvrtc", []string{"DISTFLASH_LIBNVRTC=/nonexistent/libnvrtc.so.13"}},
+	{"no-nvrtc-builtins", []string{"DISTFLASH_LIBNVRTC=$NOBUILTINS"}},
+	{"nvrtc-cuda-mismatch", []string{"CUDNNSTUB_CUDART=12080"}},
+	{"nvrtc-wheel-layout", []string{"DISTFLASH_LIBNVRTC=", "DISTFLASH_LIBCUDNN=$SITE/nvidia/cudnn/lib/libcudnn.so.9",
+		"DISTFLASH_LIBCUDA=$SITE/nvidia/cudnn/lib/libcudnn.so.9", "CUDNNSTUB_VERSION=92600"}},
 }
 
-// TestCUDAHostCUDNNStub builds cudnnstub and runs each scenario of cudnnStubScenarios in a
-// child process of the test binary (DISTFLASH_LIBCUDNN and DISTFLASH_LIBCUDA naming the stub,
-// or a file that does not exist for "missing"); the child's checks are cudnnStubChild's.
+// TestCUDAHostCUDNNStub builds cudnnstub and the stub NVRTC and runs each scenario of
+// cudnnStubScenarios in a child process of the test binary (DISTFLASH_LIBCUDNN and
+// DISTFLASH_LIBCUDA naming the stub, or a file that does not exist for "missing";
+// DISTFLASH_LIBNVRTC the stub NVRTC of CUDA 13 unless the scenario says otherwise; no python3
+// and no LD_LIBRARY_PATH, so that only what the scenario names is found); the child's checks
+// are cudnnStubChild's.
 func TestCUDAHostCUDNNStub(t *testing.T) {
 	if os.Getenv(cudnnStubChildEnv) != "" {
 		cudnnStubChild(t, os.Getenv(cudnnStubChildEnv))
 		return
 	}
 	lib := buildCUDNNStub(t)
+	nv := stubNVRTC(t, lib)
+	empty := t.TempDir()
 	for _, sc := range cudnnStubScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			logPath := filepath.Join(t.TempDir(), "calls.log")
@@ -73,8 +88,11 @@ func TestCUDAHostCUDNNStub(t *testing.T) {
 				cudnn = "/nonexistent/libcudnn.so.9"
 			}
 			cmd.Env = append(os.Environ(), cudnnStubChildEnv+"="+sc.name, "DISTFLASH_LIBCUDNN="+cudnn, "DISTFLASH_LIBCUDA="+lib,
-				"CUDNNSTUB_LOG="+logPath, "DISTFLASH_ATTENTION=", "DISTFLASH_CUDNN_DETERMINISTIC=")
-			cmd.Env = append(cmd.Env, sc.env...)
+				"DISTFLASH_LIBNVRTC="+nv.lib13, "CUDNNSTUB_LOG="+logPath, "DISTFLASH_ATTENTION=", "PATH="+empty, "LD_LIBRARY_PATH=")
+			for _, e := range sc.env {
+				e = strings.NewReplacer("$NVRTC12", nv.lib12, "$NOBUILTINS", nv.noBuiltins, "$SITE", nv.site).Replace(e)
+				cmd.Env = append(cmd.Env, e)
+			}
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				log, _ := os.ReadFile(logPath)
@@ -87,13 +105,73 @@ func TestCUDAHostCUDNNStub(t *testing.T) {
 	}
 }
 
+// stubNVRTCs are the stub NVRTC libraries: CUDA 13's and 12's, each with its builtins beside
+// it; CUDA 13's without them; and a site-packages tree laid out as pip installs the cuDNN
+// and NVRTC wheels (nvidia/cudnn/lib, nvidia/cu13/lib).
+type stubNVRTCs struct {
+	lib13, lib12, noBuiltins, site string
+}
+
+// stubNVRTC builds testdata/cudnnstub/nvrtcstub.c into libnvrtc.so.MAJOR (nvrtcVersion says
+// MAJOR.9) and libnvrtc-builtins.so.MAJOR.9, with those sonames.
+func stubNVRTC(t *testing.T, cudnnStub string) stubNVRTCs {
+	cc := ctest.Compiler(t, "the NVRTC stub")
+	dir := t.TempDir()
+	build := func(out, soname string, major int, builtins bool) {
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args := slices.Concat(cc[1:], []string{"-shared", "-fPIC", "-Wall", "-Werror", fmt.Sprintf("-DNVRTC_MAJOR=%d", major),
+			"-Wl,-soname," + soname, "-o", out, filepath.Join("testdata", "cudnnstub", "nvrtcstub.c")})
+		if builtins {
+			args = append(args, "-DBUILTINS")
+		}
+		if b, err := exec.Command(cc[0], args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %s: %v\n%s", cc[0], strings.Join(args, " "), err, b)
+		}
+	}
+	var n stubNVRTCs
+	for _, major := range []int{12, 13} {
+		lib := filepath.Join(dir, "nvrtc", fmt.Sprintf("libnvrtc.so.%d", major))
+		build(lib, filepath.Base(lib), major, false)
+		b := fmt.Sprintf("libnvrtc-builtins.so.%d.9", major)
+		build(filepath.Join(dir, "nvrtc", b), b, major, true)
+		if major == 13 {
+			n.lib13 = lib
+		} else {
+			n.lib12 = lib
+		}
+	}
+	n.noBuiltins = filepath.Join(dir, "nobuiltins", "libnvrtc.so.13")
+	build(n.noBuiltins, "libnvrtc.so.13", 13, false)
+	n.site = filepath.Join(dir, "site-packages")
+	build(filepath.Join(n.site, "nvidia", "cu13", "lib", "libnvrtc.so.13"), "libnvrtc.so.13", 13, false)
+	build(filepath.Join(n.site, "nvidia", "cu13", "lib", "libnvrtc-builtins.so.13.9"), "libnvrtc-builtins.so.13.9", 13, true)
+	cudnn := filepath.Join(n.site, "nvidia", "cudnn", "lib", "libcudnn.so.9")
+	if err := os.MkdirAll(filepath.Dir(cudnn), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(cudnnStub)
+	if err == nil {
+		err = os.WriteFile(cudnn, b, 0o755)
+	}
+	if err == nil {
+		err = os.Symlink("libcudnn.so.9", filepath.Join(filepath.Dir(cudnn), "libcudnn_graph.so.9"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // buildCUDNNStub compiles the stub into a temporary directory (-Wl,--no-undefined: it must
-// define every entry point it declares from cudnn_abi_funcs.h).
+// define every entry point it declares from cudnn_abi_funcs.h), with libcudnn_graph.so.9 beside
+// it (a link to it), as cuDNN 9's libcudnn.so.9 has its sub-libraries.
 func buildCUDNNStub(t *testing.T) string {
 	cc := ctest.Compiler(t, "the cuDNN stub")
 	lib := filepath.Join(t.TempDir(), "libcudnnstub.so")
@@ -102,6 +180,9 @@ func buildCUDNNStub(t *testing.T) string {
 	out, err := exec.Command(cc[0], args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", cc[0], strings.Join(args, " "), err, out)
+	}
+	if err := os.Symlink(filepath.Base(lib), filepath.Join(filepath.Dir(lib), "libcudnn_graph.so.9")); err != nil {
+		t.Fatal(err)
 	}
 	return lib
 }
@@ -351,29 +432,56 @@ func stubBlocks() []stubBlock {
 	}
 }
 
-// expectPath is the path block b takes in scenario name: what stubBlocks says, except where
-// the scenario's cuDNN version or GPU cannot compute the block (cudnn-frontend's support
-// surface, which SDPA.Check follows).
-func expectPath(scenario string, b stubBlock) string {
+// expectPath is the path block b takes in direction dir ("forward" or "backward") on the
+// scenario's cuDNN version and GPU ("9.10.2 sm_90"): what stubBlocks says, except where that
+// version or GPU cannot compute the block (SDPA.Check's support table, whose first refusing
+// rule gives the reason).
+func expectPath(scenario, dir string, b stubBlock) string {
+	const (
+		shift  = "own: a shifted diagonal (right bound 32) needs cuDNN ≥ 9.6"
+		window = "own: a sliding window (left bound) needs cuDNN ≥ 9.2"
+		skv64  = "own: a backward with 64 key rows (s_kv % 128 = 64) on Hopper needs cuDNN ≥ 9.26 (NaN before)"
+		ragged = "own: ragged offsets need cuDNN ≥ 9.1"
+		a100   = "own: ragged offsets on sm_80 need cuDNN ≥ 9.18.1"
+	)
 	over := map[string]map[string]string{
-		"h100-cudnn-9.0.0": {
-			"shifted":            "own: a shifted diagonal (right bound 32) needs cuDNN ≥ 9.6",
-			"band":               "own: a sliding window (left bound) needs cuDNN ≥ 9.2",
-			"documents-band":     "own: a sliding window (left bound) needs cuDNN ≥ 9.2",
-			"documents-diagonal": "own: ragged offsets with grouped-query attention need cuDNN ≥ 9.6",
-			"documents-past":     "own: ragged offsets with grouped-query attention need cuDNN ≥ 9.6",
+		"9.0.0 sm_90": {
+			"bottom-right":                "own: bottom-right alignment needs cuDNN ≥ 9.3",
+			"shifted":                     shift,
+			"band":                        window,
+			"documents-diagonal forward":  ragged,
+			"documents-diagonal backward": skv64,
+			"documents-past":              ragged,
+			"documents-band forward":      window,
+			"documents-band backward":     skv64,
 		},
-		"a100-cudnn-9.5.1": {
-			"shifted":            "own: a shifted diagonal (right bound 32) needs cuDNN ≥ 9.6",
-			"documents-diagonal": "own: ragged offsets on sm_80 need cuDNN ≥ 9.18.1 (Hopper has them from 9.0)",
-			"documents-past":     "own: ragged offsets on sm_80 need cuDNN ≥ 9.18.1 (Hopper has them from 9.0)",
-			"documents-band":     "own: ragged offsets on sm_80 need cuDNN ≥ 9.18.1 (Hopper has them from 9.0)",
+		"9.10.2 sm_90": {
+			"documents-diagonal backward": skv64,
+			"documents-past backward":     "own: a ragged backward on Hopper needs cuDNN ≥ 9.18 (NaN before)",
+			"documents-band backward":     skv64,
 		},
+		"9.5.1 sm_80": {
+			"shifted":            shift,
+			"documents-diagonal": a100,
+			"documents-past":     a100,
+			"documents-band":     a100,
+		},
+	}
+	if w, ok := over[scenario][b.name+" "+dir]; ok {
+		return w
 	}
 	if w, ok := over[scenario][b.name]; ok {
 		return w
 	}
 	return b.kind
+}
+
+// stubVersion is the cuDNN version the stub reports in this child.
+func stubVersion() int {
+	if v := int(atoi(os.Getenv("CUDNNSTUB_VERSION"))); v != 0 {
+		return v
+	}
+	return 91002
 }
 
 // cudnnStubChild runs scenario name against the stub and checks the log as it goes.
@@ -389,7 +497,7 @@ func cudnnStubChild(t *testing.T, name string) {
 	}
 	c.SetMatMulPrecision(BF16)
 	switch name {
-	case "missing", "too-old", "buggy-9.10.0":
+	case "missing", "too-old", "buggy-9.10.0", "no-nvrtc", "no-nvrtc-builtins", "nvrtc-cuda-mismatch":
 		stubFallback(t, c, log, name, &notices)
 		return
 	case "cudnn-mode-missing":
@@ -417,27 +525,56 @@ func cudnnStubChild(t *testing.T, name string) {
 		if n := len(graphs(lines)); n != 1 {
 			t.Errorf("%d graphs built for two blocks of one shape: a graph cuDNN has no plan for must be remembered", n)
 		}
+		if p.Plans.Built != 0 || p.Plans.Failed != 1 {
+			t.Errorf("plans %+v, want none built and one graph without a plan", p.Plans)
+		}
+		return
+	case "workspace-oom":
+		stubWorkspaceOOM(t, c, f, &notices)
+		return
+	case "plan-cache-full":
+		stubCacheFull(t, c, log, &notices)
+		return
+	case "nvrtc-wheel-layout":
+		for _, backward := range []bool{false, true} {
+			runStubBlock(c, stubBlocks()[2].sh, backward, stubRun{})
+		}
+		p := c.AttentionPaths()
+		if fwd, bwd := p.CUDNNBlocks(); fwd != 1 || bwd != 1 {
+			t.Errorf("paths %v / %v, want the causal block on cuDNN both ways", p.Forward, p.Backward)
+		}
+		n := cuda.LoadedNVRTC()
+		if !strings.HasSuffix(n.File, "site-packages/nvidia/cu13/lib/libnvrtc.so.13") ||
+			!strings.HasSuffix(n.Builtins, "site-packages/nvidia/cu13/lib/libnvrtc-builtins.so.13.9") || n.Major != 13 || n.Minor != 9 {
+			t.Errorf("NVRTC %+v: want the wheel's nvidia/cu13/lib beside cuDNN's nvidia/cudnn/lib", n)
+		}
+		if len(notices) != 0 {
+			t.Errorf("notices: %q", notices)
+		}
 		return
 	}
-
-	// every block kind, forward and backward, each twice (the second from the plan cache)
-	version := int(atoi(os.Getenv("CUDNNSTUB_VERSION")))
-	if version == 0 {
-		version = 91002
+	if strings.HasSuffix(name, "-deterministic") {
+		c.SetDeterministicAttention(true)
 	}
+
+	// every block kind, forward and backward, each twice (the second from the plan cache);
+	// the first backward with the queries' O, the second with D only and the lse at an address
+	// that is not 16-byte aligned
+	version := stubVersion()
 	plans := 0
 	for _, b := range stubBlocks() {
 		for _, backward := range []bool{false, true} {
 			dir := map[bool]string{false: "forward", true: "backward"}[backward]
 			for rep := range 2 {
+				run := stubRun{withO: rep == 0, misalignedLSE: rep == 1}
 				log.mark(t, b.name+" "+dir)
-				at := len(f.launches)
-				bufs := runStubBlock(c, b.sh, backward)
+				at, memAt := len(f.launches), len(f.memsets)
+				bufs := runStubBlock(c, b.sh, backward, run)
 				lines := log.since(t)
 				if fs := failures(lines); len(fs) > 0 {
 					t.Errorf("%s %s: calls failed:\n%s", b.name, dir, strings.Join(fs, "\n"))
 				}
-				want := expectPath(name, b)
+				want := expectPath(fmt.Sprintf("%s sm_%d%d", cuda.CUDNNVersionString(version), c.info.major, c.info.minor), dir, b)
 				paths := c.AttentionPaths()
 				m := paths.Forward
 				if backward {
@@ -470,11 +607,42 @@ func cudnnStubChild(t *testing.T, name string) {
 				if len(es) != 1 {
 					t.Fatalf("%s %s: %d executions, want 1", b.name, dir, len(es))
 				}
-				checkExecution(t, b.name+" "+dir, c, f, es[0], b.sh, backward, bufs, version)
-				checkLaunches(t, b.name+" "+dir, c, f, at, b.sh, backward, bufs)
+				checkExecution(t, b.name+" "+dir, c, f, es[0], b.sh, backward, bufs, version, run)
+				checkLaunches(t, b.name+" "+dir, c, f, at, memAt, b.sh, backward, bufs, run)
 			}
 		}
 	}
+	// a block of 8192 queries and keys: cuDNN's deterministic backward would ask 1 GiB of
+	// workspace on Hopper, above the cap: the own kernel takes it (said once); without
+	// determinism cuDNN does
+	if version >= 92600 {
+		big := stubBigBlock()
+		det := strings.HasSuffix(name, "-deterministic")
+		want := "cudnn causal"
+		if det {
+			want = "own: deterministic workspace 1.0 GiB above 256 MiB"
+		}
+		before := c.AttentionPaths().Backward[want]
+		for _, backward := range []bool{false, true} {
+			runStubBlock(c, big, backward, stubRun{})
+		}
+		log.since(t)
+		p := c.AttentionPaths()
+		if p.Backward[want] != before+1 {
+			t.Errorf("the 8192-token backward (deterministic %v): paths %v, want %q", det, p.Backward, want)
+		}
+		said := 0
+		for _, n := range notices {
+			if strings.Contains(n, "device.deterministic_attention: cuDNN's deterministic backward asks 1.0 GiB of workspace for a 8192×8192 block") {
+				said++
+			}
+		}
+		if (said == 1) != det || len(notices) != said {
+			t.Errorf("notices %q: want one about the deterministic workspace (deterministic %v), and no other", notices, det)
+		}
+		notices = nil
+	}
+	stubPacked(t, c, f, log)
 	// the first plan of the process: its first engine configuration fails to finalise (the
 	// stub's CUDNNSTUB_PLAN_FAILS=1), the next is taken: the second of mode A, or with one
 	// mode-A engine the fallback list's first
@@ -500,7 +668,7 @@ func cudnnStubChild(t *testing.T, name string) {
 	for _, backward := range []bool{false, true} {
 		log.mark(t, "fp16")
 		at := len(f.launches)
-		runStubBlock(c, stubBlocks()[2].sh, backward)
+		runStubBlock(c, stubBlocks()[2].sh, backward, stubRun{})
 		lines := log.since(t)
 		gs := graphs(lines)
 		if len(gs) != 1 || gs[0].tensors[cuda.UIDQ].dtype != dtHalf || gs[0].tensors[cuda.UIDO].dtype != dtHalf {
@@ -525,22 +693,165 @@ func cudnnStubChild(t *testing.T, name string) {
 	if p.Forward["own: fp32"] != 1 || p.Forward["own: device.attention = own"] != 1 {
 		t.Errorf("fp32 and own blocks: %v", p.Forward)
 	}
-	if !strings.HasPrefix(p.Library, "cuDNN "+cuda.CUDNNVersionString(version)+" (") {
-		t.Errorf("AttentionPaths().Library = %q", p.Library)
+	nvrtc := "NVRTC 13.9"
+	if strings.HasPrefix(name, "a100") {
+		nvrtc = "NVRTC 12.9"
+	}
+	if !strings.HasPrefix(p.Library, "cuDNN "+cuda.CUDNNVersionString(version)+" (") || !strings.HasSuffix(p.Library, ", "+nvrtc) {
+		t.Errorf("AttentionPaths().Library = %q, want cuDNN %s and %s", p.Library, cuda.CUDNNVersionString(version), nvrtc)
+	}
+	if want := plans + 2 + map[bool]int{true: 2}[version >= 92600]; p.Plans.Built != want || p.Plans.Failed != 0 || p.Plans.Seconds <= 0 {
+		t.Errorf("plans %+v, want %d: the %d checked, fp16's 2 and the big block's 2 (cuDNN ≥ 9.26)", p.Plans, want, plans)
+	}
+	if !strings.Contains(p.String(), fmt.Sprintf("cuDNN %d plans built in ", p.Plans.Built)) {
+		t.Errorf("AttentionPaths().String() = %q: no plan count", p)
 	}
 	fmt.Println(p)
+	// Close waits for the stream before it destroys a plan: nothing queued may outlive its plan
+	log.mark(t, "closing")
+	f.onSync = func() { log.mark(t, "sync") }
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	closing := log.since(t)
-	destroyed := false
-	for _, l := range closing {
-		destroyed = destroyed || (l.name == "cudnnDestroy" && l.kv["result"] == "")
+	raw, err := os.ReadFile(log.path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !destroyed {
+	closing := string(raw[strings.LastIndex(string(raw), "# closing\n"):])
+	syncAt, destroyAt := strings.Index(closing, "# sync\n"), strings.Index(closing, "cudnnBackendDestroyDescriptor")
+	if syncAt < 0 || destroyAt < 0 || syncAt > destroyAt {
+		t.Errorf("Close: the stream synchronised at %d of the closing log, the first plan descriptor destroyed at %d: want the sync first", syncAt, destroyAt)
+	}
+	if !strings.Contains(closing, "cudnnDestroy handle=") {
 		t.Errorf("Close did not destroy the cuDNN handle")
 	}
 	fmt.Printf("%s: %d plans built and checked\n", name, plans)
+}
+
+// stubPacked runs the causal block with its operands packed in bf16 (AttnShape.Operands, as a
+// 16-bit run's schedules keep them): cuDNN reads them where they are, no conversion is
+// launched, and the synthetic O′ is built from the packed dO; a packed operand one word off a
+// 16-byte boundary is copied into an aligned slot first.
+func stubPacked(t *testing.T, c *CUDA, f *fakeDevice, log *stubLog) {
+	sh := stubBlocks()[2].sh
+	sh.Operands = BF16
+	H, KVH, hd := sh.Heads, sh.KVHeads, sh.HeadDim
+	qn, kn := sh.OperandLen(sh.NQ*H*hd), sh.OperandLen(sh.NK*KVH*hd)
+	q, k, v, o, do := c.Alloc(qn), c.Alloc(kn), c.Alloc(kn), c.Alloc(qn), c.Alloc(qn)
+	st := AttnState{O: c.Alloc(sh.NQ * H * hd), M: c.Alloc(H * sh.NQ), L: c.Alloc(H * sh.NQ)}
+	lse, d := c.Alloc(H*sh.NQ), c.Alloc(H*sh.NQ)
+	g := [3]Buf{c.Alloc(sh.NQ * H * hd), c.Alloc(sh.NK * KVH * hd), c.Alloc(sh.NK * KVH * hd)}
+	ptr := func(b Buf) uint64 { return uint64(dbuf(b).ptr()) }
+	for _, run := range []struct {
+		name     string
+		backward bool
+		o        Buf
+	}{{"forward", false, nil}, {"backward with O", true, o}, {"backward with D", true, nil}} {
+		log.mark(t, "packed "+run.name)
+		at := len(f.launches)
+		if run.backward {
+			c.AttnBackward(g[0], g[1], g[2], q, k, v, run.o, do, lse, d, sh)
+		} else {
+			c.AttnForward(st, q, k, v, sh)
+		}
+		es := executions(t, log.since(t))
+		got := f.names(at)
+		want := map[string][]string{"forward": {"df_cudnn_fold"}, "backward with O": {"df_add_half3"},
+			"backward with D": {"df_cudnn_oprime", "df_add_half3"}}[run.name]
+		if !slices.Equal(got, want) || len(es) != 1 {
+			t.Errorf("packed operands, %s: launches %v and %d executions, want %v and one", run.name, got, len(es), want)
+			continue
+		}
+		e := es[0]
+		wantAt := map[int64]uint64{cuda.UIDQ: ptr(q), cuda.UIDK: ptr(k), cuda.UIDV: ptr(v)}
+		if run.backward {
+			wantAt[cuda.UIDdO] = ptr(do)
+		}
+		if run.o != nil {
+			wantAt[cuda.UIDO] = ptr(o)
+		}
+		for uid, w := range wantAt {
+			if e.ptrs[uid] != w {
+				t.Errorf("packed operands, %s: tensor %d bound at %#x, want the packed buffer at %#x", run.name, uid, e.ptrs[uid], w)
+			}
+		}
+		if run.name == "backward with D" {
+			// df_cudnn_oprime(dop, op, do, do16, D, …): dO read in 16 bits, nothing written to dop
+			if a := f.launches[at].args; a[0] != 0 || a[2] != 0 || a[3] != ptr(do) || a[4] != ptr(d) {
+				t.Errorf("packed operands: df_cudnn_oprime args %v, want dO read from the packed %#x", a, ptr(do))
+			}
+		}
+	}
+	// a packed q one word (4 bytes) into its buffer: copied to an aligned slot before cuDNN reads it
+	log.mark(t, "packed misaligned")
+	qm := c.Slice(c.Alloc(qn+1), 1, qn)
+	c.AttnForward(st, qm, k, v, sh)
+	es := executions(t, log.since(t))
+	if len(es) != 1 || es[0].ptrs[cuda.UIDQ] == ptr(qm) || es[0].ptrs[cuda.UIDQ]%16 != 0 {
+		t.Errorf("a misaligned packed q: bound at %#x (the slice is at %#x)", es[0].ptrs[cuda.UIDQ], ptr(qm))
+	}
+	// a packed operand of the other 16-bit format is a caller's bug
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "packed in fp16") {
+				t.Errorf("fp16-packed operands on a bf16 backend: %v", r)
+			}
+		}()
+		sh16 := sh
+		sh16.Operands = FP16
+		c.AttnForward(st, q, k, v, sh16)
+	}()
+	log.since(t)
+}
+
+// stubBigBlock is a causal block of 8192 queries and keys, 8 heads of 64.
+func stubBigBlock() AttnShape {
+	pos := seqPos(0, 8192)
+	return AttnShape{NQ: 8192, NK: 8192, Heads: 8, KVHeads: 2, HeadDim: 64, Causal: true, Scale: 0.125, QPos: pos, KPos: pos}
+}
+
+// stubWorkspaceOOM checks a workspace the device cannot hold (the stub asks 1 TiB, the fake
+// device has 16 GiB): every block runs the own kernel, that is said once, nothing panics.
+func stubWorkspaceOOM(t *testing.T, c *CUDA, f *fakeDevice, notices *[]string) {
+	f.maxAlloc = 16 << 30
+	for _, b := range stubBlocks()[:4] {
+		runStubBlock(c, b.sh, false, stubRun{})
+		runStubBlock(c, b.sh, true, stubRun{withO: true})
+	}
+	p := c.AttentionPaths()
+	if fwd, bwd := p.CUDNNBlocks(); fwd != 0 || bwd != 0 {
+		t.Errorf("cuDNN blocks %d, %d with a workspace that does not fit", fwd, bwd)
+	}
+	for _, m := range []map[string]int64{p.Forward, p.Backward} {
+		for k, n := range m {
+			if !strings.HasPrefix(k, "own: cuDNN's workspace of 1024.0 GiB does not fit in device memory") || n != 4 {
+				t.Errorf("path %q × %d, want the own path × 4 saying the workspace does not fit", k, n)
+			}
+		}
+	}
+	if len(*notices) != 1 || !strings.Contains((*notices)[0], "does not fit in device memory") {
+		t.Errorf("notices %q, want one about the workspace", *notices)
+	}
+}
+
+// stubCacheFull checks the plan cache's bound: past it new shapes run the own kernel (said
+// once) and no plan is evicted.
+func stubCacheFull(t *testing.T, c *CUDA, log *stubLog, notices *[]string) {
+	cudnnMaxPlans = 2
+	blocks := stubBlocks()
+	for _, i := range []int{0, 2, 4, 0, 2} {
+		runStubForward(c, blocks[i].sh)
+	}
+	p := c.AttentionPaths()
+	if p.Forward["cudnn full"] != 2 || p.Forward["cudnn causal"] != 2 || p.Forward["own: cuDNN plan cache full"] != 1 || p.Plans.Built != 2 {
+		t.Errorf("paths %v, plans %+v: want the first two shapes on cuDNN twice each, the third on the own kernel", p.Forward, p.Plans)
+	}
+	if n := len(graphs(log.since(t))); n != 2 {
+		t.Errorf("%d graphs built: the cached plans were evicted or rebuilt", n)
+	}
+	if len(*notices) != 1 || !strings.Contains((*notices)[0], "2 attention plans built, the most a run keeps") {
+		t.Errorf("notices %q", *notices)
+	}
 }
 
 func firstKey(m map[string]int64) string {
@@ -563,7 +874,13 @@ type stubBufs struct {
 	q, k, v, o, m, l, do, lse, d, dq, dk, dv Buf
 }
 
-func runStubBlock(c *CUDA, sh AttnShape, backward bool) stubBufs {
+// stubRun is how a backward is called: with the queries' O (else with D alone), with the lse a
+// slice one element into its buffer (not 16-byte aligned).
+type stubRun struct {
+	withO, misalignedLSE bool
+}
+
+func runStubBlock(c *CUDA, sh AttnShape, backward bool, run stubRun) stubBufs {
 	H, KVH, hd := sh.Heads, sh.KVHeads, sh.HeadDim
 	b := stubBufs{q: c.Alloc(sh.NQ * H * hd), k: c.Alloc(sh.NK * KVH * hd), v: c.Alloc(sh.NK * KVH * hd),
 		o: c.Alloc(sh.NQ * H * hd), m: c.Alloc(H * sh.NQ), l: c.Alloc(H * sh.NQ)}
@@ -572,12 +889,19 @@ func runStubBlock(c *CUDA, sh AttnShape, backward bool) stubBufs {
 		return b
 	}
 	b.do, b.lse, b.d = c.Alloc(sh.NQ*H*hd), c.Alloc(H*sh.NQ), c.Alloc(H*sh.NQ)
+	if run.misalignedLSE {
+		b.lse = c.Slice(c.Alloc(H*sh.NQ+1), 1, H*sh.NQ)
+	}
 	b.dq, b.dk, b.dv = c.Alloc(sh.NQ*H*hd), c.Alloc(sh.NK*KVH*hd), c.Alloc(sh.NK*KVH*hd)
-	c.AttnBackward(b.dq, b.dk, b.dv, b.q, b.k, b.v, b.do, b.lse, b.d, sh)
+	var o Buf
+	if run.withO {
+		o = b.o
+	}
+	c.AttnBackward(b.dq, b.dk, b.dv, b.q, b.k, b.v, o, b.do, b.lse, b.d, sh)
 	return b
 }
 
-func runStubForward(c *CUDA, sh AttnShape) { runStubBlock(c, sh, false) }
+func runStubForward(c *CUDA, sh AttnShape) { runStubBlock(c, sh, false, stubRun{}) }
 
 // checkContext checks that every call that reaches the device ran with the stub's context
 // current (kernels/cuda's helpers make it current first: a goroutine's cgo calls may run on
@@ -611,7 +935,7 @@ func checkStubGraph(t *testing.T, what string, g *stubGraph, s cuda.SDPA, sh Att
 	if s.IO == cuda.Half {
 		io = dtHalf
 	}
-	H, KVH, D, DV := int64(sh.Heads), int64(sh.KVHeads), int64(sh.HeadDim), s.DV
+	H, KVH, D := int64(sh.Heads), int64(sh.KVHeads), int64(sh.HeadDim)
 	B, SQ, SKV := s.B, s.SQ, s.SKV
 	packedT := func(heads, rows, dim int64) ([]int64, []int64) {
 		return []int64{B, heads, rows, dim}, []int64{rows * heads * dim, dim, heads * dim, 1}
@@ -624,11 +948,11 @@ func checkStubGraph(t *testing.T, what string, g *stubGraph, s cuda.SDPA, sh Att
 	qd, qs := packedT(H, SQ, D)
 	kd, ks := packedT(KVH, SKV, D)
 	kd[2], kd[3], ks[2], ks[3] = kd[3], kd[2], ks[3], ks[2] // Kᵀ
-	vd, vs := packedT(KVH, SKV, DV)
+	vd, vs := packedT(KVH, SKV, D)
 	if s.Backward {
 		vd[2], vd[3], vs[2], vs[3] = vd[3], vd[2], vs[3], vs[2] // Vᵀ
 	}
-	od, os := packedT(H, SQ, DV)
+	od, os := packedT(H, SQ, D)
 	wants := []want{
 		{cuda.UIDQ, io, qd, qs}, {cuda.UIDK, io, kd, ks}, {cuda.UIDV, io, vd, vs}, {cuda.UIDO, io, od, os},
 		{cuda.UIDStats, dtFloat, []int64{B, H, SQ, 1}, []int64{H * SQ, SQ, 1, 1}},
@@ -636,12 +960,9 @@ func checkStubGraph(t *testing.T, what string, g *stubGraph, s cuda.SDPA, sh Att
 	if s.Backward {
 		dqd, dqs := packedT(H, SQ, D)
 		dkd, dks := packedT(KVH, SKV, D)
-		dvd, dvs := packedT(KVH, SKV, DV)
+		dvd, dvs := packedT(KVH, SKV, D)
 		wants = append(wants, want{cuda.UIDdO, io, od, os}, want{cuda.UIDdQ, io, dqd, dqs}, want{cuda.UIDdK, io, dkd, dks},
 			want{cuda.UIDdV, io, dvd, dvs}, want{cuda.UIDSoftmaxSum, dtFloat, []int64{B, H, SQ, 1}, []int64{H * SQ, SQ, 1, 1}})
-		if s.DV != D+cudnnPadDV {
-			errorf("backward DV = %d, want D+%d = %d (the columns that carry D)", s.DV, cudnnPadDV, D+cudnnPadDV)
-		}
 	}
 	for _, w := range wants {
 		got, ok := g.tensors[w.uid]
@@ -694,6 +1015,9 @@ func checkStubGraph(t *testing.T, what string, g *stubGraph, s cuda.SDPA, sh Att
 			x = "reshape"
 		case "POINTWISE":
 			x = modes[atoi(op.kv["mode"])]
+			if (x == "index") != (op.kv["axis"] != "-") {
+				errorf("pointwise %q: an axis on GEN_INDEX and only there, as cudnn-frontend writes it", op.text)
+			}
 		}
 		sig = append(sig, x)
 		count[x]++
@@ -790,10 +1114,12 @@ func checkStubGraph(t *testing.T, what string, g *stubGraph, s cuda.SDPA, sh Att
 	}
 }
 
-// checkExecution checks the variant pack of one execution: the operands' 16-bit copies, the
-// outputs and statistics at the backend's buffers, the scalars' values (the scale, −Inf or the
+// checkExecution checks the variant pack of one execution: the operands' 16-bit copies (and
+// the real O or the synthetic O′), the outputs and statistics at the backend's buffers (the
+// statistics copied when ragged or misaligned), the scalars' values (the scale, −Inf or the
 // lowest float by cuDNN version, the diagonal's shift, the window), and the workspace.
-func checkExecution(t *testing.T, what string, c *CUDA, f *fakeDevice, e execution, sh AttnShape, backward bool, b stubBufs, version int) {
+func checkExecution(t *testing.T, what string, c *CUDA, f *fakeDevice, e execution, sh AttnShape, backward bool, b stubBufs, version int,
+	run stubRun) {
 	t.Helper()
 	errorf := func(format string, args ...any) { t.Errorf(what+": "+format, args...) }
 	if e.stream != fmt.Sprintf("%#x", stubStream) {
@@ -808,14 +1134,17 @@ func checkExecution(t *testing.T, what string, c *CUDA, f *fakeDevice, e executi
 		return
 	}
 	at := func(m **cuda.Mem) uint64 { return uint64((*m).Ptr) }
-	want := map[int64]uint64{cuda.UIDQ: at(&c.halves[0]), cuda.UIDK: at(&c.halves[1])}
+	want := map[int64]uint64{cuda.UIDQ: at(&c.halves[0]), cuda.UIDK: at(&c.halves[1]), cuda.UIDV: at(&c.halves[2])}
 	if !backward {
-		want[cuda.UIDV], want[cuda.UIDO], want[cuda.UIDStats] = at(&c.halves[2]), at(&s.scratch[scrO]), at(&s.scratch[scrStats])
+		want[cuda.UIDO], want[cuda.UIDStats] = at(&s.scratch[scrO]), at(&s.scratch[scrStats])
 	} else {
-		want[cuda.UIDV], want[cuda.UIDO], want[cuda.UIDdO] = at(&s.scratch[scrV]), at(&s.scratch[scrO]), at(&s.scratch[scrDO])
+		want[cuda.UIDO], want[cuda.UIDdO] = at(&s.scratch[scrO]), at(&s.scratch[scrDO])
+		if run.withO {
+			want[cuda.UIDO] = at(&c.halves[3])
+		}
 		want[cuda.UIDdQ], want[cuda.UIDdK], want[cuda.UIDdV] = at(&s.scratch[scrDQ]), at(&s.scratch[scrDK]), at(&s.scratch[scrDV])
 		want[cuda.UIDStats] = uint64(dbuf(b.lse).ptr())
-		if blk.ragged {
+		if blk.ragged || run.misalignedLSE {
 			want[cuda.UIDStats] = at(&s.scratch[scrStats])
 		}
 	}
@@ -906,56 +1235,84 @@ func checkExecution(t *testing.T, what string, c *CUDA, f *fakeDevice, e executi
 	}
 }
 
-// checkLaunches checks the backend's own launches around the cuDNN call: the 16-bit operands,
-// then (forward) the fold into the state, or (backward) V′, dO′/O′, and the three adds into
-// the float32 gradients.
-func checkLaunches(t *testing.T, what string, c *CUDA, f *fakeDevice, at int, sh AttnShape, backward bool, b stubBufs) {
+// checkLaunches checks the backend's own launches and memsets around the cuDNN call: the 16-bit
+// operands, then (forward) the fold into the state, or (backward) the 16-bit O and dO or dO
+// and the synthetic O′, the padded statistics cleared before the scatter of a ragged block,
+// and the one add of the three gradients into the float32 ones.
+func checkLaunches(t *testing.T, what string, c *CUDA, f *fakeDevice, at, memAt int, sh AttnShape, backward bool, b stubBufs, run stubRun) {
 	t.Helper()
 	got := f.names(at)
+	blk := mustClassify(t, sh)
 	var want []string
-	if !backward {
+	switch {
+	case !backward:
 		want = []string{"df_to_half", "df_to_half", "df_to_half", "df_cudnn_fold"}
-	} else {
-		want = []string{"df_to_half", "df_to_half", "df_pad_half", "df_cudnn_dsplit"}
-		blk := mustClassify(t, sh)
+	case run.withO:
+		want = []string{"df_to_half", "df_to_half", "df_to_half", "df_to_half", "df_to_half"}
+	default:
+		want = []string{"df_to_half", "df_to_half", "df_to_half", "df_cudnn_oprime"}
+	}
+	if backward {
 		if blk.ragged {
 			want = append(want, "df_lse_scatter")
 		}
-		want = append(want, "df_add_half", "df_add_half", "df_add_half")
+		want = append(want, "df_add_half3")
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("%s: launches %v, want %v", what, got, want)
 		return
 	}
-	last := f.launches[len(f.launches)-1]
+	ptr := func(b Buf) uint64 { return uint64(dbuf(b).ptr()) }
+	scr := func(i int) uint64 { return uint64(c.dnn.scratch[i].Ptr) }
 	if !backward {
 		// df_cudnn_fold(o, m, l, o_b, stats, rowmap, nq, H, hd, sq, fp16)
-		a := last.args
-		if a[0] != uint64(dbuf(b.o).ptr()) || a[1] != uint64(dbuf(b.m).ptr()) || a[2] != uint64(dbuf(b.l).ptr()) ||
-			a[3] != uint64(c.dnn.scratch[scrO].Ptr) || a[4] != uint64(c.dnn.scratch[scrStats].Ptr) {
+		a := f.launches[len(f.launches)-1].args
+		if a[0] != ptr(b.o) || a[1] != ptr(b.m) || a[2] != ptr(b.l) || a[3] != scr(scrO) || a[4] != scr(scrStats) {
 			t.Errorf("%s: df_cudnn_fold args %#x: not the state and cuDNN's output and statistics", what, a)
 		}
-		if mustClassify(t, sh).ragged == (a[5] == 0) {
-			t.Errorf("%s: df_cudnn_fold row map %#x for a ragged block %v", what, a[5], mustClassify(t, sh).ragged)
+		if blk.ragged == (a[5] == 0) {
+			t.Errorf("%s: df_cudnn_fold row map %#x for a ragged block %v", what, a[5], blk.ragged)
 		}
 		if int(a[6]) != sh.NQ || int(a[7]) != sh.Heads || int(a[8]) != sh.HeadDim {
 			t.Errorf("%s: df_cudnn_fold sizes %v", what, a[6:9])
 		}
 		return
 	}
-	// the three adds: dq += dQ (ld hd), dk += dK (ld hd), dv += dV′ (ld hd+8)
-	adds := f.launches[len(f.launches)-3:]
-	ld := sh.HeadDim + cudnnPadDV
-	for i, w := range []struct {
-		dst  Buf
-		src  *cuda.Mem
-		rows int
-		ld   int
-	}{{b.dq, c.dnn.scratch[scrDQ], sh.NQ * sh.Heads, sh.HeadDim}, {b.dk, c.dnn.scratch[scrDK], sh.NK * sh.KVHeads, sh.HeadDim},
-		{b.dv, c.dnn.scratch[scrDV], sh.NK * sh.KVHeads, ld}} {
-		a := adds[i].args
-		if a[0] != uint64(dbuf(w.dst).ptr()) || a[1] != uint64(w.src.Ptr) || int(a[2]) != w.rows || int(a[3]) != sh.HeadDim || int(a[4]) != w.ld {
-			t.Errorf("%s: df_add_half %d args %v, want dst %#x src %#x rows %d cols %d ld %d", what, i, a, dbuf(w.dst).ptr(), w.src.Ptr, w.rows, sh.HeadDim, w.ld)
+	nq, nk := sh.NQ*sh.Heads*sh.HeadDim, sh.NK*sh.KVHeads*sh.HeadDim
+	if run.withO {
+		// df_to_half(dst, src, n, fp16): O into the fourth 16-bit slot, dO into its scratch
+		o, do := f.launches[at+3].args, f.launches[at+4].args
+		if o[0] != uint64(c.halves[3].Ptr) || o[1] != ptr(b.o) || int(o[2]) != nq || do[0] != scr(scrDO) || do[1] != ptr(b.do) || int(do[2]) != nq {
+			t.Errorf("%s: the 16-bit O and dO: %v, %v", what, o, do)
+		}
+	} else {
+		// df_cudnn_oprime(dop, op, do, do16, D, nq, H, hd, fp16)
+		a := f.launches[at+3].args
+		if a[0] != scr(scrDO) || a[1] != scr(scrO) || a[2] != ptr(b.do) || a[3] != 0 || a[4] != ptr(b.d) || int(a[5]) != sh.NQ ||
+			int(a[6]) != sh.Heads || int(a[7]) != sh.HeadDim {
+			t.Errorf("%s: df_cudnn_oprime args %v", what, a)
+		}
+	}
+	// df_add_half3(dq, gq, nq, dk, gk, dv, gv, nk, fp16)
+	a := f.launches[len(f.launches)-1].args
+	if a[0] != ptr(b.dq) || a[1] != scr(scrDQ) || int(a[2]) != nq || a[3] != ptr(b.dk) || a[4] != scr(scrDK) ||
+		a[5] != ptr(b.dv) || a[6] != scr(scrDV) || int(a[7]) != nk {
+		t.Errorf("%s: df_add_half3 args %v", what, a)
+	}
+	// the 16-bit gradients cleared; a ragged block's padded statistics cleared before the scatter
+	cleared := map[uint64]int{}
+	for _, m := range f.memsets[memAt:] {
+		cleared[uint64(m.dst)] = m.after
+	}
+	for _, i := range []int{scrDQ, scrDK, scrDV} {
+		if _, ok := cleared[scr(i)]; !ok {
+			t.Errorf("%s: scratch %d (a 16-bit gradient) not cleared", what, i)
+		}
+	}
+	if blk.ragged {
+		scatter := at + len(want) - 2
+		if after, ok := cleared[scr(scrStats)]; !ok || after > scatter {
+			t.Errorf("%s: the padded statistics cleared %v (before launch %d), want before df_lse_scatter (launch %d)", what, ok, after, scatter)
 		}
 	}
 }
@@ -965,16 +1322,22 @@ func checkLaunches(t *testing.T, what string, c *CUDA, f *fakeDevice, at int, sh
 func stubFallback(t *testing.T, c *CUDA, log *stubLog, name string, notices *[]string) {
 	blocks := stubBlocks()
 	for _, b := range blocks[:4] {
-		runStubBlock(c, b.sh, false)
-		runStubBlock(c, b.sh, true)
+		runStubBlock(c, b.sh, false, stubRun{})
+		runStubBlock(c, b.sh, true, stubRun{})
 	}
 	want := map[string]string{
-		"missing":      "cannot load cuDNN (tried /nonexistent/libcudnn.so.9: cannot open shared object file",
-		"too-old":      "is too old: fused attention needs cuDNN 9.0.0 or later",
-		"buggy-9.10.0": "cuDNN 9.10.0 has known SDPA bugs",
+		"missing":             "cannot load cuDNN (tried /nonexistent/libcudnn.so.9: cannot open shared object file",
+		"too-old":             "is too old: fused attention needs cuDNN 9.0.0 or later",
+		"buggy-9.10.0":        "cuDNN 9.10.0 has known SDPA bugs",
+		"no-nvrtc":            "was found, but not the NVRTC it compiles its fused attention kernels with (tried /nonexistent/libnvrtc.so.13: cannot open shared object file",
+		"no-nvrtc-builtins":   "loads, but its libnvrtc-builtins.so.13.9 does not",
+		"nvrtc-cuda-mismatch": "is NVRTC 13.9, cuDNN 9.10.2 (",
 	}[name]
 	if len(*notices) != 1 || !strings.Contains((*notices)[0], want) {
 		t.Errorf("notices %q, want one that says %q", *notices, want)
+	}
+	if name != "buggy-9.10.0" && (len(*notices) != 1 || !strings.HasPrefix((*notices)[0], "cuDNN attention is off, every attention block runs the own kernel: ")) {
+		t.Errorf("notices %q: want one that says cuDNN attention is off", *notices)
 	}
 	p := c.AttentionPaths()
 	if n, m := len(p.Forward), len(p.Backward); n != 1 || m != 1 {

@@ -6,9 +6,9 @@ import (
 	"bytes"
 	"debug/elf"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -229,6 +229,19 @@ func TestCUDAHostCUDNNRagged(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, c.got, c.want)
 		}
 	}
+	// every array at a 16-byte boundary of the upload (B = 4: seq_len 4 values, offsets 5)
+	for _, at := range []struct {
+		name string
+		off  int
+	}{{"seq_len_q", r.seqQ}, {"seq_len_kv", r.seqKV}, {"offsets q", r.offQ}, {"offsets k", r.offK}, {"offsets v", r.offV},
+		{"offsets o", r.offO}, {"row map", r.rowmap}} {
+		if at.off%4 != 0 {
+			t.Errorf("%s at value %d of the upload: not on a 16-byte boundary", at.name, at.off)
+		}
+	}
+	if r.offK-r.offQ != 8 {
+		t.Errorf("offsets q at %d, k at %d: want the 5 values of q padded to 8", r.offQ, r.offK)
+	}
 	rm := part(r.rowmap, 100)
 	for i, v := range rm {
 		s, j := 0, i
@@ -263,77 +276,6 @@ func TestCUDAHostCUDNNRagged(t *testing.T) {
 	if _, err := packRagged(big, 1<<20+1, 64, 64*128, 128, 128, 64*128); err == nil || !strings.Contains(err.Error(), "does not fit int32") {
 		t.Errorf("offsets past int32: %v", err)
 	}
-}
-
-// TestCUDAHostCUDNNDSplit checks the exactness claim of the backward (cuda_cudnn.go,
-// df_cudnn_dsplit): with the kernel's split of D into three truncated 16-bit pieces and a
-// power-of-two scale, rowsum(dO′ ∘ O′) summed in float32 in any order is D: every float32 D (subnormals
-// included) in bf16, 2^−25 ≤ |D| < 2^31 in fp16.
-func TestCUDAHostCUDNNDSplit(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	for _, fp16 := range []bool{false, true} {
-		round, lo, hi, emin, emax := truncBF16, -149, 127, -126, 127
-		if fp16 {
-			round, lo, hi, emin, emax = truncFP16, -25, 30, -24, 15
-		}
-		for n := range 200000 {
-			e := lo + rng.IntN(hi-lo)
-			d := float32(math.Ldexp(1+rng.Float64(), e))
-			if d == 0 || math.IsInf(float64(d), 0) {
-				continue
-			}
-			if n%2 == 1 {
-				d = -d
-			}
-			if n < 4 {
-				d = []float32{0, 1, -1.5, math.SmallestNonzeroFloat32 * 1e6}[n] // the last a subnormal
-				if fp16 && n == 3 {
-					d = -0x1.fffffep-25 // the bottom of fp16's exact range, every bit set
-				}
-			}
-			// the kernel's arithmetic (float32 throughout)
-			exp := 0
-			if d != 0 {
-				_, exp = math.Frexp(float64(d))
-				exp = max(emin, min(emax, exp))
-			}
-			x := float32(math.Ldexp(float64(d), -exp))
-			p1 := round(x)
-			r1 := x - p1
-			p2 := round(r1)
-			p3 := round(r1 - p2)
-			if r1-p2 != p3 {
-				t.Fatalf("fp16=%v: D = %g: the third piece %g is not the rest %g", fp16, d, p3, r1-p2)
-			}
-			s := round(float32(math.Ldexp(1, exp)))
-			if float64(s) != math.Ldexp(1, exp) {
-				t.Fatalf("fp16=%v: the scale 2^%d is not a 16-bit value", fp16, exp)
-			}
-			prods := []float32{p1 * s, p2 * s, p3 * s}
-			for _, perm := range [][3]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}} {
-				sum := float32(0)
-				for _, k := range perm {
-					sum += prods[k]
-				}
-				sum += 0 // the zero products of dO's columns with O′'s zeros
-				if sum != d {
-					t.Fatalf("fp16=%v: D = %g (%#x) split %g + %g + %g (scale %g) sums to %g in order %v", fp16, d, math.Float32bits(d),
-						p1, p2, p3, s, sum, perm)
-				}
-			}
-		}
-	}
-}
-
-// truncBF16 and truncFP16 round x toward zero to bfloat16 and binary16 (for |x| < 65504), as
-// CUDA's __float2bfloat16_rz and __float2half_rz do.
-func truncBF16(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ 0xffff) }
-
-func truncFP16(x float32) float32 {
-	if math.Abs(float64(x)) >= 1.0/(1<<14) {
-		return math.Float32frombits(math.Float32bits(x) &^ (1<<13 - 1))
-	}
-	return float32(math.Trunc(float64(x)*(1<<24)) / (1 << 24)) // subnormal: multiples of 2^−24
 }
 
 // TestCUDAHostCubins checks the embedded device code: every module has PTX of an ISA a CUDA
@@ -441,39 +383,170 @@ func TestCUDAHostCUDNNCandidates(t *testing.T) {
 	}
 }
 
-// TestCUDAHostCUDNNCheck checks SDPA.Check's version and hardware gates against
-// cudnn-frontend's support surface, and DescribeSDPA's workspace tensors.
-func TestCUDAHostCUDNNCheck(t *testing.T) {
-	base := cuda.SDPA{IO: cuda.BFloat16, B: 1, H: 8, KVH: 8, SQ: 128, SKV: 128, D: 64, DV: 64, Scale: 0.125,
-		Mask: cuda.Mask{Causal: true}, Version: 91002, SM: 90}
-	cases := []struct {
-		name string
-		edit func(*cuda.SDPA)
-		want string // "" : accepted
-	}{
-		{"causal", func(*cuda.SDPA) {}, ""},
-		{"fp32", func(s *cuda.SDPA) { s.IO = cuda.Float32 }, "bf16/fp16"},
-		{"9.10.0", func(s *cuda.SDPA) { s.Version = 91000 }, "known SDPA bugs"},
-		{"8.9", func(s *cuda.SDPA) { s.Version = 80907 }, "older than 9.0.0"},
-		{"head dim 60", func(s *cuda.SDPA) { s.D, s.DV = 60, 60 }, "multiples of 8"},
-		{"hd 136 on A100 with 9.5", func(s *cuda.SDPA) { s.SM, s.Version, s.DV = 80, 90501, 136 }, "> 128 on sm_80"},
-		{"hd 136 on H100 with 9.5", func(s *cuda.SDPA) { s.Version, s.DV = 90501, 136 }, ""},
-		{"V100", func(s *cuda.SDPA) { s.SM = 70 }, "needs 8.0"},
-		{"bottom-right 100 rows on 9.5", func(s *cuda.SDPA) { s.Version, s.SQ, s.Mask.BottomRight = 90501, 100, true }, "multiples of 64"},
-		{"bottom-right more queries than keys", func(s *cuda.SDPA) { s.SQ, s.SKV, s.Mask.BottomRight = 128, 64, true }, "query rows >"},
-		{"window on 9.1", func(s *cuda.SDPA) { s.Version, s.Mask.Left = 90100, 32 }, "≥ 9.2"},
-		{"shift on 9.5", func(s *cuda.SDPA) { s.Version, s.Mask.Shift = 90501, 3 }, "shifted diagonal"},
-		{"ragged on A100 with 9.10", func(s *cuda.SDPA) { s.SM, s.Ragged = 80, true }, "ragged offsets on sm_80"},
-		{"ragged on A100 with 9.18.1", func(s *cuda.SDPA) { s.SM, s.Version, s.Ragged = 80, 91801, true }, ""},
-		{"ragged GQA on 9.5", func(s *cuda.SDPA) { s.Version, s.KVH, s.Ragged = 90501, 2, true }, "grouped-query"},
-		{"backward 1×1", func(s *cuda.SDPA) { s.Backward, s.SQ, s.SKV = true, 1, 1 }, "s_q = s_kv = 1"},
+// TestCUDAHostNVRTCCandidates checks where LoadCUDNN looks for the NVRTC of cuDNN's CUDA
+// major: $DISTFLASH_LIBNVRTC alone; else the wheels' folders beside the cuDNN it loaded
+// (nvidia/cuda_nvrtc/lib; nvidia/cu13/lib for CUDA 13), the soname on the loader's path, the
+// folders of $LD_LIBRARY_PATH that hold it, then python3's site-packages.
+func TestCUDAHostNVRTCCandidates(t *testing.T) {
+	t.Setenv("DISTFLASH_LIBNVRTC", "/x/libnvrtc.so.13")
+	if got := cuda.NVRTCCandidates("/y/libcudnn.so.9", 13); !slices.Equal(got, []string{"/x/libnvrtc.so.13"}) {
+		t.Errorf("with DISTFLASH_LIBNVRTC: %v", got)
 	}
-	for _, c := range cases {
+	t.Setenv("DISTFLASH_LIBNVRTC", "")
+	dir := t.TempDir()
+	touch := func(f string) string {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	site := filepath.Join(dir, "site-packages")
+	cudnn := touch(filepath.Join(site, "nvidia", "cudnn", "lib", "libcudnn.so.9"))
+	wheel12 := touch(filepath.Join(site, "nvidia", "cuda_nvrtc", "lib", "libnvrtc.so.12"))
+	wheel13 := touch(filepath.Join(site, "nvidia", "cu13", "lib", "libnvrtc.so.13"))
+	ld := touch(filepath.Join(dir, "ld", "libnvrtc.so.13"))
+	other := filepath.Join(dir, "other-site")
+	py := touch(filepath.Join(other, "nvidia", "cu13", "lib", "libnvrtc.so.13"))
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "python3"), []byte("#!/bin/sh\necho "+other+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin)
+	t.Setenv("LD_LIBRARY_PATH", filepath.Dir(ld))
+	got := cuda.NVRTCCandidates(cudnn, 13)
+	if len(got) < 4 || got[0] != wheel13 || got[1] != "libnvrtc.so.13" || got[2] != ld || got[len(got)-1] != py {
+		t.Errorf("CUDA 13: %v: want %s, libnvrtc.so.13, %s, …, %s", got, wheel13, ld, py)
+	}
+	got = cuda.NVRTCCandidates(cudnn, 12)
+	if len(got) < 2 || got[0] != wheel12 || got[1] != "libnvrtc.so.12" || slices.Contains(got, wheel13) {
+		t.Errorf("CUDA 12: %v: want %s, libnvrtc.so.12 and no CUDA 13 library", got, wheel12)
+	}
+}
+
+// TestCUDAHostCUDNNCheck checks SDPA.Check's support table one rule at a time: for each rule a
+// graph it refuses (with that rule's reason: no earlier rule takes it) and the nearest graph
+// it accepts; then that docs/gpu.md writes out every rule, and DescribeSDPA's workspace
+// tensors.
+func TestCUDAHostCUDNNCheck(t *testing.T) {
+	base := cuda.SDPA{IO: cuda.BFloat16, B: 1, H: 8, KVH: 8, SQ: 128, SKV: 128, D: 64, Scale: 0.125,
+		Mask: cuda.Mask{Causal: true}, Version: 91002, SM: 90}
+	type edit func(*cuda.SDPA)
+	cases := []struct {
+		rule     string // the start of the rule's Line
+		refused  edit
+		accepted edit
+	}{
+		{"cuDNN older than 9.0.0", func(s *cuda.SDPA) { s.Version = 80907 }, func(s *cuda.SDPA) { s.Version = 90000 }},
+		{"cuDNN 9.10.0 and 9.10.1", func(s *cuda.SDPA) { s.Version = 91001 }, func(s *cuda.SDPA) { s.Version = 91002 }},
+		{"operands not bf16 or fp16", func(s *cuda.SDPA) { s.IO = cuda.Float32 }, func(s *cuda.SDPA) { s.IO = cuda.Half }},
+		{"query heads not a multiple", func(s *cuda.SDPA) { s.KVH = 3 }, func(s *cuda.SDPA) { s.KVH = 2 }},
+		{"head dimension not a multiple of 8", func(s *cuda.SDPA) { s.D = 60 }, func(s *cuda.SDPA) { s.D = 56 }},
+		{"head dimension above 256", func(s *cuda.SDPA) { s.D = 264 }, func(s *cuda.SDPA) { s.D = 256 }},
+		{"GPU older than sm_80", func(s *cuda.SDPA) { s.SM = 75 }, func(s *cuda.SDPA) { s.SM = 80 }},
+		{"sm_8x backward, head dimension above 128", func(s *cuda.SDPA) { s.SM, s.Backward, s.D, s.Version = 80, true, 136, 92600 },
+			func(s *cuda.SDPA) { s.SM, s.Backward, s.D, s.Version = 80, true, 128, 92600 }},
+		{"sm_8x forward, head dimension above 128", func(s *cuda.SDPA) { s.SM, s.D, s.Version = 86, 256, 90900 },
+			func(s *cuda.SDPA) { s.SM, s.D, s.Version = 86, 256, 91002 }},
+		{"sm_90 forward, head dimension above 128", func(s *cuda.SDPA) { s.D, s.Version = 192, 90000 },
+			func(s *cuda.SDPA) { s.D, s.Version = 192, 90100 }},
+		{"sm_90 backward, head dimension above 128", func(s *cuda.SDPA) { s.Backward, s.D, s.Version = true, 256, 90401 },
+			func(s *cuda.SDPA) { s.Backward, s.D, s.Version = true, 256, 90500 }},
+		{"sm_100 and later, head dimension above 128", func(s *cuda.SDPA) { s.SM, s.D, s.Backward = 100, 192, true },
+			func(s *cuda.SDPA) { s.SM, s.D = 100, 192 }},
+		{"backward with s_q = s_kv = 1", func(s *cuda.SDPA) { s.SM, s.Backward, s.SQ, s.SKV = 80, true, 1, 1 },
+			func(s *cuda.SDPA) { s.SM, s.Backward, s.SQ, s.SKV = 80, true, 1, 128 }},
+		{"sm_90 backward with s_q = 1", func(s *cuda.SDPA) { s.Backward, s.SQ, s.Mask = true, 1, cuda.Mask{} },
+			func(s *cuda.SDPA) { s.Backward, s.SQ, s.Mask = true, 64, cuda.Mask{} }},
+		{"sm_90 backward with s_kv % 128 = 64", func(s *cuda.SDPA) { s.Backward, s.SKV, s.Mask = true, 192, cuda.Mask{} },
+			func(s *cuda.SDPA) { s.Backward, s.SKV, s.Mask, s.Version = true, 192, cuda.Mask{}, 92600 }},
+		{"a negative diagonal shift", func(s *cuda.SDPA) { s.Mask.Shift = -1 }, func(s *cuda.SDPA) { s.Mask.Shift = 0 }},
+		{"bottom-right without the padding mask, s_q > s_kv", func(s *cuda.SDPA) { s.SQ, s.SKV, s.Mask.BottomRight = 128, 64, true },
+			func(s *cuda.SDPA) { s.SQ, s.SKV, s.Mask.BottomRight = 64, 128, true }},
+		{"bottom-right without the padding mask: cuDNN ≥ 9.3", func(s *cuda.SDPA) { s.Version, s.Mask.BottomRight = 90201, true },
+			func(s *cuda.SDPA) { s.Version, s.Mask.BottomRight = 90300, true }},
+		{"bottom-right with s_q or s_kv not a multiple of 64", func(s *cuda.SDPA) { s.Version, s.SQ, s.Mask.BottomRight = 90501, 100, true },
+			func(s *cuda.SDPA) { s.Version, s.SQ, s.Mask.BottomRight = 90600, 100, true }},
+		{"shifted diagonal: cuDNN ≥ 9.6", func(s *cuda.SDPA) { s.Version, s.Mask.Shift = 90501, 3 },
+			func(s *cuda.SDPA) { s.Version, s.Mask.Shift = 90600, 3 }},
+		{"shifted diagonal with s_q > s_kv", func(s *cuda.SDPA) { s.SQ, s.SKV, s.Mask.Shift = 128, 64, 3 },
+			func(s *cuda.SDPA) { s.SQ, s.SKV, s.Mask.Shift = 64, 64, 3 }},
+		{"sliding window (left bound): cuDNN ≥ 9.2", func(s *cuda.SDPA) { s.Version, s.Mask.Left = 90100, 32 },
+			func(s *cuda.SDPA) { s.Version, s.Mask.Left = 90200, 32 }},
+		{"left bound without a right bound: cuDNN ≥ 9.10.2", func(s *cuda.SDPA) { s.Version, s.Mask = 90900, cuda.Mask{Left: 32} },
+			func(s *cuda.SDPA) { s.Version, s.Mask = 91002, cuda.Mask{Left: 32} }},
+		{"cuDNN 9.14.0, left bound without a right bound", func(s *cuda.SDPA) { s.Version, s.SQ, s.SKV, s.Mask = 91400, 2048, 2048, cuda.Mask{Left: 32} },
+			func(s *cuda.SDPA) { s.Version, s.SQ, s.SKV, s.Mask = 91400, 1024, 1024, cuda.Mask{Left: 32} }},
+		{"sliding window without the padding mask, s_q > s_kv", func(s *cuda.SDPA) { s.SQ, s.SKV, s.Mask.Left = 128, 64, 32 },
+			func(s *cuda.SDPA) { s.SQ, s.SKV, s.Mask.Left = 64, 128, 32 }},
+		{"bottom-right sliding window with s_q ≠ s_kv", func(s *cuda.SDPA) {
+			s.Version, s.SQ, s.Mask = 90501, 64, cuda.Mask{Causal: true, BottomRight: true, Left: 16}
+		}, func(s *cuda.SDPA) {
+			s.Version, s.SQ, s.Mask = 90600, 64, cuda.Mask{Causal: true, BottomRight: true, Left: 16}
+		}},
+		{"sm_90, bottom-right sliding window with s_q = s_kv", func(s *cuda.SDPA) {
+			s.Version, s.Mask = 90900, cuda.Mask{Causal: true, BottomRight: true, Left: 16}
+		}, func(s *cuda.SDPA) {
+			s.Version, s.SM, s.Mask = 90900, 80, cuda.Mask{Causal: true, BottomRight: true, Left: 16}
+		}},
+		{"ragged offsets (packed documents): cuDNN ≥ 9.1", func(s *cuda.SDPA) { s.Version, s.Ragged = 90002, true },
+			func(s *cuda.SDPA) { s.Version, s.Ragged = 90100, true }},
+		{"ragged offsets on sm_8x", func(s *cuda.SDPA) { s.SM, s.Ragged = 80, true },
+			func(s *cuda.SDPA) { s.SM, s.Version, s.Ragged = 80, 91801, true }},
+		{"ragged offsets with grouped-query attention", func(s *cuda.SDPA) { s.Version, s.KVH, s.Ragged = 90501, 2, true },
+			func(s *cuda.SDPA) { s.Version, s.KVH, s.Ragged = 90600, 2, true }},
+		{"ragged offsets with bottom-right", func(s *cuda.SDPA) { s.Version, s.Ragged, s.Mask.BottomRight = 90501, true, true },
+			func(s *cuda.SDPA) { s.Version, s.Ragged, s.Mask.BottomRight = 90600, true, true }},
+		{"ragged, bottom-right, s_q or s_kv not a multiple of 64", func(s *cuda.SDPA) {
+			s.Version, s.SQ, s.Ragged, s.Mask.BottomRight = 90600, 100, true, true
+		}, func(s *cuda.SDPA) { s.Version, s.SQ, s.Ragged, s.Mask.BottomRight = 90700, 100, true, true }},
+		{"ragged offsets with a sliding window", func(s *cuda.SDPA) { s.Version, s.Ragged, s.Mask.Left = 90501, true, 16 },
+			func(s *cuda.SDPA) { s.Version, s.Ragged, s.Mask.Left = 90600, true, 16 }},
+		{"sm_90 ragged backward", func(s *cuda.SDPA) { s.Backward, s.Ragged, s.Version = true, true, 91700 },
+			func(s *cuda.SDPA) { s.Backward, s.Ragged, s.Version = true, true, 91800 }},
+		{"deterministic backward on sm_100", func(s *cuda.SDPA) { s.SM, s.Backward, s.Deterministic, s.Version = 100, true, true, 92600 },
+			func(s *cuda.SDPA) { s.SM, s.Backward, s.Version = 100, true, 92600 }},
+		{"deterministic ragged backward on sm_8x", func(s *cuda.SDPA) {
+			s.SM, s.Backward, s.Deterministic, s.Ragged, s.Version = 80, true, true, true, 92600
+		}, func(s *cuda.SDPA) { s.SM, s.Backward, s.Ragged, s.Version = 80, true, true, 92600 }},
+	}
+	if len(cases) != len(cuda.SupportRules) {
+		t.Errorf("%d cases for %d rules: every rule needs its row", len(cases), len(cuda.SupportRules))
+	}
+	for i, c := range cases {
+		if i >= len(cuda.SupportRules) || !strings.HasPrefix(cuda.SupportRules[i].Line, c.rule) {
+			t.Errorf("case %d (%q) is not rule %d", i, c.rule, i)
+			continue
+		}
+		// the reason the rule alone gives: the case refused, and only by this rule
 		s := base
-		c.edit(&s)
+		c.refused(&s)
 		err := s.Check()
-		if (c.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: Check() = %v, want %q", c.name, err, c.want)
+		only := cuda.SupportRules[i]
+		if err == nil {
+			t.Errorf("%s: %+v accepted", c.rule, s)
+		} else if want := only.Refuses(s); want == "" || err.Error() != want {
+			t.Errorf("%s: Check() = %v, want this rule's %q", c.rule, err, want)
+		}
+		a := base
+		c.accepted(&a)
+		if err := a.Check(); err != nil {
+			t.Errorf("%s: the neighbouring %+v refused: %v", c.rule, a, err)
+		}
+	}
+	// docs/gpu.md's table has every rule, as its Line says it
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "gpu.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cuda.SupportRules {
+		if !strings.Contains(string(doc), "| "+r.Line+" |") {
+			t.Errorf("docs/gpu.md has no row %q", "| "+r.Line+" |")
 		}
 	}
 	// the backward's workspace tensors: softmax_sum always, the float dQ accumulator without
@@ -486,7 +559,7 @@ func TestCUDAHostCUDNNCheck(t *testing.T) {
 	}{{true, 91002, []int64{cuda.UIDSoftmaxSum}, false}, {false, 91002, []int64{cuda.UIDSoftmaxSum, cuda.UIDdQAccum}, false},
 		{false, 90501, []int64{cuda.UIDSoftmaxSum, cuda.UIDdQAccum}, true}} {
 		s := base
-		s.Backward, s.DV, s.Deterministic, s.Version = true, 72, c.det, c.version
+		s.Backward, s.Deterministic, s.Version = true, c.det, c.version
 		g, lay := cuda.DescribeSDPA(s)
 		if g.Err() != nil {
 			t.Fatal(g.Err())
@@ -501,5 +574,114 @@ func TestCUDAHostCUDNNCheck(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("deterministic %v: workspace tensors %v, want %v", c.det, got, c.want)
 		}
+		// one head dimension everywhere, and an axis on GEN_INDEX only
+		for _, op := range g.Ops {
+			if (op.Mode == "GEN_INDEX") != (op.Axis >= 0) {
+				t.Errorf("%s %s (%s) has axis %d", op.Kind, op.Name, op.Mode, op.Axis)
+			}
+		}
 	}
+}
+
+const cudnnWheelChildEnv = "DISTFLASH_CUDNN_WHEEL_CHILD"
+
+// TestCUDAHostCUDNNWheel loads NVIDIA's own cuDNN and NVRTC, from the pip wheels of the
+// PyTorch environment CI installs (scripts/install_torch.sh: nvidia-cudnn and the CUDA runtime
+// wheels), without a GPU: LoadCUDNN opens the real libcudnn.so.9, asks it which CUDA it was built
+// for, and must find and load that CUDA's libnvrtc and libnvrtc-builtins in the wheel's folder
+// beside cuDNN's, as a process that has only the wheels has them (no python3, no
+// LD_LIBRARY_PATH). Then the same libcudnn.so.9 linked where no NVRTC is beside it: LoadCUDNN
+// must refuse it, naming what it tried, rather than let every plan fail later; and copied
+// alone, without its sub-libraries: refused too, where its first call would abort the process. (The driver's
+// one call it resolves, cuCtxSetCurrent, comes from the stub: no handle is made.) Each load is a
+// child process (a process loads cuDNN once).
+func TestCUDAHostCUDNNWheel(t *testing.T) {
+	if f := os.Getenv(cudnnWheelChildEnv); f != "" {
+		v, file, err := cuda.LoadCUDNN()
+		n := cuda.LoadedNVRTC()
+		fmt.Printf("cuDNN %s (%s) for CUDA %d; NVRTC %+v; error %v\n", cuda.CUDNNVersionString(v), file, cuda.CUDACompiledFor(), n, err)
+		switch f {
+		case "alone":
+			if err == nil || !strings.Contains(err.Error(), "was found, but not the NVRTC it compiles its fused attention kernels with") {
+				t.Errorf("cuDNN without NVRTC beside it: %v", err)
+			}
+			return
+		case "no-graph":
+			if err == nil || !strings.Contains(err.Error(), "sub-library libcudnn_graph.so.9 is neither beside it nor on the loader's path") {
+				t.Errorf("libcudnn.so.9 without its sub-libraries: %v", err)
+			}
+			return
+		}
+		dir := filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(file))), fmt.Sprintf("cu%d", cuda.CUDACompiledFor()), "lib")
+		if cuda.CUDACompiledFor() < 13 {
+			dir = filepath.Join(filepath.Dir(filepath.Dir(filepath.Dir(file))), "cuda_nvrtc", "lib")
+		}
+		if err != nil || v < cuda.MinCUDNN || n.Major != cuda.CUDACompiledFor() || filepath.Dir(n.File) != dir ||
+			filepath.Dir(n.Builtins) != dir {
+			t.Errorf("the wheels' cuDNN and NVRTC: version %d, %v; NVRTC %+v, want CUDA %d's from %s", v, err, n, cuda.CUDACompiledFor(), dir)
+		}
+		return
+	}
+	py := os.Getenv("DISTFLASH_TORCH_PYTHON")
+	if py == "" {
+		if c, err := os.UserCacheDir(); err == nil {
+			py = filepath.Join(c, "distflash", "torch", "bin", "python")
+		}
+	}
+	out, err := exec.Command(py, "-c", "import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))").Output()
+	if err != nil {
+		msg := fmt.Sprintf("no Python with NVIDIA's wheels (%s: %v): scripts/install_torch.sh installs them", py, err)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	cudnn := filepath.Join(strings.TrimSpace(string(out)), "nvidia", "cudnn", "lib", "libcudnn.so.9")
+	stub := buildCUDNNStub(t)
+	// libcudnn.so.9 with its sub-libraries (it resolves every call in them through its run
+	// path, $ORIGIN: without libcudnn_graph.so.9 beside it, cudnnGetVersion aborts the process)
+	// but without the NVRTC wheel's folder beside its own
+	alone := filepath.Join(t.TempDir(), "lib", "libcudnn.so.9")
+	if err := os.MkdirAll(filepath.Dir(alone), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	libs, err := filepath.Glob(filepath.Join(filepath.Dir(cudnn), "libcudnn*.so*"))
+	if err != nil || len(libs) == 0 {
+		t.Fatalf("no libcudnn*.so* beside %s (%v)", cudnn, err)
+	}
+	for _, l := range libs {
+		if err := os.Symlink(l, filepath.Join(filepath.Dir(alone), filepath.Base(l))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// and a copy without them: refused before its first call aborts the process
+	lone := filepath.Join(t.TempDir(), "libcudnn.so.9")
+	b, err := os.ReadFile(cudnn)
+	if err == nil {
+		err = os.WriteFile(lone, b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, lib string }{{"wheel", cudnn}, {"alone", alone}, {"no-graph", lone}} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCUDAHostCUDNNWheel$", "-test.v")
+		cmd.Env = append(os.Environ(), cudnnWheelChildEnv+"="+c.name, "DISTFLASH_LIBCUDNN="+c.lib, "DISTFLASH_LIBCUDA="+stub,
+			"DISTFLASH_LIBNVRTC=", "PATH="+t.TempDir(), "LD_LIBRARY_PATH=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: %v\n%s", c.name, err, out)
+		} else {
+			t.Logf("%s: %s", c.name, firstLine(string(out), "cuDNN "))
+		}
+	}
+}
+
+// firstLine is the first line of s that contains sub.
+func firstLine(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
 }

@@ -36,6 +36,17 @@ type fakeDevice struct {
 	optin    int
 	events   int         // events made
 	recorded map[int]int // event ID → the launches and GEMMs queued before its last record
+	memsets  []fakeMemset
+	syncs    int
+	onSync   func() // called at each Sync (a test's mark in a log)
+	maxAlloc int    // allocations above this many bytes fail (0: no limit)
+}
+
+// fakeMemset is one Memset32: its range, and how many launches were queued before it.
+type fakeMemset struct {
+	dst   cuda.Ptr
+	words int
+	after int
 }
 
 func newFakeCUDA(t *testing.T) (*CUDA, *fakeDevice) {
@@ -60,6 +71,9 @@ func newFakeCUDA(t *testing.T) (*CUDA, *fakeDevice) {
 }
 
 func (f *fakeDevice) Alloc(bytes int) (*cuda.Mem, error) {
+	if f.maxAlloc > 0 && bytes > f.maxAlloc {
+		return nil, fmt.Errorf("out of memory (fake device: %d bytes asked, %d at most)", bytes, f.maxAlloc)
+	}
 	m := &cuda.Mem{Bytes: bytes}
 	if bytes > 0 {
 		m.Ptr = f.next
@@ -99,6 +113,7 @@ func (f *fakeDevice) DtoD(dst, src cuda.Ptr, bytes int) error {
 }
 
 func (f *fakeDevice) Memset32(dst cuda.Ptr, _ uint32, n int) error {
+	f.memsets = append(f.memsets, fakeMemset{dst: dst, words: n, after: len(f.launches)})
 	return f.check("memset", dst, 4*n)
 }
 
@@ -126,7 +141,13 @@ func (f *fakeDevice) EventSeconds(from, to *cuda.Event) (float64, error) {
 	return float64(b-a) * 1e-6, nil
 }
 
-func (f *fakeDevice) Sync() error  { return nil }
+func (f *fakeDevice) Sync() error {
+	f.syncs++
+	if f.onSync != nil {
+		f.onSync()
+	}
+	return nil
+}
 func (f *fakeDevice) Close() error { return nil }
 
 func (f *fakeDevice) Launch(name string, gx, gy, bx, smem int, args []uint64) error {
@@ -286,9 +307,9 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 		c.AttnMerge(st, st2, nq, H, hd)
 		o, lse, d, do := c.Alloc(nq*H*hd), c.Alloc(H*nq), c.Alloc(H*nq), buf(nq*H*hd)
 		c.AttnFinish(o, lse, st, nq, H, hd)
-		c.AttnBackwardPrep(d, o, do, nq, H, hd)
+		c.AttnBackwardPrep(d, o, do, nq, H, hd, FP32)
 		n0 = len(f.launches)
-		c.AttnBackward(c.Alloc(nq*H*hd), c.Alloc(nk*K*hd), c.Alloc(nk*K*hd), q, k, v, do, lse, d, sh)
+		c.AttnBackward(c.Alloc(nq*H*hd), c.Alloc(nk*K*hd), c.Alloc(nk*K*hd), q, k, v, nil, do, lse, d, sh)
 		if got := f.names(n0); !slices.Equal(got, tc.bwd) {
 			t.Errorf("%v hd %d: backward launched %v, want %v", tc.p, hd, got, tc.bwd)
 		}
@@ -327,7 +348,7 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 			}
 			n0 := len(f.launches)
 			c.AttnForward(st, q, k, v, s)
-			c.AttnBackward(c.Alloc(nq*H*tc.hd), c.Alloc(nk*K*tc.hd), c.Alloc(nk*K*tc.hd), q, k, v, do, buf(H*nq), buf(H*nq), s)
+			c.AttnBackward(c.Alloc(nq*H*tc.hd), c.Alloc(nk*K*tc.hd), c.Alloc(nk*K*tc.hd), q, k, v, nil, do, buf(H*nq), buf(H*nq), s)
 			var attn []fakeLaunch
 			for _, l := range f.launches[n0:] {
 				if strings.HasPrefix(l.name, "df_attn_") {
@@ -376,4 +397,62 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 	mustPanic(t, "head_dim 1024 needs", func() {
 		c.AttnForward(st, c.Alloc(1024), c.Alloc(1024), c.Alloc(1024), AttnShape{NQ: 1, NK: 1, Heads: 1, KVHeads: 1, HeadDim: 1024, Scale: 1})
 	})
+}
+
+// TestCUDAHostPackedOperands: attention operands packed in 16 bits (AttnShape.Operands, as a
+// 16-bit run's schedules keep them) reach the own tensor-core kernels as they are, with no
+// conversion launched; for a head dimension the 16-bit kernels have not, they are widened
+// (df_unpack_half) for the float32 kernel; the lengths are the packed ones.
+func TestCUDAHostPackedOperands(t *testing.T) {
+	c, f := newFakeCUDA(t)
+	c.setPrecision(precBF16)
+	const nq, nk, H, K = 130, 70, 6, 2
+	pos := seqPos(0, nq+nk)
+	for _, tc := range []struct {
+		hd       int
+		fwd, bwd []string
+	}{
+		{64, []string{"df_attn_fwd_bf16_hd64"}, []string{"df_attn_bwd_dq_bf16_hd64", "df_attn_bwd_dkdv_bf16_hd64"}},
+		{16, []string{"df_unpack_half", "df_unpack_half", "df_unpack_half", "df_attn_fwd_f32"},
+			[]string{"df_unpack_half", "df_unpack_half", "df_unpack_half", "df_unpack_half", "df_attn_bwd_dq_f32", "df_attn_bwd_dkdv_f32"}},
+	} {
+		hd := tc.hd
+		sh := AttnShape{NQ: nq, NK: nk, Heads: H, KVHeads: K, HeadDim: hd, Causal: true, Scale: 0.3, QPos: pos[nk:], KPos: pos[:nk],
+			Operands: BF16}
+		q, k, v, do := c.Alloc(sh.OperandLen(nq*H*hd)), c.Alloc(sh.OperandLen(nk*K*hd)), c.Alloc(sh.OperandLen(nk*K*hd)), c.Alloc(sh.OperandLen(nq*H*hd))
+		st := AttnState{O: c.Alloc(nq * H * hd), M: c.Alloc(H * nq), L: c.Alloc(H * nq)}
+		n0 := len(f.launches)
+		c.AttnForward(st, q, k, v, sh)
+		if got := f.names(n0); !slices.Equal(got, tc.fwd) {
+			t.Errorf("hd %d: forward launched %v, want %v", hd, got, tc.fwd)
+		}
+		if hd == 64 {
+			if a := f.launches[len(f.launches)-1].args; a[0] != uint64(dbuf(q).ptr()) || a[1] != uint64(dbuf(k).ptr()) || a[2] != uint64(dbuf(v).ptr()) {
+				t.Errorf("hd 64: the forward reads %#x, %#x, %#x, not the packed q, k, v", a[0], a[1], a[2])
+			}
+		}
+		n0 = len(f.launches)
+		c.AttnBackward(c.Alloc(nq*H*hd), c.Alloc(nk*K*hd), c.Alloc(nk*K*hd), q, k, v, nil, do, c.Alloc(H*nq), c.Alloc(H*nq), sh)
+		if got := f.names(n0); !slices.Equal(got, tc.bwd) {
+			t.Errorf("hd %d: backward launched %v, want %v", hd, got, tc.bwd)
+		}
+		if hd == 64 {
+			if a := f.launches[len(f.launches)-1].args; a[3] != uint64(dbuf(do).ptr()) {
+				t.Errorf("hd 64: the dK/dV kernel reads dO at %#x, not the packed %#x", a[3], dbuf(do).ptr())
+			}
+		}
+		n0 = len(f.launches)
+		c.AttnBackwardPrep(c.Alloc(H*nq), c.Alloc(sh.OperandLen(nq*H*hd)), do, nq, H, hd, BF16)
+		if got := f.names(n0); !slices.Equal(got, []string{"df_attn_prep16"}) || f.launches[n0].args[len(f.launches[n0].args)-1] != 0 {
+			t.Errorf("hd %d: D of packed O and dO launched %v (args %v), want df_attn_prep16 for bf16", hd, got, f.launches[n0].args)
+		}
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "elements, want") {
+					t.Errorf("hd %d: a float32-sized q with packed operands: %v", hd, r)
+				}
+			}()
+			c.AttnForward(st, c.Alloc(nq*H*hd), k, v, sh)
+		}()
+	}
 }

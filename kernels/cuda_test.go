@@ -639,10 +639,16 @@ func attnRun(d duo, r *rand.Rand, c attnCase, rnd func(float32) float32) (o, lse
 		be.AttnForward(s2, q[i], sl(k[i], split, c.nk), sl(v[i], split, c.nk), shape(split, c.nk))
 		be.AttnMerge(s1, s2, c.nq, H, hd)
 		be.AttnFinish(o[i], lse[i], s1, c.nq, H, hd)
-		be.AttnBackwardPrep(D[i], o[i], do[i], c.nq, H, hd)
-		for _, blk := range [][2]int{{0, split}, {split, c.nk}} {
+		be.AttnBackwardPrep(D[i], o[i], do[i], c.nq, H, hd, FP32)
+		// the first block with the queries' O (a backward on the rank that owns them), the
+		// second with D alone (a helper's): cuDNN gets the real O, then the synthetic O′
+		for j, blk := range [][2]int{{0, split}, {split, c.nk}} {
+			var ob Buf
+			if j == 0 {
+				ob = o[i]
+			}
 			be.AttnBackward(dq[i], sl(dk[i], blk[0], blk[1]), sl(dv[i], blk[0], blk[1]), q[i],
-				sl(k[i], blk[0], blk[1]), sl(v[i], blk[0], blk[1]), do[i], lse[i], D[i], shape(blk[0], blk[1]))
+				sl(k[i], blk[0], blk[1]), sl(v[i], blk[0], blk[1]), ob, do[i], lse[i], D[i], shape(blk[0], blk[1]))
 		}
 	})
 	return o, lse, dq, dk, dv

@@ -34,17 +34,43 @@ type AttentionRouter interface {
 	// SetAttention selects the path of later attention blocks: AttentionAuto, AttentionCUDNN or
 	// AttentionOwn. AttentionCUDNN loads cuDNN at once and returns why it cannot be used.
 	SetAttention(mode string) error
+	// SetDeterministicAttention asks for a backward that gives the same bits run to run
+	// (device.deterministic_attention): cuDNN's deterministic backward where its workspace fits
+	// a cap, the own kernel (deterministic) elsewhere. Off by default, as in PyTorch and
+	// TransformerEngine: cuDNN then accumulates dQ with atomics.
+	SetDeterministicAttention(on bool)
 	// AttentionPaths counts the attention blocks that took each path.
 	AttentionPaths() AttentionPaths
 }
 
 // AttentionPaths is which path the attention blocks of a backend took.
 type AttentionPaths struct {
-	Mode    string // the setting (AttentionAuto, AttentionCUDNN, AttentionOwn)
-	Library string // e.g. "cuDNN 9.10.2 (libcudnn.so.9)", or why cuDNN is not used ("" before the first block that asked)
+	Mode          string // the setting (AttentionAuto, AttentionCUDNN, AttentionOwn)
+	Deterministic bool   // device.deterministic_attention
+	Library       string // e.g. "cuDNN 9.10.2 (libcudnn.so.9), NVRTC 12.8", or why cuDNN is not used ("" before the first block that asked)
 	// Forward and Backward count blocks by path, e.g. "cudnn causal" or "own: fp32": a path
 	// is "cudnn <block kind>" or "own: <why cuDNN did not take the block>".
 	Forward, Backward map[string]int64
+	// Plans counts cuDNN's execution plans (one per graph: block shape, mask, direction).
+	Plans PlanStats
+}
+
+// PlanStats counts the cuDNN plans a backend built and the time it took.
+type PlanStats struct {
+	Built, Failed int     // plans built; graphs no engine of cuDNN took
+	Seconds       float64 // the build time of all of them
+	Slowest       float64 // the longest build of one
+	Workspace     int64   // the largest workspace one asks for, bytes (with its workspace-resident tensors)
+}
+
+// String writes the counts, e.g. "12 plans built in 3.4 s (the slowest 0.6 s), workspace up to 96 MiB".
+func (p PlanStats) String() string {
+	s := fmt.Sprintf("%d plans built in %.1f s (the slowest %.2f s), workspace up to %.0f MiB", p.Built, p.Seconds, p.Slowest,
+		float64(p.Workspace)/(1<<20))
+	if p.Failed > 0 {
+		s += fmt.Sprintf(", %d graphs without a plan", p.Failed)
+	}
+	return s
 }
 
 // ValidateAttention reports a mode that is not one of the Attention* values.
@@ -112,5 +138,13 @@ func (p AttentionPaths) String() string {
 	if lib == "" {
 		lib = "cuDNN not asked yet"
 	}
-	return fmt.Sprintf("attention (%s, %s): forward %s; backward %s", p.Mode, lib, list(p.Forward), list(p.Backward))
+	mode := p.Mode
+	if p.Deterministic {
+		mode += ", deterministic"
+	}
+	s := fmt.Sprintf("attention (%s, %s): forward %s; backward %s", mode, lib, list(p.Forward), list(p.Backward))
+	if p.Plans.Built+p.Plans.Failed > 0 {
+		s += "; cuDNN " + p.Plans.String()
+	}
+	return s
 }

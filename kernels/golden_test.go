@@ -74,12 +74,12 @@ func TestAttnGolden(t *testing.T) {
 			o, lse := be.Alloc(nq*H*hd), be.Alloc(H*nq)
 			be.AttnFinish(o, lse, a, nq, H, hd)
 			D := be.Alloc(H * nq)
-			be.AttnBackwardPrep(D, o, do, nq, H, hd)
+			be.AttnBackwardPrep(D, o, do, nq, H, hd, FP32)
 			dq, dk, dv := be.Alloc(nq*H*hd), be.Alloc(nk*K*hd), be.Alloc(nk*K*hd)
 			for _, p := range [][2]int{{0, half}, {half, nk}} {
 				kb, vb, s := part(p[0], p[1])
 				be.AttnBackward(dq, be.Slice(dk, p[0]*K*hd, (p[1]-p[0])*K*hd), be.Slice(dv, p[0]*K*hd, (p[1]-p[0])*K*hd),
-					q, kb, vb, do, lse, D, s)
+					q, kb, vb, o, do, lse, D, s)
 			}
 			for _, c := range []struct {
 				name string

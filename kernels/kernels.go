@@ -49,6 +49,21 @@ type AttnShape struct {
 	// QStart[i] <= KPos[j] <= QPos[i]: a document is an interval of positions, so this is
 	// "same document and causal", and keys need no document ids of their own.
 	QStart []int32
+	// Operands, when BF16 or FP16, says that the call's q, k and v (and a backward's o and do)
+	// hold their values packed in that 16-bit format (PackHalf's layout: Len() is (n+1)/2 for n
+	// values), as a 16-bit run's schedules keep and send them: converted once per layer, not
+	// once per block, and half the bytes on the wire. The attention state, the statistics and
+	// the gradients stay float32. FP32 (the zero value): every buffer is float32.
+	Operands Precision
+}
+
+// OperandLen is the length of a buffer that holds n of a call's operand values: n, or (n+1)/2
+// when they are packed in 16 bits (AttnShape.Operands).
+func (s AttnShape) OperandLen(n int) int {
+	if s.Operands == FP32 {
+		return n
+	}
+	return (n + 1) / 2
 }
 
 // Validate reports a shape that cannot be computed.
@@ -64,6 +79,8 @@ func (s AttnShape) Validate() error {
 		return fmt.Errorf("kernels: causal attention needs %d query and %d key positions, got %d and %d", s.NQ, s.NK, len(s.QPos), len(s.KPos))
 	case s.QStart != nil && (!s.Causal || len(s.QStart) != s.NQ):
 		return fmt.Errorf("kernels: document mask needs causal attention and %d query document starts, got causal=%v and %d", s.NQ, s.Causal, len(s.QStart))
+	case s.Operands > FP16:
+		return fmt.Errorf("kernels: attention operands in %v", s.Operands)
 	}
 	return nil
 }
@@ -185,11 +202,19 @@ type Backend interface {
 	// AttnFinish writes the normalised output o = s.O / s.L and lse = s.M + log(s.L); o may be
 	// s.O. A query that saw no key gets o = 0 and lse = -Inf.
 	AttnFinish(o, lse Buf, s AttnState, nq, heads, headDim int)
-	// AttnBackwardPrep sets D = rowsum(dO ∘ O) per head and query ([heads, nq]).
-	AttnBackwardPrep(d, o, do Buf, nq, heads, headDim int)
+	// AttnBackwardPrep sets D = rowsum(dO ∘ O) per head and query ([heads, nq]). With p BF16
+	// or FP16, o and do hold their values packed in that format (as AttnShape.Operands) and D
+	// is the rowsum of those 16-bit values, as FlashAttention and cuDNN compute it: consistent
+	// with the dP = dO·Vᵀ a backward forms from the same 16-bit dO (a D from the float32 values
+	// biases dQ by their difference). FP32: float32 buffers.
+	AttnBackwardPrep(d, o, do Buf, nq, heads, headDim int, p Precision)
 	// AttnBackward adds the gradients of one block of keys into dq, dk, dv, given the queries'
-	// final lse and D (FlashAttention-2 backward: P is recomputed, nothing N×N is stored).
-	AttnBackward(dq, dk, dv, q, k, v, do, lse, d Buf, shape AttnShape)
+	// final lse and D (FlashAttention-2 backward: P is recomputed, nothing N×N is stored). o,
+	// when not nil, is the queries' final output O, from which D was computed: a backend whose
+	// kernel takes O rather than D (cuDNN's fused attention computes D itself) uses it. It is
+	// nil where the queries are another rank's and only D travelled with them; the result is
+	// the same either way to within the 16-bit rounding of O.
+	AttnBackward(dq, dk, dv, q, k, v, o, do, lse, d Buf, shape AttnShape)
 
 	// AdamW updates parameters p in place from gradients g and moments m, v. When decay is
 	// false the weight decay is not applied (norm weights).

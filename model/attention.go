@@ -71,11 +71,37 @@ type Attention interface {
 }
 
 // LocalAttention is single-worker causal attention: one block of the attention primitive
-// over the whole sequence (internally tiled, so nothing N×N is materialised).
+// over the whole sequence (internally tiled, so nothing N×N is materialised). In a bf16 or
+// fp16 run (the backend's matmul precision) it hands the kernels q, k, v, O and dO packed in
+// that format (kernels.AttnShape.Operands), as the sequence-parallel schedules do: the values
+// every 16-bit kernel reads, converted once.
 type LocalAttention struct {
 	Backend kernels.Backend
 	st      kernels.AttnState
 	d       kernels.Buf
+	packed  [5]kernels.Buf // q, k, v, O, dO packed in 16 bits
+}
+
+// operands returns the call's operand format (FP32, or the run's 16-bit format) and xs in it:
+// themselves, or packed into the attention's buffers (in order q, k, v, O, dO; nil stays nil).
+func (a *LocalAttention) operands(xs ...kernels.Buf) (kernels.Precision, []kernels.Buf) {
+	be := a.Backend
+	p := be.MatMulPrecision()
+	if p != kernels.BF16 && p != kernels.FP16 {
+		return kernels.FP32, xs
+	}
+	out := make([]kernels.Buf, len(xs))
+	for i, x := range xs {
+		if x == nil {
+			continue
+		}
+		if n := (x.Len() + 1) / 2; a.packed[i] == nil || a.packed[i].Len() != n {
+			a.packed[i] = be.Alloc(n)
+		}
+		be.PackHalf(a.packed[i], x, p)
+		out[i] = a.packed[i]
+	}
+	return p, out
 }
 
 // NewLocalAttention returns single-worker attention on be.
@@ -99,8 +125,11 @@ func (a *LocalAttention) Forward(o, lse, q, k, v kernels.Buf, seq Seq, h Heads) 
 	n := len(seq.Pos)
 	a.scratch(n, h)
 	be := a.Backend
+	p, ops := a.operands(q, k, v)
+	sh := attnShape(n, seq, h)
+	sh.Operands = p
 	be.AttnInit(a.st)
-	be.AttnForward(a.st, q, k, v, attnShape(n, seq, h))
+	be.AttnForward(a.st, ops[0], ops[1], ops[2], sh)
 	be.AttnFinish(o, lse, a.st, n, h.N, h.Dim)
 }
 
@@ -108,6 +137,38 @@ func (a *LocalAttention) Forward(o, lse, q, k, v kernels.Buf, seq Seq, h Heads) 
 func (a *LocalAttention) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq Seq, h Heads) {
 	n := len(seq.Pos)
 	a.scratch(n, h)
-	a.Backend.AttnBackwardPrep(a.d, o, do, n, h.N, h.Dim)
-	a.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, a.d, attnShape(n, seq, h))
+	p, ops := a.operands(q, k, v, o, do)
+	a.Backend.AttnBackwardPrep(a.d, ops[3], ops[4], n, h.N, h.Dim, p) // D of the 16-bit O and dO the kernel reads
+	sh := attnShape(n, seq, h)
+	sh.Operands = p
+	a.Backend.AttnBackward(dq, dk, dv, ops[0], ops[1], ops[2], ops[3], ops[4], lse, a.d, sh)
+}
+
+// WarmAttention runs the attention of one sequence held at positions pos once, forward and
+// backward, on zeros, for each mask the layers use (causal, and with the sliding window where
+// a layer has one), through m.Attn: the schedule on several ranks, so it is collective. A
+// backend that prepares something per block shape at its first use (cuDNN's execution plans,
+// compiled then) prepares it here, before the first step, rather than inside a step while the
+// other ranks wait for it. It counts nothing in the model's Stats and leaves the parameters and
+// gradients as they are. Packed documents are not warmed: their blocks' shapes depend on the
+// batch.
+func (m *Model) WarmAttention(pos []int32) {
+	be, h, n := m.be, m.heads(), len(pos)
+	qn, kn := n*h.N*h.Dim, n*h.KV*h.Dim
+	q, o, do, dq := be.Alloc(qn), be.Alloc(qn), be.Alloc(qn), be.Alloc(qn)
+	k, v, dk, dv := be.Alloc(kn), be.Alloc(kn), be.Alloc(kn), be.Alloc(kn)
+	lse := be.Alloc(h.N * n)
+	windows := map[int]bool{}
+	for l := range m.Cfg.NLayers {
+		windows[m.Cfg.Window(l)] = true
+	}
+	for _, w := range []int{0, m.Cfg.SlidingWindow} {
+		if !windows[w] {
+			continue
+		}
+		delete(windows, w)
+		seq := Seq{Pos: pos, Window: w}
+		m.Attn.Forward(o, lse, q, k, v, seq, h)
+		m.Attn.Backward(dq, dk, dv, q, k, v, o, lse, do, seq, h)
+	}
 }

@@ -171,6 +171,7 @@ type attn2d struct {
 	i, j       int            // this rank's grid row and column
 	row, col   transport.Comm // row i and column j of the grid (nil until the first call)
 	sc         *a2dScratch
+	ops        operands // q, k, v, O, dO in the run's 16-bit format (operands.go)
 }
 
 // Name implements Schedule.
@@ -205,10 +206,14 @@ func (s *attn2d) kvOwner(b int) int {
 	return b + s.j*s.rows
 }
 
-// a2dScratch holds one rank's buffers for n local tokens and heads h, reused across calls.
+// a2dScratch holds one rank's buffers for n local tokens and heads h, the operands (q, k, v,
+// dO) in the format prec (packed in a 16-bit run: per values a buffer element), reused across
+// calls.
 type a2dScratch struct {
 	n    int
 	h    model.Heads
+	prec kernels.Precision
+	per  int
 	qPos [][]int32 // positions of query block a of the row (world rank i + a·Pr)
 	kPos [][]int32 // positions of key block b of the column (world rank kvOwner(b))
 
@@ -226,19 +231,22 @@ type a2dScratch struct {
 	dkv  kernels.Buf // the summed dk|dv of this rank's key block [2·kn]
 }
 
-// Sizes of one block of each kind, in values.
+// Sizes of one block of each kind: qn, kn in values (float32 buffers), oqn, okn in buffer
+// elements of operands (q, dO; k, v), slab and rslab in elements.
 func (sc *a2dScratch) qn() int    { return sc.n * sc.h.N * sc.h.Dim }
 func (sc *a2dScratch) kn() int    { return sc.n * sc.h.KV * sc.h.Dim }
+func (sc *a2dScratch) oqn() int   { return sc.qn() / sc.per }
+func (sc *a2dScratch) okn() int   { return sc.kn() / sc.per }
 func (sc *a2dScratch) slab() int  { return sc.n * sc.h.N * (sc.h.Dim + 2) }
-func (sc *a2dScratch) rslab() int { return 2*sc.qn() + 2*sc.n*sc.h.N }
+func (sc *a2dScratch) rslab() int { return 2*sc.oqn() + 2*sc.n*sc.h.N }
 
 func (s *attn2d) scratch(n int, h model.Heads) *a2dScratch {
-	if s.sc != nil && s.sc.n == n && s.sc.h == h {
+	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.prec {
 		return s.sc
 	}
 	be, P := s.be, s.c.Size()
 	T := n * P
-	sc := &a2dScratch{n: n, h: h}
+	sc := &a2dScratch{n: n, h: h, prec: s.ops.prec, per: s.ops.per()}
 	for a := 0; a < s.cols; a++ {
 		sc.qPos = append(sc.qPos, Cyclic.MustPositions(T, P, s.i+a*s.rows))
 	}
@@ -246,8 +254,8 @@ func (s *attn2d) scratch(n int, h model.Heads) *a2dScratch {
 		sc.kPos = append(sc.kPos, Cyclic.MustPositions(T, P, s.kvOwner(b)))
 	}
 	qn, kn, slab, rslab := sc.qn(), sc.kn(), sc.slab(), sc.rslab()
-	sc.kv, sc.kvg = be.Alloc(2*kn), be.Alloc(s.rows*2*kn)
-	sc.qg, sc.part, sc.recv = be.Alloc(s.cols*qn), be.Alloc(s.cols*slab), be.Alloc(s.cols*slab)
+	sc.kv, sc.kvg = be.Alloc(2*sc.okn()), be.Alloc(s.rows*2*sc.okn())
+	sc.qg, sc.part, sc.recv = be.Alloc(s.cols*sc.oqn()), be.Alloc(s.cols*slab), be.Alloc(s.cols*slab)
 	sc.rq, sc.rqg = be.Alloc(rslab), be.Alloc(s.cols*rslab)
 	sc.dqg, sc.dq = be.Alloc(s.cols*qn), be.Alloc(qn)
 	if s.opt.Overlap {
@@ -330,7 +338,7 @@ func (g *a2dGather) done() {
 // point to point while its own go to the rank whose row-major index it is.
 func (s *attn2d) fetchKV(k, v kernels.Buf, tagK, tagV int, site string) a2dReqs {
 	sc, be := s.sc, s.be
-	kn := sc.kn()
+	kn := sc.okn()
 	dk, dv := be.Slice(sc.kv, 0, kn), be.Slice(sc.kv, kn, kn)
 	p := s.c.Rank()
 	src := p
@@ -373,10 +381,12 @@ func attn2dOrder(m, own int) []int {
 func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
 	s.setup()
-	be := s.be
+	be, ops := s.be, &s.ops
 	n := len(pos)
+	ops.begin(be)
+	q, k, v = ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v)
 	sc := s.scratch(n, h)
-	qn, kn, slab := sc.qn(), sc.kn(), sc.slab()
+	qn, kn, slab := sc.oqn(), sc.okn(), sc.slab()
 	me := s.row.Rank()
 
 	// Partials of this rank's queries arrive from the row (line 6), posted first with overlap.
@@ -405,7 +415,7 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 				continue
 			}
 			kvb := s.block(sc.kvg, b, 2*kn)
-			be.AttnForward(st, qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), blockShape(sc.qPos[a], sc.kPos[b], seq, h))
+			be.AttnForward(st, qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), ops.shape(blockShape(sc.qPos[a], sc.kPos[b], seq, h)))
 		}
 		if early && a != me { // query block a is done: on its way while the next computes
 			outSend = append(outSend, s.row.Isend(s.block(sc.part, a, slab), a, a2dTagFwdOut, a2dSiteFwdOut))
@@ -433,10 +443,12 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
 	s.setup()
-	be := s.be
+	be, ops := s.be, &s.ops
 	n := len(pos)
+	ops.begin(be)
 	sc := s.scratch(n, h)
 	qn, kn, rslab := sc.qn(), sc.kn(), sc.rslab()
+	oqn, okn := sc.oqn(), sc.okn()
 	nh := n * h.N
 	me := s.row.Rank()
 
@@ -449,13 +461,15 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 			}
 		}
 	}
-	// This rank's q | dO | lse | D, with D = rowsum(dO ∘ O) of its own queries.
-	be.Copy(be.Slice(sc.rq, 0, qn), q)
-	be.Copy(be.Slice(sc.rq, qn, qn), do)
-	be.Copy(be.Slice(sc.rq, 2*qn, nh), lse)
-	be.AttnBackwardPrep(be.Slice(sc.rq, 2*qn+nh, nh), o, do, n, h.N, h.Dim)
+	// This rank's q | dO | lse | D (q and dO in the call's operand format), with D =
+	// rowsum(dO ∘ O) of its own queries.
+	do, o = ops.pack(be, "do", do), ops.pack(be, "o", o)
+	be.Copy(be.Slice(sc.rq, 0, oqn), ops.pack(be, "q", q))
+	be.Copy(be.Slice(sc.rq, oqn, oqn), do)
+	be.Copy(be.Slice(sc.rq, 2*oqn, nh), lse)
+	be.AttnBackwardPrep(be.Slice(sc.rq, 2*oqn+nh, nh), o, do, n, h.N, h.Dim, ops.prec)
 
-	tr := s.fetchKV(k, v, a2dTagBwdTK, a2dTagBwdTV, a2dSiteBwdT)
+	tr := s.fetchKV(ops.pack(be, "k", k), ops.pack(be, "v", v), a2dTagBwdTK, a2dTagBwdTV, a2dSiteBwdT)
 	rqg := s.gather(s.row, sc.rqg, sc.rq, a2dTagBwdQ, a2dSiteBwdQ) // line 4
 	tr.wait()
 	kvg := s.gather(s.col, sc.kvg, sc.kv, a2dTagBwdKV, a2dSiteBwdKV) // line 5
@@ -465,17 +479,21 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	for _, a := range attn2dOrder(s.cols, me) { // line 6
 		rqg.wait(a)
 		ra := s.block(sc.rqg, a, rslab)
-		qa, doa := be.Slice(ra, 0, qn), be.Slice(ra, qn, qn)
-		lsea, da := be.Slice(ra, 2*qn, nh), be.Slice(ra, 2*qn+nh, nh)
+		qa, doa := be.Slice(ra, 0, oqn), be.Slice(ra, oqn, oqn)
+		lsea, da := be.Slice(ra, 2*oqn, nh), be.Slice(ra, 2*oqn+nh, nh)
 		dqa := s.block(sc.dqg, a, qn)
 		for _, b := range attn2dOrder(s.rows, s.col.Rank()) {
 			kvg.wait(b)
 			if !visibleDoc(be, sc.qPos[a], sc.kPos[b], seq) {
 				continue
 			}
-			kvb, dkvb := s.block(sc.kvg, b, 2*kn), s.block(sc.dkvg, b, 2*kn)
+			kvb, dkvb := s.block(sc.kvg, b, 2*okn), s.block(sc.dkvg, b, 2*kn)
+			var oa kernels.Buf // this rank's own queries come with their O; the row's others with D
+			if a == me {
+				oa = o
+			}
 			be.AttnBackward(dqa, be.Slice(dkvb, 0, kn), be.Slice(dkvb, kn, kn),
-				qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), doa, lsea, da, blockShape(sc.qPos[a], sc.kPos[b], seq, h))
+				qa, be.Slice(kvb, 0, okn), be.Slice(kvb, okn, okn), oa, doa, lsea, da, ops.shape(blockShape(sc.qPos[a], sc.kPos[b], seq, h)))
 		}
 		if early && a != me { // dq of query block a is complete: send it to its owner
 			dqSend = append(dqSend, s.row.Isend(dqa, a, a2dTagBwdDQ, a2dSiteBwdDQ))
@@ -509,15 +527,17 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 		be.Add(dv, dv, be.Slice(sc.dkv, kn, kn))
 		return
 	}
-	// sc.kv (the k, v this rank borrowed) is free now: it receives this rank's own dk, dv.
+	// The column's dk|dv contributions (the reduce-scatter's input, float32) are free now: the
+	// first block receives this rank's own dk, dv.
+	back := s.block(sc.dkvg, 0, 2*kn)
 	owner, from := attn2dRowMajor(p, s.rows, s.cols), attn2dColMajor(p, s.rows, s.cols)
 	reqs := a2dReqs{
-		s.c.Irecv(be.Slice(sc.kv, 0, kn), from, a2dTagBwdDK, a2dSiteBwdDKVT),
-		s.c.Irecv(be.Slice(sc.kv, kn, kn), from, a2dTagBwdDV, a2dSiteBwdDKVT),
+		s.c.Irecv(be.Slice(back, 0, kn), from, a2dTagBwdDK, a2dSiteBwdDKVT),
+		s.c.Irecv(be.Slice(back, kn, kn), from, a2dTagBwdDV, a2dSiteBwdDKVT),
 		s.c.Isend(be.Slice(sc.dkv, 0, kn), owner, a2dTagBwdDK, a2dSiteBwdDKVT),
 		s.c.Isend(be.Slice(sc.dkv, kn, kn), owner, a2dTagBwdDV, a2dSiteBwdDKVT),
 	}
 	reqs.wait()
-	be.Add(dk, dk, be.Slice(sc.kv, 0, kn))
-	be.Add(dv, dv, be.Slice(sc.kv, kn, kn))
+	be.Add(dk, dk, be.Slice(back, 0, kn))
+	be.Add(dv, dv, be.Slice(back, kn, kn))
 }

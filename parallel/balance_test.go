@@ -116,8 +116,8 @@ func (b *recBackend) AttnForward(s kernels.AttnState, q, k, v kernels.Buf, sh ke
 	b.record(false, sh, &b.Counters().AttnFwdFLOPs, func() { b.Backend.AttnForward(s, q, k, v, sh) })
 }
 
-func (b *recBackend) AttnBackward(dq, dk, dv, q, k, v, do, lse, d kernels.Buf, sh kernels.AttnShape) {
-	b.record(true, sh, &b.Counters().AttnBwdFLOPs, func() { b.Backend.AttnBackward(dq, dk, dv, q, k, v, do, lse, d, sh) })
+func (b *recBackend) AttnBackward(dq, dk, dv, q, k, v, o, do, lse, d kernels.Buf, sh kernels.AttnShape) {
+	b.record(true, sh, &b.Counters().AttnBwdFLOPs, func() { b.Backend.AttnBackward(dq, dk, dv, q, k, v, o, do, lse, d, sh) })
 }
 
 // phase returns the recorded calls of the forward (bwd false) or the backward.

@@ -81,6 +81,7 @@ type ringAttn struct {
 	tag    int // tag base
 	site   ringSites
 	sc     *ringScratch
+	ops    operands // q, k, v, O, dO in the run's 16-bit format (operands.go)
 }
 
 // newRing builds the vanilla ring schedule (DistFlashAttn Alg. 1) for one rank.
@@ -95,25 +96,26 @@ func (s *ringAttn) Name() string { return s.name }
 // Layout implements Schedule.
 func (s *ringAttn) Layout() Layout { return s.layout }
 
-// ringScratch holds one rank's buffers for n local tokens with heads h, reused across calls.
-// Buffers indexed [2] alternate by step parity, so a transfer lands in one while the other
-// computes.
+// ringScratch holds one rank's buffers for n local tokens with heads h and operands in prec,
+// reused across calls. Buffers indexed [2] alternate by step parity, so a transfer lands in one
+// while the other computes.
 type ringScratch struct {
 	n    int
 	h    model.Heads
+	prec kernels.Precision
 	peer [][]int32 // global positions of every rank's tokens
 
 	st  []kernels.AttnState // running (o, m, l) of each own query chunk [c queries]
 	lse []kernels.Buf       // lse of each own query chunk [H, c] (only with several chunks)
 	d   []kernels.Buf       // D = rowsum(dO∘O) of each own query chunk [H, c]
 
-	k, v [2]kernels.Buf // a received block's k and v [n·KV·hd]
+	k, v [2]kernels.Buf // a received block's k and v [n·KV·hd values, packed in a 16-bit run]
 	acc  [2]kernels.Buf // a block's travelling dk|dv accumulator [2·n·KV·hd]
 	g    kernels.Buf    // this rank's dk|dv contribution to the block at hand [2·n·KV·hd]
 }
 
 func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
-	if s.sc != nil && s.sc.n == n && s.sc.h == h {
+	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.prec {
 		return s.sc
 	}
 	be, P, C := s.be, s.c.Size(), s.chunks
@@ -121,7 +123,7 @@ func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
 		panic(fmt.Sprintf("parallel: %s schedule: %d local tokens do not split into %d chunks", s.name, n, C))
 	}
 	c, kn := n/C, n*h.KV*h.Dim
-	sc := &ringScratch{n: n, h: h, g: be.Alloc(2 * kn)}
+	sc := &ringScratch{n: n, h: h, prec: s.ops.prec, g: be.Alloc(2 * kn)}
 	for r := 0; r < P; r++ {
 		sc.peer = append(sc.peer, s.layout.MustPositions(n*P, P, r))
 	}
@@ -133,7 +135,7 @@ func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
 		}
 	}
 	for i := range 2 {
-		sc.k[i], sc.v[i] = be.Alloc(kn), be.Alloc(kn)
+		sc.k[i], sc.v[i] = be.Alloc(s.ops.n(kn)), be.Alloc(s.ops.n(kn))
 		sc.acc[i] = be.Alloc(2 * kn)
 	}
 	s.sc = sc
@@ -189,9 +191,9 @@ func (s *ringAttn) shift(t int, k, v kernels.Buf, tagK, tagV int, site string) r
 
 // fold is attn(q_p, k_r, v_r, o_p, s_p) of Alg. 1 (line 2 and 6): it folds the block k, v at
 // positions kPos into the running states, one primitive call per visible (query chunk, key
-// chunk) pair; fully masked pairs are not computed.
+// chunk) pair; fully masked pairs are not computed. q, k, v are in the call's operand format.
 func (s *ringAttn) fold(q, k, v kernels.Buf, qPos, kPos []int32, seq model.Seq, h model.Heads) {
-	C, sc := s.chunks, s.sc
+	C, sc, be, ops := s.chunks, s.sc, s.be, &s.ops
 	c, qw, kw := len(qPos)/C, h.N*h.Dim, h.KV*h.Dim
 	for i := 0; i < C; i++ {
 		qp := qPos[i*c : (i+1)*c]
@@ -200,7 +202,8 @@ func (s *ringAttn) fold(q, k, v kernels.Buf, qPos, kPos []int32, seq model.Seq, 
 			if !visibleDoc(s.be, qp, kp, seq) {
 				continue
 			}
-			s.be.AttnForward(sc.st[i], s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), blockShape(qp, kp, seq, h))
+			s.be.AttnForward(sc.st[i], ops.rows(be, q, i, c, qw), ops.rows(be, k, j, c, kw), ops.rows(be, v, j, c, kw),
+				ops.shape(blockShape(qp, kp, seq, h)))
 		}
 	}
 }
@@ -211,6 +214,8 @@ func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.H
 	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	n := len(pos)
+	s.ops.begin(be)
+	q, k, v = s.ops.pack(be, "q", q), s.ops.pack(be, "k", k), s.ops.pack(be, "v", v)
 	sc := s.scratch(n, h)
 	for _, st := range sc.st {
 		be.AttnInit(st) // line 1
@@ -269,11 +274,11 @@ func (s *ringAttn) chunkLSE(lse kernels.Buf, h model.Heads) []kernels.Buf {
 }
 
 // grad adds the gradients of block k, v at kPos: dq into dq, dk|dv into g (zeroed here). It
-// reports whether any pair was visible.
-func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos, kPos []int32, seq model.Seq, h model.Heads) bool {
-	be, sc, C := s.be, s.sc, s.chunks
+// reports whether any pair was visible. q, k, v, o, do are in the call's operand format.
+func (s *ringAttn) grad(dq, g, q, k, v, o, do kernels.Buf, lse []kernels.Buf, qPos, kPos []int32, seq model.Seq, h model.Heads) bool {
+	be, sc, C, ops := s.be, s.sc, s.chunks, &s.ops
 	c, qw, kw := len(qPos)/C, h.N*h.Dim, h.KV*h.Dim
-	kn := k.Len()
+	kn := g.Len() / 2
 	dk, dv := be.Slice(g, 0, kn), be.Slice(g, kn, kn)
 	any := false
 	for i := 0; i < C; i++ {
@@ -287,9 +292,13 @@ func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos,
 				be.Zero(g)
 				any = true
 			}
+			var oi kernels.Buf
+			if o != nil {
+				oi = ops.rows(be, o, i, c, qw)
+			}
 			be.AttnBackward(s.rows(dq, i, c, qw), s.rows(dk, j, c, kw), s.rows(dv, j, c, kw),
-				s.rows(q, i, c, qw), s.rows(k, j, c, kw), s.rows(v, j, c, kw), s.rows(do, i, c, qw),
-				lse[i], sc.d[i], blockShape(qp, kp, seq, h))
+				ops.rows(be, q, i, c, qw), ops.rows(be, k, j, c, kw), ops.rows(be, v, j, c, kw), oi, ops.rows(be, do, i, c, qw),
+				lse[i], sc.d[i], ops.shape(blockShape(qp, kp, seq, h)))
 		}
 	}
 	return any
@@ -300,17 +309,23 @@ func (s *ringAttn) grad(dq, g, q, k, v, do kernels.Buf, lse []kernels.Buf, qPos,
 // (DistFlashAttn App. A).
 func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	n := len(seq.Pos)
+	be, ops := s.be, &s.ops
+	ops.begin(be)
 	sc := s.scratch(n, h)
 	c, qw := n/s.chunks, h.N*h.Dim
+	o, do = ops.pack(be, "o", o), ops.pack(be, "do", do)
 	for i := 0; i < s.chunks; i++ {
-		s.be.AttnBackwardPrep(sc.d[i], s.rows(o, i, c, qw), s.rows(do, i, c, qw), c, h.N, h.Dim)
+		be.AttnBackwardPrep(sc.d[i], ops.rows(be, o, i, c, qw), ops.rows(be, do, i, c, qw), c, h.N, h.Dim, ops.prec)
 	}
-	s.backward(dq, dk, dv, q, k, v, lse, do, seq, h)
+	s.backward(dq, dk, dv, ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), o, lse, do, seq, h)
 }
 
 // backwardD implements statsBackward: Backward with D = rowsum(dO ∘ O) ([H, n]) given.
 func (s *ringAttn) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	n := len(seq.Pos)
+	be, ops := s.be, &s.ops
+	ops.begin(be)
+	q, k, v, do = ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), ops.pack(be, "do", do)
 	sc := s.scratch(n, h)
 	c := n / s.chunks
 	for i := 0; i < s.chunks; i++ {
@@ -318,11 +333,13 @@ func (s *ringAttn) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq mo
 			s.be.Copy(s.be.Slice(sc.d[i], hh*c, c), s.be.Slice(d, hh*n+i*c, c))
 		}
 	}
-	s.backward(dq, dk, dv, q, k, v, lse, do, seq, h)
+	s.backward(dq, dk, dv, q, k, v, nil, lse, do, seq, h)
 }
 
-// backward is Backward once D is in the scratch.
-func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+// backward is Backward once D is in the scratch and q, k, v, o, do are in the call's operand
+// format; o is this rank's output (nil when only D is known): the queries stay home, so every
+// block of the ring can pass it to the backend.
+func (s *ringAttn) backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	sc := s.scratch(len(pos), h)
@@ -354,7 +371,7 @@ func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.
 		if !s.opt.Overlap {
 			accIn.wait()
 		}
-		computed := s.grad(dq, sc.g, q, curK, curV, do, lseC, pos, sc.peer[(p-t+P)%P], seq, h)
+		computed := s.grad(dq, sc.g, q, curK, curV, o, do, lseC, pos, sc.peer[(p-t+P)%P], seq, h)
 		if t == 0 {
 			be.Zero(acc) // block p starts its round here
 		} else {
@@ -384,7 +401,7 @@ func (s *ringAttn) backward(dq, dk, dv, q, k, v, lse, do kernels.Buf, seq model.
 	if last == 0 {
 		home = sc.acc[0]
 	}
-	kn := k.Len()
+	kn := dk.Len()
 	be.Add(dk, dk, be.Slice(home, 0, kn))
 	be.Add(dv, dv, be.Slice(home, kn, kn))
 }

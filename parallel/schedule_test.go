@@ -28,6 +28,9 @@ type attnInputs struct {
 	q, k, v, do []float32
 	docs        []int32 // document start of every position (model.Seq.DocStart); nil: one document
 	window      int     // sliding window (model.Seq.Window); 0: none
+	// prec is the backends' matmul precision: FP32, or a 16-bit run whose schedules keep their
+	// operands packed (operands.go)
+	prec kernels.Precision
 }
 
 // seq is the placement of the tokens at pos, with the inputs' documents and window.
@@ -50,6 +53,7 @@ func newInputs(T int, h model.Heads, seed uint64) attnInputs {
 // reference is single-worker attention over the whole sequence.
 func (in attnInputs) reference() scheduleRun {
 	be := kernels.NewCPU()
+	be.SetMatMulPrecision(in.prec)
 	h, T := in.h, in.T
 	up := func(x []float32) kernels.Buf { b := be.Alloc(len(x)); be.Upload(b, x); return b }
 	q, k, v, do := up(in.q), up(in.k), up(in.v), up(in.do)
@@ -72,6 +76,7 @@ func (in attnInputs) runOn(w *transport.World, name string, opt Options) (schedu
 	out := in.newRun(w.Size())
 	err := w.Run(func(c transport.Comm) error {
 		be := kernels.NewCPU()
+		be.SetMatMulPrecision(in.prec)
 		s, err := NewAttention(name, c, be, opt)
 		if err != nil {
 			return err
@@ -171,6 +176,103 @@ func TestSchedulesExact(t *testing.T) {
 	}
 }
 
+// TestSchedules16BitOperands: in a bf16 or fp16 run every schedule keeps q, k, v, O and dO
+// packed in 16 bits (operands.go), converted once per call, and sends them so: its output and
+// lse are those of single-worker attention on the same 16-bit operands within the float32
+// bounds of TestSchedulesExact (the packing rounds each operand once, on every rank as on one;
+// only the merge order differs), and dQ, dK, dV within 1e-3 of their scale: D is the rowsum of
+// the 16-bit O, and an O that the merge order moves by a float32 ulp can round to the next
+// 16-bit value (measured 1.8e-5; a block missed or counted twice moves them by far more); over
+// P ∈ {2, 3, 4}, MHA, GQA, 33 heads, overlap on and off, with documents. At every call site
+// that carries only operands the bytes are half the float32 run's, while the statistics and
+// gradients are not halved.
+func TestSchedules16BitOperands(t *testing.T) {
+	const T = 48
+	for _, name := range Names() {
+		for _, P := range []int{2, 3, 4} {
+			for hn, h := range testHeads {
+				if Check(name, h, P) != nil {
+					continue
+				}
+				for _, prec := range []kernels.Precision{kernels.BF16, kernels.FP16} {
+					if prec == kernels.FP16 && hn != "GQA" {
+						continue
+					}
+					t.Run(fmt.Sprintf("%s/P%d/%s/%v", name, P, hn, prec), func(t *testing.T) {
+						in := newInputs(T, h, uint64(P*100+h.N))
+						in.prec = prec
+						if P == 3 {
+							in.docs = docTables(T, P, 1)["short"]
+						}
+						want := in.reference()
+						got, err := in.run(name, P, Options{Overlap: P%2 == 0})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if d := diffWithin(got, want, 2e-6, 1e-3); d != "" {
+							t.Error(d)
+						}
+						if d := exactDiff(got, func() scheduleRun { f := in; f.prec = kernels.FP32; return f.reference() }()); d == "" {
+							t.Errorf("the %v run equals the float32 reference: the operands were not rounded", prec)
+						}
+					})
+				}
+			}
+		}
+	}
+	// the Ulysses × ring hybrid: its outer schedule packs what its all-to-alls gathered
+	t.Run("hybrid ulysses 2 × ring/P4/GQA/bf16", func(t *testing.T) {
+		in := newInputs(T, testHeads["GQA"], 9)
+		in.prec = kernels.BF16
+		got, err := in.run("ring", 4, Options{Overlap: true, UlyssesDegree: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := diffWithin(got, in.reference(), 2e-6, 1e-3); d != "" {
+			t.Error(d)
+		}
+	})
+	// operand-only call sites halve; statistics and gradients do not
+	operandSites := map[string][]string{
+		"ring": {"ring.fwd.kv", "ring.bwd.kv"}, "zigzag": {"zigzag.fwd.kv", "zigzag.bwd.kv"},
+		"distflash": {"distflash.fwd.kv", "distflash.fwd.q", "distflash.bwd.kv"}, "burst": {"burst.fwd.kv", "burst.bwd.q", "burst.bwd.do"},
+		"ulysses": {"ulysses.fwd.q", "ulysses.fwd.k", "ulysses.fwd.v", "ulysses.bwd.q", "ulysses.bwd.k", "ulysses.bwd.v", "ulysses.bwd.do"},
+		"attn2d":  {"attn2d.fwd.q", "attn2d.fwd.kv", "attn2d.bwd.kv"},
+	}
+	gradSites := map[string][]string{
+		"ring": {"ring.bwd.dkv"}, "zigzag": {"zigzag.bwd.dkv"}, "distflash": {"distflash.bwd.dkv", "distflash.bwd.dq", "distflash.fwd.oml"},
+		"burst": {"burst.bwd.dq", "burst.bwd.stats"}, "ulysses": {"ulysses.bwd.dq", "ulysses.bwd.stats"}, "attn2d": {"attn2d.bwd.dq", "attn2d.fwd.out"},
+	}
+	for _, name := range Names() {
+		in := newInputs(T, testHeads["GQA"], 7)
+		f32, err := in.run(name, 4, Options{Overlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.prec = kernels.BF16
+		b16, err := in.run(name, 4, Options{Overlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := func(r scheduleRun, site string) (n int64) {
+			for _, tr := range r.traffic {
+				n += tr[site]
+			}
+			return n
+		}
+		for _, site := range operandSites[name] {
+			if a, b := sum(f32, site), sum(b16, site); a == 0 || 2*b != a {
+				t.Errorf("%s: %s moves %d bytes in bf16, %d in float32: want half", name, site, b, a)
+			}
+		}
+		for _, site := range gradSites[name] {
+			if a, b := sum(f32, site), sum(b16, site); a == 0 || a != b {
+				t.Errorf("%s: %s moves %d bytes in bf16, %d in float32: want the same (float32 on the wire)", name, site, b, a)
+			}
+		}
+	}
+}
+
 // docTables returns document-start tables (model.Seq.DocStart) for a sequence of T tokens on
 // P ranks: many short documents of random lengths, one document spanning every rank,
 // documents starting exactly at every rank edge of the contiguous layout, and a document
@@ -264,15 +366,18 @@ func checkExact(t *testing.T, got, want scheduleRun) {
 
 // exactDiff is checkExact's verdict: "" when got is the single-worker result within the
 // tolerances, else what differs.
-func exactDiff(got, want scheduleRun) string {
+func exactDiff(got, want scheduleRun) string { return diffWithin(got, want, 2e-6, 1e-5) }
+
+// diffWithin is exactDiff with the tolerances of the forward (o, lse) and the gradients given.
+func diffWithin(got, want scheduleRun, fwd, grad float64) string {
 	var diffs []string
 	for _, c := range []struct {
 		what      string
 		got, want []float32
 		tol       float64
 	}{
-		{"o", got.o, want.o, 2e-6}, {"lse", got.lse, want.lse, 2e-6},
-		{"dq", got.dq, want.dq, 1e-5}, {"dk", got.dk, want.dk, 1e-5}, {"dv", got.dv, want.dv, 1e-5},
+		{"o", got.o, want.o, fwd}, {"lse", got.lse, want.lse, fwd},
+		{"dq", got.dq, want.dq, grad}, {"dk", got.dk, want.dk, grad}, {"dv", got.dv, want.dv, grad},
 	} {
 		if e := relErr(c.got, c.want); e > c.tol {
 			diffs = append(diffs, fmt.Sprintf("%s: rel err %.3g > %g", c.what, e, c.tol))

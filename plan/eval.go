@@ -9,7 +9,7 @@ import (
 // parallelism.fsdp its chunks and two gathered units); each
 // block's input and one block's full set (the evaluator's models keep what CheckpointLayer
 // keeps: the forward needs no more); one loss chunk of logits with the final norm's output;
-// the attention's working set; the Go collector's headroom and the process (ProcessBase). No gradients, optimizer or
+// the attention's working set (and on a GPU its kernel's buffers); the Go collector's headroom and the process (ProcessBase). No gradients, optimizer or
 // backward scratch.
 func EvalMemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	m := cfg.Model
@@ -33,7 +33,8 @@ func EvalMemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	chunk := min(n, float64(config.AutoLossChunk(m.VocabSize)))
 	mp.Logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4)
 	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
-	mp.Peak = mp.Params + mp.Activations + mp.Logits + mp.AttnWork
+	mp.AttnKernel = attnKernelBytes(cfg, n, false)
+	mp.Peak = mp.Params + mp.Activations + mp.Logits + mp.AttnWork + mp.AttnKernel
 	mp.Runtime = gcHeadroom * mp.Peak
 	mp.Process = ProcessBase / float64(localRanks(cfg)) // no training data or checkpoint writer
 	mp.Peak += mp.Runtime + mp.Process

@@ -51,8 +51,9 @@
 //     on sequence_parallel_degree in-process ranks with the model's heads at two short
 //     sequence lengths and extrapolating linearly in the length (traffic is linear in the
 //     tokens per rank: K/V/Q/dO blocks ∝ tokens·head_dim, statistics ∝ tokens·heads), so plan
-//     and schedules cannot drift apart. The in-process world sends fp32; plan scales by the
-//     compute precision's size (statistics too, a small overestimate under bf16). Per layer
+//     and schedules cannot drift apart. The measuring ranks run at the run's precision, so the
+//     bytes are the real ones: in bf16 or fp16 the schedules send q, k, v and dO packed in 16
+//     bits, the statistics and gradients in float32 (parallel/operands.go). Per layer
 //     forward + backward, × n_layers, with a second forward under checkpoint layer, for the
 //     rank that sends the most in them (train's metrics attn_bytes is the same count). Under
 //     a sliding window the windowed layers' bytes are measured with the window (planwindow.go). FSDP:
@@ -224,6 +225,7 @@ type MemoryPlan struct {
 	Logits          float64 `json:"logits"`           // fp32 logits and final-norm outputs
 	BackwardScratch float64 `json:"backward_scratch"` // gradient temporaries of one block
 	AttnWork        float64 `json:"attn_work"`        // attention working set (estimate)
+	AttnKernel      float64 `json:"attn_kernel"`      // bf16/fp16: the packed attention operands (and their float32 widening on the CPU); on a GPU cuDNN's outputs and workspace
 	CommBuffers     float64 `json:"comm_buffers"`     // fsdp gather/scatter buffers
 	Runtime         float64 `json:"runtime"`          // on the CPU: the Go collector's headroom over the rest
 	Process         float64 `json:"process"`          // on the CPU: the rank's share of the process outside its tensors (ProcessBase, the data's tokens, the checkpoint writer)
@@ -456,6 +458,48 @@ func actBytesPerToken(cfg config.Config, names []string, elem float64) float64 {
 	return b
 }
 
+// CUDNNDeterministicCap is the most workspace a deterministic cuDNN backward block may ask
+// for (device.deterministic_attention; kernels/cuda_cudnn.go, cudnnDeterministicCap): larger
+// blocks run the own kernel.
+const CUDNNDeterministicCap = 256 << 20
+
+// attnKernelBytes is what the attention holds besides the schedule's float32 buffers, for
+// blocks of n queries and n keys (a rank's tokens; Ulysses' all-token blocks of its heads hold
+// as many values), in a bf16 or fp16 run (nothing in float32). On every device the operands the
+// schedules keep packed in 16 bits (parallel/operands.go): q, k, v, O and dO (q, k, v in an
+// evaluation, backward false). On the CPU the float32 values its kernels widen them into for a
+// call (q, k, v and dO at once). On a GPU with cuDNN (device.attention auto or cudnn): cuDNN's
+// 16-bit output and O′, dO, dq, dk and dv, the statistics (float32, a ragged block's padded up
+// to twice), and its workspace: the float32 dQ accumulator and softmax_sum of the
+// non-deterministic backward, or up to CUDNNDeterministicCap with
+// device.deterministic_attention (cuDNN's own workspace for these graphs is small and not
+// counted). The own GPU kernels read the packed operands as they are.
+func attnKernelBytes(cfg config.Config, n float64, backward bool) float64 {
+	if cfg.Training.MixedPrecision == "fp32" {
+		return 0
+	}
+	m := cfg.Model
+	q, kv, h := float64(m.QDim()), float64(m.KVDim()), float64(m.NHeads)
+	packed, widened := 2*n*(3*q+2*kv), 4*n*(2*q+2*kv) // q, k, v, O, dO; q, k, v, dO
+	if !backward {
+		packed, widened = 2*n*(q+2*kv), 4*n*(q+2*kv)
+	}
+	switch {
+	case cfg.Device.Kind != "cuda":
+		return packed + widened
+	case cfg.Device.Attention == "own":
+		return packed
+	case !backward:
+		return packed + 2*n*q + 2*4*h*n // o_b, statistics
+	}
+	out := 2*n*(3*q+2*kv) + 2*4*h*n // O′ (or o_b), dO, dq, dk, dv; statistics
+	ws := 4*n*q + 4*h*n             // dQ accumulator, softmax_sum
+	if cfg.Device.DeterministicAttention {
+		ws = CUDNNDeterministicCap + 4*h*n
+	}
+	return packed + out + ws
+}
+
 // MemoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
 func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	m, p, dm := cfg.Model, cfg.Parallelism, dims(cfg)
@@ -510,11 +554,12 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	mp.Logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4) // logits of a chunk; last block output, final norm, rstd
 	mp.BackwardScratch = n*a*(3*d+2*q+2*kv) + tile*a*3*f
 	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
+	mp.AttnKernel = attnKernelBytes(cfg, n, true)
 	if p.FSDP && dm.World > 1 {
 		block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / L
 		mp.CommBuffers = 2*block*e + block*4
 	}
-	mp.Peak = mp.Params + mp.Grads + mp.Optimizer + mp.Activations + mp.Logits + mp.BackwardScratch + mp.AttnWork + mp.CommBuffers
+	mp.Peak = mp.Params + mp.Grads + mp.Optimizer + mp.Activations + mp.Logits + mp.BackwardScratch + mp.AttnWork + mp.AttnKernel + mp.CommBuffers
 	if cfg.Device.Kind == "cpu" {
 		// train runs the collector at GOGC=10: the heap grows past what is live before a
 		// collection (device memory has no such headroom); and the process outside its tensors
@@ -582,8 +627,8 @@ func IdleFraction(name string, P int) float64 {
 // maxTrafficRanks is the largest sequence-parallel group plan simulates in process.
 const maxTrafficRanks = 64
 
-// traffic is one schedule's measured bytes (fp32, as the in-process world sends them) for one
-// layer and one sequence of T tokens: bytes(T) = a·T + b for each rank and summed over ranks,
+// traffic is one schedule's measured bytes (at the run's precision: 16-bit operands in a bf16
+// or fp16 run) for one layer and one sequence of T tokens: bytes(T) = a·T + b for each rank and summed over ranks,
 // forward and backward apart.
 type traffic struct {
 	fwd, bwd                           []line  // each rank's
@@ -661,7 +706,7 @@ var (
 // 4·div tokens (div: the layout's divisor) and fits bytes(T) = a·T + b. Under a sliding
 // window of W tokens at seq_len T, the short runs get the window that hides the same blocks
 // (windowReach), so the fit is that of the windowed schedule at T. Results are cached.
-func measureTraffic(name string, h model.Heads, P, T, W int) (traffic, error) {
+func measureTraffic(name string, h model.Heads, P, T, W int, prec kernels.Precision) (traffic, error) {
 	if P > maxTrafficRanks {
 		return traffic{}, fmt.Errorf("plan simulates at most %d sequence-parallel ranks to measure a schedule's traffic, not %d", maxTrafficRanks, P)
 	}
@@ -670,18 +715,18 @@ func measureTraffic(name string, h model.Heads, P, T, W int) (traffic, error) {
 		return traffic{}, err
 	}
 	D := windowReach(l, P, T, W)
-	key := fmt.Sprintf("%s/%d/%d/%d/%d/%d", name, h.N, h.KV, h.Dim, P, D)
+	key := fmt.Sprintf("%s/%d/%d/%d/%d/%d/%v", name, h.N, h.KV, h.Dim, P, D, prec)
 	trafficMu.Lock()
 	defer trafficMu.Unlock()
 	if t, ok := trafficCache[key]; ok {
 		return t, nil
 	}
 	T1, T2 := 2*l.Divisor(P), 4*l.Divisor(P)
-	f1, b1, _, err := runScheduleOnce(name, h, P, T1, reachWindow(D, 2))
+	f1, b1, _, err := runScheduleOnce(name, h, P, T1, reachWindow(D, 2), prec)
 	if err != nil {
 		return traffic{}, err
 	}
-	f2, b2, peer, err := runScheduleOnce(name, h, P, T2, reachWindow(D, 4))
+	f2, b2, peer, err := runScheduleOnce(name, h, P, T2, reachWindow(D, 4), prec)
 	if err != nil {
 		return traffic{}, err
 	}
@@ -707,15 +752,15 @@ func measureTraffic(name string, h model.Heads, P, T, W int) (traffic, error) {
 	return t, nil
 }
 
-// attnTraffic is one layer's attention bytes per rank (fp32) for schedule name on SP ranks,
+// attnTraffic is one layer's attention bytes per rank (at precision prec) for schedule name on SP ranks,
 // U-way Ulysses groups inside (1: none), nodes of gpn ranks, at seq_len T under a sliding
 // window of W (0: none), the forward run fwdPasses times: the busiest rank's forward and
 // backward (traffic.at), the sum over the ranks, and the fraction that crosses between nodes.
-func attnTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses float64) (fwd, bwd, total, cross float64, err error) {
+func attnTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses float64, prec kernels.Precision) (fwd, bwd, total, cross float64, err error) {
 	if U > 1 { // Ulysses groups and the schedule between them (plan_hybrid.go)
-		return hybridTraffic(name, h, SP, U, gpn, T, W, fwdPasses)
+		return hybridTraffic(name, h, SP, U, gpn, T, W, fwdPasses, prec)
 	}
-	t, err := measureTraffic(name, h, SP, T, W)
+	t, err := measureTraffic(name, h, SP, T, W, prec)
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
@@ -726,10 +771,10 @@ func attnTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses flo
 // runScheduleOnce runs one forward and backward of schedule name over a sequence of T tokens
 // (under a sliding window of W, 0: none) on P in-process ranks and returns the bytes each rank
 // sent in the forward and in the backward, and the point-to-point bytes from each rank to each.
-func runScheduleOnce(name string, h model.Heads, P, T, W int) (fwd, bwd []float64, peer [][]float64, err error) {
+func runScheduleOnce(name string, h model.Heads, P, T, W int, prec kernels.Precision) (fwd, bwd []float64, peer [][]float64, err error) {
 	fwd, bwd = make([]float64, P), make([]float64, P)
 	peer = make([][]float64, P)
-	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T, Window: W,
+	pass := schedulePass{Name: name, Opt: parallel.Options{Overlap: true}, Heads: h, P: P, T: T, Window: W, Prec: prec,
 		Wrap: func(c transport.Comm) transport.Comm {
 			pc := &peerCounter{Comm: c, peer: make([]float64, P)}
 			peer[c.Rank()] = pc.peer
@@ -756,6 +801,7 @@ type schedulePass struct {
 	P, T     int
 	DocStart []int32                               // the document mask's start table (nil: causal)
 	Window   int                                   // the sliding window (0: none)
+	Prec     kernels.Precision                     // the backends' matmul precision: a 16-bit run's schedules send their operands packed
 	Wrap     func(transport.Comm) transport.Comm   // wraps each rank's Comm (nil: as it is)
 	Forward  func(transport.Comm, kernels.Backend) // called on each rank after the forward
 	Backward func(transport.Comm, kernels.Backend) // called on each rank after the backward
@@ -769,6 +815,7 @@ func (p schedulePass) run() error {
 			c = p.Wrap(c)
 		}
 		be := kernels.NewCPU()
+		be.SetMatMulPrecision(p.Prec)
 		s, err := parallel.NewAttention(p.Name, c, be, p.Opt)
 		if err != nil {
 			return err
@@ -849,6 +896,10 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	pl.MaxSeqPerGPU = MaxTokensPerGPU(cfg, cl.GPU.MemBytes)
 
 	e := elemBytes(cfg)
+	prec, err := kernels.ParsePrecision(cfg.Training.MixedPrecision)
+	if err != nil {
+		return refuse(err)
+	}
 	L := float64(m.NLayers)
 	B, accum := float64(cfg.Data.BatchSize), float64(cfg.Training.GradAccumSteps)
 	layerPolicy := cfg.Checkpoint.Activation == "layer"
@@ -870,14 +921,14 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 			CausalIdle: IdleFraction(name, SP/U), BytesRatio: 1}
 	}
 	if SP > 1 {
-		scale := e / 4 // the in-process world sends fp32
+		scale := 1.0 // measured in the run's precision: 16-bit operands, float32 statistics and gradients
 		fwdPasses := 1.0
 		if layerPolicy {
 			fwdPasses = 2
 		}
 		plain := 0.0 // an unwindowed layer's forward + backward bytes, busiest rank
 		for _, c := range classes {
-			fwd, bwd, total, cross, err := attnTraffic(name, h, SP, U, cl.GPUsPerNode, seqLen, c.W, fwdPasses)
+			fwd, bwd, total, cross, err := attnTraffic(name, h, SP, U, cl.GPUsPerNode, seqLen, c.W, fwdPasses, prec)
 			if err != nil {
 				return refuse(err)
 			}
@@ -891,7 +942,7 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 				plain = fwd + bwd
 			} else {
 				if plain == 0 {
-					f0, b0, _, _, err := attnTraffic(name, h, SP, U, cl.GPUsPerNode, seqLen, 0, fwdPasses)
+					f0, b0, _, _, err := attnTraffic(name, h, SP, U, cl.GPUsPerNode, seqLen, 0, fwdPasses, prec)
 					if err != nil {
 						return refuse(err)
 					}
@@ -1038,10 +1089,11 @@ func WriteDetail(w io.Writer, rep Report) {
 		{"saved activations", mp.Activations, "grows with the tokens per rank"},
 		{"logits + head", mp.Logits, "one loss chunk of logits, and the final norm's grow with the tokens"},
 		{"backward scratch", mp.BackwardScratch, "grows with the tokens; the MLP's is one tile"},
-		{"attention working set", mp.AttnWork, "grows with the tokens"}, {"communication buffers", mp.CommBuffers, ""},
+		{"attention working set", mp.AttnWork, "grows with the tokens"},
+		{"attention 16-bit", mp.AttnKernel, "bf16/fp16: the packed operands; on a GPU cuDNN's outputs and workspace"}, {"communication buffers", mp.CommBuffers, ""},
 		{"collector headroom", mp.Runtime, "the CPU's Go heap: 15% of the rest"},
 		{"process", mp.Process, "the binary and Go runtime, the data's tokens, the checkpoint writer"}, {"peak", mp.Peak, ""}} {
-		if (r.what == "collector headroom" || r.what == "process") && r.b == 0 {
+		if (r.what == "collector headroom" || r.what == "process" || r.what == "attention 16-bit") && r.b == 0 {
 			continue
 		}
 		if r.note != "" {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"distflash/config"
+	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -25,7 +26,7 @@ import (
 // heads over all T tokens (U of them side by side, rank i of every group in ring i): its bytes
 // are measured like a plain schedule's (measureTraffic), and which of them cross between nodes
 // follows from outer rank g of ring i being rank g·U+i.
-func hybridTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses float64) (fwd, bwd, total, cross float64, err error) {
+func hybridTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses float64, prec kernels.Precision) (fwd, bwd, total, cross float64, err error) {
 	if SP%U != 0 || h.N%U != 0 {
 		return 0, 0, 0, 0, fmt.Errorf("plan: ulysses_degree %d on %d ranks with %d heads", U, SP, h.N)
 	}
@@ -54,7 +55,7 @@ func hybridTraffic(name string, h model.Heads, SP, U, gpn, T, W int, fwdPasses f
 	inAll := float64(SP) * (inFwd + inBwd)
 	total, cross = inAll, inAll*inCross
 	if G > 1 {
-		t, err := measureTraffic(name, model.Heads{N: hp, KV: kvp, Dim: h.Dim}, G, T, W)
+		t, err := measureTraffic(name, model.Heads{N: hp, KV: kvp, Dim: h.Dim}, G, T, W, prec)
 		if err != nil {
 			return 0, 0, 0, 0, err
 		}

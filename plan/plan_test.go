@@ -76,7 +76,7 @@ func TestPlanAppendixCCommunication(t *testing.T) {
 	const P = 16
 	h := model.Heads{N: 32, KV: 32, Dim: 128}
 	N, d := float64(512<<10), float64(h.N*h.Dim)
-	tr, err := measureTraffic("distflash", h, P, 0, 0)
+	tr, err := measureTraffic("distflash", h, P, 0, 0, kernels.FP32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestPlanAppendixCCommunication(t *testing.T) {
 func TestPlanBurstTable1(t *testing.T) {
 	const P = 8
 	h := model.Heads{N: 8, KV: 8, Dim: 64}
-	tr, err := measureTraffic("burst", h, P, 0, 0)
+	tr, err := measureTraffic("burst", h, P, 0, 0, kernels.FP32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,6 +475,9 @@ func TestPlanPhysicalOrder(t *testing.T) {
 	if !strings.Contains(a100Text, "not measured on an A100") || !strings.Contains(h100Text, "measured there") {
 		t.Errorf("the cluster lines do not say where the fractions come from:\n%s\n%s", firstLine(a100Text, "cluster:"), firstLine(h100Text, "cluster:"))
 	}
+	// 448K tokens over 8 A100s leave 4% (512K do not fit there since the plan counts cuDNN's
+	// buffers: 6.5 GB a GPU at 64K tokens)
+	cfg.Data.SeqLen = 448 << 10
 	_, one := step("1x8xA100-80GB")
 	if !strings.Contains(one, "note: a margin under 5%") {
 		t.Errorf("1×8 A100 fits with a thin margin and no note:\n%s", firstLine(one, "fits in"))
@@ -540,5 +543,61 @@ func TestMemoryProcessTerm(t *testing.T) {
 	}
 	if m := EvalMemoryFor(base, 1e12); m.Process != ProcessBase {
 		t.Errorf("eval's process term %.0f bytes, want ProcessBase (no training data or writer)", m.Process)
+	}
+}
+
+// TestPlanAttnKernel: the memory of the 16-bit attention, by what runs it: nothing in float32;
+// in bf16 the operands the schedules keep packed (q, k, v, O, dO), and on the CPU their float32
+// widening for a call; on a GPU with the own kernel the packed operands alone; with cuDNN its
+// outputs, O′, dO, dq, dk, dv, the statistics and the float32 dQ accumulator besides, or the
+// deterministic backward's capped workspace instead of the accumulator. It is in the peak and
+// the detail.
+func TestPlanAttnKernel(t *testing.T) {
+	cfg, err := config.Load("../configs/llama-1b.toml", []string{"data.seq_len=8192"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Model
+	n, q, kv, h := 8192.0, float64(m.QDim()), float64(m.KVDim()), float64(m.NHeads)
+	packed := 2 * n * (3*q + 2*kv)
+	cudnn := packed + 2*n*(3*q+2*kv) + 8*h*n + 4*n*q + 4*h*n
+	for _, c := range []struct {
+		name string
+		edit func(*config.Config)
+		want float64
+	}{
+		{"cpu fp32", func(c *config.Config) { c.Device.Kind, c.Training.MixedPrecision = "cpu", "fp32" }, 0},
+		{"cpu bf16", func(c *config.Config) { c.Device.Kind = "cpu" }, packed + 4*n*(2*q+2*kv)},
+		{"cuda fp32", func(c *config.Config) { c.Training.MixedPrecision = "fp32" }, 0},
+		{"cuda bf16, own kernel", func(c *config.Config) { c.Device.Attention = "own" }, packed},
+		{"cuda bf16, cuDNN", func(c *config.Config) {}, cudnn},
+		{"cuda bf16, cuDNN deterministic", func(c *config.Config) { c.Device.DeterministicAttention = true },
+			cudnn - 4*n*q + CUDNNDeterministicCap},
+	} {
+		cc := cfg
+		c.edit(&cc)
+		mp := MemoryFor(cc, 80e9)
+		if math.Abs(mp.AttnKernel-c.want) > 1 {
+			t.Errorf("%s: 16-bit attention %.0f bytes, want %.0f", c.name, mp.AttnKernel, c.want)
+		}
+		others := mp.Params + mp.Grads + mp.Optimizer + mp.Activations + mp.Logits + mp.BackwardScratch + mp.AttnWork + mp.CommBuffers
+		if cc.Device.Kind == "cpu" {
+			others = (others+mp.AttnKernel)*(1+gcHeadroom) + mp.Process - mp.AttnKernel
+		}
+		if math.Abs(mp.Peak-others-mp.AttnKernel) > 1 {
+			t.Errorf("%s: peak %.0f is not the sum with the 16-bit attention's %.0f", c.name, mp.Peak, mp.AttnKernel)
+		}
+	}
+	cl, err := ParseCluster("1x1xH100-80GB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	WriteDetail(&b, Report{Summary: "x", Cluster: cl, Plans: []Plan{PlanFor(cfg, cl, "distflash", 8192)}})
+	if line := firstLine(b.String(), "attention 16-bit"); !strings.Contains(line, "cuDNN") {
+		t.Errorf("the detail has no 16-bit attention line: %q", line)
+	}
+	if e := EvalMemoryFor(cfg, 80e9); e.AttnKernel <= 0 || e.AttnKernel >= cudnn {
+		t.Errorf("evaluation's 16-bit attention %.0f bytes: want the forward's, under training's %.0f", e.AttnKernel, cudnn)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"distflash/kernels"
 	"distflash/model"
 	"distflash/parallel"
 )
@@ -24,11 +25,11 @@ func TestPlanWindowTraffic(t *testing.T) {
 		T := 6 * l.Divisor(P) * 2 // chunks of 12 tokens: neither of the fit's lengths
 		for _, W := range []int{1, 2, 7, 12, 13, 25, T / P, T/P + 1, T / 2, T - 1, 2 * T} {
 			t.Run(fmt.Sprintf("%s/W%d", name, W), func(t *testing.T) {
-				tr, err := measureTraffic(name, h, P, T, W)
+				tr, err := measureTraffic(name, h, P, T, W, kernels.FP32)
 				if err != nil {
 					t.Fatal(err)
 				}
-				f, b, _, err := runScheduleOnce(name, h, P, T, W)
+				f, b, _, err := runScheduleOnce(name, h, P, T, W, kernels.FP32)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -52,8 +53,8 @@ func TestPlanWindowTraffic(t *testing.T) {
 	}
 	// the ring's one hop: 1/(P−1) of the forward bytes without a window
 	T := 48
-	plain, _ := measureTraffic("ring", h, P, T, 0)
-	win, _ := measureTraffic("ring", h, P, T, T/P)
+	plain, _ := measureTraffic("ring", h, P, T, 0, kernels.FP32)
+	win, _ := measureTraffic("ring", h, P, T, T/P, kernels.FP32)
 	f0, _, _ := plain.at(float64(T), 1)
 	f1, _, _ := win.at(float64(T), 1)
 	if r := f1 / f0; math.Abs(r-1.0/(P-1)) > 1e-9 {

@@ -64,6 +64,14 @@ if [[ -z "$cudainc" ]]; then
 		'typedef enum libraryPropertyType_t { MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL } libraryPropertyType;' \
 		'typedef enum cudaDataType_t { CUDA_R_32F = 0 } cudaDataType;' >"$cudainc/library_types.h"
 fi
+# every constant cudnn_abi.h defines must be in DF_CUDNN_CONSTS, or it would never be compared
+missing=$(awk '$1 == "#define" && $2 ~ /^CUDNN_/ { print $2 }' kernels/cuda/cudnn_abi.h | while read -r k; do
+	grep -q "X($k)" kernels/cuda/cudnn_abi_funcs.h || echo "$k"
+done)
+if [[ -n "$missing" ]]; then
+	echo "check_cudnn_abi: kernels/cuda/cudnn_abi.h defines constants DF_CUDNN_CONSTS does not list (never compared): $missing" >&2
+	exit 1
+fi
 flags=(-std=c11 -Wall -Werror -Ikernels/cuda)
 inc=(-I"$CUDNN_INCLUDE" -I"$cudainc")
 gcc "${flags[@]}" -DOURS -o "$tmp/ours" scripts/check_cudnn_abi.c

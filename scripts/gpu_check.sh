@@ -11,7 +11,8 @@
 #       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
 #       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
 #       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Budgets (--budget): correctness 6 min, attention 7, model 9, multigpu 8, commands 4, cudnn 7, curve 5; all 46 (each phase a share of it:
+#       failed. Budgets (--budget): correctness 6 min, cudnn-first 5, attention 7, model 9, multigpu 8, commands 4, cudnn 7,
+#       curve 5; all 51 (each phase a share of it:
 #       SHARE in bench/gpu_check.py).
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
@@ -23,7 +24,7 @@
 set -euo pipefail
 
 usage() {
-	sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
@@ -46,8 +47,8 @@ pack() {
 	command -v go >/dev/null || { echo "pack: needs Go on PATH" >&2; exit 1; }
 	mkdir -p "$dir"
 	dir="$(cd "$dir" && pwd)"
-	rm -rf "${dir:?}"/{bin,kernels,configs,data,bench,scripts,ompi,MANIFEST.json}
-	mkdir -p "$dir"/{bin,kernels,configs,data,bench,scripts}
+	rm -rf "${dir:?}"/{bin,kernels,configs,data,bench,scripts,docs,ompi,MANIFEST.json}
+	mkdir -p "$dir"/{bin,kernels,configs,data,bench,scripts,docs}
 	(
 		cd "$repo"
 		export CGO_ENABLED=1
@@ -66,6 +67,7 @@ pack() {
 			echo "pack: no apt-get: the multigpu phase will find no Open MPI" >&2
 		fi
 		cp -r kernels/testdata "$dir/kernels/"
+		cp docs/gpu.md "$dir/docs/" # TestCUDAHostCUDNNCheck holds cuDNN's support table to its rows
 		cp configs/tiny.toml configs/llama-1b.toml "$dir/configs/"
 		# the commands phase's evaluation text: a few Go source files, one document each
 		mkdir -p "$dir/data/eval"
@@ -125,10 +127,10 @@ dry-run)
 		echo "dry-run: no cuda.h here: kernels/cuda/cuda_abi.h not compared with the CUDA headers"
 	fi
 	pack "$out/pack"
-	for phase in correctness attention model multigpu commands cudnn curve; do
+	for phase in correctness cudnn-first attention model multigpu commands cudnn curve; do
 		"$py" "$out/pack/bench/gpu_check.py" run --pack "$out/pack" --out "$out/$phase" --phase "$phase" --dry || status=1
 	done
-	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,attention,model,multigpu,commands,cudnn,curve}
+	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,cudnn-first,attention,model,multigpu,commands,cudnn,curve}
 	exit $status
 	;;
 *)

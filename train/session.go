@@ -83,6 +83,9 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 		}
 	}
 	r := &session{cfg: cfg, opt: opt, leader: leader, stderr: stderr, t: t, dirs: dirs}
+	if leader && t.warmed != "" {
+		fmt.Fprintf(stderr, "%s\n", t.warmed)
+	}
 	if cfg.Eval.Interval > 0 {
 		if r.ev, err = newTrainEval(cfg, w); err != nil {
 			return nil, err

@@ -32,6 +32,7 @@ type trainer struct {
 	id     ckpt.RunID        // the run's identity, saved in every checkpoint
 	trace  *tracer           // DISTFLASH_TRACE, rank 0; nil: none
 	spikes *spikeWatch       // the recent steps' loss and gradient norm, and the spikes seen
+	warmed string            // what the attention warm-up built, for the log ("": none ran)
 
 	// beforeUpdate, when set (tests), runs on every rank after the gradients are complete and
 	// before they are checked and applied.
@@ -108,6 +109,9 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 	// The initial weights are in the ranks now: their host copy is freed before the
 	// optimizer's moments are allocated, so the two never take memory together.
 	spec.Params = nil
+	if tr.warmed, err = warmAttention(w, cfg.Data.SeqLen, prec); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+	}
 	runtime.GC()
 	tc := cfg.Training
 	mlayout := model.NewLayout(cfg.Model)
@@ -179,4 +183,22 @@ func peakFLOPS(cfg config.Config, w *world.World) float64 {
 		per = plan.PeakFLOPS(d.DeviceName())
 	}
 	return per * float64(w.Dims.World)
+}
+
+// warmAttention runs the attention once on every rank before the first step
+// (world.WarmAttention) where the ranks' attention blocks have a path that prepares something
+// per block shape: a GPU whose 16-bit blocks go to cuDNN, whose execution plans compile at
+// their first use (0.2–2 s each). Built inside a step, they would stall one rank while the
+// others wait in its collectives. It returns what was built and how long it took, for the log.
+func warmAttention(w *world.World, seqLen int, prec kernels.Precision) (string, error) {
+	ar, ok := w.Ranks()[0].Backend.(kernels.AttentionRouter)
+	if !ok || prec == kernels.FP32 || ar.AttentionPaths().Mode == kernels.AttentionOwn {
+		return "", nil
+	}
+	took, err := w.WarmAttention(seqLen)
+	if err != nil {
+		return "", fmt.Errorf("attention warm-up: %w", err)
+	}
+	p := ar.AttentionPaths()
+	return fmt.Sprintf("attention warm-up before the first step: %.1f s; %s", took.Seconds(), p), nil
 }

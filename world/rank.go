@@ -3,6 +3,7 @@ package world
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"distflash/config"
 	"distflash/kernels"
@@ -163,4 +164,20 @@ func (w *World) FullParams() []float32 {
 		return nil
 	})
 	return out
+}
+
+// WarmAttention runs every rank's attention of a sequence of T tokens once, forward and
+// backward, on zeros (model.Model.WarmAttention): a GPU's cuDNN plans for the run's block
+// shapes are built here, before the first step. It is collective. It returns the time it took.
+func (w *World) WarmAttention(T int) (time.Duration, error) {
+	start := time.Now()
+	err := w.Run(func(r *Rank) error {
+		pos, err := r.Positions(T)
+		if err != nil {
+			return err
+		}
+		r.Model.WarmAttention(pos)
+		return nil
+	})
+	return time.Since(start), err
 }

@@ -138,10 +138,13 @@ func (w *World) Open() error {
 		if err != nil {
 			return nil, err
 		}
-		if ar, ok := be.(kernels.AttentionRouter); ok && w.Device.Attention != "" {
-			if err := ar.SetAttention(w.Device.Attention); err != nil {
-				return nil, fmt.Errorf("device.attention = %q: %w", w.Device.Attention, err)
+		if ar, ok := be.(kernels.AttentionRouter); ok {
+			if w.Device.Attention != "" {
+				if err := ar.SetAttention(w.Device.Attention); err != nil {
+					return nil, fmt.Errorf("device.attention = %q: %w", w.Device.Attention, err)
+				}
 			}
+			ar.SetDeterministicAttention(w.Device.DeterministicAttention)
 		}
 		if w.Par.Backend == "nccl" {
 			// NCCL moves the device buffers itself; c (MPI, or the in-process world of one

@@ -2,8 +2,10 @@ package world
 
 import (
 	"io"
+	"maps"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 
 	"distflash/config"
@@ -155,4 +157,62 @@ func sameBits(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// warmRecorder is a rank's attention that records the masks it is called with.
+type warmRecorder struct {
+	model.Attention
+	mu      *sync.Mutex
+	windows map[[2]int]int // (window, backward) → calls
+}
+
+func (a warmRecorder) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Heads) {
+	a.mu.Lock()
+	a.windows[[2]int{seq.Window, 0}]++
+	a.mu.Unlock()
+	a.Attention.Forward(o, lse, q, k, v, seq, h)
+}
+
+func (a warmRecorder) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
+	a.mu.Lock()
+	a.windows[[2]int{seq.Window, 1}]++
+	a.mu.Unlock()
+	a.Attention.Backward(dq, dk, dv, q, k, v, o, lse, do, seq, h)
+}
+
+// TestWorldWarmAttention: the warm-up runs every rank's schedule once forward and once backward
+// for each mask the layers use (here the full causal mask and a window of 5 on every second
+// layer), collectively (the ranks exchange blocks: distflash over 2 ranks), and changes neither
+// the weights nor the model's counts.
+func TestWorldWarmAttention(t *testing.T) {
+	cfg := tinyConfig(t, 2, 2, "distflash", false)
+	cfg.Model.SlidingWindow, cfg.Model.SlidingWindowPattern = 5, 2
+	w, params := built(t, cfg, kernels.FP32)
+	var mu sync.Mutex
+	seen := make([]map[[2]int]int, 2)
+	for i, r := range w.Ranks() {
+		seen[i] = map[[2]int]int{}
+		r.Model.Attn = warmRecorder{Attention: r.Model.Attn, mu: &mu, windows: seen[i]}
+	}
+	if _, err := w.WarmAttention(16); err != nil {
+		t.Fatal(err)
+	}
+	want := map[[2]int]int{{0, 0}: 1, {0, 1}: 1, {5, 0}: 1, {5, 1}: 1}
+	for i, r := range w.Ranks() {
+		if !maps.Equal(seen[i], want) {
+			t.Errorf("rank %d: attention calls by (window, backward) %v, want %v", i, seen[i], want)
+		}
+		if c := r.Backend.Counters(); c.AttnBlocks.Load() == 0 || c.AttnBackwards.Load() == 0 {
+			t.Errorf("rank %d: %d attention blocks and %d backwards computed", i, c.AttnBlocks.Load(), c.AttnBackwards.Load())
+		}
+		if r.Model.Stats != (model.Stats{}) {
+			t.Errorf("rank %d: model stats %+v after the warm-up", i, r.Model.Stats)
+		}
+	}
+	if got := w.FullParams(); !sameBits(got, params) {
+		t.Fatalf("the weights changed in the warm-up")
+	}
+	if _, err := w.WarmAttention(15); err == nil {
+		t.Errorf("a warm-up of 15 tokens over 2 ranks: no error")
+	}
 }

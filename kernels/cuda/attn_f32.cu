@@ -83,6 +83,20 @@ __global__ void df_attn_prep(float* __restrict__ dd, const float* __restrict__ o
     if (lane == 0) dd[(long long)h * nq + i] = (float)s;
 }
 
+// df_attn_prep16: df_attn_prep of o and dout packed in 16 bits (bf16, or fp16 when fp16 is set).
+__global__ void df_attn_prep16(float* __restrict__ dd, const uint16_t* __restrict__ o, const uint16_t* __restrict__ dout,
+                               int nq, int heads, int hd, int fp16) {
+    long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (row >= (long long)nq * heads) return;
+    int i = (int)(row / heads), h = (int)(row % heads);
+    double s = 0;
+    for (int d = lane; d < hd; d += 32)
+        s += (double)df_from16(o[row * hd + d], fp16) * (double)df_from16(dout[row * hd + d], fp16);
+    s = df_warp_sum_d(s);
+    if (lane == 0) dd[(long long)h * nq + i] = (float)s;
+}
+
 // df_attn_fwd_f32 folds keys/values k, v into the state (o, m, l) of queries q.
 // Grid (ceil(nq/64), H), block 64 threads; dynamic shared memory 2·32·hd floats.
 // qtmax are the maxima of qpos over the 64-query tiles, ktmin the minima of kpos over the 32-key

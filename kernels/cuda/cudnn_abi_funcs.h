@@ -10,6 +10,7 @@
 // symbol, return type, parameters).
 #define DF_CUDNN_FUNCS(X)                                                                                       \
 	X(cudnnGetVersion, "cudnnGetVersion", size_t, (void))                                                       \
+	X(cudnnGetCudartVersion, "cudnnGetCudartVersion", size_t, (void))                                           \
 	X(cudnnGetErrorString, "cudnnGetErrorString", const char*, (cudnnStatus_t status))                          \
 	X(cudnnGetLastErrorString, "cudnnGetLastErrorString", void, (char* message, size_t max_size))               \
 	X(cudnnCreate, "cudnnCreate", cudnnStatus_t, (cudnnHandle_t * handle))                                      \
@@ -32,7 +33,9 @@
 
 // DF_CUDNN_CONSTS lists every constant of cudnn_abi.h.
 #define DF_CUDNN_CONSTS(X)                                                                                  \
-	X(CUDNN_STATUS_SUCCESS) X(CUDNN_STATUS_BAD_PARAM) X(CUDNN_STATUS_NOT_SUPPORTED) X(CUDNN_DATA_FLOAT)     \
+	X(CUDNN_STATUS_SUCCESS) X(CUDNN_STATUS_BAD_PARAM) X(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER)          \
+	X(CUDNN_STATUS_NOT_SUPPORTED) X(CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING)                \
+	X(CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED) X(CUDNN_DATA_FLOAT)                                   \
 	X(CUDNN_DATA_HALF) X(CUDNN_DATA_INT32) X(CUDNN_DATA_BFLOAT16) X(CUDNN_DATA_INT64)                       \
 	X(CUDNN_DATA_BOOLEAN) X(CUDNN_REDUCE_TENSOR_ADD) X(CUDNN_REDUCE_TENSOR_MAX) X(CUDNN_POINTWISE_ADD)      \
 	X(CUDNN_POINTWISE_MUL) X(CUDNN_POINTWISE_DIV) X(CUDNN_POINTWISE_SUB) X(CUDNN_POINTWISE_EXP)             \

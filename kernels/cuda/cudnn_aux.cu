@@ -1,6 +1,6 @@
-// The kernels around cuDNN's fused attention (kernels/cuda_cudnn.go): operands into the 16-bit
-// layouts the cuDNN graphs read, a cuDNN block's (o_b, lse_b) folded into the float32 state, the
-// 16-bit gradients cuDNN writes added into the float32 ones. Layouts as in attn_f32.cu: q, o,
+// The kernels around cuDNN's fused attention (kernels/cuda_cudnn.go): the backward's 16-bit dO
+// and synthetic O′, a cuDNN block's (o_b, lse_b) folded into the float32 state, the 16-bit
+// gradients cuDNN writes added into the float32 ones. Layouts as in attn_f32.cu: q, o,
 // dq, do [nq, H, hd]; k, v, dk, dv [nk, KVH, hd]; m, l, lse, D [H, nq]. rowmap, when not null,
 // maps query i of a ragged block to its row of cuDNN's padded statistics [B, H, SQ] (segment
 // s, row j: s·H·SQ + j; −1 for a query no segment covers).
@@ -8,76 +8,89 @@
 
 extern "C" {
 
-// df_pad_half converts rows × cols float32 values into 16-bit rows of ld ≥ cols elements, the
-// columns from cols on zero (V′ of the backward: V with the columns that meet dO′'s D parts).
-__global__ void df_pad_half(uint16_t* __restrict__ dst, const float* __restrict__ src, long long rows, int cols,
-                            int ld, int fp16) {
-    DF_FOR(i, rows * ld) {
-        long long r = i / ld;
-        int c = (int)(i - r * ld);
-        dst[i] = c < cols ? df_to16(src[r * cols + c], fp16) : (uint16_t)0;
+// df_cudnn_oprime: warp per (query, head) row; writes the backward's 16-bit dO (rounded to
+// nearest) and the synthetic O′ whose rowsum with it is D to within the 16-bit unit, for the
+// blocks whose real O is not on this rank (kernels/oprime.go says why and how; its SyntheticO is
+// this kernel's reference, with the same arithmetic in the same order: lane l takes the columns
+// l, l+32, …, and the lane sums meet in the xor butterfly).
+// dO comes as float32 (dout; its 16-bit values are written to dop) or already in 16 bits
+// (dout16, a schedule's packed operand; dout and dop are then null).
+__global__ void df_cudnn_oprime(uint16_t* __restrict__ dop, uint16_t* __restrict__ op, const float* __restrict__ dout,
+                                const uint16_t* __restrict__ dout16, const float* __restrict__ D, int nq, int heads, int hd,
+                                int fp16) {
+    long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (row >= (long long)nq * heads) return;
+    int i = (int)(row / heads), h = (int)(row % heads);
+    float d = D[(long long)h * nq + i];
+    const uint16_t* xo = dout16 != nullptr ? dout16 + row * hd : dop + row * hd;
+    uint16_t* o = op + row * hd;
+    double n2 = 0.0, best = -1.0;
+    int star = hd;
+    for (int c = lane; c < hd; c += 32) {
+        uint16_t b;
+        if (dout16 != nullptr) {
+            b = xo[c];
+        } else {
+            b = df_to16(dout[row * hd + c], fp16);
+            dop[row * hd + c] = b;
+        }
+        double x = (double)df_from16(b, fp16);
+        n2 = __dadd_rn(n2, __dmul_rn(x, x));
+        if (fabs(x) > best) {
+            best = fabs(x);
+            star = c;
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        n2 = __dadd_rn(n2, __shfl_xor_sync(0xffffffffu, n2, off));
+        double ob = __shfl_xor_sync(0xffffffffu, best, off);
+        int oc = __shfl_xor_sync(0xffffffffu, star, off);
+        if (ob > best || (ob == best && oc < star)) {
+            best = ob;
+            star = oc;
+        }
+    }
+    if (!isfinite(d)) {
+        for (int c = lane; c < hd; c += 32) o[c] = df_to16(d, fp16);
+        return;
+    }
+    if (d == 0.0f || n2 == 0.0 || isinf(n2)) {
+        for (int c = lane; c < hd; c += 32) o[c] = 0;
+        return;
+    }
+    double alpha = __ddiv_rn((double)d, n2);
+    double s = 0.0;
+    for (int c = lane; c < hd; c += 32) {
+        if (c == star) continue;
+        double x = (double)df_from16(xo[c], fp16);
+        uint16_t b = df_to16(__double2float_rn(__dmul_rn(alpha, x)), fp16);
+        o[c] = b;
+        s = __dadd_rn(s, __dmul_rn(x, (double)df_from16(b, fp16)));
+    }
+    for (int off = 16; off > 0; off >>= 1) s = __dadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if ((star & 31) == lane) {
+        double xs = (double)df_from16(xo[star], fp16);
+        o[star] = df_to16(__double2float_rn(__ddiv_rn(__dsub_rn((double)d, s), xs)), fp16);
     }
 }
 
-// df_to16_rz converts x to 16 bits rounding toward zero (truncation).
-__device__ __forceinline__ uint16_t df_to16_rz(float x, int fp16) {
-    if (fp16) return __half_as_ushort(__float2half_rz(x));
-    return __bfloat16_as_ushort(__float2bfloat16_rz(x));
-}
-
-// df_cudnn_dsplit writes the backward's dO′ and O′ rows (ld ≥ hd + 3 elements) so that cuDNN's
-// rowsum(dO′ ∘ O′), summed in float, is exactly D: dO′ = [dO, p1, p2, p3, 0…] and O′ =
-// [0…, 2^e, 2^e, 2^e, 0…]. e is D's exponent (D = m·2^e, m in [0.5, 1)) clamped to the powers
-// of two the 16-bit format holds, and p1, p2, p3 are D·2^−e cut into three pieces by
-// truncation: p1 its leading 8 (bfloat16) or 11 (binary16) bits, p2 the next, p3 the rest —
-// 3 × 8 or 3 × 11 bits hold float32's 24, each piece is a 16-bit value, and D·2^−e in [0.5, 1)
-// keeps the last piece within the format's precision. The pieces have one sign and disjoint
-// bits inside D's 24-bit significand, so every partial sum of them is a float32 and their sum
-// is D·2^−e in any order; each product p_k·2^e is exact. Exact for every float32 D in bfloat16
-// (e in [−126, 127]) and for 2^−25 ≤ |D| < 2^31 in binary16 (e in [−24, 15]). The products of
-// dO′'s extra columns with V′'s zero columns add nothing to dP = dO′·V′ᵀ.
-__global__ void df_cudnn_dsplit(uint16_t* __restrict__ dop, uint16_t* __restrict__ op, const float* __restrict__ dout,
-                                const float* __restrict__ D, int nq, int heads, int hd, int ld, int fp16) {
-    DF_FOR(i, (long long)nq * heads * ld) {
-        long long row = i / ld;
-        int c = (int)(i - row * ld);
-        if (c < hd) {
-            dop[i] = df_to16(dout[row * hd + c], fp16);
-            op[i] = 0;
-            continue;
+// df_add_half3 adds the three 16-bit gradients cuDNN wrote into the float32 ones, in one pass:
+// dq[i] += gq[i] for i < nq, dk[i] += gk[i] and dv[i] += gv[i] for i < nk (as the Backend's
+// AttnBackward accumulates).
+__global__ void df_add_half3(float* __restrict__ dq, const uint16_t* __restrict__ gq, long long nq, float* __restrict__ dk,
+                             const uint16_t* __restrict__ gk, float* __restrict__ dv, const uint16_t* __restrict__ gv,
+                             long long nk, int fp16) {
+    DF_FOR(i, nq + 2 * nk) {
+        if (i < nq) {
+            dq[i] = __fadd_rn(dq[i], df_from16(gq[i], fp16));
+        } else if (i < nq + nk) {
+            long long j = i - nq;
+            dk[j] = __fadd_rn(dk[j], df_from16(gk[j], fp16));
+        } else {
+            long long j = i - nq - nk;
+            dv[j] = __fadd_rn(dv[j], df_from16(gv[j], fp16));
         }
-        int k = c - hd;
-        if (k >= 3) {
-            dop[i] = 0;
-            op[i] = 0;
-            continue;
-        }
-        int q = (int)(row / heads), h = (int)(row % heads);
-        float d = D[(long long)h * nq + q];
-        int e = 0;
-        if (d != 0.0f && isfinite(d)) {
-            frexpf(d, &e);
-            e = fp16 ? max(-24, min(15, e)) : max(-126, min(127, e));
-        }
-        float x = ldexpf(d, -e);
-        uint16_t p = df_to16_rz(x, fp16);
-        for (int j = 0; j < k; j++) {
-            x = __fsub_rn(x, df_from16(p, fp16));
-            p = df_to16_rz(x, fp16);
-        }
-        dop[i] = p;
-        op[i] = df_to16(ldexpf(1.0f, e), fp16);
-    }
-}
-
-// df_add_half adds rows × cols 16-bit values (rows of ld elements) into float32 dst (rows of
-// cols): the gradients cuDNN wrote, accumulated as the Backend's AttnBackward accumulates.
-__global__ void df_add_half(float* __restrict__ dst, const uint16_t* __restrict__ src, long long rows, int cols, int ld,
-                            int fp16) {
-    DF_FOR(i, rows * cols) {
-        long long r = i / cols;
-        int c = (int)(i - r * cols);
-        dst[i] = __fadd_rn(dst[i], df_from16(src[r * ld + c], fp16));
     }
 }
 

@@ -154,7 +154,7 @@ type Op struct {
 	Name    string // cudnn-frontend's name of the operation
 	Mode    string // the pointwise mode or reduction operator
 	Compute DataType
-	Axis    int64 // GEN_INDEX's axis, or the axis cudnn-frontend sets on an ADD/SUB of an index (-1: none)
+	Axis    int64 // GEN_INDEX's axis (-1 for every other operation)
 	In      []*Tensor
 	Out     *Tensor
 	// Overrides are the matmul's M, N, K override tensors (nil where none).
@@ -193,7 +193,7 @@ func (g *Graph) create(t int, what string) C.cudnnBackendDescriptor_t {
 		return nil
 	}
 	var d C.cudnnBackendDescriptor_t
-	if err := cudnnErr("cudnnBackendCreateDescriptor("+what+")", descNew(t, &d)); err != nil {
+	if err := descNew(what, t, &d); err != nil {
 		g.fail(err)
 		return nil
 	}
@@ -206,7 +206,7 @@ func (g *Graph) set(d C.cudnnBackendDescriptor_t, what string, attr, typ int, co
 	if g.err != nil || g.describe {
 		return
 	}
-	g.fail(cudnnErr("cudnnBackendSetAttribute("+what+")", descSet(d, attr, typ, count, p)))
+	g.fail(descSet(what, d, attr, typ, count, p))
 }
 
 func (g *Graph) setInt64s(d C.cudnnBackendDescriptor_t, what string, attr int, v ...int64) {
@@ -240,7 +240,7 @@ func (g *Graph) setDescs(d C.cudnnBackendDescriptor_t, what string, attr int, ds
 	for i, x := range ds {
 		v[i] = C.uint64_t(uintptr(unsafe.Pointer(x)))
 	}
-	g.fail(cudnnErr("cudnnBackendSetAttribute("+what+")", descSetDescs(d, attr, v)))
+	g.fail(descSetDescs(what, d, attr, v))
 }
 
 func (g *Graph) finalize(d C.cudnnBackendDescriptor_t, what string) {
@@ -336,13 +336,19 @@ func denseStrides(dims []int64) []int64 {
 	return s
 }
 
-// Pointwise adds a pointwise operation: y = mode(in...) computed in compute precision; axis ≥ 0
-// sets CUDNN_ATTR_POINTWISE_AXIS (GEN_INDEX's axis; cudnn-frontend also sets it on the index
-// arithmetic of its masks).
+// Pointwise adds a pointwise operation: y = mode(in...) computed in compute precision. axis is
+// GEN_INDEX's CUDNN_ATTR_POINTWISE_AXIS (the dimension whose index it generates); every other
+// mode takes -1. cudnn-frontend keeps an axis on the index arithmetic of its masks too, as
+// metadata, but writes the backend attribute only for GEN_INDEX (node/pointwise.h), so that is
+// the only graph cuDNN's SDPA pattern matcher is known to take.
 func (g *Graph) Pointwise(name string, mode PointwiseMode, compute DataType, axis int64, y *Tensor, in ...*Tensor) *Op {
 	op := &Op{Kind: "POINTWISE", Name: name, Mode: mode.String(), Compute: compute, Axis: axis, In: in, Out: y}
 	if len(in)+1 != mode.ports() {
 		g.fail(fmt.Errorf("cudnn graph: pointwise %s (%s) with %d inputs", name, mode, len(in)))
+		return op
+	}
+	if (mode == PwGenIndex) != (axis >= 0) {
+		g.fail(fmt.Errorf("cudnn graph: pointwise %s (%s) with axis %d: GEN_INDEX and only GEN_INDEX has an axis", name, mode, axis))
 		return op
 	}
 	what := "pointwise " + name
@@ -494,7 +500,7 @@ func (g *Graph) Build() (*Plan, error) {
 	defer runtime.UnlockOSThread()
 	opg := g.create(C.CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph")
 	if g.err == nil {
-		g.fail(cudnnErr("cudnnBackendSetAttribute(operation graph handle)", descSetHandle(opg, C.CUDNN_ATTR_OPERATIONGRAPH_HANDLE, g.n.h)))
+		g.fail(descSetHandle("operation graph handle", opg, C.CUDNN_ATTR_OPERATIONGRAPH_HANDLE, g.n.h))
 	}
 	ops := make([]C.cudnnBackendDescriptor_t, len(g.Ops))
 	for i, op := range g.Ops {
@@ -523,7 +529,7 @@ func (g *Graph) Build() (*Plan, error) {
 		}
 		var cfgs [16]C.cudnnBackendDescriptor_t
 		var count C.int64_t
-		if err := cudnnErr("cudnnBackendGetAttribute(engine heuristics results)", heuristics(heur, cfgs[:], &count)); err != nil {
+		if err := heuristics(heur, cfgs[:], &count); err != nil {
 			p.Tried = append(p.Tried, fmt.Sprintf("heuristics %s: %v", mode.name, err))
 			continue
 		}
@@ -535,7 +541,7 @@ func (g *Graph) Build() (*Plan, error) {
 			}
 			plan := g.create(C.CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan")
 			if g.err == nil {
-				g.fail(cudnnErr("cudnnBackendSetAttribute(execution plan handle)", descSetHandle(plan, C.CUDNN_ATTR_EXECUTION_PLAN_HANDLE, g.n.h)))
+				g.fail(descSetHandle("execution plan handle", plan, C.CUDNN_ATTR_EXECUTION_PLAN_HANDLE, g.n.h))
 			}
 			g.setDescs(plan, "execution plan", C.CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg)
 			if g.err != nil {
@@ -560,8 +566,7 @@ func (g *Graph) Build() (*Plan, error) {
 	}
 	var ws C.int64_t
 	var n C.int64_t
-	if err := cudnnErr("cudnnBackendGetAttribute(execution plan workspace size)",
-		descGet(p.plan, C.CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, C.CUDNN_TYPE_INT64, 1, &n, unsafe.Pointer(&ws))); err != nil {
+	if err := descGet("execution plan workspace size", p.plan, C.CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, C.CUDNN_TYPE_INT64, 1, &n, unsafe.Pointer(&ws)); err != nil {
 		g.free()
 		return nil, err
 	}

@@ -14,6 +14,7 @@ package cuda
 // graph is what every cuDNN 9 accepts.
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -23,13 +24,13 @@ import (
 const (
 	UIDQ          = 1  // queries [B, H, SQ, D]
 	UIDK          = 2  // keys [B, KVH, SKV, D] (the graph reads Kᵀ)
-	UIDV          = 3  // values [B, KVH, SKV, DV]
-	UIDO          = 4  // output [B, H, SQ, DV] (forward: written; backward: read, O′)
+	UIDV          = 3  // values [B, KVH, SKV, D]
+	UIDO          = 4  // output [B, H, SQ, D] (forward: written; backward: read, the real O or the synthetic O′)
 	UIDStats      = 5  // log-sum-exp [B, H, SQ, 1], float (forward: written; backward: read)
-	UIDdO         = 6  // output gradient [B, H, SQ, DV] (dO′)
+	UIDdO         = 6  // output gradient [B, H, SQ, D]
 	UIDdQ         = 7  // query gradient [B, H, SQ, D]
 	UIDdK         = 8  // key gradient [B, KVH, SKV, D]
-	UIDdV         = 9  // value gradient [B, KVH, SKV, DV]
+	UIDdV         = 9  // value gradient [B, KVH, SKV, D]
 	UIDSeqQ       = 10 // query rows of each batch [B], int32 (padding mask)
 	UIDSeqKV      = 11 // key rows of each batch [B], int32
 	UIDOffQ       = 12 // ragged offsets [B+1], int32, in elements: Q, dQ
@@ -63,11 +64,13 @@ type SDPA struct {
 	B        int64    // batches: 1, or the segments of a ragged block
 	H, KVH   int64    // query and key/value heads (H a multiple of KVH: GQA)
 	SQ, SKV  int64    // query and key rows (per batch)
-	D        int64    // head dimension of Q and K
-	DV       int64    // head dimension of V, O and dO
-	Scale    float32  // multiplies Q·Kᵀ
-	Mask     Mask
-	Ragged   bool // segments by ragged offsets and sequence lengths (implies the padding mask)
+	// D is the head dimension of Q, K, V, O and the gradients: one for all, as PyTorch's and
+	// TransformerEngine's graphs have it (a d_qk ≠ d_v graph lands on cuDNN's generic, slower
+	// backward and, at 128 and above on Hopper, outside the versions NVIDIA supports).
+	D      int64
+	Scale  float32 // multiplies Q·Kᵀ
+	Mask   Mask
+	Ragged bool // segments by ragged offsets and sequence lengths (implies the padding mask)
 	// Padding applies the padding mask from the sequence lengths without ragged offsets (set
 	// by SDPABackward's workaround for cuDNN ≤ 9.15, as cudnn-frontend does).
 	Padding       bool
@@ -89,59 +92,156 @@ func (s SDPA) BackwardWorkaround() bool {
 	return s.Backward && !s.padding() && s.SKV%128 != 0 && s.Version <= 91500
 }
 
-// Check reports what cuDNN (by cudnn-frontend's support surface for its composite SDPA) cannot
-// compute of s, or nil.
+// Check reports what cuDNN cannot compute of s, or computes wrongly, on s's version and GPU
+// (the first of SupportRules that refuses it), or nil.
 func (s SDPA) Check() error {
-	v := s.Version
-	switch {
-	case v < MinCUDNN:
-		return fmt.Errorf("cuDNN %s is older than %s", CUDNNVersionString(v), CUDNNVersionString(MinCUDNN))
-	case v == 91000 || v == 91001:
-		return fmt.Errorf("cuDNN %s has known SDPA bugs (cudnn-frontend refuses 9.10.0 and 9.10.1)", CUDNNVersionString(v))
-	case s.IO != BFloat16 && s.IO != Half:
-		return fmt.Errorf("fused attention runs on bf16/fp16 operands, not %s", s.IO)
-	case s.H%s.KVH != 0:
-		return fmt.Errorf("%d query heads over %d kv heads", s.H, s.KVH)
-	case s.D%8 != 0 || s.DV%8 != 0:
-		return fmt.Errorf("head dimensions %d/%d: cuDNN needs multiples of 8", s.D, s.DV)
-	case s.SM < 80:
-		return fmt.Errorf("compute capability %d.%d: cuDNN's fused attention needs 8.0", s.SM/10, s.SM%10)
-	case s.SM < 90 && v <= 90900 && (s.D > 128 || s.DV > 128):
-		return fmt.Errorf("head dimensions %d/%d > 128 on sm_%d need cuDNN ≥ 9.10", s.D, s.DV, s.SM)
-	case (s.D > 256 || s.DV > 256) && v <= 90900:
-		return fmt.Errorf("head dimensions %d/%d > 256", s.D, s.DV)
-	case s.SQ == 1 && s.SKV == 1 && s.Backward:
-		return fmt.Errorf("s_q = s_kv = 1 (cuDNN's backward refuses it)")
-	case s.Mask.Causal && s.Mask.Shift < 0:
-		return fmt.Errorf("a negative diagonal shift %d", s.Mask.Shift)
-	case s.Mask.BottomRight && !s.padding() && s.SQ > s.SKV:
-		return fmt.Errorf("bottom-right alignment with %d query rows > %d key rows", s.SQ, s.SKV)
-	case s.Mask.BottomRight && v < 90600 && (s.SQ%64 != 0 || s.SKV%64 != 0):
-		return fmt.Errorf("bottom-right alignment with %d×%d rows (not multiples of 64) needs cuDNN ≥ 9.6", s.SQ, s.SKV)
-	case s.Mask.Left > 0 && v < 90200:
-		return fmt.Errorf("a sliding window (left bound) needs cuDNN ≥ 9.2")
-	case s.Mask.Left > 0 && !s.Mask.Causal && v < 91002:
-		return fmt.Errorf("a left bound without a right bound needs cuDNN ≥ 9.10.2")
-	case s.Mask.Left > 0 && !s.padding() && s.SQ > s.SKV:
-		return fmt.Errorf("a sliding window with %d query rows > %d key rows", s.SQ, s.SKV)
-	case s.Mask.Left > 0 && s.Mask.BottomRight && v < 90600 && s.SQ != s.SKV:
-		return fmt.Errorf("a bottom-right sliding window with %d ≠ %d rows needs cuDNN ≥ 9.6", s.SQ, s.SKV)
-	case s.Mask.Left > 0 && s.Mask.BottomRight && s.SQ == s.SKV && v <= 90900 && s.SM/10 == 9:
-		return fmt.Errorf("this bottom-right sliding window is refused on Hopper by cuDNN ≤ 9.9")
-	case s.Mask.Causal && s.Mask.Shift > 0 && v < 90600:
-		return fmt.Errorf("a shifted diagonal (right bound %d) needs cuDNN ≥ 9.6", s.Mask.Shift)
-	case s.Ragged && s.SM < 90 && v < 91801:
-		return fmt.Errorf("ragged offsets on sm_%d need cuDNN ≥ 9.18.1 (Hopper has them from 9.0)", s.SM)
-	case s.Ragged && s.H != s.KVH && v < 90600:
-		return fmt.Errorf("ragged offsets with grouped-query attention need cuDNN ≥ 9.6")
-	case s.Ragged && s.Mask.Left > 0 && v < 90600:
-		return fmt.Errorf("a sliding window with ragged offsets needs cuDNN ≥ 9.6")
-	case s.Deterministic && s.Backward && s.SM/10 == 10 && v < 91800:
-		return fmt.Errorf("a deterministic backward on Blackwell needs cuDNN ≥ 9.18")
-	case s.Deterministic && s.Backward && s.Ragged && s.SM/10 == 8 && v >= 91801:
-		return fmt.Errorf("a deterministic ragged backward is not supported on sm_8x")
+	for _, r := range SupportRules {
+		if why := r.refuse(s); why != "" {
+			return errors.New(why)
+		}
 	}
 	return nil
+}
+
+// SupportRule is one line of the support table Check applies: a class of graph that cuDNN
+// does not compute, or computes wrongly, on the versions and GPUs it names. The table is
+// TransformerEngine's (nvte_get_fused_attn_backend, which is stricter than cudnn-frontend's
+// composite checks where NVIDIA found bugs), cudnn-frontend v1.23's support surface
+// (sdpa_support_surface.h, CompositeSDPABackwardNode::pre_validate_node) and the issue threads
+// the cuDNN review cites; docs/gpu.md writes it out, one row per rule.
+type SupportRule struct {
+	Line   string // the rule as docs/gpu.md's table writes it
+	refuse func(s SDPA) string
+}
+
+// Refuses is the reason this rule alone refuses s, or "".
+func (r SupportRule) Refuses(s SDPA) string { return r.refuse(s) }
+
+// SupportRules is Check's table, in the order it is applied.
+var SupportRules = []SupportRule{
+	{"cuDNN older than 9.0.0", func(s SDPA) string {
+		return when(s.Version < MinCUDNN, "cuDNN %s is older than %s", CUDNNVersionString(s.Version), CUDNNVersionString(MinCUDNN))
+	}},
+	{"cuDNN 9.10.0 and 9.10.1 (known SDPA bugs; cudnn-frontend refuses them)", func(s SDPA) string {
+		return when(s.Version == 91000 || s.Version == 91001, "cuDNN %s has known SDPA bugs (cudnn-frontend refuses 9.10.0 and 9.10.1)",
+			CUDNNVersionString(s.Version))
+	}},
+	{"operands not bf16 or fp16", func(s SDPA) string {
+		return when(s.IO != BFloat16 && s.IO != Half, "fused attention runs on bf16/fp16 operands, not %s", s.IO)
+	}},
+	{"query heads not a multiple of the kv heads", func(s SDPA) string {
+		return when(s.KVH < 1 || s.H%s.KVH != 0, "%d query heads over %d kv heads", s.H, s.KVH)
+	}},
+	{"head dimension not a multiple of 8", func(s SDPA) string {
+		return when(s.D%8 != 0, "head dimension %d: cuDNN needs a multiple of 8", s.D)
+	}},
+	{"head dimension above 256 (every version)", func(s SDPA) string {
+		return when(s.D > 256, "head dimension %d > 256", s.D)
+	}},
+	{"GPU older than sm_80", func(s SDPA) string {
+		return when(s.SM < 80, "compute capability %d.%d: cuDNN's fused attention needs 8.0", s.SM/10, s.SM%10)
+	}},
+	{"sm_8x backward, head dimension above 128 (every version)", func(s SDPA) string {
+		return when(s.SM/10 == 8 && s.Backward && s.D > 128, "a backward with head dimension %d > 128 on sm_%d (Ampere/Ada: ≤ 128 at every version)", s.D, s.SM)
+	}},
+	{"sm_8x forward, head dimension above 128: cuDNN ≥ 9.10.2", func(s SDPA) string {
+		return when(s.SM/10 == 8 && !s.Backward && s.D > 128 && s.Version < 91002, "head dimension %d > 128 on sm_%d needs cuDNN ≥ 9.10.2", s.D, s.SM)
+	}},
+	{"sm_90 forward, head dimension above 128: cuDNN ≥ 9.1", func(s SDPA) string {
+		return when(s.SM/10 == 9 && !s.Backward && s.D > 128 && s.Version < 90100, "head dimension %d > 128 on Hopper needs cuDNN ≥ 9.1", s.D)
+	}},
+	{"sm_90 backward, head dimension above 128: cuDNN ≥ 9.5", func(s SDPA) string {
+		return when(s.SM/10 == 9 && s.Backward && s.D > 128 && s.Version < 90500, "a backward with head dimension %d > 128 on Hopper needs cuDNN ≥ 9.5", s.D)
+	}},
+	{"sm_100 and later, head dimension above 128: forward cuDNN ≥ 9.9, backward never (not validated here)", func(s SDPA) string {
+		return when(s.SM >= 100 && s.D > 128 && (s.Backward || s.Version < 90900), "head dimension %d > 128 on sm_%d (forward from cuDNN 9.9; no backward)", s.D, s.SM)
+	}},
+	{"backward with s_q = s_kv = 1", func(s SDPA) string {
+		return when(s.Backward && s.SQ == 1 && s.SKV == 1, "s_q = s_kv = 1 (cuDNN's backward refuses it)")
+	}},
+	{"sm_90 backward with s_q = 1 (NaN on 9.25 and 9.26, cudnn-frontend #1072; every version)", func(s SDPA) string {
+		return when(s.SM/10 == 9 && s.Backward && s.SQ == 1, "a backward with one query row on Hopper (NaN in cuDNN 9.25/9.26)")
+	}},
+	{"sm_90 backward with s_kv % 128 = 64: cuDNN ≥ 9.26 (NaN before, cudnn-frontend #160)", func(s SDPA) string {
+		return when(s.SM/10 == 9 && s.Backward && s.SKV%128 == 64 && s.Version < 92600,
+			"a backward with %d key rows (s_kv %% 128 = 64) on Hopper needs cuDNN ≥ 9.26 (NaN before)", s.SKV)
+	}},
+	{"a negative diagonal shift", func(s SDPA) string {
+		return when(s.Mask.Causal && s.Mask.Shift < 0, "a negative diagonal shift %d", s.Mask.Shift)
+	}},
+	{"bottom-right without the padding mask, s_q > s_kv", func(s SDPA) string {
+		return when(s.Mask.BottomRight && !s.padding() && s.SQ > s.SKV, "bottom-right alignment with %d query rows > %d key rows", s.SQ, s.SKV)
+	}},
+	{"bottom-right without the padding mask: cuDNN ≥ 9.3", func(s SDPA) string {
+		return when(s.Mask.BottomRight && !s.padding() && s.Version < 90300, "bottom-right alignment needs cuDNN ≥ 9.3")
+	}},
+	{"bottom-right with s_q or s_kv not a multiple of 64: cuDNN ≥ 9.6", func(s SDPA) string {
+		return when(s.Mask.BottomRight && s.Version < 90600 && (s.SQ%64 != 0 || s.SKV%64 != 0),
+			"bottom-right alignment with %d×%d rows (not multiples of 64) needs cuDNN ≥ 9.6", s.SQ, s.SKV)
+	}},
+	{"shifted diagonal: cuDNN ≥ 9.6", func(s SDPA) string {
+		return when(s.Mask.Causal && s.Mask.Shift > 0 && s.Version < 90600, "a shifted diagonal (right bound %d) needs cuDNN ≥ 9.6", s.Mask.Shift)
+	}},
+	{"shifted diagonal with s_q > s_kv (every version)", func(s SDPA) string {
+		return when(s.Mask.Causal && s.Mask.Shift > 0 && s.SQ > s.SKV, "a shifted diagonal with %d query rows > %d key rows", s.SQ, s.SKV)
+	}},
+	{"sliding window (left bound): cuDNN ≥ 9.2", func(s SDPA) string {
+		return when(s.Mask.Left > 0 && s.Version < 90200, "a sliding window (left bound) needs cuDNN ≥ 9.2")
+	}},
+	{"left bound without a right bound: cuDNN ≥ 9.10.2", func(s SDPA) string {
+		return when(s.Mask.Left > 0 && !s.Mask.Causal && s.Version < 91002, "a left bound without a right bound needs cuDNN ≥ 9.10.2")
+	}},
+	{"cuDNN 9.14.0, left bound without a right bound, s_kv above 1024", func(s SDPA) string {
+		return when(s.Mask.Left > 0 && !s.Mask.Causal && s.Version/100 == 914 && s.SKV > 1024,
+			"a left bound without a right bound over %d key rows on cuDNN 9.14 (wrong results)", s.SKV)
+	}},
+	{"sliding window without the padding mask, s_q > s_kv", func(s SDPA) string {
+		return when(s.Mask.Left > 0 && !s.padding() && s.SQ > s.SKV, "a sliding window with %d query rows > %d key rows", s.SQ, s.SKV)
+	}},
+	{"bottom-right sliding window with s_q ≠ s_kv: cuDNN ≥ 9.6", func(s SDPA) string {
+		return when(s.Mask.Left > 0 && s.Mask.BottomRight && s.Version < 90600 && s.SQ != s.SKV,
+			"a bottom-right sliding window with %d ≠ %d rows needs cuDNN ≥ 9.6", s.SQ, s.SKV)
+	}},
+	{"sm_90, bottom-right sliding window with s_q = s_kv: cuDNN ≥ 9.10.2", func(s SDPA) string {
+		return when(s.Mask.Left > 0 && s.Mask.BottomRight && s.SQ == s.SKV && s.Version < 91002 && s.SM/10 == 9,
+			"this bottom-right sliding window is refused on Hopper by cuDNN before 9.10.2")
+	}},
+	{"ragged offsets (packed documents): cuDNN ≥ 9.1", func(s SDPA) string {
+		return when(s.Ragged && s.Version < 90100, "ragged offsets need cuDNN ≥ 9.1")
+	}},
+	{"ragged offsets on sm_8x: cuDNN ≥ 9.18.1", func(s SDPA) string {
+		return when(s.Ragged && s.SM < 90 && s.Version < 91801, "ragged offsets on sm_%d need cuDNN ≥ 9.18.1", s.SM)
+	}},
+	{"ragged offsets with grouped-query attention: cuDNN ≥ 9.6", func(s SDPA) string {
+		return when(s.Ragged && s.H != s.KVH && s.Version < 90600, "ragged offsets with grouped-query attention need cuDNN ≥ 9.6")
+	}},
+	{"ragged offsets with bottom-right: cuDNN ≥ 9.6", func(s SDPA) string {
+		return when(s.Ragged && s.Mask.BottomRight && s.Version < 90600, "ragged offsets with bottom-right alignment need cuDNN ≥ 9.6")
+	}},
+	{"ragged, bottom-right, s_q or s_kv not a multiple of 64: cuDNN ≥ 9.7", func(s SDPA) string {
+		return when(s.Ragged && s.Mask.BottomRight && s.Version < 90700 && (s.SQ%64 != 0 || s.SKV%64 != 0),
+			"ragged bottom-right with %d×%d rows (not multiples of 64) needs cuDNN ≥ 9.7", s.SQ, s.SKV)
+	}},
+	{"ragged offsets with a sliding window: cuDNN ≥ 9.6", func(s SDPA) string {
+		return when(s.Ragged && s.Mask.Left > 0 && s.Version < 90600, "a sliding window with ragged offsets needs cuDNN ≥ 9.6")
+	}},
+	{"sm_90 ragged backward: cuDNN ≥ 9.18 (NaN from an uninitialised workspace before, TransformerEngine #2186)", func(s SDPA) string {
+		return when(s.Ragged && s.Backward && s.SM/10 == 9 && s.Version < 91800, "a ragged backward on Hopper needs cuDNN ≥ 9.18 (NaN before)")
+	}},
+	{"deterministic backward on sm_100 and later (cudnn-frontend picks knobbed engines there, this binding cannot)", func(s SDPA) string {
+		return when(s.Deterministic && s.Backward && s.SM >= 100, "a deterministic backward on sm_%d", s.SM)
+	}},
+	{"deterministic ragged backward on sm_8x", func(s SDPA) string {
+		return when(s.Deterministic && s.Backward && s.Ragged && s.SM/10 == 8, "a deterministic ragged backward is not supported on sm_8x")
+	}},
+}
+
+// when is fmt.Sprintf(format, args...) when refused, else "".
+func when(refused bool, format string, args ...any) string {
+	if !refused {
+		return ""
+	}
+	return fmt.Sprintf(format, args...)
 }
 
 // negInf is the value masked scores get: −Inf, or the lowest float before cuDNN 9.10 (which
@@ -256,13 +356,13 @@ func (g *sdpaGraph) windowMask(x *Tensor) *Tensor {
 				skv, sq = g.scalarI("s_kv", int32(s.SKV)), g.scalarI("s_q", int32(s.SQ))
 			}
 			r := g.score("row+skv", Int32)
-			g.Pointwise("row+skv", PwAdd, Int32, 3, r, row, skv)
+			g.Pointwise("row+skv", PwAdd, Int32, -1, r, row, skv)
 			row = g.score("row+skv-sq", Int32)
-			g.Pointwise("row+skv-sq", PwSub, Int32, 3, row, r, sq)
+			g.Pointwise("row+skv-sq", PwSub, Int32, -1, row, r, sq)
 		}
 		if m.Shift != 0 {
 			r := g.score("row+window", Int32)
-			g.Pointwise("row+window", PwAdd, Int32, 3, r, row, g.scalarI("shift_right_bound", int32(m.Shift)))
+			g.Pointwise("row+window", PwAdd, Int32, -1, r, row, g.scalarI("shift_right_bound", int32(m.Shift)))
 			row = r
 		}
 		cmp := g.score("row>col", Boolean)
@@ -279,19 +379,19 @@ func (g *sdpaGraph) windowMask(x *Tensor) *Tensor {
 		switch {
 		case !m.BottomRight:
 			c := g.score("col+window", Float32)
-			g.Pointwise("col+window", PwAdd, Float32, 3, c, col, g.scalarF("left_bound", float32(m.Left)))
+			g.Pointwise("col+window", PwAdd, Float32, -1, c, col, g.scalarF("left_bound", float32(m.Left)))
 			col = c
 		case g.seqKV == nil:
 			c := g.score("col+window", Float32)
-			g.Pointwise("col+window", PwAdd, Float32, 3, c, col, g.scalarF("left_bound", float32(m.Left-s.SKV+s.SQ)))
+			g.Pointwise("col+window", PwAdd, Float32, -1, c, col, g.scalarF("left_bound", float32(m.Left-s.SKV+s.SQ)))
 			col = c
 		default:
 			c := g.score("col+window", Int32)
-			g.Pointwise("col+window", PwAdd, Int32, 3, c, col, g.scalarI("left_bound", int32(m.Left)))
+			g.Pointwise("col+window", PwAdd, Int32, -1, c, col, g.scalarI("left_bound", int32(m.Left)))
 			c2 := g.score("col+window-skv", Int32)
-			g.Pointwise("col+window-skv", PwSub, Int32, 3, c2, c, g.seqKV)
+			g.Pointwise("col+window-skv", PwSub, Int32, -1, c2, c, g.seqKV)
 			col = g.score("col+window-skv+sq", Int32)
-			g.Pointwise("col+window-skv+sq", PwAdd, Int32, 3, col, c2, g.seqQ)
+			g.Pointwise("col+window-skv+sq", PwAdd, Int32, -1, col, c2, g.seqQ)
 		}
 		cmp := g.score("col>row", Boolean)
 		g.Pointwise("col>row", PwCmpGT, Boolean, -1, cmp, col, row)
@@ -374,8 +474,8 @@ func (g *sdpaGraph) forward() *SDPALayout {
 	kDims, kSt := []int64{s.B, s.KVH, s.SKV, s.D}, packed(s.KVH, s.SKV, s.D)
 	ktDims, ktSt := transposed(kDims, kSt)
 	kt := g.Tensor(TensorSpec{UID: UIDK, Name: "K", Type: s.IO, Dims: ktDims, Strides: ktSt, Ragged: g.offK})
-	v := g.io(UIDV, "V", s.KVH, s.SKV, s.DV, g.offV)
-	o := g.io(UIDO, "O", s.H, s.SQ, s.DV, g.offO)
+	v := g.io(UIDV, "V", s.KVH, s.SKV, s.D, g.offV)
+	o := g.io(UIDO, "O", s.H, s.SQ, s.D, g.offO)
 	stats := g.Tensor(TensorSpec{UID: UIDStats, Name: "Stats", Type: Float32, Dims: []int64{s.B, s.H, s.SQ, 1},
 		Strides: []int64{s.H * s.SQ, s.SQ, 1, 1}})
 
@@ -416,21 +516,21 @@ func (g *sdpaGraph) backward() *SDPALayout {
 	kDims, kSt := []int64{s.B, s.KVH, s.SKV, s.D}, packed(s.KVH, s.SKV, s.D)
 	ktDims, ktSt := transposed(kDims, kSt)
 	kt := g.Tensor(TensorSpec{UID: UIDK, Name: "K", Type: s.IO, Dims: ktDims, Strides: ktSt, Ragged: g.offK})
-	vtDims, vtSt := transposed([]int64{s.B, s.KVH, s.SKV, s.DV}, packed(s.KVH, s.SKV, s.DV))
+	vtDims, vtSt := transposed([]int64{s.B, s.KVH, s.SKV, s.D}, packed(s.KVH, s.SKV, s.D))
 	vt := g.Tensor(TensorSpec{UID: UIDV, Name: "V", Type: s.IO, Dims: vtDims, Strides: vtSt, Ragged: g.offV})
-	o := g.io(UIDO, "O", s.H, s.SQ, s.DV, g.offO)
+	o := g.io(UIDO, "O", s.H, s.SQ, s.D, g.offO)
 	stats := g.Tensor(TensorSpec{UID: UIDStats, Name: "Stats", Type: Float32, Dims: []int64{s.B, s.H, s.SQ, 1},
 		Strides: []int64{s.H * s.SQ, s.SQ, 1, 1}})
-	dO := g.io(UIDdO, "dO", s.H, s.SQ, s.DV, g.offO)
+	dO := g.io(UIDdO, "dO", s.H, s.SQ, s.D, g.offO)
 	dQ := g.io(UIDdQ, "dQ", s.H, s.SQ, s.D, g.offQ)
 	dK := g.io(UIDdK, "dK", s.KVH, s.SKV, s.D, g.offK)
-	dV := g.io(UIDdV, "dV", s.KVH, s.SKV, s.DV, g.offV)
+	dV := g.io(UIDdV, "dV", s.KVH, s.SKV, s.D, g.offV)
 	one := g.scalarF("one", 1)
 	scale := g.scalarF("attn_scale", s.Scale)
 	padding := s.padding() || s.BackwardWorkaround()
 
 	// "dO * O => softmax_sum"
-	t := g.Virtual("mul_dO_O", Float32, []int64{s.B, s.H, s.SQ, s.DV}, s.H*s.SQ*s.DV, s.SQ*s.DV, s.H*s.DV, 1)
+	t := g.Virtual("mul_dO_O", Float32, []int64{s.B, s.H, s.SQ, s.D}, s.H*s.SQ*s.D, s.SQ*s.D, s.H*s.D, 1)
 	g.Pointwise("mul_dO_O", PwMul, Float32, -1, t, dO, o)
 	r := g.rowStat("reduce_dO_o")
 	g.Reduction("reduce_dO_o", ReduceAdd, r, t)
@@ -462,7 +562,7 @@ func (g *sdpaGraph) backward() *SDPALayout {
 	if s.H == s.KVH {
 		g.Matmul("matmul_pT_dO", dV, pT, dO, g.seqKV, nil, g.seqQ)
 	} else {
-		full := g.Virtual("dV_fullhead", s.IO, []int64{s.B, s.H, s.SKV, s.DV}, s.H*s.SKV*s.DV, s.SKV*s.DV, s.DV, 1)
+		full := g.Virtual("dV_fullhead", s.IO, []int64{s.B, s.H, s.SKV, s.D}, s.H*s.SKV*s.D, s.SKV*s.D, s.D, 1)
 		g.Matmul("matmul_pT_dO", full, pT, dO, g.seqKV, nil, g.seqQ)
 		g.Reduction("red_dV_head", ReduceAdd, dV, full)
 	}

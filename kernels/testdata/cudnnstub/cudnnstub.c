@@ -25,10 +25,29 @@
 //     $CUDNNSTUB_ENGINES_FALLBACK (default 1) for the fallback mode; the first
 //     $CUDNNSTUB_PLAN_FAILS (default 1) plans to be finalised fail with
 //     CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, as engines that do not take a graph do;
-//   - a plan asks for $CUDNNSTUB_WORKSPACE bytes of workspace (default 1 MiB);
+//   - an execution plan finalises only as cuDNN's runtime-compiled SDPA engines do: with NVRTC
+//     resolvable in the global namespace (nvrtcVersion, as a library loaded with RTLD_GLOBAL
+//     gives it; else CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING) and its
+//     libnvrtc-builtins.so.<major>.<minor> already loaded (else
+//     CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED), and only for a graph inside the support
+//     table (cs_support: version and GPU, $CUDNNSTUB_SM, default 90, against the graph's head
+//     dimension, lengths, direction and masks, read from its structure; else
+//     CUDNN_STATUS_NOT_SUPPORTED) — written from the cuDNN review, not from kernels/cuda;
+//   - a graph whose 16-bit tensors do not all have one head dimension (d_qk ≠ d_v) is refused
+//     at the operation graph, and CUDNN_ATTR_POINTWISE_AXIS on any mode but GEN_INDEX at the
+//     pointwise descriptor (cudnn-frontend never writes it there);
+//   - a plan asks for $CUDNNSTUB_WORKSPACE bytes of workspace (default 1 MiB), except a
+//     deterministic backward (no dQ accumulator) on sm_9x, which asks what cuDNN's dP-workspace
+//     decomposition does: b·h·s_q·s_kv·2 bytes, the lengths rounded up to 64;
 //   - cudnnBackendExecute checks that the variant pack gives exactly the plan's non-virtual
-//     tensors and a workspace, and computes nothing;
-//   - cudnnGetVersion returns $CUDNNSTUB_VERSION (default 91002).
+//     tensors and a workspace, each tensor at its declared byte alignment
+//     (CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER), and computes nothing;
+//   - cudnnGetVersion returns $CUDNNSTUB_VERSION (default 91002), cudnnGetCudartVersion
+//     $CUDNNSTUB_CUDART (default 13000).
+//
+// The tests build a stub NVRTC beside it (cs_nvrtc.c's two files): libnvrtc.so.13, whose
+// nvrtcVersion says $CUDNNSTUB_NVRTC_MINOR (13.9 by default, a version no real builtins
+// library has, so that only the stub's can satisfy the check), and its builtins.
 //
 // The log ($CUDNNSTUB_LOG; nothing without it) has one line per call: the entry point, then
 // key=value pairs (descriptors by name: d1, d2, ...; cur= the context current on the calling
@@ -44,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -58,6 +78,7 @@ __attribute__((used)) static void* cs_exports[] = {DF_CUDNN_FUNCS(CS_ADDRESS)(vo
 
 #define ST_BAD_PARAM 2000
 #define ST_NULL_POINTER 2002
+#define ST_MISALIGNED 2003
 #define ST_NOT_FINALIZED 2004
 #define ST_OUT_OF_BOUND 2005
 #define ST_SHAPE_MISMATCH 2008
@@ -65,7 +86,11 @@ __attribute__((used)) static void* cs_exports[] = {DF_CUDNN_FUNCS(CS_ADDRESS)(vo
 #define ST_ATTRIBUTE_TYPE 2010
 #define ST_DESCRIPTOR_TYPE 2012
 #define ST_NOT_INITIALIZED 1001
+#define ST_NOT_SUPPORTED 3000
 #define ST_GRAPH_PATTERN 3001
+#define ST_SHAPE 3002
+#define ST_PREREQUISITE 3008
+#define ST_COMPILATION 4001
 
 static pthread_mutex_t cs_mu = PTHREAD_MUTEX_INITIALIZER;
 static int cs_log_fd = -2;
@@ -317,6 +342,8 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
 
 size_t cudnnGetVersion(void) { return (size_t)cs_env("CUDNNSTUB_VERSION", 91002); }
 
+size_t cudnnGetCudartVersion(void) { return (size_t)cs_env("CUDNNSTUB_CUDART", 13000); }
+
 const char* cudnnGetErrorString(cudnnStatus_t status) {
 	switch (status) {
 	case 0: return "CUDNN_STATUS_SUCCESS";
@@ -330,6 +357,11 @@ const char* cudnnGetErrorString(cudnnStatus_t status) {
 	case ST_DESCRIPTOR_TYPE: return "CUDNN_STATUS_BAD_PARAM_DESCRIPTOR_TYPE";
 	case ST_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
 	case ST_GRAPH_PATTERN: return "CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN";
+	case ST_MISALIGNED: return "CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER";
+	case ST_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+	case ST_SHAPE: return "CUDNN_STATUS_NOT_SUPPORTED_SHAPE";
+	case ST_PREREQUISITE: return "CUDNN_STATUS_NOT_SUPPORTED_RUNTIME_PREREQUISITE_MISSING";
+	case ST_COMPILATION: return "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED";
 	}
 	return "CUDNN_STATUS_UNKNOWN (stub)";
 }
@@ -696,6 +728,200 @@ static int cs_check_graph(cs_desc* g) {
 	return 0;
 }
 
+// ---- what only a GPU's cuDNN would know: NVRTC, the support table, the workspace ----
+
+// cs_nvrtc checks what cuDNN's runtime-compiled engines need at plan finalisation: NVRTC in the
+// global namespace and, as NVRTC opens it by this name, its builtins already loaded.
+static int cs_nvrtc(void) {
+	int (*ver)(int*, int*) = (int (*)(int*, int*))dlsym(RTLD_DEFAULT, "nvrtcVersion");
+	if (ver == NULL)
+		return cs_fail(ST_PREREQUISITE, "stub: NVRTC (nvrtcVersion) does not resolve in the global namespace: libnvrtc.so.%ld is not loaded with RTLD_GLOBAL",
+		               cs_env("CUDNNSTUB_CUDART", 13000) / 1000);
+	int major = 0, minor = 0;
+	ver(&major, &minor);
+	char name[64];
+	snprintf(name, sizeof name, "libnvrtc-builtins.so.%d.%d", major, minor);
+	void* b = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+	if (b == NULL) return cs_fail(ST_COMPILATION, "stub: NVRTC %d.%d cannot open %s", major, minor, name);
+	dlclose(b);
+	return 0;
+}
+
+// cs_unit_extent is the extent of a tensor's unit-stride dimension among the last two (the head
+// dimension of Q, K, V, O and their gradients, transposed or not), 0 when neither has stride 1.
+static int64_t cs_unit_extent(cs_desc* t) {
+	int64_t n, ns;
+	int64_t* dims = cs_i64(t, CUDNN_ATTR_TENSOR_DIMENSIONS, &n);
+	int64_t* str = cs_i64(t, CUDNN_ATTR_TENSOR_STRIDES, &ns);
+	if (n != 4 || ns != 4) return 0;
+	if (str[3] == 1) return dims[3];
+	if (str[2] == 1) return dims[2];
+	return 0;
+}
+
+// cs_graph_ops returns an operation graph's operations.
+static cs_desc** cs_graph_ops(cs_desc* g, int64_t* n) {
+	cs_attr* a = cs_get(g, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+	*n = a->n;
+	return (cs_desc**)a->v;
+}
+
+// cs_check_head_dim refuses a graph whose non-virtual 16-bit tensors do not all have one head
+// dimension: every SDPA graph distflash builds has d_qk = d_v.
+static int cs_check_head_dim(cs_desc* g) {
+	int64_t nops, d = 0;
+	cs_desc** ops = cs_graph_ops(g, &nops);
+	for (int64_t i = 0; i < nops; i++) {
+		cs_desc* in[8];
+		cs_desc* out;
+		int nin;
+		cs_op_tensors(ops[i], in, &nin, &out);
+		for (int k = 0; k <= nin; k++) {
+			cs_desc* t = k < nin ? in[k] : out;
+			int dt = cs_int(t, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
+			if (cs_bool(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL) || (dt != CUDNN_DATA_HALF && dt != CUDNN_DATA_BFLOAT16)) continue;
+			int64_t e = cs_unit_extent(t);
+			if (d == 0) d = e;
+			if (e != d)
+				return cs_fail(ST_SHAPE, "stub: 16-bit tensors of head dimensions %lld and %lld (uid %lld): d_qk ≠ d_v", (long long)d,
+				               (long long)e, (long long)cs_uid(t));
+		}
+	}
+	return 0;
+}
+
+// cs_sdpa is what the support table asks of a graph, read from its structure.
+typedef struct {
+	int backward, deterministic, ragged, padding, causal, left, bottom_right, shifted;
+	int64_t b, h, kvh, sq, skv, d;
+} cs_sdpa;
+
+// cs_pw_mode is the mode of a pointwise operation (-1 for other operations).
+static int cs_pw_mode(cs_desc* op) {
+	if (op->type != CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR) return -1;
+	return cs_int(cs_ref(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR), CUDNN_ATTR_POINTWISE_MODE, -1);
+}
+
+// cs_producer is the operation of ops that writes t.
+static cs_desc* cs_producer(cs_desc** ops, int64_t nops, cs_desc* t) {
+	for (int64_t i = 0; i < nops; i++) {
+		cs_desc* in[8];
+		cs_desc* out;
+		int nin;
+		cs_op_tensors(ops[i], in, &nin, &out);
+		if (out == t) return ops[i];
+	}
+	return NULL;
+}
+
+static void cs_read_sdpa(cs_desc* g, cs_sdpa* s) {
+	memset(s, 0, sizeof *s);
+	int64_t nops;
+	cs_desc** ops = cs_graph_ops(g, &nops);
+	int matmuls = 0, identity = 0;
+	for (int64_t i = 0; i < nops; i++) {
+		cs_desc* op = ops[i];
+		cs_desc* in[8];
+		cs_desc* out;
+		int nin;
+		cs_op_tensors(op, in, &nin, &out);
+		for (int k = 0; k <= nin; k++) {
+			cs_desc* t = k < nin ? in[k] : out;
+			if (cs_ref(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC)) s->ragged = 1;
+			int dt = cs_int(t, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
+			if (!cs_bool(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL) && (dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16) && s->d == 0)
+				s->d = cs_unit_extent(t);
+		}
+		if (op->type == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR) {
+			if (matmuls == 0) { // Q·Kᵀ: the scores [B, H, SQ, SKV], and K's heads
+				int64_t* dims;
+				if (cs_rank(out, &dims) == 4) s->b = dims[0], s->h = dims[1], s->sq = dims[2], s->skv = dims[3];
+				int64_t* kd;
+				if (cs_rank(cs_ref(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC), &kd) == 4) s->kvh = kd[1];
+			}
+			matmuls++;
+		}
+		switch (cs_pw_mode(op)) {
+		case CUDNN_POINTWISE_IDENTITY: identity = 1; break;
+		case CUDNN_POINTWISE_CMP_LT: s->padding = 1; break;
+		case CUDNN_POINTWISE_CMP_GT: s->left = 1; break;
+		case CUDNN_POINTWISE_CMP_GE: {
+			s->causal = 1;
+			// the row side of the right bound: GEN_INDEX, then bottom-right's ADD and SUB or a shift's ADD
+			cs_desc* t = in[0];
+			int adds = 0, subs = 0;
+			for (cs_desc* p = cs_producer(ops, nops, t); p && cs_pw_mode(p) != CUDNN_POINTWISE_GEN_INDEX; p = cs_producer(ops, nops, t)) {
+				adds += cs_pw_mode(p) == CUDNN_POINTWISE_ADD;
+				subs += cs_pw_mode(p) == CUDNN_POINTWISE_SUB;
+				cs_desc* pin[8];
+				cs_desc* pout;
+				int pn;
+				cs_op_tensors(p, pin, &pn, &pout);
+				t = pin[0];
+			}
+			s->bottom_right = subs > 0;
+			s->shifted = adds > subs;
+			break;
+		}
+		}
+	}
+	s->backward = matmuls >= 4;
+	s->deterministic = s->backward && !identity;
+}
+
+// cs_workspace is what a plan of graph g asks for.
+static int64_t cs_workspace(cs_desc* g) {
+	cs_sdpa s;
+	cs_read_sdpa(g, &s);
+	if (s.deterministic && cs_env("CUDNNSTUB_SM", 90) / 10 == 9)
+		return s.b * s.h * ((s.sq + 63) / 64 * 64) * ((s.skv + 63) / 64 * 64) * 2;
+	return cs_env("CUDNNSTUB_WORKSPACE", 1 << 20);
+}
+
+#define REFUSE(cond, ...) \
+	if (cond) return cs_fail(ST_NOT_SUPPORTED, "stub support table: " __VA_ARGS__)
+
+// cs_support refuses a graph outside the support table of the cuDNN review (NVIDIA's support
+// matrix as TransformerEngine reads it, and the known bug classes) for $CUDNNSTUB_VERSION on
+// $CUDNNSTUB_SM.
+static int cs_support(cs_desc* g) {
+	cs_sdpa s;
+	cs_read_sdpa(g, &s);
+	long v = cs_env("CUDNNSTUB_VERSION", 91002), sm = cs_env("CUDNNSTUB_SM", 90);
+	int hopper = sm / 10 == 9, ampere = sm / 10 == 8;
+	REFUSE(v < 90000, "cuDNN before 9.0");
+	REFUSE(v == 91000 || v == 91001, "cuDNN 9.10.0/9.10.1");
+	REFUSE(s.d % 8 != 0 || s.d > 256, "head dimension %lld", (long long)s.d);
+	REFUSE(sm < 80, "sm_%ld", sm);
+	REFUSE(ampere && s.backward && s.d > 128, "Ampere backward, head dimension %lld", (long long)s.d);
+	REFUSE(ampere && !s.backward && s.d > 128 && v < 91002, "Ampere forward, head dimension %lld, before 9.10.2", (long long)s.d);
+	REFUSE(hopper && !s.backward && s.d > 128 && v < 90100, "Hopper forward, head dimension %lld, before 9.1", (long long)s.d);
+	REFUSE(hopper && s.backward && s.d > 128 && v < 90500, "Hopper backward, head dimension %lld, before 9.5", (long long)s.d);
+	REFUSE(sm >= 100 && s.d > 128 && (s.backward || v < 90900), "sm_%ld, head dimension %lld", sm, (long long)s.d);
+	REFUSE(s.backward && s.sq == 1 && s.skv == 1, "backward of one row and one column");
+	REFUSE(hopper && s.backward && s.sq == 1, "Hopper backward of one query row");
+	REFUSE(hopper && s.backward && s.skv % 128 == 64 && v < 92600, "Hopper backward, s_kv %% 128 = 64, before 9.26");
+	REFUSE(s.bottom_right && !s.padding && s.sq > s.skv, "bottom-right, s_q > s_kv");
+	REFUSE(s.bottom_right && !s.padding && v < 90300, "bottom-right before 9.3");
+	REFUSE(s.bottom_right && v < 90600 && (s.sq % 64 || s.skv % 64), "bottom-right, lengths not multiples of 64, before 9.6");
+	REFUSE(s.shifted && v < 90600, "shifted diagonal before 9.6");
+	REFUSE(s.shifted && s.sq > s.skv, "shifted diagonal, s_q > s_kv");
+	REFUSE(s.left && v < 90200, "left bound before 9.2");
+	REFUSE(s.left && !s.causal && v < 91002, "left bound without a right bound before 9.10.2");
+	REFUSE(s.left && !s.padding && s.sq > s.skv, "sliding window, s_q > s_kv");
+	REFUSE(s.left && s.bottom_right && v < 90600 && s.sq != s.skv, "bottom-right window, s_q ≠ s_kv, before 9.6");
+	REFUSE(hopper && s.left && s.bottom_right && s.sq == s.skv && v < 91002, "Hopper bottom-right window before 9.10.2");
+	REFUSE(s.ragged && v < 90100, "ragged before 9.1");
+	REFUSE(s.ragged && ampere && v < 91801, "ragged on Ampere before 9.18.1");
+	REFUSE(s.ragged && s.h != s.kvh && v < 90600, "ragged GQA before 9.6");
+	REFUSE(s.ragged && s.bottom_right && v < 90600, "ragged bottom-right before 9.6");
+	REFUSE(s.ragged && s.left && v < 90600, "ragged window before 9.6");
+	REFUSE(hopper && s.ragged && s.backward && v < 91800, "Hopper ragged backward before 9.18");
+	REFUSE(s.deterministic && sm >= 100, "deterministic backward on sm_%ld", sm);
+	REFUSE(s.deterministic && s.ragged && ampere, "deterministic ragged backward on Ampere");
+	return 0;
+}
+
 static int cs_check(cs_desc* d) {
 	switch (d->type) {
 	case CUDNN_BACKEND_TENSOR_DESCRIPTOR: {
@@ -717,7 +943,11 @@ static int cs_check(cs_desc* d) {
 	case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
 		NEED(d, CUDNN_ATTR_POINTWISE_MODE);
 		NEED(d, CUDNN_ATTR_POINTWISE_MATH_PREC);
-		if (cs_int(d, CUDNN_ATTR_POINTWISE_MODE, -1) == CUDNN_POINTWISE_GEN_INDEX) NEED(d, CUDNN_ATTR_POINTWISE_AXIS);
+		if (cs_int(d, CUDNN_ATTR_POINTWISE_MODE, -1) == CUDNN_POINTWISE_GEN_INDEX) {
+			NEED(d, CUDNN_ATTR_POINTWISE_AXIS);
+		} else if (cs_get(d, CUDNN_ATTR_POINTWISE_AXIS))
+			return cs_fail(ST_BAD_PARAM, "CUDNN_ATTR_POINTWISE_AXIS on pointwise mode %d: only GEN_INDEX has an axis (cudnn-frontend writes no other)",
+			               cs_int(d, CUDNN_ATTR_POINTWISE_MODE, -1));
 		return 0;
 	case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
 		NEED(d, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
@@ -787,6 +1017,7 @@ static int cs_check(cs_desc* d) {
 		NEED(d, CUDNN_ATTR_OPERATIONGRAPH_HANDLE);
 		NEED(d, CUDNN_ATTR_OPERATIONGRAPH_OPS);
 		int st = cs_check_graph(d);
+		if (st == 0) st = cs_check_head_dim(d);
 		if (st == 0) cs_dump_graph(d);
 		return st;
 	}
@@ -804,6 +1035,9 @@ static int cs_check(cs_desc* d) {
 			cs_plan_fails--;
 			return cs_fail(ST_GRAPH_PATTERN, "engine %d does not support this graph (stub)", cfg->from_heur - 1);
 		}
+		int st = cs_nvrtc();
+		if (st == 0) st = cs_support(cfg->graph);
+		if (st != 0) return st;
 		d->graph = cfg->graph;
 		return 0;
 	}
@@ -882,7 +1116,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
 	case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
 		if (d->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || attributeType != CUDNN_TYPE_INT64)
 			RET(cs_fail(ST_BAD_PARAM, "wrong descriptor or type"), "cudnnBackendGetAttribute", GETLOG);
-		*(int64_t*)arrayOfElements = cs_env("CUDNNSTUB_WORKSPACE", 1 << 20);
+		*(int64_t*)arrayOfElements = cs_workspace(d->graph);
 		*elementCount = 1;
 		RET(0, "cudnnBackendGetAttribute", GETFMT " workspace=%lld", GETARGS, (long long)*(int64_t*)arrayOfElements);
 	}
@@ -933,6 +1167,11 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
 		for (int64_t j = 0; j < i; j++)
 			if (uids[j] == uids[i]) RET(cs_fail(ST_DUPLICATED, "uid %lld twice in the variant pack", (long long)uids[i]), "cudnnBackendExecute", "plan=%s", cs_name(plan));
 		if (ptrs[i] == NULL) RET(cs_fail(ST_NULL_POINTER, "uid %lld has a NULL address", (long long)uids[i]), "cudnnBackendExecute", "plan=%s", cs_name(plan));
+		int64_t* align = cs_i64(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, NULL);
+		if (!cs_bool(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE) && align && *align > 0 && (uintptr_t)ptrs[i] % (uintptr_t)*align != 0)
+			RET(cs_fail(ST_MISALIGNED, "uid %lld at %p: not aligned to the %lld bytes its descriptor declares", (long long)uids[i], ptrs[i],
+			            (long long)*align),
+			    "cudnnBackendExecute", "plan=%s", cs_name(plan));
 		if (cs_bool(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE)) {
 			int dt = cs_int(t, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
 			if (dt == CUDNN_DATA_FLOAT) cs_log("bind uid=%lld value=%.9g", (long long)uids[i], *(float*)ptrs[i]);
