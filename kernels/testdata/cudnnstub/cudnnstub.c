@@ -550,35 +550,43 @@ static int cs_pw_inputs(int mode) {
 
 static int cs_check(cs_desc* d);
 
-// cs_graph_tensors collects every tensor an operation reads (in) and writes (out).
-static void cs_op_tensors(cs_desc* op, cs_desc** in, int* nin, cs_desc** out) {
-	*nin = 0;
-	*out = NULL;
+// cs_op_tensors collects the tensors an operation touches into ts, what it reads first and what it
+// writes last, and returns their number (0 for an operation of another kind).
+static int cs_op_tensors(cs_desc* op, cs_desc** ts) {
+	int n = 0;
 	switch (op->type) {
 	case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR: {
 		int names[] = {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_ATTR_OPERATION_POINTWISE_TDESC};
 		for (int i = 0; i < 3; i++)
-			if (cs_ref(op, names[i])) in[(*nin)++] = cs_ref(op, names[i]);
-		*out = cs_ref(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
+			if (cs_ref(op, names[i])) ts[n++] = cs_ref(op, names[i]);
+		ts[n++] = cs_ref(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC);
 		break;
 	}
 	case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR: {
 		int names[] = {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
 		               CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC};
 		for (int i = 0; i < 5; i++)
-			if (cs_ref(op, names[i])) in[(*nin)++] = cs_ref(op, names[i]);
-		*out = cs_ref(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC);
+			if (cs_ref(op, names[i])) ts[n++] = cs_ref(op, names[i]);
+		ts[n++] = cs_ref(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC);
 		break;
 	}
 	case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
-		in[(*nin)++] = cs_ref(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC);
-		*out = cs_ref(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC);
+		ts[n++] = cs_ref(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC);
+		ts[n++] = cs_ref(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC);
 		break;
 	case CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR:
-		in[(*nin)++] = cs_ref(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC);
-		*out = cs_ref(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
+		ts[n++] = cs_ref(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC);
+		ts[n++] = cs_ref(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC);
 		break;
 	}
+	return n;
+}
+
+// cs_graph_ops returns an operation graph's operations.
+static cs_desc** cs_graph_ops(cs_desc* g, int64_t* n) {
+	cs_attr* a = cs_get(g, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+	*n = a->n;
+	return (cs_desc**)a->v;
 }
 
 static int64_t cs_uid(cs_desc* t) { return *cs_i64(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, NULL); }
@@ -592,21 +600,13 @@ static void cs_dump_list(char* b, size_t n, const int64_t* v, int64_t count) {
 // cs_dump_graph writes an operation graph's tensors and operations to the log.
 static void cs_dump_graph(cs_desc* g) {
 	int64_t nops;
-	cs_attr* a = cs_get(g, CUDNN_ATTR_OPERATIONGRAPH_OPS);
-	nops = a->n;
-	cs_desc** ops = (cs_desc**)a->v;
+	cs_desc** ops = cs_graph_ops(g, &nops);
 	cs_desc* seen[1024];
 	int nseen = 0;
 	cs_log("graph desc=%s ops=%lld", cs_name(g), (long long)nops);
 	for (int64_t i = 0; i < nops; i++) {
-		cs_desc* in[8];
-		cs_desc* out;
-		int nin;
-		cs_op_tensors(ops[i], in, &nin, &out);
-		cs_desc* ts[9];
-		int nts = 0;
-		for (int k = 0; k < nin; k++) ts[nts++] = in[k];
-		ts[nts++] = out;
+		cs_desc* ts[8];
+		int nts = cs_op_tensors(ops[i], ts);
 		for (int k = 0; k < nts; k++) {
 			cs_desc* t = ts[k];
 			cs_desc* r = cs_ref(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC);
@@ -635,9 +635,8 @@ static void cs_dump_graph(cs_desc* g) {
 	for (int64_t i = 0; i < nops; i++) {
 		cs_desc* op = ops[i];
 		cs_desc* in[8];
-		cs_desc* out;
-		int nin;
-		cs_op_tensors(op, in, &nin, &out);
+		int nin = cs_op_tensors(op, in) - 1;
+		cs_desc* out = in[nin];
 		char ib[256] = "";
 		size_t at = 0;
 		for (int k = 0; k < nin; k++) at += snprintf(ib + at, sizeof ib - at, "%s%lld", k ? "," : "", (long long)cs_uid(in[k]));
@@ -683,17 +682,16 @@ static void cs_dump_graph(cs_desc* g) {
 // cs_check_graph checks an operation graph: unique ids, every virtual tensor made by exactly
 // one operation and read by another, no tensor written twice, by-value tensors only read.
 static int cs_check_graph(cs_desc* g) {
-	cs_attr* a = cs_get(g, CUDNN_ATTR_OPERATIONGRAPH_OPS);
-	cs_desc** ops = (cs_desc**)a->v;
+	int64_t nops;
+	cs_desc** ops = cs_graph_ops(g, &nops);
 	cs_desc* ts[1024];
 	int writes[1024], reads[1024], nts = 0;
-	for (int64_t i = 0; i < a->n; i++) {
-		cs_desc* in[8];
-		cs_desc* out;
-		int nin;
-		cs_op_tensors(ops[i], in, &nin, &out);
-		for (int k = 0; k <= nin; k++) {
-			cs_desc* t = k < nin ? in[k] : out;
+	for (int64_t i = 0; i < nops; i++) {
+		cs_desc* opts[8];
+		int n = cs_op_tensors(ops[i], opts);
+		if (n == 0) return cs_fail(ST_BAD_PARAM, "operation %lld is a %s, not an operation", (long long)i, cs_type_name(ops[i]->type));
+		for (int k = 0; k < n; k++) {
+			cs_desc* t = opts[k];
 			int at = -1;
 			for (int s = 0; s < nts; s++)
 				if (ts[s] == t) at = s;
@@ -706,7 +704,7 @@ static int cs_check_graph(cs_desc* g) {
 				ts[at] = t;
 				writes[at] = reads[at] = 0;
 			}
-			if (k < nin) reads[at]++;
+			if (k < n - 1) reads[at]++;
 			else writes[at]++;
 		}
 	}
@@ -759,25 +757,16 @@ static int64_t cs_unit_extent(cs_desc* t) {
 	return 0;
 }
 
-// cs_graph_ops returns an operation graph's operations.
-static cs_desc** cs_graph_ops(cs_desc* g, int64_t* n) {
-	cs_attr* a = cs_get(g, CUDNN_ATTR_OPERATIONGRAPH_OPS);
-	*n = a->n;
-	return (cs_desc**)a->v;
-}
-
 // cs_check_head_dim refuses a graph whose non-virtual 16-bit tensors do not all have one head
 // dimension: every SDPA graph distflash builds has d_qk = d_v.
 static int cs_check_head_dim(cs_desc* g) {
 	int64_t nops, d = 0;
 	cs_desc** ops = cs_graph_ops(g, &nops);
 	for (int64_t i = 0; i < nops; i++) {
-		cs_desc* in[8];
-		cs_desc* out;
-		int nin;
-		cs_op_tensors(ops[i], in, &nin, &out);
-		for (int k = 0; k <= nin; k++) {
-			cs_desc* t = k < nin ? in[k] : out;
+		cs_desc* ts[8];
+		int n = cs_op_tensors(ops[i], ts);
+		for (int k = 0; k < n; k++) {
+			cs_desc* t = ts[k];
 			int dt = cs_int(t, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
 			if (cs_bool(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL) || (dt != CUDNN_DATA_HALF && dt != CUDNN_DATA_BFLOAT16)) continue;
 			int64_t e = cs_unit_extent(t);
@@ -805,11 +794,9 @@ static int cs_pw_mode(cs_desc* op) {
 // cs_producer is the operation of ops that writes t.
 static cs_desc* cs_producer(cs_desc** ops, int64_t nops, cs_desc* t) {
 	for (int64_t i = 0; i < nops; i++) {
-		cs_desc* in[8];
-		cs_desc* out;
-		int nin;
-		cs_op_tensors(ops[i], in, &nin, &out);
-		if (out == t) return ops[i];
+		cs_desc* ts[8];
+		int n = cs_op_tensors(ops[i], ts);
+		if (n > 0 && ts[n - 1] == t) return ops[i];
 	}
 	return NULL;
 }
@@ -821,12 +808,11 @@ static void cs_read_sdpa(cs_desc* g, cs_sdpa* s) {
 	int matmuls = 0, identity = 0;
 	for (int64_t i = 0; i < nops; i++) {
 		cs_desc* op = ops[i];
-		cs_desc* in[8];
-		cs_desc* out;
-		int nin;
-		cs_op_tensors(op, in, &nin, &out);
-		for (int k = 0; k <= nin; k++) {
-			cs_desc* t = k < nin ? in[k] : out;
+		cs_desc* ts[8];
+		int n = cs_op_tensors(op, ts);
+		cs_desc* out = ts[n - 1];
+		for (int k = 0; k < n; k++) {
+			cs_desc* t = ts[k];
 			if (cs_ref(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC)) s->ragged = 1;
 			int dt = cs_int(t, CUDNN_ATTR_TENSOR_DATA_TYPE, -1);
 			if (!cs_bool(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL) && (dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16) && s->d == 0)
@@ -848,16 +834,14 @@ static void cs_read_sdpa(cs_desc* g, cs_sdpa* s) {
 		case CUDNN_POINTWISE_CMP_GE: {
 			s->causal = 1;
 			// the row side of the right bound: GEN_INDEX, then bottom-right's ADD and SUB or a shift's ADD
-			cs_desc* t = in[0];
+			cs_desc* t = ts[0];
 			int adds = 0, subs = 0;
 			for (cs_desc* p = cs_producer(ops, nops, t); p && cs_pw_mode(p) != CUDNN_POINTWISE_GEN_INDEX; p = cs_producer(ops, nops, t)) {
 				adds += cs_pw_mode(p) == CUDNN_POINTWISE_ADD;
 				subs += cs_pw_mode(p) == CUDNN_POINTWISE_SUB;
-				cs_desc* pin[8];
-				cs_desc* pout;
-				int pn;
-				cs_op_tensors(p, pin, &pn, &pout);
-				t = pin[0];
+				cs_desc* pts[8];
+				cs_op_tensors(p, pts);
+				t = pts[0];
 			}
 			s->bottom_right = subs > 0;
 			s->shifted = adds > subs;
@@ -1138,16 +1122,15 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
 	void** ptrs = (void**)cs_get(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS)->v;
 	void* ws = *(void**)cs_get(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE)->v;
 	// the plan's non-virtual tensors
-	cs_attr* a = cs_get(plan->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+	int64_t nops;
+	cs_desc** ops = cs_graph_ops(plan->graph, &nops);
 	cs_desc* nv[256];
 	int nnv = 0;
-	for (int64_t i = 0; i < a->n; i++) {
-		cs_desc* in[8];
-		cs_desc* out;
-		int nin;
-		cs_op_tensors(((cs_desc**)a->v)[i], in, &nin, &out);
-		for (int k = 0; k <= nin; k++) {
-			cs_desc* t = k < nin ? in[k] : out;
+	for (int64_t i = 0; i < nops; i++) {
+		cs_desc* ts[8];
+		int nts = cs_op_tensors(ops[i], ts);
+		for (int k = 0; k < nts; k++) {
+			cs_desc* t = ts[k];
 			for (int pass = 0; pass < 2; pass++) {
 				cs_desc* x = pass ? cs_ref(t, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC) : t;
 				if (x == NULL || cs_bool(x, CUDNN_ATTR_TENSOR_IS_VIRTUAL)) continue;
