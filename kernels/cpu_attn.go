@@ -211,7 +211,7 @@ func (c *CPU) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	}
 	if sh.Operands != FP32 {
 		H, KV, hd := sh.Heads, sh.KVHeads, sh.HeadDim
-		qb, kb, vb = c.unpacked("attn q", qb, sh.NQ*H*hd, sh), c.unpacked("attn k", kb, sh.NK*KV*hd, sh), c.unpacked("attn v", vb, sh.NK*KV*hd, sh)
+		qb, kb, vb = sh.widened(c, "attn q", qb, sh.NQ*H*hd), sh.widened(c, "attn k", kb, sh.NK*KV*hd), sh.widened(c, "attn v", vb, sh.NK*KV*hd)
 		sh.Operands = FP32
 	}
 	q, k, v, o, ms, ls := f(qb), f(kb), f(vb), f(st.O), f(st.M), f(st.L)
@@ -378,7 +378,7 @@ func (c *CPU) AttnFinish(ob, lseb Buf, s AttnState, nq, heads, headDim int) {
 func (c *CPU) AttnBackwardPrep(db, ob, dob Buf, nq, heads, headDim int, p Precision) {
 	if p != FP32 {
 		sh := AttnShape{Operands: p}
-		ob, dob = c.unpacked("prep o", ob, nq*heads*headDim, sh), c.unpacked("prep do", dob, nq*heads*headDim, sh)
+		ob, dob = sh.widened(c, "prep o", ob, nq*heads*headDim), sh.widened(c, "prep do", dob, nq*heads*headDim)
 	}
 	d, o, do := f(db), f(ob), f(dob)
 	mustLen("prep o", o, nq*heads*headDim)
@@ -425,8 +425,8 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh 
 	}
 	if sh.Operands != FP32 {
 		H, KV, hd := sh.Heads, sh.KVHeads, sh.HeadDim
-		qb, kb, vb = c.unpacked("attn bwd q", qb, sh.NQ*H*hd, sh), c.unpacked("attn bwd k", kb, sh.NK*KV*hd, sh), c.unpacked("attn bwd v", vb, sh.NK*KV*hd, sh)
-		dob = c.unpacked("attn bwd do", dob, sh.NQ*H*hd, sh)
+		qb, kb, vb = sh.widened(c, "attn bwd q", qb, sh.NQ*H*hd), sh.widened(c, "attn bwd k", kb, sh.NK*KV*hd), sh.widened(c, "attn bwd v", vb, sh.NK*KV*hd)
+		dob = sh.widened(c, "attn bwd do", dob, sh.NQ*H*hd)
 		if ob != nil { // not read: checked only
 			mustLen("attn bwd o (packed)", f(ob), sh.OperandLen(sh.NQ*H*hd))
 		}
@@ -588,13 +588,4 @@ func (c *CPU) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh 
 			}
 		})
 	}
-}
-
-// unpacked returns the n values of an operand packed in 16 bits (AttnShape.Operands) in a
-// float32 buffer of their own: the CPU computes on the values the packing rounded to.
-func (c *CPU) unpacked(what string, b Buf, n int, sh AttnShape) Buf {
-	mustLen(what+" (packed)", f(b), sh.OperandLen(n))
-	out := c.Alloc(n)
-	c.UnpackHalf(out, b, sh.Operands)
-	return out
 }

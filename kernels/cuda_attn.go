@@ -40,14 +40,6 @@ func (c *CUDA) toHalf(i int, b Buf, fp16 bool) devPtr {
 	return p
 }
 
-// widened returns a packed operand's n values in a float32 buffer of their own (UnpackHalf),
-// for the float32 kernel (c.mu not held).
-func (c *CUDA) widened(b Buf, n int, sh AttnShape) Buf {
-	out := c.Alloc(n)
-	c.UnpackHalf(out, b, sh.Operands)
-	return out
-}
-
 // operand returns the 16-bit address of one of a call's operands (c.mu held): a float32
 // buffer converted into slot i (toHalf); a packed one (AttnShape.Operands) as it is, or copied
 // into slot i when it does not start on a 16-byte boundary (the kernels' vector loads and
@@ -106,7 +98,7 @@ func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 		return
 	}
 	if !p.mma && sh.Operands != FP32 { // the float32 kernel (a head dimension the 16-bit one has not): the values, widened
-		qb, kb, vb = c.widened(qb, sh.NQ*qs, sh), c.widened(kb, sh.NK*ks, sh), c.widened(vb, sh.NK*ks, sh)
+		qb, kb, vb = sh.widened(c, "attn q", qb, sh.NQ*qs), sh.widened(c, "attn k", kb, sh.NK*ks), sh.widened(c, "attn v", vb, sh.NK*ks)
 		q, k, v = dbuf(qb), dbuf(kb), dbuf(vb)
 		sh.Operands = FP32
 	}
@@ -188,7 +180,8 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh
 		return
 	}
 	if !p.mma && sh.Operands != FP32 {
-		qb, kb, vb, dob = c.widened(qb, sh.NQ*qs, sh), c.widened(kb, sh.NK*ks, sh), c.widened(vb, sh.NK*ks, sh), c.widened(dob, sh.NQ*qs, sh)
+		qb, kb, vb = sh.widened(c, "attn bwd q", qb, sh.NQ*qs), sh.widened(c, "attn bwd k", kb, sh.NK*ks), sh.widened(c, "attn bwd v", vb, sh.NK*ks)
+		dob = sh.widened(c, "attn bwd do", dob, sh.NQ*qs)
 		q, k, v, do = dbuf(qb), dbuf(kb), dbuf(vb), dbuf(dob)
 		sh.Operands = FP32
 	}

@@ -66,6 +66,18 @@ func (s AttnShape) OperandLen(n int) int {
 	return (n + 1) / 2
 }
 
+// widened returns the n values of one of the call's operands, packed in s.Operands, in a
+// float32 buffer of be's own: for the kernels that compute on float32 operands, on the values
+// the packing rounded to. what names the operand in the panic of a wrong length.
+func (s AttnShape) widened(be Backend, what string, b Buf, n int) Buf {
+	if b.Len() != s.OperandLen(n) {
+		panic(fmt.Sprintf("kernels: %s (packed) has %d elements, want %d", what, b.Len(), s.OperandLen(n)))
+	}
+	out := be.Alloc(n)
+	be.UnpackHalf(out, b, s.Operands)
+	return out
+}
+
 // Validate reports a shape that cannot be computed.
 func (s AttnShape) Validate() error {
 	switch {

@@ -367,14 +367,18 @@ func systemCandidates() ([]string, bool) {
 		return []string{f}, true
 	}
 	c := []string{"libcudnn.so.9"}
-	for _, dir := range []string{"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
-		"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib"} {
+	for _, dir := range systemLibDirs {
 		if f := filepath.Join(dir, "libcudnn.so.9"); exists(f) {
 			c = append(c, f)
 		}
 	}
 	return c, false
 }
+
+// systemLibDirs are the system directories searched for cuDNN and NVRTC, after the loader's
+// own path: the CUDA toolkit's and the distribution's library directories.
+var systemLibDirs = []string{"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+	"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib"}
 
 // siteCandidates returns the libcudnn.so.9 of the nvidia-cudnn wheels in python3's
 // site-packages.
@@ -573,8 +577,7 @@ func nvrtcLocal(cudnnFile string, major int) ([]string, bool) {
 			add(d)
 		}
 	}
-	for _, d := range []string{"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
-		"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib"} {
+	for _, d := range systemLibDirs {
 		add(d)
 	}
 	return c, false
@@ -709,23 +712,20 @@ func openDNN(ctx C.CUcontext, stream C.CUstream) (*DNN, error) {
 	n := &DNN{Version: v, File: f, ctx: ctx, stream: stream}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := n.status("cudnnCreate/cudnnSetStream", C.dfd_create(ctx, stream, &n.h)); err != nil {
+	if err := statusErr("cudnnCreate/cudnnSetStream", C.dfd_create(ctx, stream, &n.h)); err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
-// status returns nil for a helper that succeeded, else the failure of the call it names.
-func (n *DNN) status(call string, st C.dfd_status) error { return statusErr(call, st) }
-
 // finalize finalises d with the device's context current; call names it in an error.
 func (n *DNN) finalize(d C.cudnnBackendDescriptor_t, call string) error {
-	return n.status(call, C.dfd_finalize(n.ctx, d))
+	return statusErr(call, C.dfd_finalize(n.ctx, d))
 }
 
 // execute runs plan with the variant pack uids/addrs and the workspace ws.
 func (n *DNN) execute(plan C.cudnnBackendDescriptor_t, uids []C.int64_t, addrs []C.uint64_t, ws C.uint64_t) error {
-	return n.status("cudnnBackendExecute", C.dfd_execute(n.ctx, n.h, plan, C.int64_t(len(uids)), &uids[0], &addrs[0], ws))
+	return statusErr("cudnnBackendExecute", C.dfd_execute(n.ctx, n.h, plan, C.int64_t(len(uids)), &uids[0], &addrs[0], ws))
 }
 
 // Close destroys the handle.
@@ -735,7 +735,7 @@ func (n *DNN) Close() error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	err := n.status("cudnnDestroy", C.dfd_destroy(n.ctx, n.h))
+	err := statusErr("cudnnDestroy", C.dfd_destroy(n.ctx, n.h))
 	n.h = nil
 	return err
 }
