@@ -79,29 +79,7 @@ type LocalAttention struct {
 	Backend kernels.Backend
 	st      kernels.AttnState
 	d       kernels.Buf
-	packed  [5]kernels.Buf // q, k, v, O, dO packed in 16 bits
-}
-
-// operands returns the call's operand format (FP32, or the run's 16-bit format) and xs in it:
-// themselves, or packed into the attention's buffers (in order q, k, v, O, dO; nil stays nil).
-func (a *LocalAttention) operands(xs ...kernels.Buf) (kernels.Precision, []kernels.Buf) {
-	be := a.Backend
-	p := be.MatMulPrecision()
-	if p != kernels.BF16 && p != kernels.FP16 {
-		return kernels.FP32, xs
-	}
-	out := make([]kernels.Buf, len(xs))
-	for i, x := range xs {
-		if x == nil {
-			continue
-		}
-		if n := (x.Len() + 1) / 2; a.packed[i] == nil || a.packed[i].Len() != n {
-			a.packed[i] = be.Alloc(n)
-		}
-		be.PackHalf(a.packed[i], x, p)
-		out[i] = a.packed[i]
-	}
-	return p, out
+	ops     Operands // q, k, v, O, dO in the run's 16-bit format
 }
 
 // NewLocalAttention returns single-worker attention on be.
@@ -124,12 +102,10 @@ func (a *LocalAttention) scratch(n int, h Heads) {
 func (a *LocalAttention) Forward(o, lse, q, k, v kernels.Buf, seq Seq, h Heads) {
 	n := len(seq.Pos)
 	a.scratch(n, h)
-	be := a.Backend
-	p, ops := a.operands(q, k, v)
-	sh := attnShape(n, seq, h)
-	sh.Operands = p
+	be, ops := a.Backend, &a.ops
+	ops.Begin(be)
 	be.AttnInit(a.st)
-	be.AttnForward(a.st, ops[0], ops[1], ops[2], sh)
+	be.AttnForward(a.st, ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), ops.Shape(attnShape(n, seq, h)))
 	be.AttnFinish(o, lse, a.st, n, h.N, h.Dim)
 }
 
@@ -137,11 +113,11 @@ func (a *LocalAttention) Forward(o, lse, q, k, v kernels.Buf, seq Seq, h Heads) 
 func (a *LocalAttention) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq Seq, h Heads) {
 	n := len(seq.Pos)
 	a.scratch(n, h)
-	p, ops := a.operands(q, k, v, o, do)
-	a.Backend.AttnBackwardPrep(a.d, ops[3], ops[4], n, h.N, h.Dim, p) // D of the 16-bit O and dO the kernel reads
-	sh := attnShape(n, seq, h)
-	sh.Operands = p
-	a.Backend.AttnBackward(dq, dk, dv, ops[0], ops[1], ops[2], ops[3], ops[4], lse, a.d, sh)
+	be, ops := a.Backend, &a.ops
+	ops.Begin(be)
+	o, do = ops.Pack(be, "o", o), ops.Pack(be, "do", do)
+	be.AttnBackwardPrep(a.d, o, do, n, h.N, h.Dim, ops.Precision()) // D of the 16-bit O and dO the kernel reads
+	be.AttnBackward(dq, dk, dv, ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), o, do, lse, a.d, ops.Shape(attnShape(n, seq, h)))
 }
 
 // WarmAttention runs the attention of one sequence held at positions pos once, forward and

@@ -171,7 +171,7 @@ type attn2d struct {
 	i, j       int            // this rank's grid row and column
 	row, col   transport.Comm // row i and column j of the grid (nil until the first call)
 	sc         *a2dScratch
-	ops        operands // q, k, v, O, dO in the run's 16-bit format (operands.go)
+	ops        model.Operands // q, k, v, O, dO in the run's 16-bit format
 }
 
 // Name implements Schedule.
@@ -241,12 +241,12 @@ func (sc *a2dScratch) slab() int  { return sc.n * sc.h.N * (sc.h.Dim + 2) }
 func (sc *a2dScratch) rslab() int { return 2*sc.oqn() + 2*sc.n*sc.h.N }
 
 func (s *attn2d) scratch(n int, h model.Heads) *a2dScratch {
-	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.prec {
+	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.Precision() {
 		return s.sc
 	}
 	be, P := s.be, s.c.Size()
 	T := n * P
-	sc := &a2dScratch{n: n, h: h, prec: s.ops.prec, per: s.ops.per()}
+	sc := &a2dScratch{n: n, h: h, prec: s.ops.Precision(), per: s.ops.Per()}
 	for a := 0; a < s.cols; a++ {
 		sc.qPos = append(sc.qPos, Cyclic.MustPositions(T, P, s.i+a*s.rows))
 	}
@@ -383,8 +383,8 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 	s.setup()
 	be, ops := s.be, &s.ops
 	n := len(pos)
-	ops.begin(be)
-	q, k, v = ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v)
+	ops.Begin(be)
+	q, k, v = ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v)
 	sc := s.scratch(n, h)
 	qn, kn, slab := sc.oqn(), sc.okn(), sc.slab()
 	me := s.row.Rank()
@@ -415,7 +415,7 @@ func (s *attn2d) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Hea
 				continue
 			}
 			kvb := s.block(sc.kvg, b, 2*kn)
-			be.AttnForward(st, qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), ops.shape(blockShape(sc.qPos[a], sc.kPos[b], seq, h)))
+			be.AttnForward(st, qa, be.Slice(kvb, 0, kn), be.Slice(kvb, kn, kn), ops.Shape(blockShape(sc.qPos[a], sc.kPos[b], seq, h)))
 		}
 		if early && a != me { // query block a is done: on its way while the next computes
 			outSend = append(outSend, s.row.Isend(s.block(sc.part, a, slab), a, a2dTagFwdOut, a2dSiteFwdOut))
@@ -445,7 +445,7 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	s.setup()
 	be, ops := s.be, &s.ops
 	n := len(pos)
-	ops.begin(be)
+	ops.Begin(be)
 	sc := s.scratch(n, h)
 	qn, kn, rslab := sc.qn(), sc.kn(), sc.rslab()
 	oqn, okn := sc.oqn(), sc.okn()
@@ -463,13 +463,13 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	}
 	// This rank's q | dO | lse | D (q and dO in the call's operand format), with D =
 	// rowsum(dO ∘ O) of its own queries.
-	do, o = ops.pack(be, "do", do), ops.pack(be, "o", o)
-	be.Copy(be.Slice(sc.rq, 0, oqn), ops.pack(be, "q", q))
+	do, o = ops.Pack(be, "do", do), ops.Pack(be, "o", o)
+	be.Copy(be.Slice(sc.rq, 0, oqn), ops.Pack(be, "q", q))
 	be.Copy(be.Slice(sc.rq, oqn, oqn), do)
 	be.Copy(be.Slice(sc.rq, 2*oqn, nh), lse)
-	be.AttnBackwardPrep(be.Slice(sc.rq, 2*oqn+nh, nh), o, do, n, h.N, h.Dim, ops.prec)
+	be.AttnBackwardPrep(be.Slice(sc.rq, 2*oqn+nh, nh), o, do, n, h.N, h.Dim, ops.Precision())
 
-	tr := s.fetchKV(ops.pack(be, "k", k), ops.pack(be, "v", v), a2dTagBwdTK, a2dTagBwdTV, a2dSiteBwdT)
+	tr := s.fetchKV(ops.Pack(be, "k", k), ops.Pack(be, "v", v), a2dTagBwdTK, a2dTagBwdTV, a2dSiteBwdT)
 	rqg := s.gather(s.row, sc.rqg, sc.rq, a2dTagBwdQ, a2dSiteBwdQ) // line 4
 	tr.wait()
 	kvg := s.gather(s.col, sc.kvg, sc.kv, a2dTagBwdKV, a2dSiteBwdKV) // line 5
@@ -493,7 +493,7 @@ func (s *attn2d) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 				oa = o
 			}
 			be.AttnBackward(dqa, be.Slice(dkvb, 0, kn), be.Slice(dkvb, kn, kn),
-				qa, be.Slice(kvb, 0, okn), be.Slice(kvb, okn, okn), oa, doa, lsea, da, ops.shape(blockShape(sc.qPos[a], sc.kPos[b], seq, h)))
+				qa, be.Slice(kvb, 0, okn), be.Slice(kvb, okn, okn), oa, doa, lsea, da, ops.Shape(blockShape(sc.qPos[a], sc.kPos[b], seq, h)))
 		}
 		if early && a != me { // dq of query block a is complete: send it to its owner
 			dqSend = append(dqSend, s.row.Isend(dqa, a, a2dTagBwdDQ, a2dSiteBwdDQ))

@@ -45,7 +45,7 @@ type burst struct {
 	be   kernels.Backend
 	opt  Options
 	bufs burstBufs
-	ops  operands // q, k, v, O, dO in the run's 16-bit format (operands.go)
+	ops  model.Operands // q, k, v, O, dO in the run's 16-bit format
 }
 
 func init() { register("burst", newBurst, nil) }
@@ -81,9 +81,9 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 	blocks := burstBlockPositions(pos, P, r)
 	next, prev := (r+1)%P, (r-1+P)%P
 	ops := &b.ops
-	ops.begin(be)
-	q, k, v = ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v)
-	kvLen := ops.n(n * h.KV * h.Dim)
+	ops.Begin(be)
+	q, k, v = ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v)
+	kvLen := ops.Len(n * h.KV * h.Dim)
 
 	st := kernels.AttnState{O: b.bufs.get("o", n*h.N*h.Dim), M: b.bufs.get("m", n*h.N), L: b.bufs.get("l", n*h.N)}
 	be.AttnInit(st) // Alg. 1 line 1
@@ -107,7 +107,7 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 			post()
 		}
 		if visibleDoc(be, pos, blocks[j], seq) { // lines 7–16; fully masked blocks are skipped (§3.5)
-			be.AttnForward(st, q, curK, curV, ops.shape(blockShape(pos, blocks[j], seq, h)))
+			be.AttnForward(st, q, curK, curV, ops.Shape(blockShape(pos, blocks[j], seq, h)))
 		}
 		if !b.opt.Overlap && !last {
 			post()
@@ -124,18 +124,18 @@ func (b *burst) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.Head
 func (b *burst) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	n := len(seq.Pos)
 	be, ops := b.be, &b.ops
-	ops.begin(be)
+	ops.Begin(be)
 	d := b.bufs.get("d", n*h.N)
-	o, do = ops.pack(be, "o", o), ops.pack(be, "do", do)
-	be.AttnBackwardPrep(d, o, do, n, h.N, h.Dim, ops.prec) // line 2: D = rowsum(dO ∘ O)
-	b.backward(dq, dk, dv, ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), o, d, lse, do, seq, h)
+	o, do = ops.Pack(be, "o", o), ops.Pack(be, "do", do)
+	be.AttnBackwardPrep(d, o, do, n, h.N, h.Dim, ops.Precision()) // line 2: D = rowsum(dO ∘ O)
+	b.backward(dq, dk, dv, ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), o, d, lse, do, seq, h)
 }
 
 // backwardD implements statsBackward: Backward with D = rowsum(dO ∘ O) ([H, n]) given.
 func (b *burst) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	be, ops := b.be, &b.ops
-	ops.begin(be)
-	b.backward(dq, dk, dv, ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), nil, d, lse, ops.pack(be, "do", do), seq, h)
+	ops.Begin(be)
+	b.backward(dq, dk, dv, ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), nil, d, lse, ops.Pack(be, "do", do), seq, h)
 }
 
 // backward is Backward (Alg. 2) from line 3 on, with D at hand and q, k, v, o, do in the call's
@@ -161,7 +161,7 @@ func (b *burst) backward(dq, dk, dv, q, k, v, o, d, lse, do kernels.Buf, seq mod
 	var dqOut [2]kernels.Buf
 	for i := range bufs {
 		bufs[i] = bundle{
-			q: b.bufs.get(fmt.Sprint("q", i), b.ops.n(qLen)), do: b.bufs.get(fmt.Sprint("do", i), b.ops.n(qLen)),
+			q: b.bufs.get(fmt.Sprint("q", i), b.ops.Len(qLen)), do: b.bufs.get(fmt.Sprint("do", i), b.ops.Len(qLen)),
 			d: b.bufs.get(fmt.Sprint("D", i), sLen), lse: b.bufs.get(fmt.Sprint("lse", i), sLen),
 		}
 		dqOut[i] = b.bufs.get(fmt.Sprint("dqOut", i), qLen)
@@ -206,7 +206,7 @@ func (b *burst) backward(dq, dk, dv, q, k, v, o, d, lse, do kernels.Buf, seq mod
 		if s == 0 {
 			// The diagonal block: the own queries' gradient goes straight into dq.
 			if vis {
-				be.AttnBackward(dq, dk, dv, q, k, v, o, do, lse, d, b.ops.shape(blockShape(pos, pos, seq, h)))
+				be.AttnBackward(dq, dk, dv, q, k, v, o, do, lse, d, b.ops.Shape(blockShape(pos, pos, seq, h)))
 			}
 		} else {
 			// A visiting block (lines 8–14): dK, dV stay here, dQ_j travels on.
@@ -216,7 +216,7 @@ func (b *burst) backward(dq, dk, dv, q, k, v, o, d, lse, do kernels.Buf, seq mod
 			}
 			be.Zero(out)
 			if vis {
-				be.AttnBackward(out, dk, dv, cur.q, k, v, nil, cur.do, cur.lse, cur.d, b.ops.shape(blockShape(blocks[j], pos, seq, h)))
+				be.AttnBackward(out, dk, dv, cur.q, k, v, nil, cur.do, cur.lse, cur.d, b.ops.Shape(blockShape(blocks[j], pos, seq, h)))
 			}
 			if dqReq != nil {
 				dqReq.Wait()

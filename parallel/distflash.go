@@ -114,8 +114,8 @@ type distFlash struct {
 	be    kernels.Backend
 	opt   Options
 	sc    *dfScratch
-	steps []dfStep // this pass's plan of each exchange step (index t), masked by plan
-	ops   operands // q, k, v, O, dO in the run's 16-bit format (operands.go)
+	steps []dfStep       // this pass's plan of each exchange step (index t), masked by plan
+	ops   model.Operands // q, k, v, O, dO in the run's 16-bit format
 }
 
 // plan is rank p's dfPlan of every exchange step with the blocks nobody would see left out:
@@ -182,18 +182,18 @@ type dfScratch struct {
 }
 
 func (s *distFlash) scratch(n int, h model.Heads) *dfScratch {
-	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.prec {
+	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.Precision() {
 		return s.sc
 	}
 	be, P, ops := s.be, s.c.Size(), &s.ops
 	qn, kn, sn := n*h.N*h.Dim, n*h.KV*h.Dim, n*h.N
-	sc := &dfScratch{n: n, h: h, prec: ops.prec, D: be.Alloc(sn), st: newState(be, n, h)}
+	sc := &dfScratch{n: n, h: h, prec: ops.Precision(), D: be.Alloc(sn), st: newState(be, n, h)}
 	for i := range 2 {
-		sc.kv[i] = be.Alloc(2 * ops.n(kn))
-		sc.q[i] = be.Alloc(ops.n(qn))
+		sc.kv[i] = be.Alloc(2 * ops.Len(kn))
+		sc.q[i] = be.Alloc(ops.Len(qn))
 		sc.hlp[i] = be.Alloc(qn + 2*sn)
 		sc.back[i] = be.Alloc(qn + 2*sn)
-		sc.qb[i] = be.Alloc(2*ops.n(qn) + 2*sn)
+		sc.qb[i] = be.Alloc(2*ops.Len(qn) + 2*sn)
 		sc.dkv[i] = be.Alloc(2 * kn)
 		sc.gkv[i] = be.Alloc(2 * kn)
 		sc.dq[i] = be.Alloc(qn)
@@ -270,8 +270,8 @@ func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.
 	pos := seq.Pos
 	P, be, ops := s.c.Size(), s.be, &s.ops
 	n := len(pos)
-	ops.begin(be)
-	q, k, v = ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v)
+	ops.Begin(be)
+	q, k, v = ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v)
 	sc := s.scratch(n, h)
 	S := dfSteps(P)
 	s.steps = s.plan(seq)
@@ -282,7 +282,7 @@ func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.
 		next = s.fwdPost(1, q, k, v) // step 1's fetch overlaps the diagonal block (Fig. 2)
 	}
 	if visibleDoc(be, pos, pos, seq) {
-		be.AttnForward(sc.st, q, k, v, ops.shape(blockShape(pos, pos, seq, h))) // line 2
+		be.AttnForward(sc.st, q, k, v, ops.Shape(blockShape(pos, pos, seq, h))) // line 2
 	}
 
 	var sends dfReqs        // sends of the previous step, waited for one step later
@@ -314,13 +314,13 @@ func (s *distFlash) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.
 		case st.kvFrom >= 0: // line 7: o_p, s_p = attn(q_p, k_r, v_r, o_p, s_p)
 			kv := dfSplit(be, sc.kv[t%2], k.Len(), v.Len())
 			if visibleDoc(be, pos, sc.peer[st.kvFrom], seq) {
-				be.AttnForward(sc.st, q, kv[0], kv[1], ops.shape(blockShape(pos, sc.peer[st.kvFrom], seq, h)))
+				be.AttnForward(sc.st, q, kv[0], kv[1], ops.Shape(blockShape(pos, sc.peer[st.kvFrom], seq, h)))
 			}
 		case st.qFrom >= 0: // lines 16–17: o_r, s_r = attn(q_r, k_p, v_p, o⁰, s⁰), sent to r
 			hs := dfOML(be, sc.hlp[t%2], n, h)
 			be.AttnInit(hs)
 			if visibleDoc(be, sc.peer[st.qFrom], pos, seq) { // else the empty partial goes back
-				be.AttnForward(hs, sc.q[t%2], k, v, ops.shape(blockShape(sc.peer[st.qFrom], pos, seq, h)))
+				be.AttnForward(hs, sc.q[t%2], k, v, ops.Shape(blockShape(sc.peer[st.qFrom], pos, seq, h)))
 			}
 			cur.out = append(cur.out, s.c.Isend(sc.hlp[t%2], st.qFrom, dfTagFwdOML, dfSiteFwdOML))
 		}
@@ -376,18 +376,18 @@ func (s *distFlash) bwdPost(t int, q, k, v, do, lse kernels.Buf) *dfBwdXfer {
 func (s *distFlash) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	n := len(seq.Pos)
 	be, ops := s.be, &s.ops
-	ops.begin(be)
-	o, do = ops.pack(be, "o", o), ops.pack(be, "do", do)
-	be.AttnBackwardPrep(s.scratch(n, h).D, o, do, n, h.N, h.Dim, ops.prec)
-	s.backward(dq, dk, dv, ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), o, lse, do, seq, h)
+	ops.Begin(be)
+	o, do = ops.Pack(be, "o", o), ops.Pack(be, "do", do)
+	be.AttnBackwardPrep(s.scratch(n, h).D, o, do, n, h.N, h.Dim, ops.Precision())
+	s.backward(dq, dk, dv, ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), o, lse, do, seq, h)
 }
 
 // backwardD implements statsBackward: Backward with D = rowsum(dO ∘ O) ([H, n]) given.
 func (s *distFlash) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	be, ops := s.be, &s.ops
-	ops.begin(be)
+	ops.Begin(be)
 	be.Copy(s.scratch(len(seq.Pos), h).D, d)
-	s.backward(dq, dk, dv, ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), nil, lse, ops.pack(be, "do", do), seq, h)
+	s.backward(dq, dk, dv, ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), nil, lse, ops.Pack(be, "do", do), seq, h)
 }
 
 // backward is Backward once D is in the scratch and q, k, v, o, do are in the call's operand
@@ -406,7 +406,7 @@ func (s *distFlash) backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq mo
 		next = s.bwdPost(1, q, k, v, do, lse)
 	}
 	if visibleDoc(be, pos, pos, seq) {
-		be.AttnBackward(dq, dk, dv, q, k, v, o, do, lse, sc.D, ops.shape(blockShape(pos, pos, seq, h))) // diagonal
+		be.AttnBackward(dq, dk, dv, q, k, v, o, do, lse, sc.D, ops.Shape(blockShape(pos, pos, seq, h))) // diagonal
 	}
 
 	var sends dfReqs
@@ -449,7 +449,7 @@ func (s *distFlash) backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq mo
 			g := dfSplit(be, sc.dkv[t%2], dk.Len(), dv.Len())
 			be.Zero(sc.dkv[t%2])
 			if visibleDoc(be, pos, sc.peer[st.kvFrom], seq) { // else zero gradients go back
-				be.AttnBackward(dq, g[0], g[1], q, kv[0], kv[1], o, do, lse, sc.D, ops.shape(blockShape(pos, sc.peer[st.kvFrom], seq, h)))
+				be.AttnBackward(dq, g[0], g[1], q, kv[0], kv[1], o, do, lse, sc.D, ops.Shape(blockShape(pos, sc.peer[st.kvFrom], seq, h)))
 			}
 			cur.out = append(cur.out, s.c.Isend(sc.dkv[t%2], st.kvFrom, dfTagBwdDKV, dfSiteBwdDKV))
 		case st.qFrom >= 0: // block (p+P−t, p) as helper: dk, dv here, dq back
@@ -457,7 +457,7 @@ func (s *distFlash) backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq mo
 			be.Zero(sc.dq[t%2])
 			if visibleDoc(be, sc.peer[st.qFrom], pos, seq) {
 				// a helper has the queries' D, not their O (the backend builds what it needs from D)
-				be.AttnBackward(sc.dq[t%2], dk, dv, b[0], k, v, nil, b[1], b[2], b[3], ops.shape(blockShape(sc.peer[st.qFrom], pos, seq, h)))
+				be.AttnBackward(sc.dq[t%2], dk, dv, b[0], k, v, nil, b[1], b[2], b[3], ops.Shape(blockShape(sc.peer[st.qFrom], pos, seq, h)))
 			}
 			cur.out = append(cur.out, s.c.Isend(sc.dq[t%2], st.qFrom, dfTagBwdDQ, dfSiteBwdDQ))
 		}

@@ -59,7 +59,7 @@ type hybrid struct {
 	outer  statsBackward // on the outer ring, made on the first call
 	bufs   burstBufs
 	geo    *hybridGeometry
-	ops    operands // the run's operand format: D is of the 16-bit O and dO (the outer schedule packs the rest)
+	ops    model.Operands // the run's operand format: D is of the 16-bit O and dO (the outer schedule packs the rest)
 }
 
 // statsBackward is a schedule whose backward can take D = rowsum(dO ∘ O) ([H, n]) in place of
@@ -270,8 +270,8 @@ func (s *hybrid) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model
 	qw, kw := hl.N*h.Dim, hl.KV*h.Dim
 
 	d := s.bufs.get("d", h.N*n)
-	s.ops.begin(be)
-	be.AttnBackwardPrep(d, s.ops.pack(be, "o", o), s.ops.pack(be, "do", do), n, h.N, h.Dim, s.ops.prec) // D = rowsum(dO ∘ O), [H, n]
+	s.ops.Begin(be)
+	be.AttnBackwardPrep(d, s.ops.Pack(be, "o", o), s.ops.Pack(be, "do", do), n, h.N, h.Dim, s.ops.Precision()) // D = rowsum(dO ∘ O), [H, n]
 
 	qo := s.rows("q", in.toHeads("q", q, n, h.N, h.Dim, hs.hp, hs.qStart, "hybrid.bwd.q"), qw, geo, true)
 	ko := s.rows("k", in.toHeads("k", k, n, h.KV, h.Dim, hs.kvp, hs.kvStart, "hybrid.bwd.k"), kw, geo, true)

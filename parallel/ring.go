@@ -81,7 +81,7 @@ type ringAttn struct {
 	tag    int // tag base
 	site   ringSites
 	sc     *ringScratch
-	ops    operands // q, k, v, O, dO in the run's 16-bit format (operands.go)
+	ops    model.Operands // q, k, v, O, dO in the run's 16-bit format
 }
 
 // newRing builds the vanilla ring schedule (DistFlashAttn Alg. 1) for one rank.
@@ -115,7 +115,7 @@ type ringScratch struct {
 }
 
 func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
-	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.prec {
+	if s.sc != nil && s.sc.n == n && s.sc.h == h && s.sc.prec == s.ops.Precision() {
 		return s.sc
 	}
 	be, P, C := s.be, s.c.Size(), s.chunks
@@ -123,7 +123,7 @@ func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
 		panic(fmt.Sprintf("parallel: %s schedule: %d local tokens do not split into %d chunks", s.name, n, C))
 	}
 	c, kn := n/C, n*h.KV*h.Dim
-	sc := &ringScratch{n: n, h: h, prec: s.ops.prec, g: be.Alloc(2 * kn)}
+	sc := &ringScratch{n: n, h: h, prec: s.ops.Precision(), g: be.Alloc(2 * kn)}
 	for r := 0; r < P; r++ {
 		sc.peer = append(sc.peer, s.layout.MustPositions(n*P, P, r))
 	}
@@ -135,7 +135,7 @@ func (s *ringAttn) scratch(n int, h model.Heads) *ringScratch {
 		}
 	}
 	for i := range 2 {
-		sc.k[i], sc.v[i] = be.Alloc(s.ops.n(kn)), be.Alloc(s.ops.n(kn))
+		sc.k[i], sc.v[i] = be.Alloc(s.ops.Len(kn)), be.Alloc(s.ops.Len(kn))
 		sc.acc[i] = be.Alloc(2 * kn)
 	}
 	s.sc = sc
@@ -202,8 +202,8 @@ func (s *ringAttn) fold(q, k, v kernels.Buf, qPos, kPos []int32, seq model.Seq, 
 			if !visibleDoc(s.be, qp, kp, seq) {
 				continue
 			}
-			s.be.AttnForward(sc.st[i], ops.rows(be, q, i, c, qw), ops.rows(be, k, j, c, kw), ops.rows(be, v, j, c, kw),
-				ops.shape(blockShape(qp, kp, seq, h)))
+			s.be.AttnForward(sc.st[i], ops.Rows(be, q, i, c, qw), ops.Rows(be, k, j, c, kw), ops.Rows(be, v, j, c, kw),
+				ops.Shape(blockShape(qp, kp, seq, h)))
 		}
 	}
 }
@@ -214,8 +214,8 @@ func (s *ringAttn) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.H
 	pos := seq.Pos
 	P, p, be := s.c.Size(), s.c.Rank(), s.be
 	n := len(pos)
-	s.ops.begin(be)
-	q, k, v = s.ops.pack(be, "q", q), s.ops.pack(be, "k", k), s.ops.pack(be, "v", v)
+	s.ops.Begin(be)
+	q, k, v = s.ops.Pack(be, "q", q), s.ops.Pack(be, "k", k), s.ops.Pack(be, "v", v)
 	sc := s.scratch(n, h)
 	for _, st := range sc.st {
 		be.AttnInit(st) // line 1
@@ -294,11 +294,11 @@ func (s *ringAttn) grad(dq, g, q, k, v, o, do kernels.Buf, lse []kernels.Buf, qP
 			}
 			var oi kernels.Buf
 			if o != nil {
-				oi = ops.rows(be, o, i, c, qw)
+				oi = ops.Rows(be, o, i, c, qw)
 			}
 			be.AttnBackward(s.rows(dq, i, c, qw), s.rows(dk, j, c, kw), s.rows(dv, j, c, kw),
-				ops.rows(be, q, i, c, qw), ops.rows(be, k, j, c, kw), ops.rows(be, v, j, c, kw), oi, ops.rows(be, do, i, c, qw),
-				lse[i], sc.d[i], ops.shape(blockShape(qp, kp, seq, h)))
+				ops.Rows(be, q, i, c, qw), ops.Rows(be, k, j, c, kw), ops.Rows(be, v, j, c, kw), oi, ops.Rows(be, do, i, c, qw),
+				lse[i], sc.d[i], ops.Shape(blockShape(qp, kp, seq, h)))
 		}
 	}
 	return any
@@ -310,22 +310,22 @@ func (s *ringAttn) grad(dq, g, q, k, v, o, do kernels.Buf, lse []kernels.Buf, qP
 func (s *ringAttn) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	n := len(seq.Pos)
 	be, ops := s.be, &s.ops
-	ops.begin(be)
+	ops.Begin(be)
 	sc := s.scratch(n, h)
 	c, qw := n/s.chunks, h.N*h.Dim
-	o, do = ops.pack(be, "o", o), ops.pack(be, "do", do)
+	o, do = ops.Pack(be, "o", o), ops.Pack(be, "do", do)
 	for i := 0; i < s.chunks; i++ {
-		be.AttnBackwardPrep(sc.d[i], ops.rows(be, o, i, c, qw), ops.rows(be, do, i, c, qw), c, h.N, h.Dim, ops.prec)
+		be.AttnBackwardPrep(sc.d[i], ops.Rows(be, o, i, c, qw), ops.Rows(be, do, i, c, qw), c, h.N, h.Dim, ops.Precision())
 	}
-	s.backward(dq, dk, dv, ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), o, lse, do, seq, h)
+	s.backward(dq, dk, dv, ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), o, lse, do, seq, h)
 }
 
 // backwardD implements statsBackward: Backward with D = rowsum(dO ∘ O) ([H, n]) given.
 func (s *ringAttn) backwardD(dq, dk, dv, q, k, v, d, lse, do kernels.Buf, seq model.Seq, h model.Heads) {
 	n := len(seq.Pos)
 	be, ops := s.be, &s.ops
-	ops.begin(be)
-	q, k, v, do = ops.pack(be, "q", q), ops.pack(be, "k", k), ops.pack(be, "v", v), ops.pack(be, "do", do)
+	ops.Begin(be)
+	q, k, v, do = ops.Pack(be, "q", q), ops.Pack(be, "k", k), ops.Pack(be, "v", v), ops.Pack(be, "do", do)
 	sc := s.scratch(n, h)
 	c := n / s.chunks
 	for i := 0; i < s.chunks; i++ {

@@ -29,7 +29,7 @@ type attnInputs struct {
 	docs        []int32 // document start of every position (model.Seq.DocStart); nil: one document
 	window      int     // sliding window (model.Seq.Window); 0: none
 	// prec is the backends' matmul precision: FP32, or a 16-bit run whose schedules keep their
-	// operands packed (operands.go)
+	// operands packed (model.Operands)
 	prec kernels.Precision
 }
 
@@ -177,7 +177,7 @@ func TestSchedulesExact(t *testing.T) {
 }
 
 // TestSchedules16BitOperands: in a bf16 or fp16 run every schedule keeps q, k, v, O and dO
-// packed in 16 bits (operands.go), converted once per call, and sends them so: its output and
+// packed in 16 bits (model.Operands), converted once per call, and sends them so: its output and
 // lse are those of single-worker attention on the same 16-bit operands within the float32
 // bounds of TestSchedulesExact (the packing rounds each operand once, on every rank as on one;
 // only the merge order differs), and dQ, dK, dV within 1e-3 of their scale: D is the rowsum of

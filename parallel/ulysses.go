@@ -45,7 +45,7 @@ type ulysses struct {
 	be   kernels.Backend
 	opt  Options
 	bufs burstBufs
-	ops  operands // q, k, v, dO in the run's 16-bit format (operands.go): the all-to-alls move them packed
+	ops  model.Operands // q, k, v, dO in the run's 16-bit format: the all-to-alls move them packed
 }
 
 func init() { register("ulysses", newUlysses, checkUlysses) }
@@ -195,17 +195,17 @@ func (u *ulysses) Forward(o, lse, q, k, v kernels.Buf, seq model.Seq, h model.He
 	N := n * P
 	all, hs := u.geometry(seq.Pos, h)
 	ops := &u.ops
-	ops.begin(be)
-	w := h.Dim / ops.per() // buffer elements per head of a token: a packed word holds two values
+	ops.Begin(be)
+	w := h.Dim / ops.Per() // buffer elements per head of a token: a packed word holds two values
 
-	qh := u.toHeads("q", ops.pack(be, "q", q), n, h.N, w, hs.hp, hs.qStart, "ulysses.fwd.q")
-	kh := u.toHeads("k", ops.pack(be, "k", k), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.fwd.k")
-	vh := u.toHeads("v", ops.pack(be, "v", v), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.fwd.v")
+	qh := u.toHeads("q", ops.Pack(be, "q", q), n, h.N, w, hs.hp, hs.qStart, "ulysses.fwd.q")
+	kh := u.toHeads("k", ops.Pack(be, "k", k), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.fwd.k")
+	vh := u.toHeads("v", ops.Pack(be, "v", v), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.fwd.v")
 
 	hp := hs.hp
 	st := kernels.AttnState{O: u.bufs.get("st.o", N*hp*h.Dim), M: u.bufs.get("st.m", N*hp), L: u.bufs.get("st.l", N*hp)}
 	be.AttnInit(st)
-	be.AttnForward(st, qh, kh, vh, ops.shape(blockShape(all, all, seq, hs.local(h))))
+	be.AttnForward(st, qh, kh, vh, ops.Shape(blockShape(all, all, seq, hs.local(h))))
 	oh, lseh := st.O, u.bufs.get("lse", hp*N)
 	be.AttnFinish(oh, lseh, st, N, hp, h.Dim) // o may be s.O
 
@@ -222,15 +222,15 @@ func (u *ulysses) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq mode
 	hp := hs.hp
 
 	ops := &u.ops
-	ops.begin(be)
-	w := h.Dim / ops.per()
+	ops.Begin(be)
+	w := h.Dim / ops.Per()
 	d := u.bufs.get("d", h.N*n)
-	dop := ops.pack(be, "do", do)
-	be.AttnBackwardPrep(d, ops.pack(be, "o", o), dop, n, h.N, h.Dim, ops.prec) // D = rowsum(dO ∘ O), [H, n]
+	dop := ops.Pack(be, "do", do)
+	be.AttnBackwardPrep(d, ops.Pack(be, "o", o), dop, n, h.N, h.Dim, ops.Precision()) // D = rowsum(dO ∘ O), [H, n]
 
-	qh := u.toHeads("q", ops.pack(be, "q", q), n, h.N, w, hp, hs.qStart, "ulysses.bwd.q")
-	kh := u.toHeads("k", ops.pack(be, "k", k), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.bwd.k")
-	vh := u.toHeads("v", ops.pack(be, "v", v), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.bwd.v")
+	qh := u.toHeads("q", ops.Pack(be, "q", q), n, h.N, w, hp, hs.qStart, "ulysses.bwd.q")
+	kh := u.toHeads("k", ops.Pack(be, "k", k), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.bwd.k")
+	vh := u.toHeads("v", ops.Pack(be, "v", v), n, h.KV, w, hs.kvp, hs.kvStart, "ulysses.bwd.v")
 	doh := u.toHeads("do", dop, n, h.N, w, hp, hs.qStart, "ulysses.bwd.do")
 
 	dh, lseh := u.bufs.get("dh", hp*N), u.bufs.get("lseh", hp*N)
@@ -243,7 +243,7 @@ func (u *ulysses) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, seq mode
 	// the output in the heads layout would cost one more all-to-all of n·H·hd values (or a kept
 	// copy of the forward's): D, H·n values, travels instead, and a backend that wants O builds
 	// it from D
-	be.AttnBackward(dqh, dkh, dvh, qh, kh, vh, nil, doh, lseh, dh, ops.shape(blockShape(all, all, seq, hs.local(h))))
+	be.AttnBackward(dqh, dkh, dvh, qh, kh, vh, nil, doh, lseh, dh, ops.Shape(blockShape(all, all, seq, hs.local(h))))
 
 	u.fromHeads(dq, dqh, "dq", n, h.N, h.Dim, hp, hs.qStart, true, "ulysses.bwd.dq")
 	u.fromHeads(dk, dkh, "dk", n, h.KV, h.Dim, hs.kvp, hs.kvStart, true, "ulysses.bwd.dk")

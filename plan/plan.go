@@ -53,7 +53,7 @@
 //     tokens per rank: K/V/Q/dO blocks ∝ tokens·head_dim, statistics ∝ tokens·heads), so plan
 //     and schedules cannot drift apart. The measuring ranks run at the run's precision, so the
 //     bytes are the real ones: in bf16 or fp16 the schedules send q, k, v and dO packed in 16
-//     bits, the statistics and gradients in float32 (parallel/operands.go). Per layer
+//     bits, the statistics and gradients in float32 (model/operands.go). Per layer
 //     forward + backward, × n_layers, with a second forward under checkpoint layer, for the
 //     rank that sends the most in them (train's metrics attn_bytes is the same count). Under
 //     a sliding window the windowed layers' bytes are measured with the window (planwindow.go). FSDP:
@@ -466,7 +466,7 @@ const CUDNNDeterministicCap = 256 << 20
 // attnKernelBytes is what the attention holds besides the schedule's float32 buffers, for
 // blocks of n queries and n keys (a rank's tokens; Ulysses' all-token blocks of its heads hold
 // as many values), in a bf16 or fp16 run (nothing in float32). On every device the operands the
-// schedules keep packed in 16 bits (parallel/operands.go): q, k, v, O and dO (q, k, v in an
+// schedules keep packed in 16 bits (model/operands.go): q, k, v, O and dO (q, k, v in an
 // evaluation, backward false). On the CPU the float32 values its kernels widen them into for a
 // call (q, k, v and dO at once). On a GPU with cuDNN (device.attention auto or cudnn): cuDNN's
 // 16-bit output and O′, dO, dq, dk and dv, the statistics (float32, a ragged block's padded up
@@ -921,7 +921,7 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 			CausalIdle: IdleFraction(name, SP/U), BytesRatio: 1}
 	}
 	if SP > 1 {
-		scale := 1.0 // measured in the run's precision: 16-bit operands, float32 statistics and gradients
+		// attnTraffic measures in the run's precision: 16-bit operands, float32 statistics and gradients
 		fwdPasses := 1.0
 		if layerPolicy {
 			fwdPasses = 2
@@ -933,9 +933,9 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 				return refuse(err)
 			}
 			n := float64(c.n)
-			pl.Comm.AttnPerLayer += n / L * B * (fwd + bwd) * scale // averaged over the layers
-			pl.Comm.AttnTotalLayer += n / L * B * total * scale
-			a := accum * n * B * (fwdPasses*fwd + bwd) * scale
+			pl.Comm.AttnPerLayer += n / L * B * (fwd + bwd) // averaged over the layers
+			pl.Comm.AttnTotalLayer += n / L * B * total
+			a := accum * n * B * (fwdPasses*fwd + bwd)
 			pl.Comm.Attention += a
 			pl.Comm.AttnInterNode += a * cross
 			if c.W == 0 {
