@@ -23,7 +23,16 @@ package transport
 // Open MPI's handles are macros over its globals, which cgo cannot use: these return them.
 static MPI_Comm df_world(void) { return MPI_COMM_WORLD; }
 static MPI_Datatype df_float(void) { return MPI_FLOAT; }
-static void *df_in_place(void) { return MPI_IN_PLACE; }
+
+// MPI_IN_PLACE is (void *)1 in Open MPI: a Go variable of pointer type must never hold it (the
+// runtime throws "invalid pointer found on stack" when it copies a goroutine's stack with such
+// a value in a pointer slot), so the in-place collectives name it here, in C.
+static int df_iallgather(const void *s, int in_place, int n, MPI_Datatype t, void *d, MPI_Comm c, MPI_Request *r) {
+	return MPI_Iallgather(in_place ? MPI_IN_PLACE : s, n, t, d, n, t, c, r);
+}
+static int df_iallgatherv_in_place(void *d, const int *counts, const int *displs, MPI_Datatype t, MPI_Comm c, MPI_Request *r) {
+	return MPI_Iallgatherv(MPI_IN_PLACE, 0, t, d, counts, displs, t, c, r);
+}
 
 // df_open_mpi is 1 for Open MPI, whose direct launch by srun needs PMIx (SrunWithoutPMIx).
 static int df_open_mpi(void) {
@@ -99,7 +108,6 @@ type mpiEnv struct {
 	worldRank int
 	tagUB     int
 	float     C.MPI_Datatype
-	inPlace   unsafe.Pointer
 	ctr       counter // bytes sent, per call site, over all communicators
 
 	pendMu  sync.Mutex
@@ -170,7 +178,7 @@ func InitMPIWith(opt MPIOptions) (Comm, error) {
 	if rc != C.df_success() {
 		return nil, fmt.Errorf("parallel: MPI_Init_thread: %s", mpiErrString(rc))
 	}
-	e := &mpiEnv{opt: opt, float: C.df_float(), inPlace: C.df_in_place(), pending: map[*mpiRequest]struct{}{}}
+	e := &mpiEnv{opt: opt, float: C.df_float(), pending: map[*mpiRequest]struct{}{}}
 	switch {
 	case got >= C.df_thread_multiple() && !opt.Serialized:
 		e.multiple = true
@@ -571,9 +579,10 @@ func (c *mpiComm) AllGather(dst, src kernels.Buf, site string) {
 	r := c.newRequest(opColl, "all-gather", -1, 0, n, site)
 	dp := r.ptr(d)
 	var sp unsafe.Pointer
+	inPlace := C.int(0)
 	switch {
 	case n > 0 && &s[0] == &d[c.rank*n]:
-		sp = c.e.inPlace
+		inPlace = 1
 	case overlap(s, d):
 		sp = r.ptr(append([]float32(nil), s...))
 	default:
@@ -581,7 +590,7 @@ func (c *mpiComm) AllGather(dst, src kernels.Buf, site string) {
 	}
 	cn := cint(n, "all-gather")
 	r.start(c.e.call(func() C.int {
-		return C.MPI_Iallgather(sp, cn, c.e.float, dp, cn, c.e.float, c.comm, &r.req)
+		return C.df_iallgather(sp, inPlace, cn, c.e.float, dp, c.comm, &r.req)
 	})).Wait()
 }
 
@@ -647,7 +656,7 @@ func (c *mpiComm) AllReduce(buf kernels.Buf, site string) {
 	bp = g.ptr(b)
 	gc, gd := g.ints(sendCounts), g.ints(sendDispl)
 	g.start(c.e.call(func() C.int {
-		return C.MPI_Iallgatherv(c.e.inPlace, 0, c.e.float, bp, gc, gd, c.e.float, c.comm, &g.req)
+		return C.df_iallgatherv_in_place(bp, gc, gd, c.e.float, c.comm, &g.req)
 	})).Wait()
 }
 

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -116,6 +117,7 @@ func TestMPIRanks(t *testing.T) {
 		{"Barrier", mpiTestBarrier},
 		{"Split", mpiTestSplit},
 		{"Concurrent", mpiTestConcurrent},
+		{"InPlaceUnderGC", mpiTestInPlaceUnderGC},
 		{"Errors", mpiTestErrors},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -173,6 +175,59 @@ func mpiTestPointToPoint(t *testing.T, c transport.Comm) {
 	if err := transporttest.SameTraffic(transporttest.TrafficSince(c, before), transport.Traffic{"p2p": perTag * int64(len(tags)) * length * 4}); err != nil {
 		t.Error(err)
 	}
+}
+
+// mpiTestInPlaceUnderGC runs the in-place collectives (AllGather of this rank's own block,
+// AllReduce's all-gather phase) many times while the collector runs without pause and the
+// calling goroutine's stack has grown and emptied, so that the collector shrinks it in the
+// middle of the calls. MPI_IN_PLACE is (void *)1 in Open MPI: held in a Go pointer variable it
+// made the runtime throw "invalid pointer found on stack" at such a shrink (seen in CI).
+func mpiTestInPlaceUnderGC(t *testing.T, c transport.Comm) {
+	be := kernels.NewCPU()
+	P, r := c.Size(), c.Rank()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	const n = 3
+	for it := range 300 {
+		growStack(64)
+		ip := commBuf(be, make([]float32, P*n))
+		copy(kernels.Host(ip)[r*n:], mixedVec(r, it, n))
+		c.AllGather(ip, be.Slice(ip, r*n, n), "ag.inplace")
+		sum := commBuf(be, []float32{float32(r + it)})
+		c.AllReduce(sum, "ar")
+		for q := 0; q < P; q++ {
+			if got, want := kernels.Host(ip)[q*n:(q+1)*n], mixedVec(q, it, n); commEqualBits(got, want) >= 0 {
+				t.Fatalf("iteration %d: all-gather in place: rank %d's block %v, want %v", it, q, got, want)
+			}
+		}
+		if got, want := kernels.Host(sum)[0], float32(P*(P-1)/2+P*it); got != want {
+			t.Fatalf("iteration %d: all-reduce %v, want %v", it, got, want)
+		}
+	}
+}
+
+// growStack grows the calling goroutine's stack by about depth KiB and returns: the stack then
+// stays large and mostly empty, which the collector shrinks.
+func growStack(depth int) byte {
+	var pad [1024]byte
+	pad[depth%len(pad)] = byte(depth)
+	if depth > 0 {
+		pad[0] += growStack(depth - 1)
+	}
+	return pad[0]
 }
 
 // mpiTestPostOrder: two receives posted for the same source and tag match the messages in the
