@@ -15,39 +15,24 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"distflash/internal/cli"
 	"distflash/parallel/transport"
-	"distflash/world"
 )
 
 func main() {
-	err := run(os.Args[1:], os.Stdout, os.Stderr)
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp): // -h prints the command's flags: not a failure
-		return
+	args := os.Args[1:]
+	j, err := joinJob(args, os.Stderr)
+	if err == nil {
+		err = run(args, os.Stdout, os.Stderr)
 	}
-	if l, _ := transport.MPIEnv(); l != nil && l.Size > 1 && l.Rank > 0 {
-		// one of several ranks: rank 0 says what every rank found alike (the config, the
-		// memory), and each other rank only what is its own
-		if world.IsAlike(err) {
-			// rank 0 meets it too, says it and ends the job, this process with it; a rank
-			// that is still here after alikeGrace says it itself, so it is never lost
-			time.Sleep(alikeGrace)
+	if err == nil || errors.Is(err, flag.ErrHelp) { // -h prints the command's flags: not a failure
+		if err = j.end(); err == nil {
+			return
 		}
-		fmt.Fprintf(os.Stderr, "distflash: rank %d: %v\n", l.Rank, err)
-	} else {
-		fmt.Fprintln(os.Stderr, "distflash:", err)
 	}
-	// a refusal may be this rank's alone (rank 0 checks the run directory): the whole job ends
-	// now (MPI_Abort once MPI has started), not after the others wait for this one
-	transport.AbortMPI(2)
+	j.fail(err) // says it once for the job, and ends it
 }
-
-// alikeGrace is how long a rank other than 0 waits, with an error every rank meets alike
-// (world.Alike), for rank 0 to say it and end the job before saying it itself.
-const alikeGrace = 5 * time.Second
 
 // runVersion is `distflash version`.
 func runVersion(args []string, stdout, stderr io.Writer) error {
@@ -106,9 +91,11 @@ position of eval reports (eval --positions), one line per report.`},
 var root = cli.Command{Name: "distflash", Summary: "trains LLaMA-family models on long sequences"}
 
 // run runs the command that args name.
-func run(args []string, stdout, stderr io.Writer) error {
+// A collective that fails (transport.Failure) is its error.
+func run(args []string, stdout, stderr io.Writer) (err error) {
 	if l, _ := transport.MPIEnv(); l != nil && root.Rank0Only(args, l.Rank) {
 		return nil // one output, one report: rank 0 makes them
 	}
+	defer transport.Recover(&err)
 	return root.Execute(args, stdout, stderr)
 }

@@ -46,11 +46,11 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		cfg, err = config.Load(*configPath, sets)
 	}
 	if err != nil {
-		return world.Alike(err)
+		return err
 	}
 	if reqs := cfg.Requirements(); len(reqs) > 0 {
-		return world.Alike(fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
-			cfg.Path, strings.Join(reqs, "\n  - ")))
+		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
+			cfg.Path, strings.Join(reqs, "\n  - "))
 	}
 	if *fresh && *resume != "" {
 		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
@@ -62,7 +62,7 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if err := train.CheckMemory(cfg, w); err != nil {
-		return world.Alike(err)
+		return err
 	}
 	opt.World = w
 	stopMsg, nowMsg := train.OnSignal(opt.Clock) // only rank 0 says them

@@ -1,15 +1,15 @@
 package ckpt
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
+
+	"distflash/config"
 )
 
 // A resumed run may change most of its config — steps, learning rate, data, world size and
@@ -56,55 +56,15 @@ func (d ConfigDiff) String() string {
 	return fmt.Sprintf("%s = %s in the checkpoint, %s now", d.Key, show(d.Saved), show(d.Current))
 }
 
-// flatten turns a JSON config into dotted keys and compact JSON values; objects are walked,
-// everything else (arrays included) is a value.
-func flatten(raw json.RawMessage) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("config JSON: %w", err)
-	}
-	top, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("config JSON is %T, want an object", v)
-	}
-	out := map[string]any{}
-	var walk func(prefix string, m map[string]any)
-	walk = func(prefix string, m map[string]any) {
-		for k, v := range m {
-			if sub, ok := v.(map[string]any); ok {
-				walk(prefix+k+".", sub)
-				continue
-			}
-			out[prefix+k] = v
-		}
-	}
-	walk("", top)
-	return out, nil
-}
-
-// valueText renders a flattened value as JSON; numbers in a normal form, so that 1e-05 and
-// 0.00001 read the same.
-func valueText(v any) string {
-	if n, ok := v.(json.Number); ok {
-		if f, err := strconv.ParseFloat(string(n), 64); err == nil {
-			return strconv.FormatFloat(f, 'g', -1, 64)
-		}
-	}
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
 // DiffConfig compares the config a checkpoint was saved with to the current one (both as
 // JSON objects, sections as nested objects) and returns every key whose value differs, in
 // key order, each marked Fatal when the key must match.
 func DiffConfig(saved, current json.RawMessage) ([]ConfigDiff, error) {
-	a, err := flatten(saved)
+	a, err := config.Flatten(saved)
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: saved %w", err)
 	}
-	b, err := flatten(current)
+	b, err := config.Flatten(current)
 	if err != nil {
 		return nil, fmt.Errorf("ckpt: current %w", err)
 	}
@@ -117,14 +77,7 @@ func DiffConfig(saved, current json.RawMessage) ([]ConfigDiff, error) {
 	}
 	var diffs []ConfigDiff
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		var sa, sb string
-		if v, ok := a[k]; ok {
-			sa = valueText(v)
-		}
-		if v, ok := b[k]; ok {
-			sb = valueText(v)
-		}
-		if sa != sb {
+		if sa, sb := a[k], b[k]; sa != sb {
 			diffs = append(diffs, ConfigDiff{Key: k, Saved: sa, Current: sb, Fatal: fatalKey(k)})
 		}
 	}
@@ -134,14 +87,14 @@ func DiffConfig(saved, current json.RawMessage) ([]ConfigDiff, error) {
 // HashConfig returns the SHA-256 (hex) of the keys of cfg that must match on resume: equal
 // for two configs exactly when DiffConfig finds no fatal difference between them.
 func HashConfig(cfg json.RawMessage) (string, error) {
-	flat, err := flatten(cfg)
+	flat, err := config.Flatten(cfg)
 	if err != nil {
 		return "", fmt.Errorf("ckpt: %w", err)
 	}
 	var lines []string
 	for k, v := range flat {
 		if fatalKey(k) {
-			lines = append(lines, k+"="+valueText(v)+"\n")
+			lines = append(lines, k+"="+v+"\n")
 		}
 	}
 	slices.Sort(lines)

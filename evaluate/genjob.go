@@ -49,7 +49,7 @@ func (j *GenJob) Close() error { return closeWorld(j.World) }
 func PrepareGenerate(req GenRequest, stderr io.Writer) (*GenJob, error) {
 	switch {
 	case req.Prompt != "" && req.PromptFile != "":
-		return nil, world.Alike(errors.New("generate: give --prompt or --prompt-file, not both"))
+		return nil, errors.New("generate: give --prompt or --prompt-file, not both")
 	case req.PromptFile != "":
 		b, err := os.ReadFile(req.PromptFile)
 		if err != nil {
@@ -61,10 +61,10 @@ func PrepareGenerate(req GenRequest, stderr io.Writer) (*GenJob, error) {
 		req.Samples = 1
 	}
 	if req.Samples < 1 {
-		return nil, world.Alike(fmt.Errorf("generate: --samples %d: want at least 1", req.Samples))
+		return nil, fmt.Errorf("generate: --samples %d: want at least 1", req.Samples)
 	}
 	if err := req.Options.Validate(); err != nil {
-		return nil, world.Alike(fmt.Errorf("generate: %w", err))
+		return nil, fmt.Errorf("generate: %w", err)
 	}
 	l, err := loadModel(req.ConfigPath, req.Sets, req.Model, req.BOS, req.Out, "generate", stderr)
 	if err != nil {
@@ -72,17 +72,17 @@ func PrepareGenerate(req GenRequest, stderr io.Writer) (*GenJob, error) {
 	}
 	prompt := passkeyTokens(l.em.Tokenizer, l.bos, req.Prompt)
 	if len(prompt) == 0 {
-		return nil, world.Alike(errors.New("generate: the prompt is empty and the model has no BOS token to start from: give --prompt TEXT"))
+		return nil, errors.New("generate: the prompt is empty and the model has no BOS token to start from: give --prompt TEXT")
 	}
 	for _, id := range prompt {
 		if id < 0 || int(id) >= l.em.Config.VocabSize {
-			return nil, world.Alike(fmt.Errorf("generate: prompt token %d (tokenizer %s) is outside the model's vocabulary of %d", id, l.em.Tokenizer.Name(), l.em.Config.VocabSize))
+			return nil, fmt.Errorf("generate: prompt token %d (tokenizer %s) is outside the model's vocabulary of %d", id, l.em.Tokenizer.Name(), l.em.Config.VocabSize)
 		}
 	}
 	total := len(prompt) + req.Options.MaxNew
 	if total > l.em.Config.MaxSeqLen {
-		return nil, world.Alike(fmt.Errorf("generate: %d prompt tokens + --max-new-tokens %d = %d exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)",
-			len(prompt), req.Options.MaxNew, total, l.em.Config.MaxSeqLen))
+		return nil, fmt.Errorf("generate: %d prompt tokens + --max-new-tokens %d = %d exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)",
+			len(prompt), req.Options.MaxNew, total, l.em.Config.MaxSeqLen)
 	}
 	if err := l.build(len(prompt), "generate", "a prompt", "prompt (--prompt, --prompt-file)"); err != nil {
 		return nil, err

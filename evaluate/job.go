@@ -83,20 +83,19 @@ type loaded struct {
 // is read, so that a name that cannot be written is refused before the work.
 func loadModel(configPath string, sets []string, modelPath, bosFlag, out, what string, stderr io.Writer) (loaded, error) {
 	if modelPath == "" {
-		return loaded{}, world.Alike(fmt.Errorf("%s: --model is required: a Hugging Face LLaMA directory, a checkpoint directory or a .safetensors file", what))
+		return loaded{}, fmt.Errorf("%s: --model is required: a Hugging Face LLaMA directory, a checkpoint directory or a .safetensors file", what)
 	}
-	// What follows from the config, the model's config and the flags, every rank meets alike
-	// (world.Alike: rank 0 alone says it); the launch, --out (rank 0's) and reading the model
-	// may fail on one rank alone.
+	// Under MPI any error here reaches the user once, whichever ranks meet it (package main's
+	// job: rank 0 says it).
 	cfg, err := LoadConfig(configPath, sets)
 	if err != nil {
-		return loaded{}, world.Alike(err)
+		return loaded{}, err
 	}
 	if err := cfg.ValidateWorld(); err != nil { // as train says it, before the world is launched
-		return loaded{}, world.Alike(err)
+		return loaded{}, err
 	}
 	if reqs := cfg.Requirements(); len(reqs) > 0 {
-		return loaded{}, world.Alike(fmt.Errorf("%s: this build cannot run the config; it needs:\n  - %s", what, strings.Join(reqs, "\n  - ")))
+		return loaded{}, fmt.Errorf("%s: this build cannot run the config; it needs:\n  - %s", what, strings.Join(reqs, "\n  - "))
 	}
 	// the world first: under mpirun every process loads the model, and only rank 0 speaks
 	w, err := world.Launch(&cfg, stderr)
@@ -115,21 +114,21 @@ func loadModel(configPath string, sets []string, modelPath, bosFlag, out, what s
 		return loaded{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if cfg, err = ConfigFor(cfg, em, configPath, sets, what); err != nil {
-		return loaded{}, world.Alike(err)
+		return loaded{}, err
 	}
 	if bosFlag == "" {
 		bosFlag = "auto"
 	}
 	bos, err := ParseBOS(bosFlag, em.BOS)
 	if err != nil {
-		return loaded{}, world.Alike(err)
+		return loaded{}, err
 	}
 	mc := em.Config
 	if v := em.Tokenizer.VocabSize(); v > mc.VocabSize {
-		return loaded{}, world.Alike(fmt.Errorf("%s: tokenizer %s has %d tokens, the model's vocabulary only %d", what, em.Tokenizer.Name(), v, mc.VocabSize))
+		return loaded{}, fmt.Errorf("%s: tokenizer %s has %d tokens, the model's vocabulary only %d", what, em.Tokenizer.Name(), v, mc.VocabSize)
 	}
 	if bos >= int32(mc.VocabSize) {
-		return loaded{}, world.Alike(fmt.Errorf("%s: BOS token %d is outside the model's vocabulary of %d", what, bos, mc.VocabSize))
+		return loaded{}, fmt.Errorf("%s: BOS token %d is outside the model's vocabulary of %d", what, bos, mc.VocabSize)
 	}
 	var stop []int32
 	if sp, ok := em.Tokenizer.(data.SpecialTokens); ok {
@@ -147,13 +146,13 @@ func loadModel(configPath string, sets []string, modelPath, bosFlag, out, what s
 // so) and drops the host copy of the weights.
 func (l *loaded) build(tokens int, what, sample, knob string) error {
 	if longest := l.em.Config.MaxSeqLen; tokens > longest {
-		return world.Alike(fmt.Errorf("%s: %d tokens exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)", what, tokens, longest))
+		return fmt.Errorf("%s: %d tokens exceed the model's longest sequence, %d (max_seq_len / max_position_embeddings)", what, tokens, longest)
 	}
 	if err := l.w.Open(); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	if err := checkMemory(l.cfg, l.w, tokens, what, sample, knob); err != nil {
-		return world.Alike(err) // as train's: the ranks' memory is counted alike
+		return err // as train's: the ranks' memory is counted alike
 	}
 	if err := l.w.Build(forwardSpec(l.em.Config, l.cfg.Parallelism.FSDP, l.em.Params)); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
@@ -170,14 +169,14 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	case "", "loss":
 		req.Task = "loss"
 		if err := req.Scoring.Validate(); err != nil {
-			return nil, world.Alike(err)
+			return nil, err
 		}
 	case "passkey":
 		if req.Scoring != (EvalOptions{}) {
-			return nil, world.Alike(errors.New("eval: --positions, --sliding-window and --stride belong to the loss task, not --task passkey"))
+			return nil, errors.New("eval: --positions, --sliding-window and --stride belong to the loss task, not --task passkey")
 		}
 	default:
-		return nil, world.Alike(fmt.Errorf("eval: --task %q: want loss or passkey", req.Task))
+		return nil, fmt.Errorf("eval: --task %q: want loss or passkey", req.Task)
 	}
 	l, err := loadModel(req.ConfigPath, req.Sets, req.Model, req.BOS, req.Out, "eval", stderr)
 	if err != nil {
@@ -185,7 +184,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	}
 	if req.Task == "passkey" {
 		if err := req.Passkey.Validate(l.em.Config.MaxSeqLen); err != nil {
-			return nil, world.Alike(err)
+			return nil, err
 		}
 		if err := l.build(req.Passkey.Lengths[len(req.Passkey.Lengths)-1], "eval", "a sample", "length (--lengths)"); err != nil {
 			return nil, err
@@ -200,7 +199,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 		req.Data = cfg.Data.Eval
 	}
 	if req.Data == "" {
-		return nil, world.Alike(errors.New("eval: no evaluation data: pass --data FILE or set data.eval in the config"))
+		return nil, errors.New("eval: no evaluation data: pass --data FILE or set data.eval in the config")
 	}
 	if req.Samples == 0 {
 		req.Samples = cfg.Eval.Samples
@@ -209,7 +208,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 		req.SeqLen = SeqLen(cfg)
 	}
 	if req.Samples < 1 || req.SeqLen < 1 {
-		return nil, world.Alike(fmt.Errorf("eval: --samples %d, --seq-len %d: both must be >= 1", req.Samples, req.SeqLen))
+		return nil, fmt.Errorf("eval: --samples %d, --seq-len %d: both must be >= 1", req.Samples, req.SeqLen)
 	}
 	if req.Out == "" {
 		req.Out = filepath.Clean(em.Path) + ".eval.json"
@@ -219,7 +218,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 		longest, knob = w, "--sliding-window"
 	}
 	if req.SeqLen > em.Config.MaxSeqLen && req.Scoring.Window == 0 {
-		return nil, world.Alike(fmt.Errorf("eval: --seq-len %d exceeds the model's longest sequence, %d (max_seq_len / max_position_embeddings); --sliding-window W scores longer samples in windows of W", req.SeqLen, em.Config.MaxSeqLen))
+		return nil, fmt.Errorf("eval: --seq-len %d exceeds the model's longest sequence, %d (max_seq_len / max_position_embeddings); --sliding-window W scores longer samples in windows of W", req.SeqLen, em.Config.MaxSeqLen)
 	}
 	if err := l.build(longest, "eval", "a sample", knob); err != nil {
 		return nil, err

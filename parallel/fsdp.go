@@ -61,6 +61,7 @@ type FSDP struct {
 type prefetch struct {
 	unit, slot int
 	done       sync.WaitGroup
+	failed     any // what the gather panicked with (a failed collective), raised again by Params
 }
 
 // FSDPOptions configure a store.
@@ -233,6 +234,9 @@ func (f *FSDP) Params(u int) kernels.Buf {
 	if p := f.prefetch; p != nil {
 		p.done.Wait()
 		f.prefetch = nil
+		if p.failed != nil {
+			panic(p.failed) // on the rank's own goroutine, where transport.Recover can see it
+		}
 		if p.unit == u {
 			slot = p.slot
 		} else {
@@ -262,6 +266,7 @@ func (f *FSDP) Params(u int) kernels.Buf {
 				f.prefetch = p
 				go func() {
 					defer p.done.Done()
+					defer func() { p.failed = recover() }()
 					f.gather(f.pcomm, next, ps)
 				}()
 			}

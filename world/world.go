@@ -40,8 +40,10 @@ type World struct {
 // launcher (mpirun, srun) started this process together with others, in which case a config
 // that says "inproc" is run as "mpi" (said on stderr) and cfg is changed to say so, and one
 // that says "nccl" bootstraps NCCL over MPI; otherwise every rank is a goroutine of this
-// process (under "nccl" too: NCCL bootstrapped over the in-process world). It refuses what cannot run: a launch of another number of
-// processes than parallelism.world_size, several GPU ranks in one process.
+// process (under "nccl" too: NCCL bootstrapped over the in-process world). It refuses what
+// cannot run: processes that were not started alike (agree: another config, flags, binary or
+// data), a launch of another number of processes than parallelism.world_size, several GPU
+// ranks in one process.
 func Launch(cfg *config.Config, stderr io.Writer) (*World, error) {
 	dims, err := cfg.Parallelism.Dims()
 	if err != nil {
@@ -78,6 +80,9 @@ func Launch(cfg *config.Config, stderr io.Writer) (*World, error) {
 		return nil, fmt.Errorf("%s: parallelism.backend = %q (over MPI): %w", cfg.Path, p.Backend, err)
 	}
 	w := &World{Dims: dims, Device: cfg.Device, Par: *p, boot: comm}
+	if err := agree(cfg); err != nil {
+		return w, err
+	}
 	if comm.Size() != dims.World {
 		return w, fmt.Errorf("%s: parallelism.world_size = %d, but the launcher started %d processes: make them equal (mpirun -np %d)",
 			cfg.Path, dims.World, comm.Size(), dims.World)
@@ -111,16 +116,22 @@ func (w *World) Ranks() []*Rank { return w.ranks }
 func (w *World) First() *Rank { return w.ranks[0] }
 
 // Run calls fn on every rank of this process, concurrently, and returns the first error,
-// naming the rank. Collective calls inside fn meet the other ranks' (in this process, or in the
+// naming the rank; a collective that failed (transport.Failure) is such an error. Collective calls inside fn meet the other ranks' (in this process, or in the
 // other processes' Runs).
 func (w *World) Run(fn func(r *Rank) error) error {
 	if w.local == nil {
-		if err := fn(w.ranks[0]); err != nil {
+		if err := runRank(fn, w.ranks[0]); err != nil {
 			return fmt.Errorf("rank %d: %w", w.ranks[0].ID, err)
 		}
 		return nil
 	}
 	return w.local.Run(func(c transport.Comm) error { return fn(w.ranks[c.Rank()]) })
+}
+
+// runRank is fn(r), with a failed collective (a *transport.Failure) returned as its error.
+func runRank(fn func(r *Rank) error, r *Rank) (err error) {
+	defer transport.Recover(&err)
+	return fn(r)
 }
 
 // Open makes this process's ranks: each one's backend from [device] (a GPU: the local rank's,

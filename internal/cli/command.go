@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"distflash/parallel/transport"
 )
 
 // Command is a command, a subcommand of one, or the program itself (the root of a table): how
@@ -163,6 +165,9 @@ func (root *Command) Flags(path string, stderr io.Writer) *flag.FlagSet {
 		panic("cli: no command " + path + " in the table")
 	}
 	fs := flag.NewFlagSet(path, flag.ContinueOnError)
+	if l, _ := transport.MPIEnv(); l != nil && l.Rank > 0 {
+		stderr = io.Discard // under an MPI launcher, usage and flag errors once: rank 0's
+	}
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage:\n%s\n%s\n", Invocations(root.Name+" "+path, *c), c.About())
@@ -184,8 +189,23 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())
 	}
+	given = nil
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "set" && f.Name != "config" && f.Name != "progress" {
+			given = append(given, "--"+f.Name+"="+f.Value.String())
+		}
+	})
 	return nil
 }
+
+// given is what Given returns.
+var given []string
+
+// Given is the flags the last ParseFlags read from its command line, as --name=value, in name
+// order, without --set and --config (what they change is the config itself) and --progress
+// (how a process shows progress is its own): what the processes of an MPI job must agree on
+// besides the config.
+func Given() []string { return given }
 
 // FlagSet reports whether flag name was given on the command line.
 func FlagSet(fs *flag.FlagSet, name string) bool {

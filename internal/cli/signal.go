@@ -8,6 +8,8 @@ import (
 	"os/signal"
 	"sync"
 	"syscall"
+
+	"distflash/parallel/transport"
 )
 
 // Interrupt says what SIGINT and SIGTERM do to a command, for OnSignal. The first signal calls
@@ -143,9 +145,13 @@ func Say(w io.Writer, speak bool, msg func() string) func() {
 // data tokenize and fetch): the first signal says so and cancels its work, a second ends it at
 // once. left says what a command ended at once leaves behind ("" for nothing).
 func Stopping(stderr io.Writer, name, left string) Interrupt {
+	leader := true // under an MPI launcher the signal reaches every rank: rank 0 says it
+	if l, _ := transport.MPIEnv(); l != nil && l.Rank > 0 {
+		leader = false
+	}
 	return Interrupt{
-		Stop: Say(stderr, true, func() string { return name + ": stopping (Ctrl-C again to stop at once)" }),
-		Exit: Say(stderr, true, func() string { return name + ": stopped at once" + left }),
+		Stop: Say(stderr, leader, func() string { return name + ": stopping (Ctrl-C again to stop at once)" }),
+		Exit: Say(stderr, leader, func() string { return name + ": stopped at once" + left }),
 	}
 }
 

@@ -137,3 +137,35 @@ func (c *counter) reset() {
 	c.t = nil
 	c.mu.Unlock()
 }
+
+// Failure is how a communicator reports a call that failed on a working group: MPI or NCCL
+// returned an error (a truncated message, a lost peer), or a receive got another number of
+// values than it asked for — what ranks that disagree on the shapes they exchange meet. The Comm
+// methods have no error result, since nothing in a step can go on after one; they panic with a
+// *Failure, and Recover, deferred where a command calls its ranks, turns it into the error it
+// returns. Any other panic is a bug and stays one.
+type Failure struct{ msg string }
+
+// Error implements error.
+func (f *Failure) Error() string { return f.msg }
+
+// fail panics with a *Failure saying what format and args say.
+func fail(format string, args ...any) {
+	panic(&Failure{msg: fmt.Sprintf(format, args...)})
+}
+
+// Recover, deferred, turns a panic with a *Failure into *err (when *err is nil) and lets any
+// other panic go on.
+func Recover(err *error) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	f, ok := p.(*Failure)
+	if !ok {
+		panic(p)
+	}
+	if *err == nil {
+		*err = f
+	}
+}

@@ -90,7 +90,9 @@ func (w *World) Run(fn func(c Comm) error) error {
 			defer wg.Done()
 			defer func() {
 				if p := recover(); p != nil {
-					if p == errAborted {
+					if f, ok := p.(*Failure); ok {
+						errs[r] = fmt.Errorf("rank %d: %w", r, f)
+					} else if p == errAborted {
 						errs[r] = errAborted
 					} else {
 						errs[r] = fmt.Errorf("rank %d panicked: %v\n%s", r, p, debug.Stack())
@@ -304,7 +306,7 @@ func (c *inprocComm) post(buf []float32, src, tag int) func() {
 			panic(errAborted)
 		}
 		if sl.bad >= 0 {
-			panic(fmt.Sprintf("parallel: rank %d expected %d values from rank %d (tag %d), got %d", c.rank, len(buf), src, tag, sl.bad))
+			fail("parallel: rank %d expected %d values from rank %d (tag %d), got %d", c.rank, len(buf), src, tag, sl.bad)
 		}
 		if d := time.Until(sl.at); d > 0 {
 			time.Sleep(d) // still on the simulated wire

@@ -96,6 +96,7 @@ var mpi struct {
 	mu        sync.Mutex
 	env       *mpiEnv
 	world     *mpiComm
+	board     *ErrorBoard // OpenErrorBoard's, closed by FinalizeMPI
 	finalized bool
 	thread    chan func() // runs a function on the OS thread that initialised MPI
 }
@@ -122,8 +123,8 @@ type mpiEnv struct {
 // may then call the communicator, and a wait blocks in MPI_Wait. A library that offers only
 // MPI_THREAD_SERIALIZED is used under one lock, and waits poll MPI_Test so that other
 // goroutines can call MPI meanwhile; below SERIALIZED it is refused, because goroutines move
-// between OS threads. Errors return (MPI_ERRORS_RETURN) and are turned into panics that say
-// which call on which rank failed: the Comm methods return no errors, as a lost rank is not
+// between OS threads. Errors return (MPI_ERRORS_RETURN) and are turned into panics with a *Failure
+// that says which call on which rank failed (Recover makes it an error again): the Comm methods return no errors, as a lost rank is not
 // something a step can recover from.
 func InitMPI() (Comm, error) {
 	opt, err := MPIOptionsFromEnv()
@@ -249,6 +250,10 @@ func FinalizeMPI() error {
 		return nil
 	}
 	e := mpi.env
+	if mpi.board != nil {
+		mpi.board.close()
+		mpi.board = nil
+	}
 	e.pendMu.Lock()
 	var leaked []string
 	for r := range e.pending {
@@ -407,10 +412,10 @@ func (r *mpiRequest) describe() string {
 	return fmt.Sprintf("%s of %d values (%s)", r.name, r.n, where)
 }
 
-// fail panics with an error naming this rank, the operation and MPI's reason.
+// fail panics with a *Failure naming this rank, the operation and MPI's reason.
 func (r *mpiRequest) fail(rc C.int) {
 	r.release()
-	panic(fmt.Errorf("parallel: MPI rank %d (rank %d of group %s): %s: %s", r.c.e.worldRank, r.c.rank, r.c.id, r.describe(), mpiErrString(rc)))
+	fail("parallel: MPI rank %d (rank %d of group %s): %s: %s", r.c.e.worldRank, r.c.rank, r.c.id, r.describe(), mpiErrString(rc))
 }
 
 // start checks the return code of the call that started the request.
@@ -477,7 +482,7 @@ func (r *mpiRequest) wait() {
 	}
 	r.release()
 	if r.kind == opRecv && int(count) != r.n {
-		panic(fmt.Sprintf("parallel: rank %d expected %d values from rank %d (tag %d), got %d (MPI rank %d, group %s, site %q)", r.c.rank, r.n, r.peer, r.tag, int(count), e.worldRank, r.c.id, r.site))
+		fail("parallel: rank %d expected %d values from rank %d (tag %d), got %d (MPI rank %d, group %s, site %q)", r.c.rank, r.n, r.peer, r.tag, int(count), e.worldRank, r.c.id, r.site)
 	}
 	if r.after != nil {
 		r.after()
@@ -710,7 +715,7 @@ func (c *mpiComm) Split(color, key int, site string) Comm {
 		rc = c.e.call(func() C.int { return C.MPI_Comm_size(nc, &size) })
 	}
 	if rc != C.df_success() {
-		panic(fmt.Errorf("parallel: MPI rank %d (rank %d of group %s): %s: %s", c.e.worldRank, c.rank, c.id, what, mpiErrString(rc)))
+		fail("parallel: MPI rank %d (rank %d of group %s): %s: %s", c.e.worldRank, c.rank, c.id, what, mpiErrString(rc))
 	}
 	id := fmt.Sprintf("%s/%d:%d", c.id, c.splits, color)
 	c.splits++

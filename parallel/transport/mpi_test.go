@@ -548,8 +548,9 @@ func mpiPanic(f func()) (msg string) {
 }
 
 // mpiTestErrors: a message longer than the receive buffer (MPI_ERR_TRUNCATE, returned under
-// MPI_ERRORS_RETURN) and one shorter than it both panic with a message naming the ranks, tag
-// and site, and the communicator goes on working; a bad peer panics before reaching MPI; a
+// MPI_ERRORS_RETURN) and one shorter than it both fail with a *transport.Failure naming the
+// ranks, tag and site, which transport.Recover turns into an error, and the communicator goes on
+// working; a bad peer panics before reaching MPI; a
 // nil dereference after MPI_Init is still a Go panic (Open MPI's signal handlers stay off).
 func mpiTestErrors(t *testing.T, c transport.Comm) {
 	be := kernels.NewCPU()
@@ -575,14 +576,31 @@ func mpiTestErrors(t *testing.T, c transport.Comm) {
 		}
 		return
 	}
-	msg := mpiPanic(func() { c.Irecv(be.Alloc(2), 0, 9, "len").Wait() })
+	msg := mpiFailure(t, func() { c.Irecv(be.Alloc(2), 0, 9, "len").Wait() })
 	for _, s := range []string{"MPI rank 1", "receive of 2 values from rank 0", "tag 9", `site "len"`, "MPI_ERR_TRUNCATE"} {
 		if !strings.Contains(msg, s) {
-			t.Errorf("receive of a longer message: panic %q does not say %q", msg, s)
+			t.Errorf("receive of a longer message: error %q does not say %q", msg, s)
 		}
 	}
-	msg = mpiPanic(func() { c.Irecv(be.Alloc(4), 0, 9, "len").Wait() })
+	msg = mpiFailure(t, func() { c.Irecv(be.Alloc(4), 0, 9, "len").Wait() })
 	if !strings.Contains(msg, "rank 1 expected 4 values from rank 0 (tag 9), got 3") || !strings.Contains(msg, `site "len"`) {
-		t.Errorf("receive of a shorter message: panic %q", msg)
+		t.Errorf("receive of a shorter message: error %q", msg)
 	}
+}
+
+// mpiFailure runs f, a call that fails, and returns the error transport.Recover makes of its
+// panic: a *transport.Failure, which a command returns as its error instead of crashing.
+func mpiFailure(t *testing.T, f func()) string {
+	t.Helper()
+	var err error
+	func() {
+		defer transport.Recover(&err)
+		f()
+	}()
+	var fail *transport.Failure
+	if !errors.As(err, &fail) {
+		t.Errorf("a failed call gave %v (%T), want a *transport.Failure", err, err)
+		return ""
+	}
+	return err.Error()
 }

@@ -196,11 +196,12 @@ func (r *ncclRequest) Wait() {
 func (c *ncclComm) Rank() int { return c.boot.Rank() }
 func (c *ncclComm) Size() int { return c.boot.Size() }
 
-// must panics with the failed call: a Comm method has no error result, and a failed NCCL call
-// on a working communicator is a lost peer or a bug (the launcher ends the job).
+// must panics with a *Failure naming the failed call: a Comm method has no error result, and a
+// failed NCCL call on a working communicator is a lost peer or ranks that disagree (Recover
+// makes it the command's error; the launcher ends the job).
 func (c *ncclComm) must(call string, err error) {
 	if err != nil {
-		panic(fmt.Sprintf("parallel: nccl: rank %d of %d: %s: %v", c.Rank(), c.Size(), call, err))
+		fail("parallel: nccl: rank %d of %d: %s: %v", c.Rank(), c.Size(), call, err)
 	}
 }
 

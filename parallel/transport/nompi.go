@@ -27,3 +27,26 @@ func AbortMPI(code int) { os.Exit(code) }
 
 // MPIInfo describes the MPI in use, for a log line; without MPI it says so.
 func MPIInfo() string { return "built without MPI (-tags mpi)" }
+
+// ErrorBoard carries a failing rank's error to rank 0 (mpiboard.go); without MPI there are no
+// other ranks, and OpenErrorBoard says how to rebuild.
+type ErrorBoard struct{}
+
+// BoardMessage is an error that a rank posted.
+type BoardMessage struct {
+	Rank int
+	Text string
+}
+
+// OpenErrorBoard makes the board; without MPI it returns the error InitMPI does.
+func OpenErrorBoard() (*ErrorBoard, error) { return nil, errNoMPI }
+
+// Messages delivers nothing without MPI.
+func (b *ErrorBoard) Messages() <-chan BoardMessage { return nil }
+
+// Post does nothing without MPI.
+func (b *ErrorBoard) Post(string) {}
+
+// AllGatherBytes gives every process's bytes to every process of an MPI job; without MPI it
+// returns the error InitMPI does.
+func AllGatherBytes([]byte) ([][]byte, error) { return nil, errNoMPI }
