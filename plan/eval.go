@@ -65,3 +65,68 @@ const EstimateError = 0.10
 
 // SafeCapacity is the memory a suggested length may fill: capacity less EstimateError of it.
 func SafeCapacity(capacity float64) float64 { return capacity * (1 - EstimateError) }
+
+// TrainEvalSeqLen is the length of the samples train's held-out evaluation scores:
+// eval.seq_len, else data.seq_len (evaluate.SeqLen).
+func TrainEvalSeqLen(cfg config.Config) int {
+	if cfg.Eval.SeqLen > 0 {
+		return cfg.Eval.SeqLen
+	}
+	return cfg.Data.SeqLen
+}
+
+// TrainEvalMemoryFor is one rank's memory during train's held-out evaluation, and false when
+// cfg evaluates nothing during training (eval.interval = 0). The evaluation (train/heldout.go)
+// runs on the training ranks with the training's model, beside the training state: a forward
+// of one sample of up to TrainEvalSeqLen tokens on each replica's sequence group, whose
+// buffers grow to that length and stay so for the rest of the run. So it is MemoryFor of one
+// sequence of that length (the activations the checkpoint policy keeps, the logits, the
+// attention of a forward), but for the backward scratch, which is the training step's (a
+// forward writes none of it, and a step writes its buffers only as far as its own tokens).
+// The process holds the evaluation's samples besides (MemoryFor counts them too).
+func TrainEvalMemoryFor(cfg config.Config, capacity float64) (MemoryPlan, bool) {
+	if cfg.Eval.Interval <= 0 {
+		return MemoryPlan{}, false
+	}
+	step := MemoryFor(cfg, capacity)
+	e := cfg
+	e.Data.SeqLen, e.Data.BatchSize = TrainEvalSeqLen(cfg), 1
+	mp := MemoryFor(e, capacity)
+	mp.BackwardScratch = step.BackwardScratch
+	mp.AttnKernel = attnKernelBytes(e, float64(e.Data.SeqLen)/float64(dims(e).SP), false)
+	mp.Peak = mp.Params + mp.Grads + mp.Optimizer + mp.Activations + mp.Logits + mp.BackwardScratch + mp.AttnWork + mp.AttnKernel + mp.CommBuffers
+	if cfg.Device.Kind == "cpu" {
+		mp.Runtime = gcHeadroom * mp.Peak
+		mp.Process = step.Process
+		mp.Peak += mp.Runtime + mp.Process
+	}
+	mp.Margin = capacity - mp.Peak
+	mp.Fits = mp.Margin >= 0
+	return mp, true
+}
+
+// MaxTrainEvalSeqLen is the longest eval.seq_len (a multiple of 1024 tokens per rank, times
+// sequence_parallel_degree) whose TrainEvalMemoryFor fits capacity; 0 if none does or cfg
+// evaluates nothing during training.
+func MaxTrainEvalSeqLen(cfg config.Config, capacity float64) int {
+	if cfg.Eval.Interval <= 0 {
+		return 0
+	}
+	sp := dims(cfg).SP
+	fits := func(k int) bool {
+		cfg.Eval.SeqLen = k * 1024 * sp
+		m, _ := TrainEvalMemoryFor(cfg, capacity)
+		return m.Fits
+	}
+	return LargestFitting(fits, 1<<22) * 1024 * sp
+}
+
+// evalBytes is the held-out samples a training process holds when it evaluates during
+// training (eval.interval > 0): eval.samples of up to TrainEvalSeqLen tokens, each as int32
+// ids and targets.
+func evalBytes(cfg config.Config) float64 {
+	if cfg.Eval.Interval <= 0 {
+		return 0
+	}
+	return 8 * float64(cfg.Eval.Samples) * float64(TrainEvalSeqLen(cfg))
+}

@@ -46,7 +46,9 @@
 //     outside its tensors (ProcessBase: the binary and the Go runtime; the training data's
 //     tokens, 4 bytes each and at most one a byte of data.max_bytes; the checkpoint writer's
 //     ckpt.ProcessWorkers workers), shared by the process's ranks. Peak = the sum; allocator
-//     fragmentation and the CUDA context are not modelled, so keep a margin.
+//     fragmentation and the CUDA context are not modelled, so keep a margin. With
+//     eval.interval > 0, train's held-out evaluation besides (TrainEvalMemoryFor): the
+//     training state beside a forward of eval.seq_len tokens.
 //   - Communication. Attention: measured by running the schedule's own code (package parallel)
 //     on sequence_parallel_degree in-process ranks with the model's heads at two short
 //     sequence lengths and extrapolating linearly in the length (traffic is linear in the
@@ -228,7 +230,7 @@ type MemoryPlan struct {
 	AttnKernel      float64 `json:"attn_kernel"`      // bf16/fp16: the packed attention operands (and their float32 widening on the CPU); on a GPU cuDNN's outputs and workspace
 	CommBuffers     float64 `json:"comm_buffers"`     // fsdp gather/scatter buffers
 	Runtime         float64 `json:"runtime"`          // on the CPU: the Go collector's headroom over the rest
-	Process         float64 `json:"process"`          // on the CPU: the rank's share of the process outside its tensors (ProcessBase, the data's tokens, the checkpoint writer)
+	Process         float64 `json:"process"`          // on the CPU: the rank's share of the process outside its tensors (ProcessBase, the data's tokens, the held-out samples of an evaluation during training, the checkpoint writer)
 	Peak            float64 `json:"peak"`
 	Capacity        float64 `json:"capacity"`
 	Margin          float64 `json:"margin"` // capacity − peak (negative: does not fit)
@@ -278,6 +280,12 @@ type Plan struct {
 	MaxSeqPerGPU int         `json:"max_seq_per_gpu"`     // longest tokens per GPU that fit, multiple of 1024 (0: under 1024)
 	Docs         *DocPlan    `json:"documents,omitempty"` // document masking (data.document_mask, --doc-len)
 	Window       *WindowPlan `json:"window,omitempty"`    // the sliding window (model.sliding_window)
+	// Eval is the memory per rank during train's held-out evaluation (eval.interval > 0:
+	// TrainEvalMemoryFor), and EvalMaxSeqLen the longest eval.seq_len whose Eval fits.
+	// EvalSeqLen is the length it scores (eval.seq_len, else data.seq_len).
+	Eval          *MemoryPlan `json:"eval_memory,omitempty"`
+	EvalSeqLen    int         `json:"eval_seq_len,omitempty"`
+	EvalMaxSeqLen int         `json:"eval_max_seq_len,omitempty"`
 }
 
 // Report is what plan prints: the config, the cluster and one plan per row.
@@ -563,8 +571,9 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	if cfg.Device.Kind == "cpu" {
 		// train runs the collector at GOGC=10: the heap grows past what is live before a
 		// collection (device memory has no such headroom); and the process outside its tensors
+		// (with the held-out samples of an evaluation during training)
 		mp.Runtime = gcHeadroom * mp.Peak
-		mp.Process = (ProcessBase + dataBytes(cfg) + ckpt.ProcessWorkers*float64(ckpt.WorkerBytes(0))) / float64(localRanks(cfg))
+		mp.Process = (ProcessBase + dataBytes(cfg) + evalBytes(cfg) + ckpt.ProcessWorkers*float64(ckpt.WorkerBytes(0))) / float64(localRanks(cfg))
 		mp.Peak += mp.Runtime + mp.Process
 	}
 	mp.Capacity = capacity
@@ -894,6 +903,9 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	}
 	pl.Memory = MemoryFor(cfg, cl.GPU.MemBytes)
 	pl.MaxSeqPerGPU = MaxTokensPerGPU(cfg, cl.GPU.MemBytes)
+	if ev, ok := TrainEvalMemoryFor(cfg, cl.GPU.MemBytes); ok {
+		pl.Eval, pl.EvalSeqLen, pl.EvalMaxSeqLen = &ev, TrainEvalSeqLen(cfg), MaxTrainEvalSeqLen(cfg, cl.GPU.MemBytes)
+	}
 
 	e := elemBytes(cfg)
 	prec, err := kernels.ParsePrecision(cfg.Training.MixedPrecision)
@@ -1092,7 +1104,7 @@ func WriteDetail(w io.Writer, rep Report) {
 		{"attention working set", mp.AttnWork, "grows with the tokens"},
 		{"attention 16-bit", mp.AttnKernel, "bf16/fp16: the packed operands; on a GPU cuDNN's outputs and workspace"}, {"communication buffers", mp.CommBuffers, ""},
 		{"collector headroom", mp.Runtime, "the CPU's Go heap: 15% of the rest"},
-		{"process", mp.Process, "the binary and Go runtime, the data's tokens, the checkpoint writer"}, {"peak", mp.Peak, ""}} {
+		{"process", mp.Process, "the binary and Go runtime, the data's tokens and held-out samples, the checkpoint writer"}, {"peak", mp.Peak, ""}} {
 		if (r.what == "collector headroom" || r.what == "process" || r.what == "attention 16-bit") && r.b == 0 {
 			continue
 		}
@@ -1113,6 +1125,9 @@ func WriteDetail(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "  longest sequence per %s that fits: under 1K tokens (the search steps by 1024)\n", cl.unit())
 	} else {
 		fmt.Fprintf(w, "  longest sequence per %s that fits: %s tokens (seq_len %s)\n", cl.unit(), seqName(pl.MaxSeqPerGPU), seqName(pl.MaxSeqPerGPU*pl.SeqLen/max(pl.TokensPerGPU, 1)))
+	}
+	if pl.Eval != nil {
+		writeEvalMemory(w, rep, pl)
 	}
 	c := pl.Comm
 	fmt.Fprintf(w, "\ncommunication per rank per step:\n")
@@ -1163,16 +1178,53 @@ func WriteDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "  step                   %8.2f s  (%s)\n", t.Step, how)
 }
 
+// writeEvalMemory prints the memory of the held-out evaluation during training of plan pl.
+func writeEvalMemory(w io.Writer, rep Report, pl Plan) {
+	ev, u := *pl.Eval, rep.Cluster.unit()
+	fmt.Fprintf(w, "\nmemory per rank in the held-out evaluation during training (eval.interval > 0): samples of up to %s tokens (eval.seq_len), one a replica (%s tokens per %s), beside the training state:\n",
+		seqName(pl.EvalSeqLen), seqName(pl.EvalSeqLen*pl.TokensPerGPU/max(pl.SeqLen, 1)), u)
+	for _, r := range []struct {
+		what string
+		b    float64
+		note string
+	}{{"model state", ev.Params + ev.Grads + ev.Optimizer + ev.CommBuffers, "parameters, gradients, optimizer and fsdp buffers, as above"},
+		{"saved activations", ev.Activations, "the forward's, kept as checkpoint.activation keeps them"},
+		{"logits + head", ev.Logits, ""}, {"backward scratch", ev.BackwardScratch, "the training step's"},
+		{"attention", ev.AttnWork + ev.AttnKernel, ""}, {"collector headroom", ev.Runtime, ""}, {"process", ev.Process, ""}, {"peak", ev.Peak, ""}} {
+		if (r.what == "collector headroom" || r.what == "process") && r.b == 0 {
+			continue
+		}
+		if r.note != "" {
+			r.note = "  (" + r.note + ")"
+		}
+		fmt.Fprintf(w, "  %-22s %10s%s\n", r.what, gb(r.b), r.note)
+	}
+	verdict := "fits"
+	if !ev.Fits {
+		verdict = "DOES NOT FIT"
+	}
+	fmt.Fprintf(w, "  %s in %s: margin %s (%.0f%%)\n", verdict, gb(ev.Capacity), gb(ev.Margin), 100*ev.Margin/ev.Capacity)
+	if pl.EvalMaxSeqLen == 0 {
+		fmt.Fprintf(w, "  longest eval.seq_len that fits: under 1K tokens per %s (the search steps by 1024)\n", u)
+	} else {
+		fmt.Fprintf(w, "  longest eval.seq_len that fits: %s tokens\n", seqName(pl.EvalMaxSeqLen))
+	}
+}
+
 // writeTable prints one row per plan, aligned.
 func WriteTable(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "config:  %s\ncluster: %s, mfu %.2f (attention %.2f)\n\n", rep.Summary, rep.Cluster, rep.Cluster.MFU, rep.Cluster.AttnMFU)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	u := rep.Cluster.unit()
-	fmt.Fprintf(tw, "attention\tseq_len\tper %s\tpeak GB\tfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/%s\t\n", u, u)
+	evalCol := "" // the held-out evaluation during training, where eval.interval > 0
+	if slices.ContainsFunc(rep.Plans, func(pl Plan) bool { return pl.Eval != nil }) {
+		evalCol = "eval GB\t"
+	}
+	fmt.Fprintf(tw, "attention\tseq_len\tper %s\tpeak GB\t%sfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/%s\t\n", u, evalCol, u)
 	var reasons []string // one line per refused schedule and reason, printed under the table
 	for _, pl := range rep.Plans {
 		if pl.Refused != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\trefused\t-\t-\t-\t-\t-\t-\t-\t\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t%srefused\t-\t-\t-\t-\t-\t-\t-\t\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU), strings.ReplaceAll(evalCol, "eval GB", "-"))
 			if r := pl.Attention + " refused: " + pl.Refused; !slices.Contains(reasons, r) {
 				reasons = append(reasons, r)
 			}
@@ -1182,8 +1234,18 @@ func WriteTable(w io.Writer, rep Report) {
 		if !pl.Memory.Fits {
 			fits = "NO"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%s\t\n", pl.Attention, seqName(pl.SeqLen),
-			seqName(pl.TokensPerGPU), pl.Memory.Peak/1e9, fits, pl.Comm.Attention/1e9, (pl.Comm.FSDP+pl.Comm.DataParallel)/1e9,
+		ev := ""
+		if evalCol != "" {
+			ev = "-\t"
+		}
+		if pl.Eval != nil {
+			ev = fmt.Sprintf("%.1f\t", pl.Eval.Peak/1e9)
+			if pl.Memory.Fits && !pl.Eval.Fits {
+				fits = "NO (eval)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s%s\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%s\t\n", pl.Attention, seqName(pl.SeqLen),
+			seqName(pl.TokensPerGPU), pl.Memory.Peak/1e9, ev, fits, pl.Comm.Attention/1e9, (pl.Comm.FSDP+pl.Comm.DataParallel)/1e9,
 			pl.Time.IdleFraction, pl.Time.Compute, pl.Time.Comm, pl.Time.Step, seqName(pl.MaxSeqPerGPU))
 	}
 	tw.Flush()

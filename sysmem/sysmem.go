@@ -20,10 +20,14 @@ import (
 
 // Available returns the bytes of memory available to new allocations and where the number
 // comes from: on Linux, MemAvailable of /proc/meminfo, lowered to the least room left under a
-// memory limit of the process's own cgroup or of any cgroup above it (cgroup v2 memory.max
-// less memory.current, v1 memory.limit_in_bytes less memory.usage_in_bytes; the cgroup is
-// found through /proc/self/cgroup and /proc/self/mountinfo). ok is false where none of these
-// can be read (other systems); then only sizes past the address space are refused (see Check).
+// memory limit of the process's own cgroup or of any cgroup above it (the cgroup is found
+// through /proc/self/cgroup and /proc/self/mountinfo). The room under a limit is the limit
+// less the group's working set, as the kubelet and docker stats count it: its usage (cgroup
+// v2 memory.current, v1 memory.usage_in_bytes) less its inactive file cache (memory.stat's
+// inactive_file, v1's total_inactive_file), which the kernel reclaims before it kills
+// anything (a file written in the group, a checkpoint saved, is cache until then). ok is
+// false where none of these can be read (other systems); then only sizes past the address
+// space are refused (see Check).
 func Available() (bytes int64, source string, ok bool) {
 	bytes, ok = memAvailable("/proc/meminfo")
 	source = "MemAvailable in /proc/meminfo"
@@ -55,9 +59,11 @@ func memAvailable(path string) (int64, bool) {
 	return 0, false
 }
 
-// cgroupRoom is the room left under the memory limit of the cgroup directory dir: v2's
-// memory.max less memory.current, or v1's memory.limit_in_bytes less memory.usage_in_bytes.
-// ok is false when dir sets no limit ("max", or v1's page-rounded maximum).
+// cgroupRoom is the room left under the memory limit of the cgroup directory dir: the limit
+// (v2's memory.max, v1's memory.limit_in_bytes) less the working set, which is the usage (v2's
+// memory.current, v1's memory.usage_in_bytes) less the inactive file cache of memory.stat
+// (v2's inactive_file, v1's total_inactive_file, both counting the groups below), never below
+// 0. ok is false when dir sets no limit ("max", or v1's page-rounded maximum).
 func cgroupRoom(dir string) (room int64, file string, ok bool) {
 	read := func(name string) (int64, bool) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -67,15 +73,37 @@ func cgroupRoom(dir string) (room int64, file string, ok bool) {
 		v, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
 		return v, err == nil // "max" (no limit) does not parse
 	}
-	for _, f := range [][2]string{{"memory.max", "memory.current"}, {"memory.limit_in_bytes", "memory.usage_in_bytes"}} {
+	for _, f := range [][3]string{{"memory.max", "memory.current", "inactive_file"}, {"memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"}} {
 		limit, ok := read(f[0])
 		if !ok || limit >= math.MaxInt64/2 { // v1 writes "no limit" as 2^63 rounded down to a page
 			continue
 		}
 		used, _ := read(f[1])
+		used = max(used-statValue(filepath.Join(dir, "memory.stat"), f[2]), 0)
 		return max(limit-used, 0), filepath.Join(dir, f[0]), true
 	}
 	return 0, "", false
+}
+
+// statValue is the value of key in a memory.stat file (lines "key value"); 0 where the file
+// or the key cannot be read.
+func statValue(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, " ")
+		if k != key {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < 0 {
+			return 0
+		}
+		return n
+	}
+	return 0
 }
 
 // cgroupLimit finds the process's memory cgroup (v2, or v1's memory controller) from the
@@ -134,7 +162,7 @@ func cgroupLimit(cgroupFile, mountinfo string) (room int64, source string, ok bo
 		// the cgroup's own directory, then each one above it up to the mount point
 		for dir := filepath.Join(mount, rel); ; dir = filepath.Dir(dir) {
 			if r, file, limited := cgroupRoom(dir); limited && (!ok || r < room) {
-				room, source, ok = r, "the room under "+file, true
+				room, source, ok = r, "the room under "+file+": the limit less the group's usage but for its inactive file cache", true
 			}
 			if dir == mount || len(dir) <= len(mount) {
 				break

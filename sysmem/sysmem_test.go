@@ -57,6 +57,38 @@ func TestCgroupRoom(t *testing.T) {
 	}
 }
 
+// TestCgroupRoomFileCache: the inactive file cache in memory.stat (v2's inactive_file, v1's
+// total_inactive_file, which counts the groups below) is not counted as used, as the kubelet
+// counts a working set: a file written in the group leaves the room as it was.
+func TestCgroupRoomFileCache(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name, files, stat string
+		want              int64
+	}{
+		// a 3 GiB v2 group after a 2 GB file was written in it: 2000 MiB of its 2060 MiB is inactive cache
+		{"v2 cache", "max:3221225472 current:2160066560", "anon 62914560\nfile 2097152000\nactive_file 0\ninactive_file 2097152000\n", 3072*mib - 60*mib},
+		{"v2 active cache counts", "max:1000 current:600", "active_file 300\ninactive_file 100\n", 500},
+		{"v2 no stat", "max:1000 current:600", "", 400},
+		{"v2 stat unreadable", "max:1000 current:600", "inactive_file lots\n", 400},
+		{"v2 cache past usage", "max:1000 current:600", "inactive_file 900\n", 1000},
+		{"v1 total, not own", "limit_in_bytes:4000 usage_in_bytes:3000", "inactive_file 100\ntotal_inactive_file 2500\n", 3500},
+		{"v1 own only", "limit_in_bytes:4000 usage_in_bytes:3000", "inactive_file 2500\n", 1000},
+	} {
+		dir := t.TempDir()
+		for _, kv := range strings.Fields(c.files) {
+			k, v, _ := strings.Cut(kv, ":")
+			os.WriteFile(filepath.Join(dir, "memory."+k), []byte(v+"\n"), 0o644)
+		}
+		if c.stat != "" {
+			os.WriteFile(filepath.Join(dir, "memory.stat"), []byte(c.stat), 0o644)
+		}
+		if got, _, ok := cgroupRoom(dir); got != c.want || !ok {
+			t.Errorf("%s: room %d, %v; want %d, true", c.name, got, ok, c.want)
+		}
+	}
+}
+
 // TestCgroupLimit: the process's cgroup is found through /proc/self/cgroup and the mount
 // table, for v2 and for v1's memory controller, and the least room on the path from it up to
 // the mount point counts: a limit set on a parent holds for the child.

@@ -19,6 +19,11 @@ import (
 // longest data.seq_len that fits and the knobs that shrink what grows with it. On a GPU
 // (device.kind cuda) the estimate is of device memory, which is not known before the devices
 // are opened, so it passes.
+//
+// With eval.interval > 0 the held-out evaluation runs on the training ranks beside the training
+// state, a forward of up to eval.seq_len tokens (plan.TrainEvalMemoryFor); the larger of the two
+// must fit, and an evaluation that does not is refused with the longest eval.seq_len that fits,
+// before a step is run.
 func CheckMemory(cfg config.Config, w *world.World) error {
 	if cfg.Device.Kind == "cuda" {
 		return nil
@@ -31,23 +36,21 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 	ranks := w.LocalRanks()
 	avail := perRank * float64(ranks)
 	m := plan.MemoryFor(cfg, perRank)
-	if m.Fits {
+	ev, evalOn := plan.TrainEvalMemoryFor(cfg, perRank)
+	if m.Fits && (!evalOn || ev.Fits) {
 		return nil
 	}
-	b := func(x float64) string {
-		if x >= 1<<30 {
-			return fmt.Sprintf("%.1f GiB", x/(1<<30))
-		}
-		return fmt.Sprintf("%.0f MiB", x/(1<<20))
+	if m.Fits {
+		return evalRefusal(cfg, w, m, ev, perRank, source)
 	}
 	state := m.Params + m.Grads + m.Optimizer + m.CommBuffers
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s: training needs %s per rank", cfg.Path, b(m.Peak))
+	fmt.Fprintf(&msg, "%s: training needs %s per rank", cfg.Path, showBytes(m.Peak))
 	if ranks > 1 {
-		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, b(m.Peak*float64(ranks)))
+		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, showBytes(m.Peak*float64(ranks)))
 	}
 	fmt.Fprintf(&msg, " (model state %s; the process outside its tensors %s; growing with data.seq_len × data.batch_size: activations %s, logits %s, backward scratch %s, attention %s), this machine has %s available (%s)",
-		b(state), b(m.Process), b(m.Activations), b(m.Logits), b(m.BackwardScratch), b(m.AttnWork), b(avail), source)
+		showBytes(state), showBytes(m.Process), showBytes(m.Activations), showBytes(m.Logits), showBytes(m.BackwardScratch), showBytes(m.AttnWork), showBytes(avail), source)
 	if tokens := plan.MaxTokensPerGPU(cfg, plan.SafeCapacity(perRank)); tokens > 0 {
 		seq := tokens * w.Dims.SP
 		fmt.Fprintf(&msg, ". The longest data.seq_len that fits is %d (data.batch_size %d; %.0f%% of the memory left for what the estimate misses)",
@@ -67,7 +70,7 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 		}
 		n := int(math.Ceil(all / (plan.SafeCapacity(perRank*float64(ranks)) / 2)))
 		knobs = append(knobs, fmt.Sprintf("parallelism.fsdp = true over %d or more MPI processes (parallelism.world_size = %d, mpirun -np %d, on machines of this one's %s each: each holds %s of the %s of model state, half its memory)",
-			n, n, n, b(avail), b(all/float64(n)), b(all)))
+			n, n, n, showBytes(avail), showBytes(all/float64(n)), showBytes(all)))
 	} else {
 		if cfg.Checkpoint.Activation != "layer" {
 			knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %q)`, cfg.Checkpoint.Activation))
@@ -81,5 +84,54 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 		knobs = append(knobs, "more parallelism.sequence_parallel_degree, with the ranks as MPI processes on more machines (parallelism.backend = \"mpi\")")
 	}
 	fmt.Fprintf(&msg, ". To fit: %s", strings.Join(knobs, "; "))
+	if evalOn && ev.Peak > m.Peak {
+		fmt.Fprintf(&msg, ". The held-out evaluation during training (eval.interval = %d) needs more: %s per rank at %s",
+			cfg.Eval.Interval, showBytes(ev.Peak), evalLength(cfg))
+	}
 	return fmt.Errorf("%s", msg.String())
+}
+
+// evalRefusal is CheckMemory's error for a config whose training step fits perRank bytes (m)
+// but whose held-out evaluation during training (ev) does not.
+func evalRefusal(cfg config.Config, w *world.World, m, ev plan.MemoryPlan, perRank float64, source string) error {
+	ranks := w.LocalRanks()
+	var msg strings.Builder
+	fmt.Fprintf(&msg, "%s: the held-out evaluation during training (eval.interval = %d) of samples of up to %s needs %s per rank",
+		cfg.Path, cfg.Eval.Interval, evalLength(cfg), showBytes(ev.Peak))
+	if ranks > 1 {
+		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, showBytes(ev.Peak*float64(ranks)))
+	}
+	fmt.Fprintf(&msg, " (it runs on the training ranks beside the model state %s and the training step's backward scratch %s; the process outside its tensors %s; its forward of %d tokens per rank: activations %s as checkpoint.activation = %q keeps them, logits %s, attention %s), "+
+		"this machine has %s available (%s); the training step needs %s per rank",
+		showBytes(ev.Params+ev.Grads+ev.Optimizer+ev.CommBuffers), showBytes(ev.BackwardScratch), showBytes(ev.Process), plan.TrainEvalSeqLen(cfg)/w.Dims.SP,
+		showBytes(ev.Activations), cfg.Checkpoint.Activation, showBytes(ev.Logits), showBytes(ev.AttnWork+ev.AttnKernel), showBytes(perRank*float64(ranks)), source, showBytes(m.Peak))
+	if seq := plan.MaxTrainEvalSeqLen(cfg, plan.SafeCapacity(perRank)); seq > 0 {
+		fmt.Fprintf(&msg, ". The longest eval.seq_len that fits is %d (%.0f%% of the memory left for what the estimate misses)", seq, 100*plan.EstimateError)
+	} else {
+		msg.WriteString(". Not even 1024 tokens per rank fit beside the training state")
+	}
+	knobs := []string{"a shorter eval.seq_len"}
+	if cfg.Checkpoint.Activation != "layer" {
+		knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %q; the evaluation's forward keeps what the training's policy keeps)`, cfg.Checkpoint.Activation))
+	}
+	knobs = append(knobs, "eval.interval = 0, and distflash eval of the run's checkpoints, which holds no training state")
+	fmt.Fprintf(&msg, ". To fit: %s", strings.Join(knobs, "; "))
+	return fmt.Errorf("%s", msg.String())
+}
+
+// evalLength names the length train's held-out evaluation scores: "eval.seq_len = N", or the
+// data.seq_len it falls back to.
+func evalLength(cfg config.Config) string {
+	if cfg.Eval.SeqLen > 0 {
+		return fmt.Sprintf("eval.seq_len = %d tokens", cfg.Eval.SeqLen)
+	}
+	return fmt.Sprintf("data.seq_len = %d tokens (eval.seq_len = 0)", cfg.Data.SeqLen)
+}
+
+// showBytes writes bytes in GiB from 1 GiB up, else in MiB.
+func showBytes(x float64) string {
+	if x >= 1<<30 {
+		return fmt.Sprintf("%.1f GiB", x/(1<<30))
+	}
+	return fmt.Sprintf("%.0f MiB", x/(1<<20))
 }
