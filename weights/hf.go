@@ -49,7 +49,7 @@ type HFConfig struct {
 	HeadDim               int     // head_dim; absent or null: hidden_size / num_attention_heads
 	VocabSize             int     // vocab_size (required)
 	RMSNormEps            float64 // rms_norm_eps; absent: 1e-6 (LlamaConfig's default)
-	RopeTheta             float64 // rope_theta; absent: 10000
+	RopeTheta             float64 // rope_theta (or rope_parameters.rope_theta); absent: 10000
 	MaxPositionEmbeddings int     // max_position_embeddings; absent: 2048
 	TieWordEmbeddings     bool    // tie_word_embeddings: lm_head.weight is embed_tokens.weight
 	TorchDtype            string  // torch_dtype, informational ("bfloat16", "float16", "float32")
@@ -59,8 +59,8 @@ type HFConfig struct {
 	// SlidingWindow is sliding_window: a key at j is visible to a query at i iff i − W < j ≤ i.
 	// 0: none (null, or absent for llama); absent for mistral: 4096, MistralConfig's default.
 	SlidingWindow int
-	// RopeScaling is rope_scaling (absent, null or type "default": the zero value), in
-	// distflash's terms (see ReadHFConfig).
+	// RopeScaling is rope_parameters or rope_scaling (absent, null or type "default": the
+	// zero value), in distflash's terms (see ReadHFConfig).
 	RopeScaling HFRopeScaling
 }
 
@@ -77,8 +77,9 @@ func (c HFConfig) ContextLength() int {
 	return c.MaxPositionEmbeddings
 }
 
-// HFRopeScaling is a config.json rope_scaling that distflash implements. Its fields are
-// model.RopeScaling's, so one converts to the other; the JSON keys are rope_scaling's own.
+// HFRopeScaling is a config.json RoPE scaling (rope_parameters or rope_scaling) that
+// distflash implements. Its fields are model.RopeScaling's, so one converts to the other;
+// the JSON keys are transformers' own.
 type HFRopeScaling struct {
 	Type                          string  // rope_type (or the legacy "type"): linear, dynamic, yarn, llama3; "" for none
 	Factor                        float64 // factor
@@ -90,8 +91,9 @@ type HFRopeScaling struct {
 	AttentionFactor               float64 // attention_factor (yarn); 0: 0.1·ln(factor) + 1
 }
 
-// hfRopeKeys are the rope_scaling keys distflash reads for each rope_type besides rope_type
-// (or type); rope_scaling with any other key is refused.
+// hfRopeKeys are the rope_parameters (or rope_scaling) keys distflash reads for each
+// rope_type besides rope_type (or type), rope_theta and partial_rotary_factor (which must be
+// 1); an object with any other key that is not null is refused.
 var hfRopeKeys = map[string][]string{
 	"default": nil,
 	"linear":  {"factor"},
@@ -119,11 +121,19 @@ func (c HFConfig) WindowNote() string {
 
 // ReadHFConfig reads a Hugging Face LLaMA config.json. A required key that is missing, a
 // value of the wrong type or out of range, and a setting distflash's LLaMA does not
-// implement (model_type other than "llama" or "mistral", hidden_act other than "silu", a rope_scaling
-// type or key other than those below, attention_bias or mlp_bias true) is an error naming
-// the file, the key and the value.
+// implement (model_type other than "llama" or "mistral", hidden_act other than "silu", a RoPE
+// type or key other than those below, partial_rotary_factor other than 1, attention_bias or
+// mlp_bias true) is an error naming the file, the key and the value; each bad key is named
+// once, without the errors that would follow from it.
 //
-// rope_scaling is read as transformers computes it (modeling_rope_utils.py), for rope_type
+// RoPE is read in both of transformers' forms: transformers ≥ 5 writes "rope_parameters":
+// {"rope_type", "rope_theta", scaling keys}; earlier versions wrote a top-level "rope_theta"
+// and "rope_scaling" (transformers 5 still reads those, and "rope_theta" inside
+// rope_scaling). A config that gives a setting in both places must give it the same
+// value: rope_theta (top level, in rope_parameters, in rope_scaling), and the scaling of
+// rope_parameters and rope_scaling; a disagreement is an error naming both keys and values.
+//
+// The scaling is read as transformers computes it (modeling_rope_utils.py), for rope_type
 // (or the legacy "type") default, linear, dynamic, yarn and llama3, and
 // OriginalMaxPositionEmbeddings is always set for the types that use one: dynamic takes
 // max_position_embeddings as the pretrained length (an original_max_position_embeddings
@@ -131,7 +141,8 @@ func (c HFConfig) WindowNote() string {
 // max_position_embeddings, and the explicit factor (as transformers ≥ 4.57 does; earlier
 // versions replace factor by max_position_embeddings / original_max_position_embeddings when
 // both are set); llama3 requires original_max_position_embeddings, low_freq_factor and
-// high_freq_factor.
+// high_freq_factor. A top-level original_max_position_embeddings, which transformers lets
+// override (5) or rescale (4.57, yarn) the scaling's, must agree with it.
 func ReadHFConfig(path string) (HFConfig, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -141,7 +152,7 @@ func ReadHFConfig(path string) (HFConfig, error) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return HFConfig{}, fmt.Errorf("weights: %s: %w", path, err)
 	}
-	r := hfReader{path: path, m: m}
+	r := hfReader{path: path, m: m, bad: map[string]bool{}}
 	c := HFConfig{
 		HiddenSize:            r.int("hidden_size", -1),
 		IntermediateSize:      r.int("intermediate_size", -1),
@@ -152,10 +163,12 @@ func ReadHFConfig(path string) (HFConfig, error) {
 		HeadDim:               r.int("head_dim", 0),
 		MaxPositionEmbeddings: r.int("max_position_embeddings", 2048),
 		RMSNormEps:            r.float("rms_norm_eps", 1e-6),
-		RopeTheta:             r.float("rope_theta", 10000),
 		TieWordEmbeddings:     r.bool("tie_word_embeddings", false),
 		TorchDtype:            r.string("torch_dtype", ""),
 		BOSTokenID:            r.int("bos_token_id", 1),
+	}
+	if c.TorchDtype == "" { // transformers ≥ 5 writes "dtype"
+		c.TorchDtype = r.string("dtype", "")
 	}
 	switch c.ModelType = r.string("model_type", "llama"); c.ModelType {
 	case "llama": // some LLaMA configs carry a window (see WindowNote)
@@ -175,12 +188,10 @@ func ReadHFConfig(path string) (HFConfig, error) {
 		c.SlidingWindow = 0
 	}
 	act := r.string("hidden_act", "silu")
-	if act != "silu" {
+	if act != "silu" && !r.bad["hidden_act"] {
 		r.fail("hidden_act = %q: distflash's MLP is SwiGLU, which needs \"silu\"", act)
 	}
-	if v, ok := m["rope_scaling"]; ok && !isNull(v) {
-		c.RopeScaling = r.ropeScaling(v, c.MaxPositionEmbeddings)
-	}
+	c.RopeTheta, c.RopeScaling = r.rope(c.MaxPositionEmbeddings)
 	for _, key := range []string{"attention_bias", "mlp_bias"} {
 		if r.bool(key, false) {
 			r.fail("%s = true: distflash's LLaMA has no biases; want false", key)
@@ -203,20 +214,20 @@ func ReadHFConfig(path string) (HFConfig, error) {
 	if v, ok := m["bos_token_id"]; ok && isNull(v) {
 		c.BOSTokenID = -1
 	}
-	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+	// The checks across keys, each only when its keys were read well (a bad key is named
+	// once, where it was read).
+	if r.good("num_attention_heads", "num_key_value_heads") && c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
 		r.fail("num_attention_heads = %d is not a multiple of num_key_value_heads = %d", c.NumAttentionHeads, c.NumKeyValueHeads)
 	}
-	if c.NumAttentionHeads > 0 && (c.HeadDim <= 0 || c.HeadDim%2 != 0 || c.HeadDim*c.NumAttentionHeads != c.HiddenSize) {
+	if r.good("head_dim", "num_attention_heads", "hidden_size") && c.NumAttentionHeads > 0 &&
+		(c.HeadDim <= 0 || c.HeadDim%2 != 0 || c.HeadDim*c.NumAttentionHeads != c.HiddenSize) {
 		r.fail("head_dim = %d with num_attention_heads = %d and hidden_size = %d: distflash needs an even head_dim with num_attention_heads × head_dim = hidden_size",
 			c.HeadDim, c.NumAttentionHeads, c.HiddenSize)
 	}
-	if !(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0) {
+	if r.good("rms_norm_eps") && (!(c.RMSNormEps > 0) || math.IsInf(c.RMSNormEps, 0)) {
 		r.fail("rms_norm_eps = %g: must be a positive number", c.RMSNormEps)
 	}
-	if !(c.RopeTheta > 1) || math.IsInf(c.RopeTheta, 0) {
-		r.fail("rope_theta = %g: must be a number > 1", c.RopeTheta)
-	}
-	if c.BOSTokenID < -1 || c.BOSTokenID >= c.VocabSize && c.VocabSize > 0 {
+	if r.good("bos_token_id", "vocab_size") && (c.BOSTokenID < -1 || c.BOSTokenID >= c.VocabSize && c.VocabSize > 0) {
 		r.fail("bos_token_id = %d: must be in [0, vocab_size = %d) or null", c.BOSTokenID, c.VocabSize)
 	}
 	if len(r.errs) > 0 {
@@ -230,10 +241,32 @@ type hfReader struct {
 	path string
 	m    map[string]json.RawMessage
 	errs []error
+	// bad holds the keys already reported (of a wrong type, or required and missing): the
+	// checks that combine keys skip them, so that one mistake gives one error.
+	bad map[string]bool
 }
 
 func (r *hfReader) fail(format string, args ...any) {
 	r.errs = append(r.errs, fmt.Errorf("weights: %s: "+format, append([]any{r.path}, args...)...))
+}
+
+// failKey is fail for a value of key that is wrong in itself, which marks key bad.
+func (r *hfReader) failKey(key, format string, args ...any) {
+	if r.bad == nil {
+		r.bad = map[string]bool{}
+	}
+	r.bad[key] = true
+	r.fail(format, args...)
+}
+
+// good reports whether none of keys has been reported bad.
+func (r *hfReader) good(keys ...string) bool {
+	for _, k := range keys {
+		if r.bad[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // get returns the raw value of key, or nil when it is absent or null. A required key
@@ -243,9 +276,9 @@ func (r *hfReader) get(key string, required bool) json.RawMessage {
 	if !ok || isNull(v) {
 		if required {
 			if ok {
-				r.fail("%s is null: it is required", key)
+				r.failKey(key, "%s is null: it is required", key)
 			} else {
-				r.fail("key %q is missing: it is required", key)
+				r.failKey(key, "key %q is missing: it is required", key)
 			}
 		}
 		return nil
@@ -261,7 +294,7 @@ func (r *hfReader) int(key string, def int) int {
 	}
 	var f float64
 	if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-		r.fail("%s = %s: want an integer", key, compact(v))
+		r.failKey(key, "%s = %s: want an integer", key, compact(v))
 		return max(def, 0)
 	}
 	return int(f)
@@ -274,7 +307,7 @@ func (r *hfReader) float(key string, def float64) float64 {
 	}
 	var f float64
 	if err := json.Unmarshal(v, &f); err != nil {
-		r.fail("%s = %s: want a number", key, compact(v))
+		r.failKey(key, "%s = %s: want a number", key, compact(v))
 		return def
 	}
 	return f
@@ -287,7 +320,7 @@ func (r *hfReader) bool(key string, def bool) bool {
 	}
 	var b bool
 	if err := json.Unmarshal(v, &b); err != nil {
-		r.fail("%s = %s: want true or false", key, compact(v))
+		r.failKey(key, "%s = %s: want true or false", key, compact(v))
 		return def
 	}
 	return b
@@ -300,59 +333,169 @@ func (r *hfReader) string(key string, def string) string {
 	}
 	var s string
 	if err := json.Unmarshal(v, &s); err != nil {
-		r.fail("%s = %s: want a string", key, compact(v))
+		r.failKey(key, "%s = %s: want a string", key, compact(v))
 		return def
 	}
 	return s
 }
 
 // positive reports a key that is present with a value <= 0 (absent keys are reported, or
-// defaulted, where they are read).
+// defaulted, where they are read; keys of a wrong type were reported there).
 func (r *hfReader) positive(key string, v int) {
-	if raw, ok := r.m[key]; ok && !isNull(raw) && v <= 0 {
-		r.fail("%s = %d: must be > 0", key, v)
+	if raw, ok := r.m[key]; ok && !isNull(raw) && v <= 0 && !r.bad[key] {
+		r.failKey(key, "%s = %d: must be > 0", key, v)
 	}
 }
 
-// ropeScaling reads the rope_scaling object v (see ReadHFConfig); maxPos is
-// max_position_embeddings.
-func (r *hfReader) ropeScaling(v json.RawMessage, maxPos int) HFRopeScaling {
+// object returns the JSON object at key, its keys prefixed with "key.", or nil when key is
+// absent, null or {} (which transformers treats as absent).
+func (r *hfReader) object(key string) map[string]json.RawMessage {
+	v := r.get(key, false)
+	if v == nil {
+		return nil
+	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(v, &m); err != nil {
-		r.fail("rope_scaling = %s: want an object or null", compact(v))
-		return HFRopeScaling{}
+	if err := json.Unmarshal(v, &m); err != nil || m == nil {
+		r.failKey(key, "%s = %s: want an object or null", key, compact(v))
+		return nil
 	}
-	sub := hfReader{path: r.path, m: map[string]json.RawMessage{}}
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]json.RawMessage, len(m))
 	for k, x := range m {
-		sub.m["rope_scaling."+k] = x
+		out[key+"."+k] = x
 	}
-	typ := sub.string("rope_scaling.rope_type", "")
-	if legacy := sub.string("rope_scaling.type", ""); typ == "" {
+	return out
+}
+
+// rope reads rope_theta and the RoPE scaling from either of transformers' forms (see
+// ReadHFConfig); maxPos is max_position_embeddings.
+func (r *hfReader) rope(maxPos int) (float64, HFRopeScaling) {
+	params, scaling := r.object("rope_parameters"), r.object("rope_scaling")
+	sub := hfReader{path: r.path, m: map[string]json.RawMessage{}, bad: r.bad}
+	for k, v := range r.m {
+		sub.m[k] = v
+	}
+	for k, v := range params {
+		sub.m[k] = v
+	}
+	for k, v := range scaling {
+		sub.m[k] = v
+	}
+
+	// rope_theta: wherever it is given, one value.
+	theta, thetaKey := 10000.0, ""
+	for _, key := range []string{"rope_theta", "rope_parameters.rope_theta", "rope_scaling.rope_theta"} {
+		if sub.get(key, false) == nil {
+			continue
+		}
+		v := sub.float(key, 0)
+		switch {
+		case sub.bad[key]:
+		case !(v > 1) || math.IsInf(v, 0):
+			sub.failKey(key, "%s = %s: must be a number > 1", key, compact(sub.m[key]))
+		case thetaKey == "":
+			theta, thetaKey = v, key
+		case v != theta:
+			sub.fail("%s = %s and %s = %s disagree: give RoPE's base once, or the same value in both (transformers 4 reads rope_theta, transformers 5 the one in rope_parameters or rope_scaling)",
+				thetaKey, compact(sub.m[thetaKey]), key, compact(sub.m[key]))
+		}
+	}
+
+	// partial_rotary_factor: distflash rotates every feature of a head.
+	for _, key := range []string{"partial_rotary_factor", "rope_parameters.partial_rotary_factor", "rope_scaling.partial_rotary_factor"} {
+		if sub.get(key, false) == nil {
+			continue
+		}
+		if v := sub.float(key, 1); v != 1 && !sub.bad[key] {
+			sub.failKey(key, "%s = %s: RoPE on part of each head is not implemented (distflash rotates all head_dim features); want 1 or absent", key, compact(sub.m[key]))
+		}
+	}
+
+	// The scaling: from rope_parameters, from rope_scaling, and if both, the same.
+	var rs HFRopeScaling
+	var from map[string]json.RawMessage
+	var fromKey string
+	for _, o := range []struct {
+		key string
+		m   map[string]json.RawMessage
+	}{{"rope_parameters", params}, {"rope_scaling", scaling}} {
+		if o.m == nil {
+			continue
+		}
+		got, ok := sub.ropeScaling(o.key, maxPos)
+		switch {
+		case !ok:
+		case from == nil:
+			rs, from, fromKey = got, o.m, o.key
+		case got != rs:
+			sub.fail("%s = %s and %s = %s disagree: give the RoPE scaling once, or the same in both (transformers 4 reads rope_scaling, transformers 5 rope_parameters unless rope_scaling is set)",
+				fromKey, compactN(r.m[fromKey], 400), o.key, compactN(r.m[o.key], 400))
+		}
+	}
+
+	// A top-level original_max_position_embeddings: transformers 5 puts it in place of the
+	// scaling's for yarn and llama3, and 4.57's yarn divides max_position_embeddings by it for
+	// the factor.
+	if v := sub.get("original_max_position_embeddings", false); v != nil && (rs.Type == "yarn" || rs.Type == "llama3") {
+		o := sub.int("original_max_position_embeddings", 0)
+		switch {
+		case sub.bad["original_max_position_embeddings"]:
+		case o != rs.OriginalMaxPositionEmbeddings:
+			sub.fail("original_max_position_embeddings = %d and %s.original_max_position_embeddings = %d disagree: transformers uses the top-level one for rope_type %q; give one value",
+				o, fromKey, rs.OriginalMaxPositionEmbeddings, rs.Type)
+		case rs.Type == "yarn" && float64(maxPos) != rs.Factor*float64(o):
+			sub.fail("original_max_position_embeddings = %d with %s.factor = %g and max_position_embeddings = %d: transformers 4 takes yarn's factor as max_position_embeddings / original_max_position_embeddings = %g there; drop the top-level key",
+				o, fromKey, rs.Factor, maxPos, float64(maxPos)/float64(o))
+		}
+	}
+	r.errs = append(r.errs, sub.errs...)
+	return theta, rs
+}
+
+// ropeScaling reads the RoPE scaling of the object at key (rope_parameters or rope_scaling,
+// its keys in r.m as "key.name"; see ReadHFConfig); maxPos is max_position_embeddings. It
+// reports false when the object is refused.
+func (r *hfReader) ropeScaling(key string, maxPos int) (HFRopeScaling, bool) {
+	n := len(r.errs)
+	var names []string
+	for k := range r.m {
+		if name, ok := strings.CutPrefix(k, key+"."); ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	typ := r.string(key+".rope_type", "")
+	if legacy := r.string(key+".type", ""); typ == "" {
 		typ = legacy
 	} else if legacy != "" && legacy != typ {
-		sub.fail("rope_scaling.rope_type = %q and rope_scaling.type = %q disagree", typ, legacy)
+		r.fail("%s.rope_type = %q and %s.type = %q disagree", key, typ, key, legacy)
 	}
 	if typ == "" {
 		typ = "default"
 	}
 	keys, ok := hfRopeKeys[typ]
 	if !ok {
-		sub.fail("rope_scaling.rope_type = %q: not implemented; distflash implements default, linear, dynamic, yarn, llama3", typ)
+		r.failKey(key+".rope_type", "%s.rope_type = %q: not implemented; distflash implements default, linear, dynamic, yarn, llama3", key, typ)
 	}
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if ok && k != "rope_type" && k != "type" && !isNull(m[k]) && !slices.Contains(keys, k) {
-			sub.fail("rope_scaling.%s = %s: not implemented for rope_type %q (distflash reads %s)", k, compact(m[k]), typ,
-				strings.Join(append([]string{"rope_type"}, keys...), ", "))
+	for _, k := range names {
+		switch {
+		case !ok, k == "rope_type", k == "type", k == "rope_theta", k == "partial_rotary_factor":
+		case isNull(r.m[key+"."+k]), slices.Contains(keys, k):
+		default:
+			r.failKey(key+"."+k, "%s.%s = %s: not implemented for rope_type %q (distflash reads %s)", key, k, compact(r.m[key+"."+k]), typ,
+				strings.Join(append([]string{"rope_type", "rope_theta"}, keys...), ", "))
 		}
 	}
 	rs := HFRopeScaling{
-		Factor:                        sub.float("rope_scaling.factor", 0),
-		OriginalMaxPositionEmbeddings: sub.int("rope_scaling.original_max_position_embeddings", 0),
-		LowFreqFactor:                 sub.float("rope_scaling.low_freq_factor", 0),
-		HighFreqFactor:                sub.float("rope_scaling.high_freq_factor", 0),
-		BetaFast:                      sub.float("rope_scaling.beta_fast", 0),
-		BetaSlow:                      sub.float("rope_scaling.beta_slow", 0),
-		AttentionFactor:               sub.float("rope_scaling.attention_factor", 0),
+		Factor:                        r.float(key+".factor", 0),
+		OriginalMaxPositionEmbeddings: r.int(key+".original_max_position_embeddings", 0),
+		LowFreqFactor:                 r.float(key+".low_freq_factor", 0),
+		HighFreqFactor:                r.float(key+".high_freq_factor", 0),
+		BetaFast:                      r.float(key+".beta_fast", 0),
+		BetaSlow:                      r.float(key+".beta_slow", 0),
+		AttentionFactor:               r.float(key+".attention_factor", 0),
 	}
 	if ok && typ != "default" {
 		rs.Type = typ
@@ -361,16 +504,16 @@ func (r *hfReader) ropeScaling(v json.RawMessage, maxPos int) HFRopeScaling {
 			required = keys
 		}
 		for _, k := range required {
-			sub.get("rope_scaling."+k, true)
+			r.get(key+"."+k, true)
 		}
 	}
-	if rs.Type != "" && !(rs.Factor >= 1) && m["factor"] != nil && !isNull(m["factor"]) {
-		sub.fail("rope_scaling.factor = %s: must be ≥ 1", compact(m["factor"]))
+	if f := r.m[key+".factor"]; rs.Type != "" && !(rs.Factor >= 1) && f != nil && !isNull(f) && r.good(key+".factor") {
+		r.fail("%s.factor = %s: must be ≥ 1", key, compact(f))
 	}
 	switch typ {
 	case "dynamic":
 		if o := rs.OriginalMaxPositionEmbeddings; o != 0 && o != maxPos {
-			sub.fail("rope_scaling.original_max_position_embeddings = %d differs from max_position_embeddings = %d: transformers' dynamic scaling takes max_position_embeddings as the pretrained length", o, maxPos)
+			r.fail("%s.original_max_position_embeddings = %d differs from max_position_embeddings = %d: transformers' dynamic scaling takes max_position_embeddings as the pretrained length", key, o, maxPos)
 		}
 		rs.OriginalMaxPositionEmbeddings = maxPos
 	case "yarn":
@@ -378,21 +521,26 @@ func (r *hfReader) ropeScaling(v json.RawMessage, maxPos int) HFRopeScaling {
 			rs.OriginalMaxPositionEmbeddings = maxPos
 		}
 	}
-	r.errs = append(r.errs, sub.errs...)
-	return rs
+	if !ok || rs.Type == "" {
+		rs = HFRopeScaling{Type: rs.Type}
+	}
+	return rs, len(r.errs) == n
 }
 
 func isNull(v json.RawMessage) bool { return string(bytes.TrimSpace(v)) == "null" }
 
 // compact shortens a JSON value for an error message.
-func compact(v json.RawMessage) string {
+func compact(v json.RawMessage) string { return compactN(v, 80) }
+
+// compactN is v without its spaces, cut to n bytes.
+func compactN(v json.RawMessage, n int) string {
 	var b bytes.Buffer
 	if json.Compact(&b, v) != nil {
 		return string(v)
 	}
 	s := b.String()
-	if len(s) > 80 {
-		s = s[:77] + "..."
+	if len(s) > n {
+		s = s[:n-3] + "..."
 	}
 	return s
 }

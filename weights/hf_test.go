@@ -458,3 +458,131 @@ func TestPermuteQK(t *testing.T) {
 		}
 	}
 }
+
+// withKeys returns minimalHFConfig with each key of kv set to its JSON value.
+func withKeys(t *testing.T, kv map[string]string) string {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(minimalHFConfig), &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range kv {
+		m[k] = json.RawMessage(v)
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// TestReadHFConfigRopeForms: RoPE is read from transformers 5's rope_parameters and from
+// transformers 4's rope_theta and rope_scaling alike, and from both when they agree.
+func TestReadHFConfigRopeForms(t *testing.T) {
+	llama3 := HFRopeScaling{Type: "llama3", Factor: 8, OriginalMaxPositionEmbeddings: 8192, LowFreqFactor: 1, HighFreqFactor: 4}
+	const llama3JSON = `"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192`
+	for _, tc := range []struct {
+		name  string
+		kv    map[string]string
+		theta float64
+		rs    HFRopeScaling
+	}{
+		{"v5 theta", map[string]string{"rope_parameters": `{"rope_type": "default", "rope_theta": 500000.0}`}, 5e5, HFRopeScaling{}},
+		{"v5 llama3", map[string]string{"rope_parameters": `{"rope_type": "llama3", "rope_theta": 500000.0, ` + llama3JSON + `}`}, 5e5, llama3},
+		{"v5 linear, legacy type too", map[string]string{"rope_parameters": `{"type": "linear", "rope_type": "linear", "factor": 2.0, "rope_theta": 40000}`},
+			4e4, HFRopeScaling{Type: "linear", Factor: 2}},
+		{"v5 dynamic", map[string]string{"rope_parameters": `{"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}`},
+			1e4, HFRopeScaling{Type: "dynamic", Factor: 2, OriginalMaxPositionEmbeddings: 2048}},
+		{"v5 yarn", map[string]string{"rope_parameters": `{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512, "beta_fast": 16, "rope_theta": 1e6}`},
+			1e6, HFRopeScaling{Type: "yarn", Factor: 4, OriginalMaxPositionEmbeddings: 512, BetaFast: 16}},
+		{"v5 without rope_theta: the top-level one", map[string]string{"rope_theta": "250000", "rope_parameters": `{"rope_type": "default"}`}, 2.5e5, HFRopeScaling{}},
+		{"v5 empty rope_parameters", map[string]string{"rope_parameters": `{}`}, 1e4, HFRopeScaling{}},
+		{"v4 llama3", map[string]string{"rope_theta": "500000.0", "rope_scaling": `{"rope_type": "llama3", ` + llama3JSON + `}`}, 5e5, llama3},
+		{"both, agreeing", map[string]string{"rope_theta": "500000.0", "rope_scaling": `{"rope_type": "llama3", ` + llama3JSON + `}`,
+			"rope_parameters": `{"rope_type": "llama3", "rope_theta": 500000.0, ` + llama3JSON + `}`}, 5e5, llama3},
+		{"rope_theta inside rope_scaling", map[string]string{"rope_scaling": `{"rope_type": "linear", "factor": 2, "rope_theta": 1e5}`}, 1e5, HFRopeScaling{Type: "linear", Factor: 2}},
+		{"partial_rotary_factor 1", map[string]string{"partial_rotary_factor": "1.0", "rope_parameters": `{"rope_type": "default", "partial_rotary_factor": 1}`}, 1e4, HFRopeScaling{}},
+		{"top-level original_max_position_embeddings that agrees", map[string]string{"max_position_embeddings": "32768", "original_max_position_embeddings": "8192",
+			"rope_parameters": `{"rope_type": "llama3", "rope_theta": 500000.0, ` + llama3JSON + `}`}, 5e5, llama3},
+		{"top-level original_max_position_embeddings, unused by linear", map[string]string{"original_max_position_embeddings": "1024",
+			"rope_parameters": `{"rope_type": "linear", "factor": 2}`}, 1e4, HFRopeScaling{Type: "linear", Factor: 2}},
+	} {
+		c, err := ReadHFConfig(writeHFConfig(t, withKeys(t, tc.kv)))
+		if err != nil || c.RopeTheta != tc.theta || c.RopeScaling != tc.rs {
+			t.Errorf("%s: rope_theta %g, %+v, %v; want %g, %+v", tc.name, c.RopeTheta, c.RopeScaling, err, tc.theta, tc.rs)
+		}
+	}
+}
+
+// TestReadHFConfigRopeRefusals: a RoPE setting given twice with two values, or one distflash
+// does not implement, in either form, is refused naming the keys and values; and one bad
+// value gives one error, not the errors that would follow from it.
+func TestReadHFConfigRopeRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		kv   map[string]string
+		want []string
+	}{
+		{map[string]string{"rope_theta": "10000.0", "rope_parameters": `{"rope_type": "default", "rope_theta": 500000.0}`},
+			[]string{"rope_theta = 10000.0 and rope_parameters.rope_theta = 500000.0 disagree"}},
+		{map[string]string{"rope_parameters": `{"rope_type": "default", "rope_theta": 500000.0}`, "rope_scaling": `{"type": "default", "rope_theta": 1e4}`},
+			[]string{"rope_parameters.rope_theta = 500000.0 and rope_scaling.rope_theta = 1e4 disagree"}},
+		{map[string]string{"rope_parameters": `{"rope_type": "yarn", "factor": 4.0, "rope_theta": 500000.0}`, "rope_scaling": `{"type": "linear", "factor": 4.0}`},
+			[]string{`rope_parameters = {"rope_type":"yarn","factor":4.0,"rope_theta":500000.0} and rope_scaling = {"type":"linear","factor":4.0} disagree`}},
+		{map[string]string{"rope_parameters": `{"rope_type": "linear", "factor": 4.0}`, "rope_scaling": `{"rope_type": "linear", "factor": 2.0}`},
+			[]string{`rope_parameters = {"rope_type":"linear","factor":4.0} and rope_scaling = {"rope_type":"linear","factor":2.0} disagree`}},
+		{map[string]string{"partial_rotary_factor": "0.5"}, []string{"partial_rotary_factor = 0.5: RoPE on part of each head is not implemented"}},
+		{map[string]string{"rope_parameters": `{"rope_type": "default", "partial_rotary_factor": 0.25}`}, []string{"rope_parameters.partial_rotary_factor = 0.25"}},
+		{map[string]string{"rope_parameters": `{"rope_type": "longrope", "short_factor": [1], "long_factor": [2]}`},
+			[]string{`rope_parameters.rope_type = "longrope": not implemented`, "default, linear, dynamic, yarn, llama3"}},
+		{map[string]string{"rope_parameters": `{"rope_type": "proportional", "rope_theta": 1e6}`}, []string{`rope_parameters.rope_type = "proportional": not implemented`}},
+		{map[string]string{"rope_parameters": `{"rope_type": "yarn", "factor": 4.0, "mscale": 0.707, "mscale_all_dim": 0.707}`},
+			[]string{`rope_parameters.mscale = 0.707: not implemented for rope_type "yarn"`, `rope_parameters.mscale_all_dim = 0.707`}},
+		{map[string]string{"rope_parameters": `{"rope_type": "yarn", "factor": 4.0, "truncate": false}`}, []string{`rope_parameters.truncate = false: not implemented`}},
+		{map[string]string{"rope_parameters": `{"rope_type": "llama3", "factor": 8.0}`}, []string{`"rope_parameters.low_freq_factor" is missing`}},
+		{map[string]string{"rope_parameters": `{"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}}`},
+			[]string{`rope_parameters.full_attention = {"rope_type":"default"}: not implemented`}},
+		{map[string]string{"rope_parameters": `"default"`}, []string{`rope_parameters = "default": want an object or null`}},
+		{map[string]string{"rope_parameters": `{"rope_type": "default", "rope_theta": "1e4"}`}, []string{`rope_parameters.rope_theta = "1e4": want a number`}},
+		{map[string]string{"rope_parameters": `{"rope_type": "default", "rope_theta": 0.5}`}, []string{`rope_parameters.rope_theta = 0.5: must be a number > 1`}},
+		{map[string]string{"max_position_embeddings": "32768", "original_max_position_embeddings": "4096",
+			"rope_parameters": `{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}`},
+			[]string{"original_max_position_embeddings = 4096 and rope_parameters.original_max_position_embeddings = 8192 disagree"}},
+		{map[string]string{"max_position_embeddings": "4096", "original_max_position_embeddings": "512",
+			"rope_scaling": `{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}`},
+			[]string{"original_max_position_embeddings = 512 with rope_scaling.factor = 4 and max_position_embeddings = 4096", "= 8"}},
+	} {
+		path := writeHFConfig(t, withKeys(t, tc.kv))
+		_, err := ReadHFConfig(path)
+		if err == nil {
+			t.Errorf("%v: no error", tc.kv)
+			continue
+		}
+		for _, w := range append(tc.want, path) {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q does not mention %q", tc.kv, err, w)
+			}
+		}
+		if n := strings.Count(err.Error(), "weights: "); n != 1 && len(tc.kv) > 1 {
+			t.Errorf("%v: %d errors, want the one: %v", tc.kv, n, err)
+		}
+	}
+}
+
+// TestReadHFConfigOneErrorPerMistake: a value of the wrong type (or a required key missing)
+// is named once, without the errors of the checks that use it.
+func TestReadHFConfigOneErrorPerMistake(t *testing.T) {
+	for _, tc := range []struct{ key, value, want string }{
+		{"hidden_size", `"64"`, `hidden_size = "64": want an integer`},
+		{"hidden_size", "", `"hidden_size" is missing`},
+		{"num_attention_heads", `"4"`, `num_attention_heads = "4": want an integer`},
+		{"num_key_value_heads", `2.5`, `num_key_value_heads = 2.5: want an integer`},
+		{"head_dim", `"16"`, `head_dim = "16": want an integer`},
+		{"vocab_size", `"300"`, `vocab_size = "300": want an integer`},
+		{"rms_norm_eps", `"1e-6"`, `rms_norm_eps = "1e-6": want a number`},
+		{"rope_theta", `"5e5"`, `rope_theta = "5e5": want a number`},
+		{"hidden_act", `1`, `hidden_act = 1: want a string`},
+	} {
+		path := writeHFConfig(t, with(t, tc.key, tc.value))
+		_, err := ReadHFConfig(path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Count(err.Error(), "weights: ") != 1 {
+			t.Errorf("%s = %s: %v; want the one error %q", tc.key, tc.value, err, tc.want)
+		}
+	}
+}

@@ -41,7 +41,8 @@ var unsupportedHFKeys = []struct{ key, what string }{
 // CheckHFArchitecture reads the config.json at path and refuses every key that turns on an
 // architecture feature distflash's LLaMA does not have (see unsupportedHFKeys), naming the
 // file, the key and its value. Keys ReadHFConfig reads (hidden_act, attention_bias,
-// mlp_bias, rope_scaling, model_type) are checked there.
+// mlp_bias, rope_theta, rope_parameters, rope_scaling, partial_rotary_factor,
+// original_max_position_embeddings, head_dim, model_type) are checked there.
 func CheckHFArchitecture(path string) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
