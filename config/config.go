@@ -94,9 +94,13 @@ type TrainingConfig struct {
 	GradClip       float64 `toml:"grad_clip" json:"grad_clip"`               // global gradient norm limit; 0 = off
 	MixedPrecision string  `toml:"mixed_precision" json:"mixed_precision"`   // fp32 | bf16 | fp16
 	GradAccumSteps int     `toml:"grad_accum_steps" json:"grad_accum_steps"` // micro-batches per optimizer step
-	// SkipSpikes skips the update of a step whose loss or gradient norm spikes (train's spike
-	// detection, which reports them either way), as PaLM-style recipes skip such batches.
-	SkipSpikes bool `toml:"skip_spikes" json:"skip_spikes,omitempty"`
+	// SkipSpikes skips the update of a step whose loss spikes (train's spike detection, which
+	// reports loss and gradient-norm spikes either way), as PaLM-style recipes skip such
+	// batches: at most SkipSpikesMaxConsecutive steps in a row (the rest of a longer run of
+	// spikes is applied) and SkipSpikesMaxTotal in all (then skipping stops).
+	SkipSpikes               bool `toml:"skip_spikes" json:"skip_spikes,omitempty"`
+	SkipSpikesMaxConsecutive int  `toml:"skip_spikes_max_consecutive" json:"skip_spikes_max_consecutive"`
+	SkipSpikesMaxTotal       int  `toml:"skip_spikes_max_total" json:"skip_spikes_max_total"`
 	// LossChunk is how many tokens go through the output head and the loss at a time, so that
 	// the [tokens, vocab] logits exist one chunk at a time (model.Model.LossChunk): -1 lets
 	// LossChunkTokens choose (chunks of at most 256 MiB of logits), 0 takes all at once.
@@ -209,7 +213,7 @@ func Default() Config {
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",
 			LossScaleInit: 65536, LossScaleGrowthInterval: 2000,
-			GradAccumSteps: 1, LossChunk: -1, MLPTile: -1},
+			GradAccumSteps: 1, LossChunk: -1, MLPTile: -1, SkipSpikesMaxConsecutive: 4, SkipSpikesMaxTotal: 20},
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
 			Attention: "distflash", OverlapComm: true, FSDP: false, UlyssesDegree: 1},
 		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
@@ -685,6 +689,12 @@ func (c *Config) validate(forEval bool) error {
 		fail("training.loss_scale_init = %g: must be a finite number >= 1 (fp16 starts scaling the loss by it; 65536 is usual)", t.LossScaleInit)
 	}
 	atLeast("training.loss_scale_growth_interval", t.LossScaleGrowthInterval, 1)
+	if t.SkipSpikesMaxConsecutive < 1 {
+		fail("training.skip_spikes_max_consecutive = %d: want at least 1, the most steps in a row training.skip_spikes skips (to skip none, set skip_spikes = false)", t.SkipSpikesMaxConsecutive)
+	}
+	if t.SkipSpikesMaxTotal < 1 {
+		fail("training.skip_spikes_max_total = %d: want at least 1, the most updates training.skip_spikes skips in a run (to skip none, set skip_spikes = false)", t.SkipSpikesMaxTotal)
+	}
 
 	// [parallelism]
 	p := c.Parallelism

@@ -230,6 +230,8 @@ func TestValidateInvalid(t *testing.T) {
 		{"grad_accum_steps", func(c *Config) { c.Training.GradAccumSteps = 0 }, []string{"training.grad_accum_steps = 0"}},
 		{"loss scale", func(c *Config) { c.Training.LossScaleInit = 0 }, []string{"training.loss_scale_init = 0", "65536"}},
 		{"loss scale growth", func(c *Config) { c.Training.LossScaleGrowthInterval = 0 }, []string{"training.loss_scale_growth_interval = 0"}},
+		{"skip_spikes_max_consecutive", func(c *Config) { c.Training.SkipSpikesMaxConsecutive = 0 }, []string{"training.skip_spikes_max_consecutive = 0: want at least 1"}},
+		{"skip_spikes_max_total", func(c *Config) { c.Training.SkipSpikesMaxTotal = -2 }, []string{"training.skip_spikes_max_total = -2: want at least 1"}},
 		{"world vs sp", func(c *Config) { c.Parallelism.WorldSize, c.Parallelism.SequenceParallelDegree = 6, 4 },
 			[]string{"parallelism.world_size = 6 is not a multiple of parallelism.sequence_parallel_degree = 4"}},
 		{"eval interval without data", func(c *Config) { c.Eval.Interval, c.Data.Eval = 10, "" }, []string{"eval.interval = 10", "data.eval"}},

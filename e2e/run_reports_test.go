@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,7 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"distflash/kernels"
 	"distflash/train/tensorboard"
 )
 
@@ -130,6 +133,72 @@ func TestProfile(t *testing.T) {
 		if errors.As(err, &ee) || err != nil || !strings.Contains(string(top), "distflash/") {
 			t.Errorf("go tool pprof -top: %v\n%s", err, top)
 		}
+	}
+}
+
+// TestProfileFloors: the per-op table's byte ceiling (ops.json's ceilings.bytes_per_s, from the
+// copy train times when the window opens) is within a factor of 2 of a copy this test times
+// itself: two buffers each 4 times the last-level cache (at least 128 MiB), the source written
+// first, the best of 5, its bytes read and written. A source never written reads as one cached
+// page of zeros, and buffers within the cache are not memory: either put the floor 3.4 times
+// too high on a 2-core EPYC, every memory-bound op 3.4 times further from it than it is. On one
+// rank the collectives move no bytes: their row has no floor and no ratio, in ops.json (no
+// "ratio") and in ops.txt ("-").
+func TestProfileFloors(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "prof")
+	mustSucceed(t, append(smallRun(dir, "--set", "training.steps=3"), "--profile", prof, "--profile-steps", "2..3")...)
+	b, err := os.ReadFile(filepath.Join(prof, "ops.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tab struct {
+		Ceilings struct {
+			BytesPerSec float64 `json:"bytes_per_s"`
+		}
+		Ops []map[string]any
+	}
+	if err := json.Unmarshal(b, &tab); err != nil {
+		t.Fatal(err)
+	}
+
+	n := int(min(max(4*kernels.LastLevelCache(), 128<<20), 512<<20) / 4)
+	src, dst := make([]float32, n), make([]float32, n)
+	for i := range src {
+		src[i] = float32(1 + i%251)
+	}
+	copy(dst, src)
+	best := math.Inf(1)
+	for range 5 {
+		start := time.Now()
+		copy(dst, src)
+		best = min(best, time.Since(start).Seconds())
+	}
+	copied := 8 * float64(n) / best
+	if r := tab.Ceilings.BytesPerSec / copied; r < 0.5 || r > 2 {
+		t.Errorf("the profile's byte ceiling %.4g GB/s is %.2f× a copy of 2×%d MiB timed here (%.4g GB/s), want 0.5–2×",
+			tab.Ceilings.BytesPerSec/1e9, r, 4*n>>20, copied/1e9)
+	}
+
+	comm := false
+	for _, r := range tab.Ops {
+		if r["op"] != "comm" {
+			continue
+		}
+		comm = true
+		if _, ok := r["ratio"]; ok || r["bytes"] != 0.0 || r["floor_seconds"] != 0.0 {
+			t.Errorf("ops.json: a collective of one rank with bytes, a floor or a ratio: %v", r)
+		}
+	}
+	if !comm {
+		t.Errorf("ops.json has no comm row:\n%s", b)
+	}
+	txt, err := os.ReadFile(filepath.Join(prof, "ops.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^comm +step .* - +-$`).Match(txt) {
+		t.Errorf("ops.txt: the collectives of one rank have a floor or a ratio:\n%s", txt)
 	}
 }
 

@@ -281,24 +281,37 @@ func (c Ceilings) Floor(class OpClass, x OpCost) float64 {
 
 // Calibration sizes the measurement of Calibrate.
 type Calibration struct {
-	CopyElems int // float32 elements of the buffer copied (its bytes are read and written)
+	CopyElems int // float32 elements of each of the copy's two buffers (its bytes are read and written)
 	GEMM      int // m = n = k of the product timed
 	Reps      int // repetitions of each; the fastest counts
 }
 
-// CalibrationFor is the measurement for be: 2×128 MiB copies and 4096³ products on a GPU,
-// 2×16 MiB and 512³ elsewhere.
+// The CPU's copy buffers: each at least 4 times the last-level cache, so that the copy streams
+// from memory as a large op's operands do, and no less than calibMinCopy nor more than
+// calibMaxCopy bytes.
+const (
+	calibMinCopy = 128 << 20
+	calibMaxCopy = 512 << 20
+)
+
+// CalibrationFor is the measurement for be: 2×128 MiB copies and 4096³ products on a GPU (whose
+// L2 cache is tens of MiB); on the CPU, copies of two buffers each 4 times the last-level cache
+// (LastLevelCache; 128 to 512 MiB) and 512³ products.
 func CalibrationFor(be Backend) Calibration {
 	if _, ok := be.(interface{ NewOpTimer() OpTimer }); ok {
 		return Calibration{CopyElems: 32 << 20, GEMM: 4096, Reps: 5}
 	}
-	return Calibration{CopyElems: 4 << 20, GEMM: 512, Reps: 3}
+	return Calibration{CopyElems: int(min(max(4*LastLevelCache(), calibMinCopy), calibMaxCopy) / 4), GEMM: 512, Reps: 3}
 }
 
 // Calibrate measures be's ceilings with t: the bandwidth of Copy (its bytes read and written)
-// and the rate of MatMul at be's current precision, the fastest of k.Reps runs of each.
+// and the rate of MatMul at be's current precision, the fastest of k.Reps runs of each. Both
+// copy buffers are written first, the source with values that are not 0: memory the process
+// has never written may all be one shared page of zeros, which a copy reads from the cache.
 func Calibrate(be Backend, t OpTimer, k Calibration) Ceilings {
 	src, dst := be.Alloc(k.CopyElems), be.Alloc(k.CopyElems)
+	fill(be, src)
+	be.Zero(dst)
 	a, b, c := be.Alloc(k.GEMM*k.GEMM), be.Alloc(k.GEMM*k.GEMM), be.Alloc(k.GEMM*k.GEMM)
 	t.Reset()
 	be.Copy(dst, src) // warm up: first use of the buffers, the GEMM's algorithm
@@ -330,6 +343,19 @@ func Calibrate(be Backend, t OpTimer, k Calibration) Ceilings {
 		out.FLOPsPerSec = 2 * math.Pow(float64(k.GEMM), 3) / mm
 	}
 	return out
+}
+
+// fill writes every element of b with values that are not 0, a chunk of 1M at a time (no
+// host copy of the whole buffer).
+func fill(be Backend, b Buf) {
+	chunk := make([]float32, min(b.Len(), 1<<20))
+	for i := range chunk {
+		chunk[i] = 1 + float32(i%251)
+	}
+	for off := 0; off < b.Len(); off += len(chunk) {
+		n := min(len(chunk), b.Len()-off)
+		be.Upload(be.Slice(b, off, n), chunk[:n])
+	}
 }
 
 // OpProfile records the ops of the steps it is told about and aggregates them per class and
@@ -445,9 +471,10 @@ type OpRow struct {
 	Bytes   float64 `json:"bytes"`
 	FLOPs   float64 `json:"flops"`
 	// FloorSeconds is the ceilings' least time for these bytes and FLOPs (Ceilings.Floor), and
-	// Ratio Seconds / FloorSeconds (0 when no floor is known).
+	// Ratio Seconds / FloorSeconds: 0, and absent from JSON, when there is no floor (no
+	// ceilings known, or an op that moves no bytes, as a single rank's collectives).
 	FloorSeconds float64 `json:"floor_seconds"`
-	Ratio        float64 `json:"ratio"`
+	Ratio        float64 `json:"ratio,omitempty"`
 }
 
 // OpTable is the per-op profile of the recorded steps.

@@ -103,6 +103,72 @@ func TestCalibrate(t *testing.T) {
 	}
 }
 
+// copyWatch is the CPU backend noting, at each Copy, whether the source had been written with
+// values that are not 0 and the destination written at all (Calibrate's buffers, first use).
+type copyWatch struct {
+	*CPU
+	copies, srcUnwritten, dstUnwritten int
+	written                            map[*float32]bool // the first element of each buffer written
+}
+
+func (w *copyWatch) Upload(dst Buf, src []float32) {
+	w.CPU.Upload(dst, src)
+	w.written[&f(dst)[0]] = true
+}
+
+func (w *copyWatch) Zero(b Buf) {
+	w.CPU.Zero(b)
+	w.written[&f(b)[0]] = true
+}
+
+func (w *copyWatch) Copy(dst, src Buf) {
+	if w.copies++; w.copies == 1 {
+		s := f(src)
+		if !w.written[&s[0]] || slices.Contains(s, 0) {
+			w.srcUnwritten++
+		}
+		if !w.written[&f(dst)[0]] {
+			w.dstUnwritten++
+		}
+	}
+	w.CPU.Copy(dst, src)
+}
+
+// TestCalibrateWritesFirst: the copy's buffers are written before they are timed, the source
+// with no 0 in it (memory never written reads as one cached page of zeros: the ceiling came
+// out 3.4 times a real copy's), across chunks of the fill.
+func TestCalibrateWritesFirst(t *testing.T) {
+	w := &copyWatch{CPU: NewCPU(), written: map[*float32]bool{}}
+	Calibrate(w, NewTickTimer(1e-3), Calibration{CopyElems: 1<<20 + 5, GEMM: 4, Reps: 2})
+	if w.copies != 3 || w.srcUnwritten != 0 || w.dstUnwritten != 0 {
+		t.Errorf("%d copies; the first with its source unwritten or holding 0: %d, its destination unwritten: %d", w.copies, w.srcUnwritten, w.dstUnwritten)
+	}
+}
+
+// TestCalibrationFor: the CPU copies two buffers each 4 times the last-level cache, within
+// 128–512 MiB; the cache is read from sysfs (testdata/cache: this machine's, an AMD EPYC's).
+func TestCalibrationFor(t *testing.T) {
+	if got := lastLevelCache("testdata/cache"); got != 32<<20 {
+		t.Errorf("last-level cache of testdata/cache: %d, want 32 MiB (index3, level 3, Unified)", got)
+	}
+	if got := lastLevelCache(t.TempDir()); got != 0 {
+		t.Errorf("no caches described: %d, want 0", got)
+	}
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{{"32768K", 32 << 20}, {"1M", 1 << 20}, {"512", 512}, {"x", 0}, {"", 0}} {
+		if got := cacheSize(tc.in); got != tc.want {
+			t.Errorf("cacheSize(%q) = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+	k := CalibrationFor(NewCPU())
+	bytes, want := int64(4*k.CopyElems), min(max(4*LastLevelCache(), 128<<20), 512<<20)
+	if bytes != want || k.Reps < 3 {
+		t.Errorf("CPU calibration %+v: %d bytes a buffer, want %d (last-level cache %d)", k, bytes, want, LastLevelCache())
+	}
+}
+
 // TestOpCosts: each method's bytes and FLOPs, written out for one size.
 func TestOpCosts(t *testing.T) {
 	for _, tc := range []struct {

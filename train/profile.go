@@ -172,34 +172,43 @@ func (p *profiler) detach(stderr io.Writer) {
 	fmt.Fprintf(stderr, "profile: per-op table of %d steps in %s (and %s)\n", tab.Steps, txt, js)
 }
 
-// timedComm is rank 0's Comm with its collectives bracketed as communication.
+// timedComm is rank 0's Comm with its collectives bracketed as communication. A collective's
+// bytes are those that cross between ranks, as NCCL's bus bandwidth counts them: (P−1)/P of
+// the gathered or scattered buffer, 2(P−1)/P of an all-reduced one, for P ranks; none for one
+// rank, whose collectives have no floor and no ratio in the table.
 type timedComm struct {
 	transport.Comm
 	ops *kernels.OpProfile
 }
 
+// wire is the bytes of n float32 values, times k(P−1)/P.
+func (c timedComm) wire(n, k int) int64 {
+	p := int64(c.Size())
+	return 4 * int64(k) * int64(n) * (p - 1) / p
+}
+
 func (c timedComm) AllGather(dst, src kernels.Buf, site string) {
 	c.ops.Begin(kernels.OpComm, kernels.PhaseStep)
 	c.Comm.AllGather(dst, src, site)
-	c.ops.End(kernels.OpCost{Bytes: 4 * int64(dst.Len())})
+	c.ops.End(kernels.OpCost{Bytes: c.wire(dst.Len(), 1)})
 }
 
 func (c timedComm) ReduceScatter(dst, src kernels.Buf, site string) {
 	c.ops.Begin(kernels.OpComm, kernels.PhaseStep)
 	c.Comm.ReduceScatter(dst, src, site)
-	c.ops.End(kernels.OpCost{Bytes: 4 * int64(src.Len())})
+	c.ops.End(kernels.OpCost{Bytes: c.wire(src.Len(), 1)})
 }
 
 func (c timedComm) AllReduce(buf kernels.Buf, site string) {
 	c.ops.Begin(kernels.OpComm, kernels.PhaseStep)
 	c.Comm.AllReduce(buf, site)
-	c.ops.End(kernels.OpCost{Bytes: 2 * 4 * int64(buf.Len())})
+	c.ops.End(kernels.OpCost{Bytes: c.wire(buf.Len(), 2)})
 }
 
 func (c timedComm) AllToAll(dst, src kernels.Buf, site string) {
 	c.ops.Begin(kernels.OpComm, kernels.PhaseStep)
 	c.Comm.AllToAll(dst, src, site)
-	c.ops.End(kernels.OpCost{Bytes: 4 * int64(src.Len())})
+	c.ops.End(kernels.OpCost{Bytes: c.wire(src.Len(), 1)})
 }
 
 // ParseProfileSteps reads --profile-steps FIRST..LAST: two steps counted from 1 with FIRST <=

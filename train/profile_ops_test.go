@@ -87,9 +87,20 @@ func TestProfileOpsTable(t *testing.T) {
 			if o := rows["optimizer step"]; o.Calls != 1 || o.Bytes != float64(kernels.AdamWCost(params).Bytes) {
 				t.Errorf("optimizer: %+v, want one call over %d parameters", o, params)
 			}
-			// the step's statistics gathered (and, with several ranks, the stop flag's check)
-			if c := rows["comm step"]; c.Calls < 1 || c.Bytes <= 0 {
-				t.Errorf("collectives: %+v", c)
+			// the step's statistics gathered (and, with several ranks, the stop flag's check):
+			// on one rank nothing crosses between ranks, so no bytes, no floor and no ratio (in
+			// ops.json, no "ratio" at all)
+			if c := rows["comm step"]; c.Calls < 1 || (c.Bytes > 0) != (comm.Size() > 1) || (c.Ratio > 0) != (comm.Size() > 1) {
+				t.Errorf("collectives on %d ranks: %+v", comm.Size(), c)
+			}
+			var raw struct{ Ops []map[string]any }
+			if err := json.Unmarshal(b, &raw); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range raw.Ops {
+				if _, ok := r["ratio"]; r["op"] == "comm" && r["phase"] == "step" && ok != (comm.Size() > 1) {
+					t.Errorf("ops.json's comm row on %d ranks: %v", comm.Size(), r)
+				}
 			}
 			if r0.FSDP != nil {
 				if rows["comm fwd"].Calls == 0 || rows["comm bwd"].Calls == 0 {

@@ -351,7 +351,7 @@ func (r *session) finish() error {
 		}
 	}
 	elapsed := time.Since(r.start).Seconds()
-	spikes := t.spikes.summary() // "" or "; spikes: ..."
+	spikes := t.spikes.summary(skipRuleOf(cfg.Training)) // "" or "; spikes: ..."
 	switch {
 	case r.done < steps:
 		fmt.Fprintf(stdout, "stopped after step %d of %d; checkpoint in %s; continue with --resume auto; metrics in %s%s\n",

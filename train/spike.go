@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"distflash/config"
 )
 
 // Spike detection. A step's loss is a loss spike when it lies more than SpikeLossZ robust
@@ -21,8 +23,23 @@ import (
 //
 // The thresholds are above what sound runs show: the default run (tiny on the Go tree, 1K
 // tokens a step, 600 steps) has losses up to 3.8 deviations and 1.39× the median above it (a
-// window of tables or test vectors among code) and gradient norms up to 3.9× theirs; a run
-// that has learnt a repeated sentence to a loss of 0.04 has gradient norms up to 6.7× theirs.
+// window of tables or test vectors among code) and gradient norms up to 3.9× theirs.
+//
+// Skipping (training.skip_spikes) acts on loss spikes only. A gradient norm alone does not
+// tell a bad batch from an ordinary one: a run that learns a repeated sentence to a loss of
+// 0.01 (batches of 2 × 64 tokens, 300 steps) has ordinary batches whose gradient norms are up
+// to 24× the median of the 32 before (the norm of small batches near a memorised text is
+// heavy-tailed: it falls and rises by 10× over a few steps), while their losses stay within
+// 3.7 deviations; a window of random bytes planted in it gives a loss 80–220× the median
+// (over 100 deviations) with a gradient norm only 17–43× it. Skipping on the norm skipped 11
+// ordinary batches of that run, 5 in a row once (a skipped step leaves the weights, so the
+// next batch's norm is as high). grad_clip bounds what an outlier gradient does anyway. A
+// gradient-norm spike is reported, not skipped.
+//
+// And skipping is bounded: at most training.skip_spikes_max_consecutive steps of a run of
+// loss spikes in a row (the rest of the run is applied: a loss that stays up is the model's,
+// not a batch's, and skipping cannot bring it down) and training.skip_spikes_max_total in all
+// (then skipping stops, said once).
 const (
 	SpikeWindow        = 32
 	SpikeMinSteps      = 8
@@ -42,16 +59,43 @@ type spikeWatch struct {
 	Spiked     int       `json:"spiked"`  // steps with a spike of either
 	Skipped    int       `json:"skipped"` // updates skipped for a spike (training.skip_spikes)
 	Steps      []int     `json:"steps"`   // the steps with a spike, the first spikeStepsKept
+	// Run is the number of loss spikes in a row up to the last step (0: it had none).
+	Run int `json:"loss_spike_run,omitempty"`
 }
 
 // spikeStepsKept is how many spike steps the end line names.
 const spikeStepsKept = 10
 
-// spike is what check found in one step: which spikes, against which medians.
+// skipRule is what training.skip_spikes and its bounds ask.
+type skipRule struct {
+	on                       bool
+	maxConsecutive, maxTotal int
+}
+
+// skipRuleOf reads the rule from the [training] section.
+func skipRuleOf(t config.TrainingConfig) skipRule {
+	return skipRule{on: t.SkipSpikes, maxConsecutive: t.SkipSpikesMaxConsecutive, maxTotal: t.SkipSpikesMaxTotal}
+}
+
+// A loss spike's update is applied for one of these reasons, or skipped (heldNone).
+const (
+	heldNone        = iota
+	heldOff         // training.skip_spikes is false
+	heldConsecutive // maxConsecutive loss spikes in a row were skipped just before
+	heldTotal       // maxTotal updates were skipped already
+)
+
+// spike is what check found in one step: which spikes, against which medians, and whether the
+// update is skipped.
 type spike struct {
 	loss, norm             bool
 	lossMedian, normMedian float64
 	lossSigma              float64 // 1.4826 × the losses' median absolute deviation
+	skip                   bool    // the update is skipped (a loss spike, training.skip_spikes, within the bounds)
+	held                   int     // a loss spike not skipped: why (heldOff, heldConsecutive, heldTotal)
+	rule                   skipRule
+	skipped                int // updates skipped before this step
+	run                    int // loss spikes in a row just before this step
 }
 
 func (s spike) any() bool { return s.loss || s.norm }
@@ -67,13 +111,14 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// check looks at a step's loss and gradient norm against the steps before it. It does not
-// change w, so every rank of the process may call it concurrently.
-func (w *spikeWatch) check(loss, norm float64) spike {
+// check looks at a step's loss and gradient norm against the steps before it, and decides
+// under r whether its update is skipped. It does not change w, so every rank of the process
+// may call it concurrently.
+func (w *spikeWatch) check(loss, norm float64, r skipRule) spike {
 	if w == nil || len(w.Losses) < SpikeMinSteps || !finite(loss) || !finite(norm) {
 		return spike{}
 	}
-	s := spike{lossMedian: median(w.Losses), normMedian: median(w.Norms)}
+	s := spike{lossMedian: median(w.Losses), normMedian: median(w.Norms), rule: r, skipped: w.Skipped, run: w.Run}
 	dev := make([]float64, len(w.Losses))
 	for i, l := range w.Losses {
 		dev[i] = math.Abs(l - s.lossMedian)
@@ -81,11 +126,23 @@ func (w *spikeWatch) check(loss, norm float64) spike {
 	s.lossSigma = 1.4826 * median(dev)
 	s.loss = loss-s.lossMedian > SpikeLossZ*s.lossSigma && loss > SpikeLossRatio*s.lossMedian
 	s.norm = norm > SpikeGradNormRatio*s.normMedian
+	if s.loss {
+		switch {
+		case !r.on:
+			s.held = heldOff
+		case w.Run >= r.maxConsecutive:
+			s.held = heldConsecutive
+		case w.Skipped >= r.maxTotal:
+			s.held = heldTotal
+		default:
+			s.skip = true
+		}
+	}
 	return s
 }
 
 // add records a step after it ran: its values join the window and its spikes the counts.
-func (w *spikeWatch) add(step int, loss, norm float64, s spike, skipped bool) {
+func (w *spikeWatch) add(step int, loss, norm float64, s spike) {
 	if !finite(loss) || !finite(norm) {
 		return
 	}
@@ -97,11 +154,14 @@ func (w *spikeWatch) add(step int, loss, norm float64, s spike, skipped bool) {
 	}
 	if s.loss {
 		w.LossSpikes++
+		w.Run++
+	} else {
+		w.Run = 0
 	}
 	if s.norm {
 		w.NormSpikes++
 	}
-	if skipped {
+	if s.skip {
 		w.Skipped++
 	}
 	if s.any() {
@@ -112,7 +172,8 @@ func (w *spikeWatch) add(step int, loss, norm float64, s spike, skipped bool) {
 }
 
 // message is the log line of a spike at step m: the step, the values against the medians,
-// where its batch lies in the data and what was done.
+// where its batch lies in the data and what was done; and, on the update that reaches
+// training.skip_spikes_max_total, a second line saying that no more are skipped.
 func (s spike) message(m Metrics, seqLen int) string {
 	var what []string
 	if s.loss {
@@ -122,11 +183,25 @@ func (s spike) message(m Metrics, seqLen int) string {
 	if s.norm {
 		what = append(what, fmt.Sprintf("gradient-norm spike: grad_norm %.4g is %.1f× the median %.4g", m.GradNorm, m.GradNorm/s.normMedian, s.normMedian))
 	}
-	act := "update applied (training.skip_spikes = true skips such a step)"
-	if m.SpikeSkipped {
+	var act string
+	switch {
+	case s.skip:
 		act = "update skipped (training.skip_spikes)"
+	case !s.loss:
+		act = "update applied (training.skip_spikes skips loss spikes, not a gradient norm alone)"
+	case s.held == heldOff:
+		act = "update applied (training.skip_spikes = true skips such a step)"
+	case s.held == heldConsecutive:
+		act = fmt.Sprintf("update applied: the loss has spiked %d steps in a row, more than training.skip_spikes_max_consecutive = %d (a loss that stays up is the model's, not a batch's)",
+			s.run+1, s.rule.maxConsecutive)
+	case s.held == heldTotal:
+		act = fmt.Sprintf("update applied: %d updates were skipped already, training.skip_spikes_max_total = %d", s.skipped, s.rule.maxTotal)
 	}
-	return fmt.Sprintf("step %d: %s; its batch is %s; %s", m.Step, strings.Join(what, "; "), windowsText(m.Windows, seqLen), act)
+	line := fmt.Sprintf("step %d: %s; its batch is %s; %s", m.Step, strings.Join(what, "; "), windowsText(m.Windows, seqLen), act)
+	if s.skip && s.skipped+1 == s.rule.maxTotal {
+		line += fmt.Sprintf("\ntraining.skip_spikes: %d updates skipped, training.skip_spikes_max_total = %d: no more are skipped in this run", s.rule.maxTotal, s.rule.maxTotal)
+	}
+	return line
 }
 
 // windowsText says where the sequences of a batch lie in the training data: the loader's
@@ -146,10 +221,22 @@ func windowsText(ws []int, seqLen int) string {
 	return "window " + strings.Join(parts, ", ")
 }
 
-// summary is the end line's account of the spikes, "; spikes: …", or "" when there were none.
-func (w *spikeWatch) summary() string {
-	if w == nil || w.LossSpikes+w.NormSpikes == 0 {
+// summary is the end line's account of the spikes, "; spikes: …": how many of each, at which
+// steps, and, under training.skip_spikes, how many updates were skipped within which bounds.
+// "" when there were none and skip_spikes is off.
+func (w *spikeWatch) summary(r skipRule) string {
+	if w == nil {
 		return ""
+	}
+	bounds := ""
+	if r.on {
+		bounds = fmt.Sprintf(" (training.skip_spikes: at most %d in a row, %d in all)", r.maxConsecutive, r.maxTotal)
+	}
+	if w.LossSpikes+w.NormSpikes == 0 {
+		if !r.on {
+			return ""
+		}
+		return "; spikes: none, 0 updates skipped" + bounds
 	}
 	steps := make([]string, len(w.Steps))
 	for i, s := range w.Steps {
@@ -159,6 +246,6 @@ func (w *spikeWatch) summary() string {
 	if w.Spiked > len(w.Steps) {
 		more = ", …"
 	}
-	return fmt.Sprintf("; spikes: %d of the loss, %d of the gradient norm (steps %s%s), %d updates skipped",
-		w.LossSpikes, w.NormSpikes, strings.Join(steps, ", "), more, w.Skipped)
+	return fmt.Sprintf("; spikes: %d of the loss, %d of the gradient norm (steps %s%s), %d updates skipped%s",
+		w.LossSpikes, w.NormSpikes, strings.Join(steps, ", "), more, w.Skipped, bounds)
 }

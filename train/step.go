@@ -71,8 +71,8 @@ func (t *trainer) step(step int) (Metrics, error) {
 		st := t.gatherStats(r, lossSum, count, sent)
 		norm := math.Sqrt(st.sumsq) / scale
 		// Every rank has the same statistics and the same history, so decides alike.
-		sp := t.spikes.check(st.loss/st.tokens, norm)
-		skip := sp.any() && cfg.Training.SkipSpikes
+		sp := t.spikes.check(st.loss/st.tokens, norm, skipRuleOf(cfg.Training))
+		skip := sp.skip
 		if !st.bad && !skip {
 			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
 			r.opt.Update(r.Params, r.Grads, lr, float32(clip/scale))
@@ -89,7 +89,7 @@ func (t *trainer) step(step int) (Metrics, error) {
 		return Metrics{}, fmt.Errorf("train: step %d: %w", step+1, err)
 	}
 	sp := out.spike
-	t.spikes.add(step+1, out.Loss, out.GradNorm, sp, out.SpikeSkipped)
+	t.spikes.add(step+1, out.Loss, out.GradNorm, sp)
 	if sp.any() {
 		out.LossSpike, out.GradNormSpike, out.LossMedian, out.GradNormMedian = sp.loss, sp.norm, sp.lossMedian, sp.normMedian
 		for _, mb := range batches {
