@@ -42,7 +42,7 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 	}
 	state := m.Params + m.Grads + m.Optimizer + m.CommBuffers
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s: training needs %s per rank", cfg.Path, b(m.Peak))
+	fmt.Fprintf(&msg, "training needs %s per rank", b(m.Peak))
 	if ranks > 1 {
 		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, b(m.Peak*float64(ranks)))
 	}
@@ -81,5 +81,5 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 		knobs = append(knobs, "more parallelism.sequence_parallel_degree, with the ranks as MPI processes on more machines (parallelism.backend = \"mpi\")")
 	}
 	fmt.Fprintf(&msg, ". To fit: %s", strings.Join(knobs, "; "))
-	return fmt.Errorf("%s", msg.String())
+	return fmt.Errorf("%s: %s", cfg.Where(msg.String()), msg.String()) // the --set of data.seq_len, say
 }
