@@ -37,17 +37,20 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	if *out == "" {
 		return errors.New("data tokenize: --out is required: a directory for the shards, or a file ending in .tokens")
 	}
+	if cli.FlagSet(fs, "shard-tokens") && *shardTokens < 1 { // a value given is meant, not the default
+		return fmt.Errorf("data tokenize: --shard-tokens %d: want at least 1 token per shard; leave the flag out for %d", *shardTokens, data.DefaultShardTokens)
+	}
 	cfg, err := config.Load(*configPath, sets)
 	if err != nil {
 		return err
 	}
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
-		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
+		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Origin("data.tokenizer"), err)
 	}
 	path, err := data.ExpandPath(cfg.Data.Train)
 	if err != nil {
-		return fmt.Errorf("%s: data.train = %q: %w", cfg.Path, cfg.Data.Train, err)
+		return fmt.Errorf("%s: data.train = %q: %w", cfg.Origin("data.train"), cfg.Data.Train, err)
 	}
 	src := data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"distflash/config"
 	"distflash/internal/cli"
@@ -19,7 +20,8 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	resume := fs.String("resume", "", "continue from a checkpoint: auto (the newest intact one of this run, if any) or a step directory")
 	fresh := fs.Bool("fresh", false, "start over in a run directory that holds an earlier run, moving that run aside to <dir>.old-<time> (nothing is deleted)")
 	stopAfter := fs.Int("stop-after", 0, "stop after this step, with a checkpoint; 0 = run to training.steps")
-	timeLimit := fs.Duration("time-limit", 0, "stop and save before this much time has passed since the start (e.g. 3h50m for a 4-hour job), counting the next step and a save; 0 = none")
+	var limit cli.Duration
+	fs.Var(&limit, "time-limit", "stop and save before this `duration` has passed since the start (e.g. 3h50m for a 4-hour job), counting the next step and a save; 0 = none")
 	profile := fs.String("profile", "", "write Go CPU and heap profiles (pprof) of rank 0 over --profile-steps into this directory")
 	profileSteps := fs.String("profile-steps", "3..7", "with --profile: the first and last step profiled, FIRST..LAST, counted from this session's start")
 	initFrom := fs.String("init-from", "", "start a new run (step 0) from the weights of a Hugging Face LLaMA directory, a .safetensors file or a distflash checkpoint; [model] and the tokenizer come from it unless the config sets them (see README)")
@@ -31,8 +33,9 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 	if *stopAfter < 0 {
 		return fmt.Errorf("train: --stop-after %d: want a step >= 1, or 0 to run to training.steps", *stopAfter)
 	}
-	if *timeLimit < 0 {
-		return fmt.Errorf("train: --time-limit %s: want a positive duration such as 3h50m, or 0 for none", *timeLimit)
+	timeLimit := time.Duration(limit)
+	if timeLimit < 0 {
+		return fmt.Errorf("train: --time-limit %s: want a positive duration such as 3h50m, or 0 for none", timeLimit)
 	}
 	steps, err := train.ParseProfileSteps(*profileSteps)
 	if err != nil {
@@ -49,14 +52,14 @@ func runTrain(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if reqs := cfg.Requirements(); len(reqs) > 0 {
-		return fmt.Errorf("%s is a valid config, but this build cannot train it; it needs:\n  - %s",
-			cfg.Path, strings.Join(reqs, "\n  - "))
+		return fmt.Errorf("%s: a valid config, but this build cannot train it; it needs:\n  - %s",
+			cfg.Where(strings.Join(reqs, "\n")), strings.Join(reqs, "\n  - "))
 	}
 	if *fresh && *resume != "" {
 		return fmt.Errorf("train: --fresh starts over and --resume %s continues: give one of them", *resume)
 	}
 	opt := train.Options{Progress: *progress, Resume: *resume, Fresh: *fresh, StopAfter: *stopAfter,
-		Clock: train.NewClock(*timeLimit), InitParams: initParams, Profile: *profile, ProfileSteps: steps}
+		Clock: train.NewClock(timeLimit), InitParams: initParams, Profile: *profile, ProfileSteps: steps}
 	w, err := world.Launch(&cfg, stderr) // after an error main ends the job (MPI_Abort), not MPI_Finalize
 	if err != nil {
 		return err

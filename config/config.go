@@ -43,9 +43,12 @@ type Config struct {
 	Eval        EvalConfig        `toml:"eval" json:"eval"`
 	Device      DeviceConfig      `toml:"device" json:"device"`
 
-	// Path is the file the config was loaded from ("" for a config built in code). Errors
-	// from Validate start with it.
+	// Path is the file the config was loaded from ("" for a config built in code, "built-in
+	// config" for one Read from no file). Errors name it, or the --set that gave the key they
+	// are about, or the built-in defaults and the overrides applied to them: Origin.
 	Path string `toml:"-" json:"path,omitempty"`
+
+	sets []string // the overrides Set applied, in order, for Origin
 }
 
 // RunConfig is the [run] section: what the run is called and where its output goes.
@@ -237,7 +240,8 @@ func Load(path string, overrides []string) (Config, error) {
 	return cfg, nil
 }
 
-// builtinConfig is Config.Path of a config read from no file: errors start with it.
+// builtinConfig is Config.Path of a config read from no file. Errors name the built-in
+// defaults instead (Origin).
 const builtinConfig = "built-in config"
 
 // maxTOMLDepth is the deepest nesting of arrays and inline tables a config file may have.
@@ -317,6 +321,85 @@ func Read(path string, overrides []string) (Config, error) {
 	return cfg, nil
 }
 
+// Origin names where the value of key (section.key) came from, for an error about it: the
+// last --set that gave it ("--set training.steps=x", after the config file's path when there
+// is one), else the file's path, or without a file "the built-in defaults". Origin("") names
+// the config.
+func (c *Config) Origin(key string) string {
+	for i := len(c.sets) - 1; i >= 0 && key != ""; i-- {
+		if k := setKey(c.sets[i]); k == key || strings.HasPrefix(k, key+".") || strings.HasPrefix(key, k+".") {
+			return c.withSets(c.sets[i : i+1])
+		}
+	}
+	return c.withSets(nil)
+}
+
+// withSets is the config's path, or "the built-in defaults" without a file, then the --set
+// overrides sets.
+func (c *Config) withSets(sets []string) string {
+	file := c.Path
+	if file == builtinConfig {
+		file = ""
+		if len(sets) == 0 {
+			file = "the built-in defaults"
+		}
+	}
+	var b strings.Builder
+	b.WriteString(file)
+	for i, o := range sets {
+		switch {
+		case i > 0:
+			b.WriteString(" ")
+		case file != "":
+			b.WriteString(" with ")
+		}
+		b.WriteString("--set " + o)
+	}
+	return b.String()
+}
+
+// setKey is the key of an override, section.key=value.
+func setKey(override string) string {
+	k, _, _ := strings.Cut(override, "=")
+	return strings.TrimSpace(k)
+}
+
+// Where names where the keys msg names came from: the --set overrides of those keys (a
+// sub-table's key by its table too), in the order given, after the file's path when there is
+// one; else Origin(""). An error message about them starts with it.
+func (c *Config) Where(msg string) string {
+	named := func(key string) bool {
+		for rest := msg; ; {
+			i := strings.Index(rest, key)
+			if i < 0 {
+				return false
+			}
+			rest = rest[i+len(key):]
+			if rest == "" || !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz0123456789_.", rune(rest[0])) {
+				return true
+			}
+		}
+	}
+	var sets []string
+	for i, o := range c.sets {
+		k := setKey(o)
+		later := slices.ContainsFunc(c.sets[i+1:], func(l string) bool { return setKey(l) == k }) // the last one counts
+		table := k[:max(strings.LastIndex(k, "."), 0)]
+		if !later && (named(k) || strings.Count(k, ".") > 1 && named(table)) {
+			sets = append(sets, o)
+		}
+	}
+	return c.withSets(sets)
+}
+
+// prefixOrigin starts msg, a message about config keys, with Where they came from.
+func (c *Config) prefixOrigin(msg string) string {
+	if where := c.Where(msg); where != "" {
+		return where + ": " + msg
+	}
+	return msg
+}
+
 // Set applies one override "section.key=value", as given to --set on the command line. The
 // value is read as a TOML value (20, 3e-4, true, "x", ["*.go", "*.md"]); a value that is not
 // valid TOML, or a TOML value of the wrong type for a string key, is taken as a bare string,
@@ -354,6 +437,7 @@ func (c *Config) Set(override string) error {
 		return fmt.Errorf("--set %s: %w", shown, err)
 	}
 	*c = next
+	c.sets = append(c.sets[:len(c.sets):len(c.sets)], override) // never into a copy's array
 	return nil
 }
 
@@ -578,11 +662,7 @@ func (c *Config) ValidateEval() error { return c.validate(true) }
 func (c *Config) validate(forEval bool) error {
 	var errs []error
 	fail := func(format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		if c.Path != "" {
-			msg = c.Path + ": " + msg
-		}
-		errs = append(errs, errors.New(msg))
+		errs = append(errs, errors.New(c.prefixOrigin(fmt.Sprintf(format, args...))))
 	}
 	oneOf := func(key, value string, allowed []string) {
 		if slices.Contains(allowed, value) {
@@ -670,7 +750,7 @@ func (c *Config) validate(forEval bool) error {
 	}
 	oneOf("training.lr_schedule", t.LRSchedule, lrSchedules)
 	if !(t.WeightDecay >= 0) || !finite(t.WeightDecay) {
-		fail("training.weight_decay = %g: must be >= 0", t.WeightDecay)
+		fail("training.weight_decay = %g: must be a finite number >= 0", t.WeightDecay)
 	}
 	if !(t.Beta1 >= 0 && t.Beta1 < 1) {
 		fail("training.beta1 = %g: must satisfy 0 <= beta1 < 1", t.Beta1)
@@ -682,7 +762,7 @@ func (c *Config) validate(forEval bool) error {
 		fail("training.eps = %g: must be a positive number", t.Eps)
 	}
 	if !(t.GradClip >= 0) || !finite(t.GradClip) {
-		fail("training.grad_clip = %g: must be >= 0 (0 = no clipping)", t.GradClip)
+		fail("training.grad_clip = %g: must be a finite number >= 0 (0 = no clipping)", t.GradClip)
 	}
 	oneOf("training.mixed_precision", t.MixedPrecision, mixedPrecisions)
 	if !(t.LossScaleInit >= 1) || !finite(t.LossScaleInit) {
@@ -748,6 +828,9 @@ func (c *Config) validate(forEval bool) error {
 	if c.Device.Attention == "cudnn" && c.Device.Kind != "cuda" {
 		fail("device.attention = \"cudnn\" with device.kind = %q: cuDNN runs on a GPU (device.kind = \"cuda\"); the CPU has one path (\"auto\")", c.Device.Kind)
 	}
+	if c.Device.Attention == "own" && c.Device.Kind != "cuda" {
+		fail("device.attention = \"own\" with device.kind = %q: it chooses among a GPU's attention paths (device.kind = \"cuda\"); the CPU has one path (\"auto\"): leave device.attention out", c.Device.Kind)
+	}
 	if !(c.Device.PeakTFLOPS >= 0) || !finite(c.Device.PeakTFLOPS) {
 		fail("device.peak_tflops = %g: must be a finite number >= 0 (one device's peak in TFLOP/s, e.g. 989 for an H100's dense bf16; 0 = known from the GPU, or no MFU)", c.Device.PeakTFLOPS)
 	}
@@ -761,7 +844,7 @@ func (c *Config) validate(forEval bool) error {
 func (c *Config) ValidateWorld() error {
 	var errs []error
 	for _, msg := range c.Parallelism.worldErrors(c.Device.Kind) {
-		errs = append(errs, fmt.Errorf("%s: %s", c.Path, msg))
+		errs = append(errs, errors.New(c.prefixOrigin(msg)))
 	}
 	return errors.Join(errs...)
 }

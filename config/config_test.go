@@ -576,3 +576,32 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// TestErrorsNameTheirOrigin: an error about keys that --set gave starts with those --set
+// overrides (after the file's path when there is one); any other starts with the path, or
+// without a file with the built-in defaults.
+func TestErrorsNameTheirOrigin(t *testing.T) {
+	file := writeConfig(t, "[training]\nsteps = 10\n")
+	zero := writeConfig(t, "[training]\nsteps = 0\n")
+	for _, c := range []struct {
+		path string
+		sets []string
+		want string
+	}{
+		{"", []string{"run.name=x", "training.grad_clip=inf"}, "--set training.grad_clip=inf: training.grad_clip = +Inf: must be a finite number >= 0"},
+		{"", []string{"training.steps=5", "training.steps=0"}, "--set training.steps=0: training.steps = 0: must be >= 1"},
+		{"", []string{"model.n_kv_heads=3"}, "--set model.n_kv_heads=3: model.n_heads = 4 is not a multiple of model.n_kv_heads = 3"},
+		{"", []string{"run.name=x", "parallelism.sequence_parallel_degree=4"}, "--set parallelism.sequence_parallel_degree=4: parallelism.world_size = 1 is not a multiple"},
+		{"", []string{"data.seq_len=4096", "model.max_seq_len=1024"}, "--set data.seq_len=4096 --set model.max_seq_len=1024: data.seq_len = 4096 exceeds model.max_seq_len = 1024"},
+		{"", []string{"model.rope_scaling.type=bogus"}, "--set model.rope_scaling.type=bogus: model.rope_scaling"},
+		{file, []string{"training.steps=0"}, file + " with --set training.steps=0: training.steps = 0"},
+		{file, []string{"run.name=x", "device.attention=own"}, file + ` with --set device.attention=own: device.attention = "own" with device.kind = "cpu"`},
+		{file, []string{"run.name=x", "model.n_kv_heads=3"}, file + " with --set model.n_kv_heads=3: model.n_heads = 4 is not a multiple"},
+		{zero, []string{"run.name=x"}, zero + ": training.steps = 0"},
+	} {
+		_, err := Load(c.path, c.sets)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%q %q: %v, want it to start with %q", c.path, c.sets, err, c.want)
+		}
+	}
+}

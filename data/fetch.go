@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -165,6 +167,8 @@ func (d *downloader) run(ctx context.Context) error {
 		var r retryable
 		if ctx.Err() != nil {
 			err = ctx.Err()
+		} else if why := noRoute(err, attempt == 0); why != "" {
+			err = fmt.Errorf("%w: %s", err, why) // a retry would meet the same at once
 		} else if errors.As(err, &r) && attempt < d.opt.Retries {
 			pause := min(wait<<attempt, time.Minute)
 			d.report(FetchProgress{Done: d.done, Total: d.total, Resumed: resumed, Retry: attempt + 1, Retries: d.opt.Retries, Wait: pause, Err: err})
@@ -290,6 +294,24 @@ func (d *downloader) once(ctx context.Context, part string, resumed int64) error
 		return retryable{fmt.Errorf("the response ended after %d of %d bytes", d.done, d.total)}
 	}
 	return nil
+}
+
+// noRoute says why a request that failed before it reached the server fails again if retried
+// ("" when a retry may succeed): its host name does not resolve (a DNS "no such host", which
+// names the host's absence, not a name server's trouble), or, on the first try (first), this
+// machine has no network to reach the server or a name server on. A temporary DNS failure, a
+// network lost during a download, or anything the server said is retried.
+func noRoute(err error, first bool) string {
+	var dns *net.DNSError
+	isDNS := errors.As(err, &dns)
+	switch {
+	case isDNS && dns.IsNotFound:
+		return fmt.Sprintf("the host name %s does not resolve, so retrying cannot help: check --base-url, or this machine's DNS", dns.Name)
+	case first && (errors.Is(err, syscall.ENETUNREACH) || isDNS && strings.HasSuffix(dns.Err, syscall.ENETUNREACH.Error())):
+		// A DNSError keeps its cause as text: "dial udp ...:53: connect: network is unreachable".
+		return "this machine has no network (is it offline?), so retrying cannot help"
+	}
+	return ""
 }
 
 // statusError describes an HTTP status that is not a success; 429 and 5xx are retryable.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -387,4 +389,33 @@ func TestFetchC4ResumeThroughRedirect(t *testing.T) {
 		t.Errorf("CDN requests %q, want %q", cdn.seen(), want)
 	}
 	checkFetched(t, cdn, dir, val0)
+}
+
+// TestFetchC4NoRoute: a request that cannot leave this machine is retried only where a retry
+// may succeed: a host name that does not resolve, and no network on the first try, end the
+// fetch at once with why; a temporary DNS failure is retried.
+func TestFetchC4NoRoute(t *testing.T) {
+	unreachable := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ENETUNREACH)}
+	for _, c := range []struct {
+		name     string
+		err      error
+		attempts int
+		want     string
+	}{
+		{"no such host", &net.DNSError{Err: "no such host", Name: "c4.example", IsNotFound: true}, 1, "the host name c4.example does not resolve, so retrying cannot help"},
+		{"no network", unreachable, 1, "this machine has no network"},
+		{"no network for DNS", &net.DNSError{Err: "dial udp 10.0.0.53:53: connect: network is unreachable", Name: "c4.example", IsTemporary: true}, 1, "this machine has no network"},
+		{"name server trouble", &net.DNSError{Err: "server misbehaving", Name: "c4.example", IsTemporary: true}, 3, "server misbehaving"},
+	} {
+		attempts := 0
+		client := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+			attempts++
+			return nil, c.err
+		}}}
+		_, err := FetchC4(context.Background(), FetchOptions{Split: "validation", Shards: 1, Dir: t.TempDir(), BaseURL: "http://c4.example",
+			Client: client, Retries: 2, RetryWait: time.Millisecond})
+		if err == nil || !strings.Contains(err.Error(), c.want) || attempts != c.attempts {
+			t.Errorf("%s: %d attempts, error %v; want %d attempts and %q", c.name, attempts, err, c.attempts, c.want)
+		}
+	}
 }

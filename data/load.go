@@ -222,6 +222,9 @@ func loadShards(src Source, tok Tokenizer) ([]int32, error) {
 			if err := checkShardSet(d); err != nil {
 				return nil, err
 			}
+			if note := shardSetNote(d); note != "" {
+				w.logf("%s", note)
+			}
 		}
 		h, err := ReadShardHeader(f)
 		if err != nil {

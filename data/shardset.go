@@ -2,9 +2,12 @@ package data
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -105,6 +108,30 @@ func checkShardSet(dir string) error {
 		}
 	}
 	return nil
+}
+
+// tokenizeShardName matches the names data tokenize gives the shards of a directory.
+var tokenizeShardName = regexp.MustCompile(`^shard-[0-9]{6}\.tokens$`)
+
+// shardSetNote is a note for a directory of shards that lacks its ShardSetFile although its
+// shards are named as WriteShards names them, which writes the file beside every set: it was
+// deleted (or the shards were written before it existed), so a shard deleted, added or
+// replaced goes unnoticed. "" when the file is there or the names are another writer's.
+func shardSetNote(dir string) string {
+	if _, err := os.Lstat(filepath.Join(dir, ShardSetFile)); !errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range ents {
+		if tokenizeShardName.MatchString(e.Name()) {
+			return fmt.Sprintf("data: note: %s holds shards named as data tokenize names them (shard-NNNNNN.tokens), but no %s, which data tokenize writes beside them: "+
+				"the set cannot be checked, so a shard deleted, added or replaced goes unnoticed; tokenize the data again to have it checked", dir, ShardSetFile)
+		}
+	}
+	return ""
 }
 
 func isAre(n int) string {

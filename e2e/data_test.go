@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -242,6 +245,51 @@ func TestDataFetchSaysItRetries(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
+}
+
+// TestDataFetchNoRoute (issue 43, item 9): a fetch that cannot leave the machine ends at once,
+// saying why, instead of retrying for half a minute: with no network (the binary in a network
+// namespace of its own, as root) and with a host name that does not resolve (.invalid, RFC
+// 6761, where this machine's name server answers).
+func TestDataFetchNoRoute(t *testing.T) {
+	fetch := []string{"data", "fetch", "c4", "--progress=false", "--retries", "3"}
+	check := func(name string, cmd *exec.Cmd, dir string, want ...string) {
+		t.Helper()
+		_, stderr, err := runCmd(t, cmd)
+		msg, ok := errorMessage(stderr)
+		if err == nil || err.(*exec.ExitError).ExitCode() != 2 || !ok {
+			t.Fatalf("%s: %v, want exit status 2 and an error\n%s", name, err, stderr)
+		}
+		if strings.Contains(stderr, "retry 1 of") {
+			t.Errorf("%s: retried:\n%s", name, stderr)
+		}
+		for _, w := range want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: the error does not say %q:\n%s", name, w, stderr)
+			}
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) > 0 {
+			t.Errorf("%s: wrote %d entries into %s", name, len(ents), dir)
+		}
+	}
+	t.Run("offline", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("a network namespace of its own (unshare -n) needs root; CI runs this as root")
+		}
+		dir := t.TempDir()
+		check("offline", exec.Command("unshare", append([]string{"-n", bin}, append(fetch, "--out", dir)...)...), dir,
+			"huggingface.co", "this machine has no network (is it offline?), so retrying cannot help", "to fetch by hand")
+	})
+	t.Run("no such host", func(t *testing.T) {
+		const host = "distflash-fetch-test.invalid"
+		var dns *net.DNSError
+		if _, err := net.LookupHost(host); !errors.As(err, &dns) || !dns.IsNotFound {
+			t.Skipf("this machine's name server does not answer for %s (%v); data's TestFetchC4NoRoute covers a name that does not resolve", host, err)
+		}
+		dir := t.TempDir()
+		check("no such host", command(append(fetch, "--out", dir, "--base-url", "http://"+host)...), dir,
+			"the host name "+host+" does not resolve, so retrying cannot help: check --base-url")
+	})
 }
 
 // llama3Dir writes LLaMA-3's tokenizer.json (fetched by scripts/fetch_llama3_tokenizer.sh)
@@ -495,6 +543,25 @@ func TestTrainIncompleteShardSet(t *testing.T) {
 		}
 	}
 	mustFail(t, train, "holds shard-000009.tokens, which is not in the set", "remove it")
+}
+
+// TestTrainShardSetWithoutItsList (issue 43, item 9): a directory of shards that data tokenize
+// wrote, whose shards.json is gone, trains (its shards are whole) but says that the set can no
+// longer be checked, naming the directory and the file; with the file there is no such note.
+func TestTrainShardSetWithoutItsList(t *testing.T) {
+	_, out, _ := tokenizeC4(t)
+	train := dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0")
+	note := "data: note: " + out + " holds shards named as data tokenize names them (shard-NNNNNN.tokens), but no shards.json"
+	if stderr := mustSucceed(t, train...); strings.Contains(stderr, "shards.json") {
+		t.Errorf("a whole set is noted:\n%s", stderr)
+	}
+	if err := os.Remove(filepath.Join(out, "shards.json")); err != nil {
+		t.Fatal(err)
+	}
+	train = dataTrainArgs(t.TempDir(), out, "data.format=tokens", "data.max_bytes=0")
+	if stderr := mustSucceed(t, train...); !strings.Contains(stderr, note) || !strings.Contains(stderr, "tokenize the data again") {
+		t.Errorf("a set without its shards.json is read without a note (%q):\n%s", note, stderr)
+	}
 }
 
 // TestTrainDocumentMaskShards: with data.document_mask, training on the shards data

@@ -384,18 +384,73 @@ func TestDocsFlags(t *testing.T) {
 // step directories the commands name, divided by it (at least 1).
 const docStepsDivisor = 50
 
+// docRun is a `go run . train` or `go run . export` command of a fenced code block: where it
+// is (file:line), the environment variables before it and its arguments from train or export
+// on, up to a ; | or &.
+type docRun struct {
+	where     string
+	env, args []string
+}
+
+// line is the command as the reader types it, without `go run .`.
+func (r docRun) line() string { return strings.Join(append(slices.Clone(r.env), r.args...), " ") }
+
+// docRuns are the `go run . train` and `go run . export` commands of README.md and the guides,
+// in the order a reader who follows them meets them (codeLines' order).
+func docRuns(t *testing.T) []docRun {
+	t.Helper()
+	envVar := regexp.MustCompile(`^[A-Z_]+=`)
+	var out []docRun
+	for _, l := range codeLines(t) {
+		words := shellWords(l.text)
+		var env []string
+		for len(words) > 0 && envVar.MatchString(words[0]) {
+			env, words = append(env, words[0]), words[1:]
+		}
+		if len(words) < 4 || words[0] != "go" || words[1] != "run" || words[2] != "." || (words[3] != "train" && words[3] != "export") {
+			continue
+		}
+		args := words[3:]
+		if i := slices.IndexFunc(args, func(a string) bool { return a == ";" || a == "|" || a == "&" }); i >= 0 {
+			args = args[:i]
+		}
+		out = append(out, docRun{where: l.where, env: env, args: args})
+	}
+	return out
+}
+
+// TestDocsNoRepeatedRun: no `go run . train` or `export` command of the README and the guides
+// repeats an earlier one word for word. A reader who follows them in order has run the first
+// already, and the second is refused: its run directory (or export's --out) holds the first's
+// output. A guide that builds on an earlier guide's run names it in its text instead.
+func TestDocsNoRepeatedRun(t *testing.T) {
+	first := map[string]string{} // command line → where it first is
+	runs := docRuns(t)
+	for _, r := range runs {
+		if at, ok := first[r.line()]; ok {
+			t.Errorf("%s: `go run . %s` repeats the command of %s: a reader who follows the guides in order ran it there, and its run directory (export: its --out) now holds that run and refuses it; "+
+				"name that run in the text instead of repeating the command, or give this one its own run.name", r.where, r.line(), at)
+			continue
+		}
+		first[r.line()] = r.where
+	}
+	if len(runs) < 15 {
+		t.Errorf("only %d `go run . train` or `export` commands found: is the pattern broken?", len(runs))
+	}
+}
+
 // TestDocsRunInOrder: the `go run . train` and `go run . export` commands of README.md and the
 // guides, as written, run one after another in a fresh tree (a temporary directory with
 // configs/, runs/ empty), as a reader who follows them does: the README's, then each guide's
 // (docs/*.md by name), in order. None is refused for a run directory an earlier one holds
-// (each names its own run), and each checkpoint or export a command names exists when it
-// runs. To keep it short, each run's steps (its own, its config's or the default) and the step
-// directories named (step-000600) are divided by docStepsDivisor, and 64 KiB of text is read.
-// A command that repeats an earlier one is not run again (the reader has run it: the guides
-// start from the README's first command), and one whose input comes from outside the
-// tree (~/models, X.toml, C4 shards from the network) is skipped; the log names both.
+// (each names its own run, and none repeats an earlier one: TestDocsNoRepeatedRun), and each
+// checkpoint or export a command names exists when it runs. To keep it short, each run's
+// steps (its own, its config's or the default) and the step directories named (step-000600)
+// are divided by docStepsDivisor, and 64 KiB of text is read. A command whose input comes
+// from outside the tree (~/models, X.toml, C4 shards from the network) is skipped; the log
+// names it.
 func TestDocsRunInOrder(t *testing.T) {
-	slow(t, "TestDocsFlags holds every command of the docs to the flags it has, and run_directory_test's tests refuse a run directory that holds an earlier run")
+	slow(t, "TestDocsFlags holds every command of the docs to the flags it has, TestDocsNoRepeatedRun keeps any from repeating an earlier one, and run_directory_test's tests refuse a run directory that holds an earlier run")
 	tree := t.TempDir()
 	configs, _ := filepath.Glob("configs/*.toml")
 	if err := os.Mkdir(filepath.Join(tree, "configs"), 0o755); err != nil {
@@ -411,31 +466,14 @@ func TestDocsRunInOrder(t *testing.T) {
 		}
 	}
 	shorter := func(n int) int { return max(1, (n+docStepsDivisor-1)/docStepsDivisor) }
-	stepDir, envVar := regexp.MustCompile(`step-(\d{6})`), regexp.MustCompile(`^[A-Z_]+=`)
-	done := map[string]bool{}
+	stepDir := regexp.MustCompile(`step-(\d{6})`)
 	ran := 0
-	for _, l := range codeLines(t) {
-		words := shellWords(l.text)
-		var env []string
-		for len(words) > 0 && envVar.MatchString(words[0]) {
-			env, words = append(env, words[0]), words[1:]
-		}
-		if len(words) < 4 || words[0] != "go" || words[1] != "run" || words[2] != "." || (words[3] != "train" && words[3] != "export") {
+	for _, r := range docRuns(t) {
+		text, args := "go run . "+r.line(), slices.Clone(r.args)
+		if skip := docSkip(tree, args); skip != "" {
+			t.Logf("%s: not run: %s", r.where, skip)
 			continue
 		}
-		args := words[3:]
-		if i := slices.IndexFunc(args, func(a string) bool { return a == ";" || a == "|" || a == "&" }); i >= 0 {
-			args = args[:i]
-		}
-		key := strings.Join(append(env, args...), " ")
-		if skip := docSkip(tree, args); skip != "" || done[key] {
-			if skip == "" {
-				skip = "the same command ran before"
-			}
-			t.Logf("%s: not run: %s", l.where, skip)
-			continue
-		}
-		done[key] = true
 		for i, a := range args {
 			args[i] = stepDir.ReplaceAllStringFunc(a, func(d string) string {
 				n, _ := strconv.Atoi(d[len("step-"):])
@@ -445,14 +483,14 @@ func TestDocsRunInOrder(t *testing.T) {
 		if args[0] == "train" {
 			steps, err := docSteps(tree, args)
 			if err != nil {
-				t.Fatalf("%s: %v", l.where, err)
+				t.Fatalf("%s: %v", r.where, err)
 			}
 			args = append(args, "--progress=false", "--set", fmt.Sprintf("training.steps=%d", shorter(steps)), "--set", "data.max_bytes=65536")
 		}
 		cmd := command(args...)
-		cmd.Dir, cmd.Env = tree, append(os.Environ(), env...)
+		cmd.Dir, cmd.Env = tree, append(os.Environ(), r.env...)
 		if _, stderr, err := runCmd(t, cmd); err != nil {
-			t.Errorf("%s: %s: %v\n%s", l.where, l.text, err, tailOf(stderr, 8))
+			t.Errorf("%s: %s: %v\n%s", r.where, text, err, tailOf(stderr, 8))
 		}
 		ran++
 	}

@@ -211,7 +211,7 @@ func reason(stderr string) string {
 }
 
 // sameReason reports whether two refusals say the same: one ends with the other (train names
-// the config it read first, "built-in config: ").
+// where the value came from first: the config file, a --set, the built-in defaults).
 func sameReason(a, b string) bool { return strings.HasSuffix(a, b) || strings.HasSuffix(b, a) }
 
 // tailOf is the last n lines of s.

@@ -268,45 +268,68 @@ func TestDiskFull(t *testing.T) {
 }
 
 // TestMetricsDiskFull: a disk that fills while metrics.jsonl grows (its run directory on a small
-// tmpfs, nearly full) stops the run saying so: which step's line is not written, which lines
-// stay whole, and what the run keeps: that no checkpoint exists, or the last one and where
-// (checkpoint.dir on another disk), which is `latest` there (issue 33, item 9). Mounting a
-// tmpfs needs root, which CI and the development machines have.
+// tmpfs, nearly full) stops the run saying so: which step's line is not written and which
+// lines stay whole; and the step is saved first where checkpoint.dir puts it (issue 43, item
+// 9): on another disk, with room, it is saved and --resume auto continues from it; on the
+// full disk the save fails too, leaves nothing partial, and the error says so and what the run
+// keeps (issue 33, item 9). Mounting a tmpfs needs root, which CI and the development machines
+// have.
 func TestMetricsDiskFull(t *testing.T) {
 	slow(t, "train's TestMetricsLinesWholeOnFullDisk fills metrics.jsonl on a tmpfs, and TestDiskFull fills a save")
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
 	}
-	for _, withCheckpoints := range []bool{false, true} {
+	line := regexp.MustCompile(`train: disk full \([0-9.]+ KB free\): step (\d+)'s line of (\S+) is not written and the lines of steps up to (\d+) are whole; the run stops(.*?): write \S+: no space left on device`)
+	for _, elsewhere := range []bool{false, true} {
 		dir, ckpts := t.TempDir(), t.TempDir()
 		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
 			t.Fatalf("mount tmpfs: %v: %s", err, out)
 		}
 		defer exec.Command("umount", dir).Run()
-		if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, 200<<10), 0o644); err != nil {
+		filler := filepath.Join(dir, "filler")
+		if err := os.WriteFile(filler, make([]byte, 200<<10), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		args := smallRun(dir, "--set", "training.steps=100000", "--set", "run.tensorboard=false", "--set", "checkpoint.interval=0")
-		if withCheckpoints {
-			args = append(args, "--set", "checkpoint.interval=5", "--set", "checkpoint.dir="+ckpts)
+		if elsewhere {
+			args = append(args, "--set", "checkpoint.dir="+ckpts)
 		}
 		out, code := output(t, args...)
 		metrics := filepath.Join(dir, "tiny", "metrics.jsonl")
-		m := regexp.MustCompile(`train: disk full \([0-9.]+ KB free\): step (\d+)'s line of (\S+) is not written and the lines of steps up to (\d+) are whole; the run stops, and (.*): write .*: no space left on device`).FindStringSubmatch(out)
+		m := line.FindStringSubmatch(out)
 		if code != 2 || m == nil || m[2] != metrics {
-			t.Fatalf("checkpoints %v: exit %d:\n%s", withCheckpoints, code, out)
+			t.Fatalf("checkpoint.dir elsewhere %v: exit %d:\n%s", elsewhere, code, out)
 		}
+		step, _ := strconv.Atoi(m[1])
 		lines := validMetrics(t, metrics)
-		if step, _ := strconv.Atoi(m[1]); step < 2 || m[3] != strconv.Itoa(step-1) || len(lines) != step-1 {
-			t.Errorf("checkpoints %v: step %s not written, steps up to %s whole; the file has %d lines", withCheckpoints, m[1], m[3], len(lines))
+		if step < 2 || m[3] != strconv.Itoa(step-1) || len(lines) != step-1 {
+			t.Errorf("checkpoint.dir elsewhere %v: step %s not written, steps up to %s whole; the file has %d lines", elsewhere, m[1], m[3], len(lines))
 		}
-		kept := "no checkpoint was saved before it: nothing of the run can be resumed"
-		if withCheckpoints {
-			latest := latestStep(t, ckpts)
-			kept = "the last good checkpoint, " + filepath.Join(ckpts, ckpt.StepDir(latest)) + ", is untouched: --resume auto continues from it"
+		if !elsewhere {
+			want := fmt.Sprintf("\n  saving step %d first failed too, so no checkpoint was saved before it: nothing of the run can be resumed: checkpoint at step %d: disk full in %s", step, step, filepath.Join(dir, "tiny"))
+			if m[4] != "" || !strings.Contains(out, want) {
+				t.Errorf("the save on the full disk: want %q:\n%s", want, out)
+			}
+			if tmps, _ := filepath.Glob(filepath.Join(dir, "tiny", "step-*")); len(tmps) > 0 {
+				t.Errorf("the failed save left %v", tmps)
+			}
+			continue
 		}
-		if m[4] != kept {
-			t.Errorf("checkpoints %v: the run keeps %q, want %q", withCheckpoints, m[4], kept)
+		saved := filepath.Join(ckpts, ckpt.StepDir(step))
+		if want := fmt.Sprintf(", and step %d was saved first, to %s: --resume auto continues from it (without step %d's line)", step, saved, step); m[4] != want {
+			t.Errorf("the run keeps %q, want %q", m[4], want)
+		}
+		if latest := latestStep(t, ckpts); latest != step {
+			t.Errorf("latest in %s is step %d, want %d", ckpts, latest, step)
+		}
+		// With room again, the run continues from the saved step.
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+		mustSucceed(t, append(args, "--resume", "auto", "--stop-after", strconv.Itoa(step+1))...)
+		lines = validMetrics(t, metrics)
+		if n := len(lines); n != step || lines[n-1]["step"] != float64(step+1) {
+			t.Errorf("resumed: %d lines, the last %v; want %d lines, the last of step %d", n, lines[n-1]["step"], step, step+1)
 		}
 	}
 }

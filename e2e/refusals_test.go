@@ -40,7 +40,7 @@ func TestTrainRefusesClusterConfigs(t *testing.T) {
 		if filepath.Base(f) == "llama-1b.toml" {
 			need = "-tags cuda" // one GPU (the GPU check's model)
 		}
-		if err == nil || !strings.Contains(err.Error(), "is a valid config") || !strings.Contains(err.Error(), need) {
+		if err == nil || !strings.Contains(err.Error(), f+": a valid config, but this build cannot train it") || !strings.Contains(err.Error(), need) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
@@ -418,5 +418,54 @@ func TestGenerateChecksBeforeItWorks(t *testing.T) {
 	}
 	if strings.Contains(msg, "eval") || strings.Contains(msg, "--seq-len") {
 		t.Errorf("the refusal speaks of eval's flags: %v", msg)
+	}
+}
+
+// TestMeaninglessInputIsRefused (issue 43, item 9): input that used to be read silently as
+// something else, or refused in words that did not help, is refused naming the flag or the
+// --set that gave it, the value and what is wanted, with exit status 2 and nothing written.
+func TestMeaninglessInputIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	mustSucceed(t, smallRun(dir, "--set", "training.steps=1")...)
+	source := filepath.Join(dir, "tiny")
+	for _, c := range []struct {
+		name string
+		args []string // output goes under OUT; a run that is not refused trains a step
+		want []string
+	}{
+		{"shard-tokens 0", []string{"data", "tokenize", "--set", "data.max_bytes=4096", "--out", "OUT/shards", "--shard-tokens", "0"},
+			[]string{"data tokenize: --shard-tokens 0: want at least 1 token per shard; leave the flag out for 100000000"}},
+		{"init with init-from", smallRun("OUT", "--set", "training.steps=1", "--init-from", source, "--set", "model.init=normal"),
+			[]string{`--set model.init=normal: model.init = "normal" draws a new model's weights, but --init-from ` + source + " brings them", "leave model.init out"}},
+		{"own attention on the CPU", smallRun("OUT", "--set", "training.steps=1", "--set", "device.attention=own"),
+			[]string{`--set device.attention=own: device.attention = "own" with device.kind = "cpu"`, "the CPU has one path"}},
+		{"infinite grad_clip", smallRun("OUT", "--set", "training.steps=1", "--set", "training.grad_clip=inf"),
+			[]string{"--set training.grad_clip=inf: training.grad_clip = +Inf: must be a finite number >= 0 (0 = no clipping)"}},
+		{"time limit without a unit", smallRun("OUT", "--set", "training.steps=1", "--time-limit", "5"),
+			[]string{`invalid value "5" for flag -time-limit: a duration needs a unit: 5m, 3h50m, 90s`}},
+		{"a built-in default's error names the --set", smallRun("OUT", "--set", "training.steps=1", "--set", "data.seq_len=4096"),
+			[]string{"--set data.seq_len=4096: data.seq_len = 4096 exceeds model.max_seq_len = 2048"}},
+	} {
+		out := t.TempDir()
+		args := slices.Clone(c.args)
+		for i, a := range args {
+			args[i] = strings.ReplaceAll(a, "OUT", out)
+		}
+		_, stderr, err := cli(t, args...)
+		if err == nil {
+			t.Errorf("%s: %q succeeded", c.name, args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), strings.ReplaceAll(w, "OUT", out)) {
+				t.Errorf("%s: the error does not say %q:\n%s", c.name, w, stderr)
+			}
+		}
+		if strings.Contains(stderr, "built-in config") {
+			t.Errorf("%s: the error blames the built-in config:\n%s", c.name, stderr)
+		}
+		if ents, _ := os.ReadDir(out); len(ents) > 0 {
+			t.Errorf("%s: wrote %d entries into %s", c.name, len(ents), out)
+		}
 	}
 }

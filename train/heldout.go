@@ -70,12 +70,12 @@ type trainEval struct {
 func newTrainEval(cfg config.Config, w *world.World) (*trainEval, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
-		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Origin("data.tokenizer"), err)
 	}
 	seqLen := evaluate.SeqLen(cfg)
 	samples, err := evaluate.LoadSamples(cfg.Data.Eval, cfg.Data, tok, -1, seqLen, cfg.Model.VocabSize, cfg.Eval.Samples)
 	if err != nil {
-		return nil, fmt.Errorf("%s: data.eval: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: data.eval: %w", cfg.Origin("data.eval"), err)
 	}
 	return &trainEval{ev: evaluate.NewEvaluator(w), samples: samples, seqLen: seqLen}, nil
 }
@@ -102,11 +102,11 @@ type trainSampler struct {
 func newTrainSampler(cfg config.Config, w *world.World, runDir string) (*trainSampler, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
-		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Origin("data.tokenizer"), err)
 	}
 	prompt := tok.Encode([]byte(cfg.Eval.SamplePrompt))
 	if len(prompt) == 0 {
-		return nil, fmt.Errorf("%s: eval.sample_prompt is empty: give the text the samples continue", cfg.Path)
+		return nil, fmt.Errorf("%s: eval.sample_prompt is empty: give the text the samples continue", cfg.Origin("eval.sample_prompt"))
 	}
 	opt := evaluate.GenOptions{MaxNew: cfg.Eval.SampleTokens}
 	if sp, ok := tok.(data.SpecialTokens); ok {

@@ -21,6 +21,9 @@ import (
 // its newest step; only its weights are used), read by weights.LoadSource; this file merges
 // its [model] and tokenizer into the run's config.
 //
+// model.init, which draws a new model's weights, has nothing to draw: --set model.init, or a
+// config whose model.init is not the default, is refused.
+//
 // Which [model] the run has. Each [model] key the config leaves at its built-in default
 // (model.DefaultConfig; configs/tiny.toml writes them out; 0 for head_dim and n_kv_heads,
 // "derive") and that no --set names is taken from the source. A key with another value, or
@@ -123,7 +126,7 @@ func applyInitSource(cfg *config.Config, src *weights.Source, sets []string, std
 	}
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
-		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Path, err)
+		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Origin("data.tokenizer"), err)
 	}
 	if v := tok.VocabSize(); v > cfg.Model.VocabSize {
 		own := "the model's own tokenizer (data.tokenizer)"
@@ -164,6 +167,10 @@ func LoadInitConfig(path string, sets []string, from string, stderr io.Writer) (
 	cfg, err := config.Read(path, sets) // validated once [model] is taken from the source
 	if err != nil {
 		return config.Config{}, nil, err
+	}
+	if init := cfg.Model.Init; setByFlag(sets, "model.init") || init != "" && init != model.DefaultConfig().Init {
+		return config.Config{}, nil, fmt.Errorf("%s: model.init = %q draws a new model's weights, but --init-from %s brings them: leave model.init out",
+			cfg.Origin("model.init"), init, from)
 	}
 	src, err := weights.LoadSource(from, cfg.Model, stderr)
 	if err != nil {

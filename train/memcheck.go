@@ -45,7 +45,7 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 	}
 	state := m.Params + m.Grads + m.Optimizer + m.CommBuffers
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s: training needs %s per rank", cfg.Path, showBytes(m.Peak))
+	fmt.Fprintf(&msg, "training needs %s per rank", showBytes(m.Peak))
 	if ranks > 1 {
 		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, showBytes(m.Peak*float64(ranks)))
 	}
@@ -88,7 +88,7 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 		fmt.Fprintf(&msg, ". The held-out evaluation during training (eval.interval = %d) needs more: %s per rank at %s",
 			cfg.Eval.Interval, showBytes(ev.Peak), evalLength(cfg))
 	}
-	return fmt.Errorf("%s", msg.String())
+	return fmt.Errorf("%s: %s", cfg.Where(msg.String()), msg.String()) // the --set of data.seq_len, say
 }
 
 // evalRefusal is CheckMemory's error for a config whose training step fits perRank bytes (m)
@@ -96,8 +96,8 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 func evalRefusal(cfg config.Config, w *world.World, m, ev plan.MemoryPlan, perRank float64, source string) error {
 	ranks := w.LocalRanks()
 	var msg strings.Builder
-	fmt.Fprintf(&msg, "%s: the held-out evaluation during training (eval.interval = %d) of samples of up to %s needs %s per rank",
-		cfg.Path, cfg.Eval.Interval, evalLength(cfg), showBytes(ev.Peak))
+	fmt.Fprintf(&msg, "the held-out evaluation during training (eval.interval = %d) of samples of up to %s needs %s per rank",
+		cfg.Eval.Interval, evalLength(cfg), showBytes(ev.Peak))
 	if ranks > 1 {
 		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, showBytes(ev.Peak*float64(ranks)))
 	}
@@ -116,7 +116,7 @@ func evalRefusal(cfg config.Config, w *world.World, m, ev plan.MemoryPlan, perRa
 	}
 	knobs = append(knobs, "eval.interval = 0, and distflash eval of the run's checkpoints, which holds no training state")
 	fmt.Fprintf(&msg, ". To fit: %s", strings.Join(knobs, "; "))
-	return fmt.Errorf("%s", msg.String())
+	return fmt.Errorf("%s: %s", cfg.Where(msg.String()), msg.String())
 }
 
 // evalLength names the length train's held-out evaluation scores: "eval.seq_len = N", or the

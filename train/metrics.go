@@ -82,9 +82,9 @@ func openMetrics(path string, done int) (*metricsFile, error) {
 	return &metricsFile{f: f, path: path, end: int64(len(keep)), whole: done}, nil
 }
 
-// write appends m as one line. A line that cannot be written stops the run: the error says
-// which lines stay whole and what the run keeps, its newest checkpoint last ("": none).
-func (w *metricsFile) write(m Metrics, last string) error {
+// write appends m as one line. A line that cannot be written is a *metricsError, which stops
+// the run (session.metricsFailed).
+func (w *metricsFile) write(m Metrics) error {
 	b, err := json.Marshal(m)
 	if err != nil {
 		return fmt.Errorf("train: encode step %d's metrics: %w", m.Step, err)
@@ -95,23 +95,45 @@ func (w *metricsFile) write(m Metrics, last string) error {
 		if n > 0 {
 			_ = w.f.Truncate(w.end) // no half line
 		}
-		what := "could not write"
+		e := &metricsError{step: m.Step, path: w.path, whole: w.whole, what: "could not write", err: err}
 		if errors.Is(err, syscall.ENOSPC) {
-			what = "disk full"
+			e.what = "disk full"
 			if free, ok := sysmem.DiskFree(filepath.Dir(w.path)); ok {
-				what = fmt.Sprintf("disk full (%.1f KB free)", float64(free)/1e3)
+				e.what = fmt.Sprintf("disk full (%.1f KB free)", float64(free)/1e3)
 			}
 		}
-		whole := "no line is"
-		if w.whole > 0 {
-			whole = fmt.Sprintf("the lines of steps up to %d are", w.whole)
-		}
-		return fmt.Errorf("train: %s: step %d's line of %s is not written and %s whole; the run stops, and %s: %w",
-			what, m.Step, w.path, whole, kept(last), err)
+		return e
 	}
 	w.end += int64(n)
 	w.whole = m.Step
 	return nil
+}
+
+// metricsError is a line of metrics.jsonl that could not be written.
+type metricsError struct {
+	step  int    // the step whose line is not written
+	path  string // metrics.jsonl
+	whole int    // the step of the last complete line; 0: none
+	what  string // "disk full (3.1 KB free)", "could not write"
+	err   error
+}
+
+func (e *metricsError) Error() string { return e.explain("").Error() }
+
+func (e *metricsError) Unwrap() error { return e.err }
+
+// explain says what failed, which lines stay whole, and what the run keeps: kept, which names
+// its newest checkpoint or says there is none.
+func (e *metricsError) explain(kept string) error {
+	whole := "no line is"
+	if e.whole > 0 {
+		whole = fmt.Sprintf("the lines of steps up to %d are", e.whole)
+	}
+	if kept != "" {
+		kept = ", and " + kept
+	}
+	return fmt.Errorf("train: %s: step %d's line of %s is not written and %s whole; the run stops%s: %w",
+		e.what, e.step, e.path, whole, kept, e.err)
 }
 
 // close closes the file.

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -224,7 +225,7 @@ func (r *session) loop(ctx context.Context) error {
 		if m.diverged || !finite(m.Loss) || !finite(m.GradNorm) && !m.Skipped {
 			r.bar.Clear()
 			if r.mf != nil {
-				_ = r.mf.write(m, r.lastPath) // the diverged step, with null for what is not a number
+				_ = r.mf.write(m) // the diverged step, with null for what is not a number
 			}
 			return &divergedError{step: m.Step, loss: m.Loss, gradNorm: m.GradNorm, lr: m.LR, last: r.lastPath}
 		}
@@ -248,8 +249,8 @@ func (r *session) loop(ctx context.Context) error {
 			}
 		}
 		if r.mf != nil {
-			if err := r.mf.write(m, r.lastPath); err != nil {
-				return err
+			if err := r.mf.write(m); err != nil {
+				return r.metricsFailed(m.Step, err)
 			}
 		}
 		r.tb.write(m)
@@ -285,6 +286,26 @@ func (r *session) loop(ctx context.Context) error {
 	}
 	_ = r.bar.Finish()
 	return nil
+}
+
+// metricsFailed stops the run after step, whose line of metrics.jsonl could not be written
+// (err). When every rank is in this process, the state after step is saved first, where
+// checkpoint.dir puts it (another disk may have room), so that --resume auto continues from
+// it; a save that fails too is said. Over MPI the other processes are in the next step
+// already, and cannot join a save: the run keeps its last checkpoint.
+func (r *session) metricsFailed(step int, err error) error {
+	var me *metricsError
+	if !errors.As(err, &me) {
+		return err
+	}
+	r.bar.Clear()
+	if r.t.w.MPI() {
+		return me.explain(fmt.Sprintf("%s (over MPI the other ranks cannot join a save of step %d)", kept(r.lastPath), step))
+	}
+	if serr := r.checkpoint(step); serr != nil {
+		return fmt.Errorf("%w\n  saving step %d first failed too, so %s: %w", me.explain(""), step, kept(r.lastPath), serr)
+	}
+	return me.explain(fmt.Sprintf("step %d was saved first, to %s: --resume auto continues from it (without step %d's line)", step, r.lastPath, step))
 }
 
 // logLine is the log line of step m without a progress bar: the step's numbers, the time the

@@ -303,7 +303,7 @@ func TestMetricsLinesWholeOnFullDisk(t *testing.T) {
 	step := 0
 	for werr == nil && step < 1000 {
 		step++
-		werr = mf.write(Metrics{Step: step, Loss: 1.5, Memory: mem}, "")
+		werr = mf.write(Metrics{Step: step, Loss: 1.5, Memory: mem})
 	}
 	mf.close()
 	if werr == nil || !errors.Is(werr, syscall.ENOSPC) {

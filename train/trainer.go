@@ -77,24 +77,24 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 	t := cfg.Training
 	sched := optim.Schedule{Kind: t.LRSchedule, LR: t.LR, MinLR: t.MinLR, Warmup: t.WarmupSteps, Steps: t.Steps}
 	if err := sched.Validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 	}
 	prec, err := kernels.ParsePrecision(t.MixedPrecision)
 	if err != nil {
-		return nil, fmt.Errorf("%s: training.mixed_precision: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: training.mixed_precision: %w", cfg.Origin("training.mixed_precision"), err)
 	}
 	policy, err := model.ParseCheckpoint(cfg.Checkpoint.Activation)
 	if err != nil {
-		return nil, fmt.Errorf("%s: checkpoint.activation: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: checkpoint.activation: %w", cfg.Origin("checkpoint.activation"), err)
 	}
 	tr := &trainer{cfg: cfg, sched: sched, loader: loader, w: w, prec: prec, spikes: &spikeWatch{}}
 	if prec == kernels.FP16 {
 		if tr.scaler, err = optim.NewLossScaler(t.LossScaleInit, t.LossScaleGrowthInterval); err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+			return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 		}
 	}
 	if err := w.Open(); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 	}
 	spec := world.Spec{Model: cfg.Model, Policy: policy, Precision: prec, FSDP: cfg.Parallelism.FSDP,
 		LossChunk: cfg.LossChunkTokens(), MLPTile: cfg.MLPTileTokens(), Seed: cfg.Run.Seed}
@@ -104,13 +104,13 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 		spec.Params = model.InitParams(cfg.Model, model.NewLayout(cfg.Model), cfg.Run.Seed)
 	}
 	if err := w.Build(spec); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 	}
 	// The initial weights are in the ranks now: their host copy is freed before the
 	// optimizer's moments are allocated, so the two never take memory together.
 	spec.Params = nil
 	if tr.warmed, err = warmAttention(w, cfg.Data.SeqLen, prec); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 	}
 	runtime.GC()
 	tc := cfg.Training
@@ -118,7 +118,7 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 	for _, wr := range w.Ranks() {
 		r := &rank{Rank: wr, stats: make([]float32, statLen)}
 		if r.pos, err = r.Positions(cfg.Data.SeqLen); err != nil {
-			return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+			return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 		}
 		r.statBuf, r.statAll = r.Backend.Alloc(statLen), r.Backend.Alloc(statLen*w.Dims.World)
 		r.segs = segments(mlayout)

@@ -47,7 +47,7 @@ type World struct {
 func Launch(cfg *config.Config, stderr io.Writer) (*World, error) {
 	dims, err := cfg.Parallelism.Dims()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 	}
 	launch, err := transport.MPIEnv()
 	if err != nil {
@@ -58,7 +58,7 @@ func Launch(cfg *config.Config, stderr io.Writer) (*World, error) {
 	if p.Backend != "mpi" && !started { // in-process: also NCCL over the in-process world
 		if cfg.Device.Kind == "cuda" && dims.World > 1 {
 			return nil, fmt.Errorf("%s: device.kind = \"cuda\" with parallelism.world_size = %d in one process: a GPU rank is a process; launch them with mpirun -np %d (or srun), each takes the GPU of its local rank",
-				cfg.Path, dims.World, dims.World)
+				cfg.Origin(""), dims.World, dims.World)
 		}
 		return &World{Dims: dims, Device: cfg.Device, Par: *p, local: transport.NewWorld(dims.World)}, nil
 	}
@@ -70,14 +70,14 @@ func Launch(cfg *config.Config, stderr io.Writer) (*World, error) {
 	}
 	if p.Backend != "mpi" && p.Backend != "nccl" {
 		return nil, fmt.Errorf("%s: parallelism.backend = %q, but this process was started by %s (%v): use \"mpi\"",
-			cfg.Path, p.Backend, launch.Launcher, launch.Vars)
+			cfg.Origin(""), p.Backend, launch.Launcher, launch.Vars)
 	}
 	if err := transport.CheckLaunch(); err != nil {
 		return nil, err
 	}
 	comm, err := transport.InitMPI()
 	if err != nil {
-		return nil, fmt.Errorf("%s: parallelism.backend = %q (over MPI): %w", cfg.Path, p.Backend, err)
+		return nil, fmt.Errorf("%s: parallelism.backend = %q (over MPI): %w", cfg.Origin("parallelism.backend"), p.Backend, err)
 	}
 	w := &World{Dims: dims, Device: cfg.Device, Par: *p, boot: comm}
 	if err := agree(cfg); err != nil {
@@ -85,7 +85,7 @@ func Launch(cfg *config.Config, stderr io.Writer) (*World, error) {
 	}
 	if comm.Size() != dims.World {
 		return w, fmt.Errorf("%s: parallelism.world_size = %d, but the launcher started %d processes: make them equal (mpirun -np %d)",
-			cfg.Path, dims.World, comm.Size(), dims.World)
+			cfg.Origin(""), dims.World, comm.Size(), dims.World)
 	}
 	return w, nil
 }

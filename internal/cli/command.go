@@ -6,6 +6,7 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"distflash/parallel/transport"
 )
@@ -212,6 +214,27 @@ func FlagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// Duration is a flag.Value of a time.Duration, as flag.Duration's, whose error for a value it
+// cannot read says what is wanted (the flag package's says "parse error"): a number without a
+// unit, the mistake most made, is told that it needs one.
+type Duration time.Duration
+
+// String is the duration as time.Duration writes it.
+func (d *Duration) String() string { return time.Duration(*d).String() }
+
+// Set reads a duration: 5m, 3h50m, 90s (time.ParseDuration).
+func (d *Duration) Set(v string) error {
+	p, err := time.ParseDuration(v)
+	if err == nil {
+		*d = Duration(p)
+		return nil
+	}
+	if _, nerr := strconv.ParseFloat(v, 64); nerr == nil {
+		return errors.New("a duration needs a unit: 5m, 3h50m, 90s (units ns, us, ms, s, m, h)")
+	}
+	return errors.New("want a duration such as 5m, 3h50m or 90s (units ns, us, ms, s, m, h)")
 }
 
 // Sets collects repeated --set section.key=value overrides (a flag.Value).

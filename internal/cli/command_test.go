@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCheckRanges: a flag given outside its range is refused naming it, its value and what is
@@ -53,6 +54,32 @@ func TestRank0Only(t *testing.T) {
 	} {
 		if got := root.Rank0Only(tc.args, tc.rank); got != tc.want {
 			t.Errorf("%q on rank %d: %v, want %v", tc.args, tc.rank, got, tc.want)
+		}
+	}
+}
+
+// TestDuration: a duration flag reads what time.ParseDuration reads, and a number without a
+// unit is told that it needs one.
+func TestDuration(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{"3h50m", 3*time.Hour + 50*time.Minute, ""},
+		{"90s", 90 * time.Second, ""},
+		{"0", 0, ""},
+		{"5", 0, "a duration needs a unit: 5m, 3h50m, 90s"},
+		{"1.5", 0, "a duration needs a unit"},
+		{"5x", 0, "want a duration such as 5m"},
+	} {
+		var d Duration
+		err := d.Set(c.in)
+		switch {
+		case c.err == "" && (err != nil || time.Duration(d) != c.want):
+			t.Errorf("Set(%q) = %v, %v; want %v", c.in, time.Duration(d), err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("Set(%q): error %v, want %q", c.in, err, c.err)
 		}
 	}
 }
