@@ -56,6 +56,9 @@ pack() {
 		go test -c -tags cuda -trimpath -ldflags='-s -w' -o "$dir/bin/kernels.test" ./kernels
 		# the multigpu phase: the MPI build and Debian's Open MPI, unpacked and relocated there
 		go build -tags 'cuda mpi' -trimpath -ldflags='-s -w' -o "$dir/bin/distflash-mpi" .
+		# -tags mpi takes the MPI pkg-config's mpi names (update-alternatives --config mpi): it must be the Open MPI packed below
+		"$dir/bin/distflash-mpi" version | grep -q 'MPI built against Open MPI' ||
+			{ echo "pack: the MPI build is not against Open MPI ($("$dir/bin/distflash-mpi" version)); the multigpu phase ships Debian's Open MPI: update-alternatives --set mpi /usr/bin/mpicc.openmpi, go clean -cache (the build cache does not see the change), and pack again" >&2; exit 1; }
 		gzip -f -9 "$dir/bin/distflash-mpi" # 23 → 9 MB: the pack must stay under a device call's 64 MiB
 		rm -rf "$dir/ompi"
 		mkdir -p "$dir/ompi"

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"distflash/parallel/transport"
 )
 
 // Version describes this binary: its module version or VCS commit (with "+dirty" for a build
-// from a modified tree), the Go version and the build tags that select CUDA and MPI.
+// from a modified tree), the Go version, the build tags that select CUDA and MPI and, in an MPI
+// build, the MPI it was compiled against (its mpi.h) and the MPI library it loaded.
 func Version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -36,6 +39,9 @@ func Version() string {
 	out := fmt.Sprintf("distflash %s, %s %s/%s", v, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
 	if tags != "" {
 		out += ", tags " + tags
+	}
+	if mpi := transport.MPIBuiltWith(); mpi != "" {
+		out += ", MPI built against " + mpi + ", library " + transport.MPILibrary()
 	}
 	return out
 }

@@ -9,8 +9,8 @@ import (
 
 // TestMPIEnvLaunchers: the variables of each launcher give its rank and size; a Slurm batch
 // script (SLURM_PROCID without srun's SLURM_STEP_NUM_TASKS) is not a launch; Open MPI's own
-// variables win over the Slurm ones that surround an mpirun inside an allocation; bad values
-// are errors that name the variable.
+// variables, and MPICH Hydra's, win over the Slurm ones that surround a launch inside an
+// allocation; bad values are errors that name the variable.
 func TestMPIEnvLaunchers(t *testing.T) {
 	cases := []struct {
 		name    string
@@ -25,6 +25,9 @@ func TestMPIEnvLaunchers(t *testing.T) {
 			&Launch{Launcher: "Open MPI's mpirun", Rank: 1, Size: 2, Vars: []string{"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2"}}, ""},
 		{"mpich", map[string]string{"PMI_RANK": "0", "PMI_SIZE": "8"},
 			&Launch{Launcher: "a PMI launcher (MPICH or Intel MPI mpiexec, srun --mpi=pmi2)", Rank: 0, Size: 8, Vars: []string{"PMI_RANK=0", "PMI_SIZE=8"}}, ""},
+		{"mpich-in-slurm", map[string]string{"PMI_RANK": "3", "PMI_SIZE": "8", "PMI_FD": "6", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "4",
+			"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2"}, // Hydra's proxies started by srun, one a node
+			&Launch{Launcher: "a PMI launcher (MPICH or Intel MPI mpiexec, srun --mpi=pmi2)", Rank: 3, Size: 8, Vars: []string{"PMI_RANK=3", "PMI_SIZE=8"}}, ""},
 		{"srun", map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "16", "SLURM_STEP_NUM_TASKS": "16"},
 			&Launch{Launcher: "srun", Rank: 5, Size: 16, Vars: []string{"SLURM_PROCID=5", "SLURM_STEP_NUM_TASKS=16"}}, ""},
 		{"sbatch-script", map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_JOB_ID": "42"}, nil, ""},

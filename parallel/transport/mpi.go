@@ -16,9 +16,34 @@ package transport
 // request completes, as the cgo pointer rules ask of memory C holds across calls.
 
 /*
-#cgo pkg-config: ompi
+// The compiler and linker flags of MPI come from pkg-config's generic name mpi
+// (mpi_pkgconfig.go) or, with the tag mpicc, from the C compiler itself (CC=mpicc, the MPI's
+// compiler wrapper, or CGO_CFLAGS and CGO_LDFLAGS): docs/cluster.md.
 #include <stdlib.h>
+#if defined(__has_include)
+#if !__has_include(<mpi.h>)
+#error "distflash: mpi.h is not on the include path: build with -tags mpi where pkg-config knows mpi (Debian, Ubuntu), or with CC=mpicc (the MPI's compiler wrapper: mpicc, Cray's cc) go build -tags 'mpi mpicc' (docs/cluster.md)"
+#endif
+#endif
 #include <mpi.h>
+
+// df_mpi_h names the MPI whose mpi.h this binary was compiled against: Open MPI and the
+// MPICH family (MPICH, Intel MPI, MVAPICH, Cray MPICH) say their version in macros.
+#define DF_STR1(x) #x
+#define DF_STR(x) DF_STR1(x)
+static const char *df_mpi_h(void) {
+#if defined(OPEN_MPI)
+	return "Open MPI " DF_STR(OMPI_MAJOR_VERSION) "." DF_STR(OMPI_MINOR_VERSION) "." DF_STR(OMPI_RELEASE_VERSION) " (MPI " DF_STR(MPI_VERSION) "." DF_STR(MPI_SUBVERSION) ")";
+#elif defined(MPICH_VERSION)
+	return "MPICH " MPICH_VERSION " (MPI " DF_STR(MPI_VERSION) "." DF_STR(MPI_SUBVERSION) ")";
+#else
+	return "MPI " DF_STR(MPI_VERSION) "." DF_STR(MPI_SUBVERSION);
+#endif
+}
+
+// df_library_version is MPI_Get_library_version, which MPI-3 lets a process call before
+// MPI_Init: what the library loaded at run time says it is.
+static int df_library_version(char *buf, int *n) { return MPI_Get_library_version(buf, n); }
 
 // Open MPI's handles are macros over its globals, which cgo cannot use: these return them.
 static MPI_Comm df_world(void) { return MPI_COMM_WORLD; }
@@ -206,14 +231,29 @@ func InitMPIWith(opt MPIOptions) (Comm, error) {
 		}
 	}
 	e.worldRank, e.tagUB = int(rank), int(ub)
-	var buf [C.MPI_MAX_LIBRARY_VERSION_STRING]C.char
-	var n C.int
-	if C.MPI_Get_library_version(&buf[0], &n) == C.df_success() {
-		e.library = strings.TrimSpace(strings.SplitN(C.GoStringN(&buf[0], n), ",", 2)[0])
-	}
+	e.library = MPILibrary()
 	mpi.env = e
 	mpi.world = &mpiComm{e: e, comm: world, id: "world", rank: int(rank), size: int(size)}
 	return mpi.world, nil
+}
+
+// MPIBuiltWith names the MPI whose mpi.h this binary was compiled against and the MPI
+// standard it declares: "Open MPI 4.1.4 (MPI 3.1)", "MPICH 4.0.2 (MPI 4.0)" (MPICH and the MPIs
+// derived from it: Intel MPI, MVAPICH, Cray MPICH, each with its MPICH base version), or
+// "MPI 3.1" for another.
+func MPIBuiltWith() string { return C.GoString(C.df_mpi_h()) }
+
+// MPILibrary names the MPI library this process loaded and its version, from
+// MPI_Get_library_version (which MPI-3 allows before MPI_Init): "Open MPI v4.1.4",
+// "MPICH 4.0.2". It can differ from MPIBuiltWith when the dynamic linker finds another
+// libmpi than the one the binary was built against (LD_LIBRARY_PATH, a module loaded).
+func MPILibrary() string {
+	var buf [C.MPI_MAX_LIBRARY_VERSION_STRING]C.char
+	var n C.int
+	if C.df_library_version(&buf[0], &n) != C.df_success() {
+		return "an MPI library that does not say its version"
+	}
+	return libraryName(C.GoStringN(&buf[0], n))
 }
 
 // MPIInfo describes the MPI in use, for a log line: library, ranks, thread level, watchdog,
@@ -279,7 +319,9 @@ func FinalizeMPI() error {
 }
 
 // AbortMPI ends every rank of the job (MPI_Abort on the world) with code as the exit status;
-// before InitMPI, after FinalizeMPI, or if MPI_Abort returns, it exits this process.
+// before InitMPI it asks MPICH's launcher Hydra, if it started this process, to end them
+// (Open MPI's mpirun ends a job whose process exits with a failure by itself); after
+// FinalizeMPI, or if MPI_Abort returns, it exits this process.
 func AbortMPI(code int) {
 	mpi.mu.Lock()
 	e := mpi.env
@@ -287,6 +329,9 @@ func AbortMPI(code int) {
 	mpi.mu.Unlock()
 	if e != nil && !done {
 		e.abort(code)
+	}
+	if e == nil {
+		hydraAbort(code)
 	}
 	os.Exit(code)
 }

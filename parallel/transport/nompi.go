@@ -22,8 +22,12 @@ func InitMPIWith(MPIOptions) (Comm, error) { return nil, errNoMPI }
 // FinalizeMPI ends MPI; without MPI there is nothing to end.
 func FinalizeMPI() error { return nil }
 
-// AbortMPI ends every rank of the job with code; without MPI there is only this process.
-func AbortMPI(code int) { os.Exit(code) }
+// AbortMPI ends every rank of the job with code: without MPI, this process, and the others
+// MPICH's launcher Hydra started with it (hydraAbort).
+func AbortMPI(code int) {
+	hydraAbort(code)
+	os.Exit(code)
+}
 
 // MPIInfo describes the MPI in use, for a log line; without MPI it says so.
 func MPIInfo() string { return "built without MPI (-tags mpi)" }
@@ -50,3 +54,9 @@ func (b *ErrorBoard) Post(string) {}
 // AllGatherBytes gives every process's bytes to every process of an MPI job; without MPI it
 // returns the error InitMPI does.
 func AllGatherBytes([]byte) ([][]byte, error) { return nil, errNoMPI }
+
+// MPIBuiltWith names the MPI this binary was compiled against; built without MPI, it is "".
+func MPIBuiltWith() string { return "" }
+
+// MPILibrary names the MPI library this process loaded; built without MPI, it is "".
+func MPILibrary() string { return "" }
