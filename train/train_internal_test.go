@@ -235,7 +235,7 @@ func TestEvaluateForTrain(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := evaluateAll(ctx, cfg, params, ss); err == nil || !strings.Contains(err.Error(), "stopped after 0 of 4") {
+	if _, err := evaluateAll(ctx, cfg, params, ss); err == nil || !strings.Contains(err.Error(), "stopped by a signal after 0 of 4") {
 		t.Errorf("cancelled: %v", err)
 	}
 }
