@@ -1093,31 +1093,14 @@ func WriteDetail(w io.Writer, rep Report) {
 	}
 	mp := pl.Memory
 	fmt.Fprintf(w, "\nmemory per rank:\n")
-	for _, r := range []struct {
-		what string
-		b    float64
-		note string
-	}{{"parameters", mp.Params, ""}, {"gradients", mp.Grads, ""}, {"optimizer (AdamW)", mp.Optimizer, ""},
+	writeMemoryRows(w, mp, []memoryRow{{"parameters", mp.Params, ""}, {"gradients", mp.Grads, ""}, {"optimizer (AdamW)", mp.Optimizer, ""},
 		{"saved activations", mp.Activations, "grows with the tokens per rank"},
 		{"logits + head", mp.Logits, "one loss chunk of logits, and the final norm's grow with the tokens"},
 		{"backward scratch", mp.BackwardScratch, "grows with the tokens; the MLP's is one tile"},
 		{"attention working set", mp.AttnWork, "grows with the tokens"},
 		{"attention 16-bit", mp.AttnKernel, "bf16/fp16: the packed operands; on a GPU cuDNN's outputs and workspace"}, {"communication buffers", mp.CommBuffers, ""},
 		{"collector headroom", mp.Runtime, "the CPU's Go heap: 15% of the rest"},
-		{"process", mp.Process, "the binary and Go runtime, the data's tokens and held-out samples, the checkpoint writer"}, {"peak", mp.Peak, ""}} {
-		if (r.what == "collector headroom" || r.what == "process" || r.what == "attention 16-bit") && r.b == 0 {
-			continue
-		}
-		if r.note != "" {
-			r.note = "  (" + r.note + ")"
-		}
-		fmt.Fprintf(w, "  %-22s %10s%s\n", r.what, gb(r.b), r.note)
-	}
-	verdict := "fits"
-	if !mp.Fits {
-		verdict = "DOES NOT FIT"
-	}
-	fmt.Fprintf(w, "  %s in %s: margin %s (%.0f%%)\n", verdict, gb(mp.Capacity), gb(mp.Margin), 100*mp.Margin/mp.Capacity)
+		{"process", mp.Process, "the binary and Go runtime, the data's tokens and held-out samples, the checkpoint writer"}, {"peak", mp.Peak, ""}})
 	if mp.Fits && mp.Margin < thinMargin*mp.Capacity {
 		fmt.Fprintf(w, "  note: a margin under %.0f%% of the memory: what the estimate does not count (the CUDA context, NCCL's buffers, the allocator's fragmentation; on the CPU the peak resident set has been 0.96–1.04 of the estimate, up to 1.10 before it counted the process and the heap's freed pages) can take that much, so a run may not fit; keep the margin above it\n", 100*thinMargin)
 	}
@@ -1178,20 +1161,18 @@ func WriteDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "  step                   %8.2f s  (%s)\n", t.Step, how)
 }
 
-// writeEvalMemory prints the memory of the held-out evaluation during training of plan pl.
-func writeEvalMemory(w io.Writer, rep Report, pl Plan) {
-	ev, u := *pl.Eval, rep.Cluster.unit()
-	fmt.Fprintf(w, "\nmemory per rank in the held-out evaluation during training (eval.interval > 0): samples of up to %s tokens (eval.seq_len), one a replica (%s tokens per %s), beside the training state:\n",
-		seqName(pl.EvalSeqLen), seqName(pl.EvalSeqLen*pl.TokensPerGPU/max(pl.SeqLen, 1)), u)
-	for _, r := range []struct {
-		what string
-		b    float64
-		note string
-	}{{"model state", ev.Params + ev.Grads + ev.Optimizer + ev.CommBuffers, "parameters, gradients, optimizer and fsdp buffers, as above"},
-		{"saved activations", ev.Activations, "the forward's, kept as checkpoint.activation keeps them"},
-		{"logits + head", ev.Logits, ""}, {"backward scratch", ev.BackwardScratch, "the training step's"},
-		{"attention", ev.AttnWork + ev.AttnKernel, ""}, {"collector headroom", ev.Runtime, ""}, {"process", ev.Process, ""}, {"peak", ev.Peak, ""}} {
-		if (r.what == "collector headroom" || r.what == "process") && r.b == 0 {
+// memoryRow is one line of a memory table: what, its bytes, and a note.
+type memoryRow struct {
+	what string
+	b    float64
+	note string
+}
+
+// writeMemoryRows prints the rows of plan mp's memory table (the headroom, the process and the
+// 16-bit attention left out where they are 0) and its verdict against the capacity.
+func writeMemoryRows(w io.Writer, mp MemoryPlan, rows []memoryRow) {
+	for _, r := range rows {
+		if (r.what == "collector headroom" || r.what == "process" || r.what == "attention 16-bit") && r.b == 0 {
 			continue
 		}
 		if r.note != "" {
@@ -1200,10 +1181,21 @@ func writeEvalMemory(w io.Writer, rep Report, pl Plan) {
 		fmt.Fprintf(w, "  %-22s %10s%s\n", r.what, gb(r.b), r.note)
 	}
 	verdict := "fits"
-	if !ev.Fits {
+	if !mp.Fits {
 		verdict = "DOES NOT FIT"
 	}
-	fmt.Fprintf(w, "  %s in %s: margin %s (%.0f%%)\n", verdict, gb(ev.Capacity), gb(ev.Margin), 100*ev.Margin/ev.Capacity)
+	fmt.Fprintf(w, "  %s in %s: margin %s (%.0f%%)\n", verdict, gb(mp.Capacity), gb(mp.Margin), 100*mp.Margin/mp.Capacity)
+}
+
+// writeEvalMemory prints the memory of the held-out evaluation during training of plan pl.
+func writeEvalMemory(w io.Writer, rep Report, pl Plan) {
+	ev, u := *pl.Eval, rep.Cluster.unit()
+	fmt.Fprintf(w, "\nmemory per rank in the held-out evaluation during training (eval.interval > 0): samples of up to %s tokens (eval.seq_len), one a replica (%s tokens per %s), beside the training state:\n",
+		seqName(pl.EvalSeqLen), seqName(pl.EvalSeqLen*pl.TokensPerGPU/max(pl.SeqLen, 1)), u)
+	writeMemoryRows(w, ev, []memoryRow{{"model state", ev.Params + ev.Grads + ev.Optimizer + ev.CommBuffers, "parameters, gradients, optimizer and fsdp buffers, as above"},
+		{"saved activations", ev.Activations, "the forward's, kept as checkpoint.activation keeps them"},
+		{"logits + head", ev.Logits, ""}, {"backward scratch", ev.BackwardScratch, "the training step's"},
+		{"attention", ev.AttnWork + ev.AttnKernel, ""}, {"collector headroom", ev.Runtime, ""}, {"process", ev.Process, ""}, {"peak", ev.Peak, ""}})
 	if pl.EvalMaxSeqLen == 0 {
 		fmt.Fprintf(w, "  longest eval.seq_len that fits: under 1K tokens per %s (the search steps by 1024)\n", u)
 	} else {
