@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"distflash/parallel/transport"
+	"distflash/world"
 )
 
 // job is this process's place in an MPI job that runs one command on every rank (train, eval,
@@ -19,13 +20,12 @@ import (
 // error only when it has none of its own within boardSettle, and then once for all the ranks
 // that posted the same words. Whoever says it ends the job (MPI_Abort), so it is said once.
 type job struct {
-	rank, size int
-	board      *transport.ErrorBoard // nil when joining failed
-	stderr     io.Writer
+	rank   int
+	board  *transport.ErrorBoard // nil when joining failed
+	stderr io.Writer
 
-	mu   sync.Mutex    // held by whoever says the job's error; it ends the process
-	own  chan struct{} // closed when this rank's command has ended in an error
-	once sync.Once
+	mu  sync.Mutex    // held by whoever says the job's error; it ends the process
+	own chan struct{} // closed when this rank's command has ended in an error
 }
 
 // boardSettle is how long rank 0 waits, after another rank posted an error, for an error of its
@@ -50,7 +50,7 @@ func joinJob(args []string, stderr io.Writer) (*job, error) {
 	if c := root.Find(args[0]); c == nil || !c.EveryRank {
 		return nil, nil
 	}
-	j := &job{rank: l.Rank, size: l.Size, stderr: stderr, own: make(chan struct{})}
+	j := &job{rank: l.Rank, stderr: stderr, own: make(chan struct{})}
 	if err := transport.CheckLaunch(); err != nil {
 		return j, err
 	}
@@ -94,34 +94,30 @@ func (j *job) watch() {
 // ranks that posted it ("distflash: ranks 1, 3: …").
 func sayPosted(posted []transport.BoardMessage) string {
 	var texts []string
-	ranks := map[string][]string{}
+	ranks := map[string][]int{}
 	for _, m := range posted {
 		if _, ok := ranks[m.Text]; !ok {
 			texts = append(texts, m.Text)
 		}
-		ranks[m.Text] = append(ranks[m.Text], fmt.Sprint(m.Rank))
+		ranks[m.Text] = append(ranks[m.Text], m.Rank)
 	}
 	var b strings.Builder
 	for _, t := range texts {
-		rs := ranks[t]
-		slices.SortFunc(rs, func(a, b string) int { return len(a)*1000 - len(b)*1000 + strings.Compare(a, b) })
-		word := "rank"
-		if len(rs) > 1 {
-			word = "ranks"
-		}
-		fmt.Fprintf(&b, "distflash: %s %s: %s\n", word, strings.Join(rs, ", "), t)
+		slices.Sort(ranks[t])
+		fmt.Fprintf(&b, "distflash: %s: %s\n", world.RankList(ranks[t]), t)
 	}
 	return b.String()
 }
 
 // fail says err once for the job, as the type's comment tells, and ends it with exit status 2;
-// it does not return. j may be nil: a process that runs alone says err and exits.
+// it does not return, so it runs once. j may be nil: a process that runs alone says err and
+// exits.
 func (j *job) fail(err error) {
 	if j == nil {
 		fmt.Fprintln(os.Stderr, "distflash:", err)
 		transport.AbortMPI(2)
 	}
-	j.once.Do(func() { close(j.own) })
+	close(j.own)
 	if j.rank > 0 {
 		if j.board != nil {
 			j.board.Post(err.Error())

@@ -134,15 +134,15 @@ func disagreements(per []map[string]string) []string {
 		}
 		parts := make([]string, len(values))
 		for i, v := range values {
-			parts[i] = rankList(ranks[v]) + ": " + v
+			parts[i] = RankList(ranks[v]) + ": " + v
 		}
 		out = append(out, k+": "+strings.Join(parts, "; "))
 	}
 	return out
 }
 
-// rankList names ranks: "rank 3", "ranks 0, 2".
-func rankList(rs []int) string {
+// RankList names ranks, in the order given: "rank 3", "ranks 0, 2".
+func RankList(rs []int) string {
 	s := make([]string, len(rs))
 	for i, r := range rs {
 		s[i] = fmt.Sprint(r)

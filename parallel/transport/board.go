@@ -6,6 +6,12 @@ import "unicode/utf8"
 // count, then one byte a value. Longer errors are cut (with "…").
 const boardValues = 4096
 
+// BoardMessage is an error that a rank posted on the error board (ErrorBoard).
+type BoardMessage struct {
+	Rank int
+	Text string
+}
+
 // encodeBoard writes text as one error-board message: boardValues float32 values, the byte
 // count first, then a byte a value (exact in float32); text longer than fits is cut at a
 // character boundary and ends in "…".

@@ -40,12 +40,6 @@ type ErrorBoard struct {
 	done chan struct{}
 }
 
-// BoardMessage is an error that a rank posted.
-type BoardMessage struct {
-	Rank int
-	Text string
-}
-
 // OpenErrorBoard makes the board over the world of InitMPI (collective: every process calls it
 // once, right after InitMPI). On rank 0 it starts the receives and their polling.
 func OpenErrorBoard() (*ErrorBoard, error) {

@@ -36,12 +36,6 @@ func MPIInfo() string { return "built without MPI (-tags mpi)" }
 // other ranks, and OpenErrorBoard says how to rebuild.
 type ErrorBoard struct{}
 
-// BoardMessage is an error that a rank posted.
-type BoardMessage struct {
-	Rank int
-	Text string
-}
-
 // OpenErrorBoard makes the board; without MPI it returns the error InitMPI does.
 func OpenErrorBoard() (*ErrorBoard, error) { return nil, errNoMPI }
 
