@@ -235,4 +235,63 @@ type Backend interface {
 	// elements outside every segment are left), every value as AdamW on the segment's slices
 	// makes it: one call, on a GPU one launch, for the many tensors of a model.
 	AdamWSegments(p, g, m, v Buf, segs []AdamWSegment, hp AdamWStep)
+
+	// The 16-bit step (half_step.go): the methods a bf16 or fp16 training step is made of.
+	// "Packed in p" is PackHalf's layout (two 16-bit values of p a buffer element, Len()
+	// (n+1)/2 for n values), which on a GPU is a plain array of bf16 or fp16 values. Each
+	// method reads its 16-bit inputs exactly, computes in float32 (float64 where the float32
+	// method does), and rounds to p once, at each 16-bit output.
+
+	// MatMulHalf is MatMul with A and B packed in p: C = op(A)·op(B) + beta·C from the exact
+	// 16-bit values, accumulated in float32. C is float32 (cHalf false: a weight gradient, or
+	// the residual stream with beta 1) or packed in p (cHalf true: beta·C reads its 16-bit
+	// values and the sum is rounded once).
+	MatMulHalf(c, a, b Buf, m, n, k int, transA, transB bool, beta float32, p Precision, cHalf bool)
+	// EmbeddingHalf is Embedding from a table packed in p into float32 out.
+	EmbeddingHalf(out, table Buf, ids []int32, dim int, p Precision)
+	// RMSNormHalf is RMSNorm of the float32 rows x with weights w packed in p, writing out
+	// packed in p. keep, when not nil, receives x packed in p in the same pass (the copy of a
+	// block's input that a checkpoint keeps).
+	RMSNormHalf(out, keep, rstd, x, w Buf, rows, dim int, eps float32, p Precision)
+	// RMSNormBackwardHalf is RMSNormBackward in one pass over the rows with dout, x and w
+	// packed in p: it adds the input gradient into the float32 dx and, when dxHalf is not nil,
+	// writes the sum packed in p into dxHalf (the operand of the next GEMMs); it sets
+	// (dwBeta 0) or adds (dwBeta 1) the weight gradient into the float32 dw.
+	RMSNormBackwardHalf(dx, dxHalf, dw, dout, x, w, rstd Buf, rows, dim int, dwBeta float32, p Precision)
+	// RoPEQKV splits the fused projection qkv ([n, Q+2·KV] rows q | k | v, Q = heads·headDim,
+	// KV = kvHeads·headDim, n = len(pos), packed in p) into q [n, Q] and k [n, KV], each rotated
+	// as RoPE does (forward), and v [n, KV] copied, all packed in p.
+	RoPEQKV(q, k, v, qkv Buf, pos []int32, heads, kvHeads, headDim int, t RoPETable, p Precision)
+	// RoPEQKVBackward is RoPEQKV's backward: it sets dqkv ([n, Q+2·KV]) to the rows
+	// RoPE⁻¹(dq) | RoPE⁻¹(dk) | dv, all packed in p.
+	RoPEQKVBackward(dqkv, dq, dk, dv Buf, pos []int32, heads, kvHeads, headDim int, t RoPETable, p Precision)
+	// SwiGLUHalf sets act ([rows, ffn]) = silu(gate)∘up from the fused gu ([rows, 2·ffn], rows
+	// gate | up), both packed in p.
+	SwiGLUHalf(act, gu Buf, rows, ffn int, p Precision)
+	// SwiGLUBackwardHalf sets dgu ([rows, 2·ffn], rows dgate | dup) from dact ([rows, ffn])
+	// and gu, all packed in p; act, when not nil, receives silu(gate)∘up as SwiGLUHalf makes it
+	// (the activation the down projection's weight gradient reads, not kept by the forward).
+	SwiGLUBackwardHalf(dgu, act, dact, gu Buf, rows, ffn int, p Precision)
+	// CrossEntropyHalf is CrossEntropy of float32 logits whose gradient dlogits (not nil, its
+	// own buffer) is written packed in p.
+	CrossEntropyHalf(losses, dlogits, logits Buf, targets []int32, vocab int, dscale float32, p Precision)
+	// AttnForwardHalf is the attention of queries over every key they see, in one call: q, k
+	// and v packed in sh.Operands (BF16 or FP16), the normalised output o written packed in
+	// sh.Operands and lse in float32, every value as AttnInit, AttnForward, AttnFinish and
+	// PackHalf make it. One rank's whole attention, with no state kept between calls.
+	AttnForwardHalf(o, lse, q, k, v Buf, sh AttnShape)
+	// AttnBackwardHalf is AttnForwardHalf's backward: from q, k, v, o and do packed in
+	// sh.Operands and the forward's lse, it sets (overwrites) dq, dk and dv, packed in
+	// sh.Operands, as AttnBackwardPrep, AttnBackward on zeroed float32 gradients and PackHalf
+	// make them.
+	AttnBackwardHalf(dq, dk, dv, q, k, v, o, do, lse Buf, sh AttnShape)
+	// GradStats writes into dst (3 elements) Σ g² accumulated in float64 as two float32 (hi,
+	// then lo = the rest) and 1 when some element of g is Inf or NaN (else 0): SumSquares and
+	// AllFinite in one pass, on the device, for the step's statistics to travel without a
+	// download of their own.
+	GradStats(dst, g Buf)
+	// AdamWSegmentsHalf is AdamWSegments that also writes every updated parameter of the
+	// segments, rounded to prec, into half (packed in prec, laid out like p): the optimizer
+	// and the refresh of the 16-bit compute copy in one pass.
+	AdamWSegmentsHalf(p, g, m, v, half Buf, segs []AdamWSegment, hp AdamWStep, prec Precision)
 }
