@@ -4,9 +4,11 @@ package kernels
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -51,7 +53,8 @@ type CUDA struct {
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
 }
 
-// ptxKernels lists the embedded modules and the kernels each defines.
+// ptxKernels lists the embedded modules and the kernels each defines: the backend loads every
+// module named here (moduleNames), so a new kernels/cuda/NAME.cu is one entry more.
 var ptxKernels = map[string][]string{
 	"elementwise": {
 		"df_add", "df_scale", "df_sumsq_partial", "df_allfinite", "df_embedding", "df_embedding_bwd",
@@ -127,8 +130,7 @@ func newCUDA(ordinal int) (*CUDA, error) {
 		d.Close()
 		return nil, fmt.Errorf("kernels: cuda device %d (%s): %w", ordinal, d.Name, err)
 	}
-	arch, err := ptxArch(d.Major, d.Minor)
-	if err != nil {
+	if _, err := ptxArch(d.Major, d.Minor); err != nil {
 		return fail(err)
 	}
 	sigs := map[string][]string{}
@@ -137,15 +139,14 @@ func newCUDA(ordinal int) (*CUDA, error) {
 		return fail(err)
 	}
 	cubins := os.Getenv("DISTFLASH_CUDA_IMAGE") == "cubin"
-	for _, name := range moduleNames {
-		file := fmt.Sprintf("%s_%s.ptx", name, arch)
-		ptx, err := cuda.PTX.ReadFile(file)
+	for _, name := range moduleNames() {
+		ptx, err := cuda.PTX(name)
 		if err != nil {
 			return fail(err)
 		}
-		img, imgFile := ptx, file
+		img, imgFile := ptx, cuda.PTXFile(name)
 		if cf := cubinFile(name, d.Major, d.Minor); cubins && cf != "" {
-			if img, err = cuda.Cubins.ReadFile(cf); err != nil {
+			if img, err = cuda.Image.ReadFile(cf); err != nil {
 				return fail(err)
 			}
 			imgFile = cf
@@ -162,19 +163,20 @@ func newCUDA(ordinal int) (*CUDA, error) {
 	return c, nil
 }
 
-// moduleNames are the embedded modules, in the order they are loaded.
-var moduleNames = []string{"elementwise", "attn_f32", "attn_mma", "cudnn_aux"}
+// moduleNames are the modules the backend loads, sorted: those of ptxKernels, each
+// scripts/build_cuda.sh's image of one kernels/cuda/NAME.cu (cuda.PTX, cuda.Cubin).
+func moduleNames() []string { return slices.Sorted(maps.Keys(ptxKernels)) }
 
-// cubinFile names the embedded cubin of module name for a GPU of compute capability
+// cubinFile names, in cuda.Image, the cubin of module name for a GPU of compute capability
 // major.minor, or "" when none runs on it: sm_80 code runs on 8.x, sm_90a code on 9.0 only.
 // The backend loads cubins instead of PTX when DISTFLASH_CUDA_IMAGE=cubin (the default, PTX,
 // is JIT-compiled by the driver).
 func cubinFile(name string, major, minor int) string {
 	switch {
 	case major == 8:
-		return name + "_sm80.cubin"
+		return cuda.CubinFile(name, "sm_80")
 	case major == 9 && minor == 0:
-		return name + "_sm90a.cubin"
+		return cuda.CubinFile(name, "sm_90a")
 	}
 	return ""
 }
@@ -187,16 +189,14 @@ func newCUDAOn(d gpuDevice, info deviceInfo, sigs map[string][]string) *CUDA {
 	return c
 }
 
-// ptxArch picks the embedded PTX for a compute capability: sm90 for Hopper and later, sm80 for
-// Ampere and Ada.
+// ptxArch returns the virtual architecture of the embedded PTX (cuda.PTXTarget, compute_80),
+// which the driver JIT-compiles for every GPU of compute capability 8.0 or later, or an error
+// for an older GPU.
 func ptxArch(major, minor int) (string, error) {
-	switch {
-	case major >= 9:
-		return "sm90", nil
-	case major == 8:
-		return "sm80", nil
+	if major < 8 {
+		return "", fmt.Errorf("compute capability %d.%d: the CUDA backend needs 8.0 or later (bf16 tensor cores)", major, minor)
 	}
-	return "", fmt.Errorf("compute capability %d.%d: the CUDA backend needs 8.0 or later (bf16 tensor cores)", major, minor)
+	return cuda.PTXTarget, nil
 }
 
 // Close releases the device's stream, modules, cuBLAS handle and context reference. Buffers

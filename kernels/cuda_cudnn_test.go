@@ -3,16 +3,12 @@
 package kernels
 
 import (
-	"bytes"
-	"debug/elf"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -276,78 +272,6 @@ func TestCUDAHostCUDNNRagged(t *testing.T) {
 	if _, err := packRagged(big, 1<<20+1, 64, 64*128, 128, 128, 64*128); err == nil || !strings.Contains(err.Error(), "does not fit int32") {
 		t.Errorf("offsets past int32: %v", err)
 	}
-}
-
-// TestCUDAHostCubins checks the embedded device code: every module has PTX of an ISA a CUDA
-// 13.0 driver loads (≤ 9.0) for compute_80 and compute_90, and cubins for sm_80 and sm_90a
-// (ELF for NVIDIA CUDA, the architecture in e_flags) that define every kernel the backend loads.
-func TestCUDAHostCubins(t *testing.T) {
-	version := regexp.MustCompile(`(?m)^\.version (\d+)\.(\d+)$`)
-	for mod, names := range ptxKernels {
-		for _, arch := range []string{"sm80", "sm90"} {
-			ptx, err := cuda.PTX.ReadFile(mod + "_" + arch + ".ptx")
-			if err != nil {
-				t.Fatal(err)
-			}
-			m := version.FindSubmatch(ptx)
-			if m == nil {
-				t.Fatalf("%s_%s.ptx: no .version", mod, arch)
-			}
-			major, _ := strconv.Atoi(string(m[1]))
-			minor, _ := strconv.Atoi(string(m[2]))
-			if major*10+minor > 90 {
-				t.Errorf("%s_%s.ptx: PTX ISA %d.%d, newer than a CUDA 13.0 driver (580) loads (9.0)", mod, arch, major, minor)
-			}
-		}
-		for _, c := range []struct {
-			arch string
-			sm   uint32
-		}{{"sm80", 80}, {"sm90a", 90}} {
-			file := mod + "_" + c.arch + ".cubin"
-			img, err := cuda.Cubins.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := elf.NewFile(bytes.NewReader(img))
-			if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			if f.Machine != elf.EM_CUDA {
-				t.Errorf("%s: ELF machine %v, want EM_CUDA", file, f.Machine)
-			}
-			// e_flags: the SM in bits 8-15 (ELF ABI version 1) or 0-7 (earlier); sm_90a also
-			// sets its architecture-specific bit
-			flags := binary32(img[48:52])
-			if sm := (flags >> 8) & 0xff; sm != c.sm && flags&0xff != c.sm {
-				t.Errorf("%s: e_flags %#x does not name sm_%d", file, flags, c.sm)
-			}
-			syms, err := f.Symbols()
-			if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			have := map[string]bool{}
-			for _, s := range syms {
-				have[s.Name] = true
-			}
-			for _, k := range names {
-				if !have[k] {
-					t.Errorf("%s: no kernel %s", file, k)
-				}
-			}
-		}
-	}
-	for _, c := range []struct {
-		major, minor int
-		want         string
-	}{{8, 0, "x_sm80.cubin"}, {8, 9, "x_sm80.cubin"}, {9, 0, "x_sm90a.cubin"}, {9, 1, ""}, {10, 0, ""}, {12, 0, ""}} {
-		if got := cubinFile("x", c.major, c.minor); got != c.want {
-			t.Errorf("cubinFile(x, %d, %d) = %q, want %q", c.major, c.minor, got, c.want)
-		}
-	}
-}
-
-func binary32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
 // TestCUDAHostCUDNNCandidates checks where LoadCUDNN looks for cuDNN: $DISTFLASH_LIBCUDNN alone;

@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -338,45 +337,6 @@ func TestCUDAHostPlanAttn(t *testing.T) {
 			if s > a100 || 2*s > h100 {
 				t.Errorf("hd %d: %d bytes of shared memory per block", hd, s)
 			}
-		}
-	}
-}
-
-// TestCUDAHostPTX checks the embedded PTX: every module exists for sm_80 and sm_90, targets
-// its architecture, and defines exactly the kernels the backend looks up.
-func TestCUDAHostPTX(t *testing.T) {
-	entry := regexp.MustCompile(`\.visible \.entry (\w+)\(`)
-	for mod, names := range ptxKernels {
-		for _, arch := range []string{"sm80", "sm90"} {
-			file := mod + "_" + arch + ".ptx"
-			ptx, err := cuda.PTX.ReadFile(file)
-			if err != nil {
-				t.Fatalf("embedded PTX: %v", err)
-			}
-			if want := ".target sm_" + arch[2:]; !strings.Contains(string(ptx), want+"\n") {
-				t.Errorf("%s: no %q line", file, want)
-			}
-			var got []string
-			for _, m := range entry.FindAllStringSubmatch(string(ptx), -1) {
-				got = append(got, m[1])
-			}
-			slices.Sort(got)
-			want := slices.Sorted(slices.Values(names))
-			if !slices.Equal(got, want) {
-				t.Errorf("%s defines %v, the backend loads %v", file, got, want)
-			}
-		}
-	}
-}
-
-func TestCUDAHostPTXArch(t *testing.T) {
-	for _, c := range []struct {
-		major, minor int
-		want         string
-	}{{8, 0, "sm80"}, {8, 6, "sm80"}, {8, 9, "sm80"}, {9, 0, "sm90"}, {10, 0, "sm90"}, {7, 5, ""}} {
-		got, err := ptxArch(c.major, c.minor)
-		if got != c.want || (err != nil) != (c.want == "") {
-			t.Errorf("ptxArch(%d, %d) = %q, %v; want %q", c.major, c.minor, got, err, c.want)
 		}
 	}
 }

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Builds the CUDA backend's device code from kernels/cuda/*.cu, which package kernels/cuda embeds
-# into `go build -tags cuda` binaries, and the table of what ptxas says of every kernel:
-#   <name>_sm80.ptx    PTX for compute_80 (A100-class and later; the driver JIT-compiles it)
-#   <name>_sm90.ptx    PTX for compute_90 (H100/H200 and later GPUs the cubins do not cover)
-#   <name>_sm80.cubin  machine code for sm_80 (runs on 8.x GPUs)
-#   <name>_sm90a.cubin machine code for sm_90a (exactly compute capability 9.0: H100/H200; the
-#                      architecture-specific target that wgmma, TMA and setmaxnreg need)
-#   PTXAS.md           registers, spills, stack and shared memory per kernel and target
+# Builds the CUDA backend's device code from kernels/cuda/*.cu into kernels/cuda/image/, which
+# package kernels/cuda embeds into `go build -tags cuda` binaries (kernels/cuda/image.go), and the
+# table of what ptxas says of every kernel. Per source NAME.cu:
+#   image/NAME.ptx          PTX for compute_80 (the driver JIT-compiles it for any GPU of compute
+#                           capability 8.0 or later: A100, Ada, H100/H200 and later generations)
+#   image/NAME.sm_80.cubin  machine code for sm_80 (runs on 8.x GPUs)
+#   image/NAME.sm_90a.cubin machine code for sm_90a (exactly compute capability 9.0: H100/H200;
+#                           the architecture-specific target that wgmma, TMA and setmaxnreg need)
+# and image/PTXAS.md: registers, spills, stack and shared memory per kernel and target.
+# Only the sources live in kernels/cuda/; every generated file is in image/. Adding a module is
+# adding its NAME.cu (this script finds every *.cu) and its kernels in kernels/cuda.go's
+# ptxKernels.
+# One PTX, not one per target: the sources have no __CUDA_ARCH__ branch, so compute_90 PTX was
+# compute_80's with another .target line and, where a bf16 value is widened, cvt.f32.bf16 for
+# mov.b32 {0, h}; ptxas turns both into sm_90 code of the same instruction count (the attn_mma
+# kernels byte for byte). A kernel that needs Hopper's instructions belongs in the sm_90a cubin.
 # Everything is committed, so building the Go side needs only a C compiler; run this after
 # editing a .cu file.
 #   scripts/build_cuda.sh            rebuild in place
@@ -70,7 +78,8 @@ if [[ "$version" != "$want" && $check == 1 ]]; then
 fi
 
 src=kernels/cuda
-out=$src
+img=$src/image
+out=$img
 tmps=()
 trap 'rm -rf "${tmps[@]}"' EXIT
 if ((check)); then
@@ -80,13 +89,12 @@ fi
 log=$(mktemp)
 tmps+=("$log")
 flags=(-std=c++17 -O3)
+mkdir -p "$out"
 for cu in "$src"/*.cu; do
 	name=$(basename "${cu%.cu}")
-	for arch in 80 90; do
-		"$NVCC" -ptx "${flags[@]}" -arch="compute_${arch}" -o "$out/${name}_sm${arch}.ptx" "$cu"
-	done
+	"$NVCC" -ptx "${flags[@]}" -arch=compute_80 -o "$out/$name.ptx" "$cu"
 	for arch in sm_80 sm_90a; do
-		"$NVCC" -cubin "${flags[@]}" -arch="$arch" -Xptxas -v -o "$out/${name}_${arch//_/}.cubin" "$cu" 2>>"$log"
+		"$NVCC" -cubin "${flags[@]}" -arch="$arch" -Xptxas -v -o "$out/$name.$arch.cubin" "$cu" 2>>"$log"
 	done
 done
 
@@ -115,21 +123,36 @@ done
 } >"$out/PTXAS.md"
 
 status=0
+# Generated files beside the sources (the layout before image/, or a stray nvcc output) are
+# stale: they are neither embedded nor checked.
+for f in "$src"/*.ptx "$src"/*.cubin "$src"/*.fatbin "$src"/PTXAS.md; do
+	[[ -e "$f" ]] || continue
+	if ((check)); then
+		echo "$f: generated files belong in $img/, not beside the sources: remove it" >&2
+		status=1
+	else
+		rm -v "$f"
+	fi
+done
 if ((check)); then
-	for f in "$out"/*.ptx "$out"/*.cubin "$out"/PTXAS.md; do
+	for f in "$out"/*; do
 		b=$(basename "$f")
-		if ! cmp -s "$f" "$src/$b"; then
-			echo "kernels/cuda/$b is not what $src/*.cu compile to with nvcc $version: run scripts/build_cuda.sh" >&2
+		if ! cmp -s "$f" "$img/$b"; then
+			echo "$img/$b is not what $src/*.cu compile to with nvcc $version: run scripts/build_cuda.sh" >&2
 			status=1
 		fi
 	done
-	for f in "$src"/*.ptx "$src"/*.cubin; do
-		[[ -e "$out/$(basename "$f")" ]] || { echo "kernels/cuda/$(basename "$f") has no .cu source: remove it" >&2; status=1; }
+	for f in "$img"/*; do
+		[[ -e "$out/$(basename "$f")" ]] || { echo "$f has no .cu source: remove it" >&2; status=1; }
 	done
-	((status)) || echo "committed PTX, cubins and PTXAS.md are up to date ($(ls "$out"/*.ptx | wc -l) PTX, $(ls "$out"/*.cubin | wc -l) cubins)"
+	((status)) || echo "committed $img is up to date ($(ls "$out"/*.ptx | wc -l) PTX, $(ls "$out"/*.cubin | wc -l) cubins, PTXAS.md)"
 else
-	grep -c '^| df_' "$out/PTXAS.md" | xargs echo "kernels in kernels/cuda/PTXAS.md:"
+	for f in "$img"/*; do # a module whose source is gone
+		b=$(basename "$f")
+		[[ "$b" == PTXAS.md || -e "$src/${b%%.*}.cu" ]] || rm -v "$f"
+	done
+	grep -c '^| df_' "$out/PTXAS.md" | xargs echo "kernels in $img/PTXAS.md:"
 	awk -F'|' '/^\| df_/ && ($4 !~ / 0\/0 / || $8 !~ / 0\/0 /) { print "spills:" $0 }' "$out/PTXAS.md"
-	ls -l "$src"/*.ptx "$src"/*.cubin
+	ls -l "$img"
 fi
 exit $status

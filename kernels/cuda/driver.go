@@ -4,8 +4,8 @@
 // package kernels (kernels/cuda*.go, build tag cuda) runs on: device and primary context, one
 // stream, stream-ordered memory, copies, module loading, kernel launches and GEMMs, through cgo,
 // with the driver and cuBLAS opened at run time (Load) rather than linked.
-// It also holds the backend's CUDA C sources (*.cu) and embeds the PTX that
-// scripts/build_cuda.sh compiles from them (PTX).
+// It also holds the backend's CUDA C sources (*.cu) and embeds the PTX and cubins that
+// scripts/build_cuda.sh compiles from them into image/ (Image, image.go).
 //
 // It is a package of its own because a Go package may not mix cgo with Go assembly, which
 // package kernels has (its CPU GEMM). gorgonia.org/cu, the binding the design first named, is not
@@ -253,7 +253,6 @@ static int df_gemm(CUcontext c, cublasHandle_t h, int ta, int tb, int m, int n, 
 import "C"
 
 import (
-	"embed"
 	"errors"
 	"fmt"
 	"runtime"
@@ -261,13 +260,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 )
-
-// PTX holds the kernels of this directory's .cu files compiled by scripts/build_cuda.sh: one
-// PTX file per source for compute capability 8.0 (NAME_sm80.ptx) and 9.0 (NAME_sm90.ptx). The
-// driver compiles the PTX for the GPU at hand when Device.LoadModule loads it (and caches it).
-//
-//go:embed *.ptx
-var PTX embed.FS
 
 // Error is a failed CUDA driver call.
 type Error struct {
