@@ -50,6 +50,9 @@ type CUDA struct {
 	segs   *cuda.Mem    // AdamWSegments' table
 	halves [5]*cuda.Mem // 16-bit operands of the attention: q, k, v, dO (or O), and a packed dO realigned
 
+	dkdvPart  *cuda.Mem // the own dK/dV kernel's partials (planDKDV; guarded by mu)
+	dkdvSplit int       // forces the dK/dV kernel's split when > 0 (tests; planDKDV's rule otherwise)
+
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
 }
 
@@ -72,7 +75,8 @@ var ptxKernels = map[string][]string{
 	},
 }
 
-// mmaKernelNames lists the tensor-core attention kernels of attn_mma.cu.
+// mmaKernelNames lists the kernels of attn_mma.cu: the tensor-core attention kernels and the
+// reduction of the dK/dV kernel's partials.
 func mmaKernelNames() []string {
 	var names []string
 	for _, f := range []string{"bf16", "f16"} {
@@ -82,7 +86,7 @@ func mmaKernelNames() []string {
 			}
 		}
 	}
-	return names
+	return append(names, "df_attn_dkdv_reduce")
 }
 
 // NewCUDA opens CUDA device number device (0 is the first GPU) and loads the backend's kernels.

@@ -6,7 +6,9 @@ package kernels
 // plans each call (planAttn), uploads the positions and the causal tile bounds (with a
 // document mask also the queries' document starts and their tile bounds) in one copy,
 // converts the operands to 16 bits for the tensor-core path, and launches: one kernel for the
-// block forward, two for the block backward (dQ by query blocks; dK, dV by key blocks).
+// block forward, two for the block backward (dQ by query blocks; dK, dV by key blocks, on tensor
+// cores split further when the key blocks alone do not fill the GPU, planDKDV, and then a third
+// kernel adds the split's partials).
 //
 // Counters: the forward counts 4·hd FLOPs per (query, key) pair of the tiles its kernel
 // computes (64×64 tiles on tensor cores, 64×32 on CUDA cores; tiles that the causal or the
@@ -210,10 +212,19 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh
 		hq, hk, hv, hdo, lse, d, dq, at(ai.qpos), at(ai.kpos), at(ai.q64min), at(ai.q64max), at(ai.k32min), at(ai.k32max),
 		doc(ai.qstart), doc(ai.qs64min), doc(ai.qs64max),
 		nq, nk, int32(H), kvh, sh.Scale, causal)
-	c.launch("df_attn_bwd_dkdv_"+p.suffix, ceilDiv(sh.NK, attnT64), sh.KVHeads, p.threads, p.smemDKDV,
+	g := planDKDV(sh.NQ, sh.NK, H, sh.KVHeads, hd, c.info.sms, c.info.smemOptin, c.dkdvSplit)
+	var part devPtr
+	if g.split > 1 {
+		part = c.grow(&c.dkdvPart, 4*g.partFloats(sh.NK, sh.KVHeads, hd))
+	}
+	c.launch("df_attn_bwd_dkdv_"+p.suffix, g.blocks, 1, p.threads, p.smemDKDV,
 		hq, hk, hv, hdo, lse, d, dk, dv, at(ai.qpos), at(ai.kpos), at(ai.q32min), at(ai.q32max), at(ai.k64min), at(ai.k64max),
 		doc(ai.qstart), doc(ai.qs32min), doc(ai.qs32max),
-		nq, nk, int32(H), kvh, sh.Scale, causal)
+		nq, nk, int32(H), kvh, sh.Scale, causal, part, int32(g.split))
+	if g.split > 1 {
+		n := sh.NK * sh.KVHeads * hd
+		c.launch("df_attn_dkdv_reduce", ewGrid(n), 1, ewThreads, 0, dk, dv, part, int64(n), int32(g.split), sh.Scale)
+	}
 }
 
 // attnArgs returns the functions that give the device address of a part of the uploaded

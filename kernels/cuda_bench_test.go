@@ -52,27 +52,48 @@ func BenchmarkCUDAAttn(b *testing.B) {
 	seqs := cudaBenchList(b, "DISTFLASH_BENCH_SEQS", []int{4096, 8192, 16384, 32768, 65536})
 	for _, hd := range cudaBenchList(b, "DISTFLASH_BENCH_HEADDIMS", []int{128}) {
 		for _, n := range seqs {
-			benchAttnShape(b, be, n, cudaBenchHeads(n, hd), hd)
+			benchAttnShape(b, be, n, cudaBenchHeads(n, hd), 0, hd)
 		}
 	}
 }
 
-// benchAttnShape runs the fwd and bwd sub-benchmarks of one shape.
-func benchAttnShape(b *testing.B, be *CUDA, n, H, hd int) {
+// BenchmarkCUDAAttnGQA times the 0.85B model's attention (configs/llama-1b.toml: 16 heads of
+// 128 over 4 kv heads, one sequence) as BenchmarkCUDAAttn times MHA: the shape whose dK/dV
+// kernel the GQA split serves (kernels/cuda_geom.go, planDKDV), at 8K and 64K tokens, or
+// DISTFLASH_BENCH_GQA_SEQS. Sub-benchmarks are named fwd|bwd/hd128/nN/h16/kv4 (the
+// BenchmarkCUDAAttn lines that bench/cuda_attn.py reads are not among them).
+func BenchmarkCUDAAttnGQA(b *testing.B) {
+	be := gpu(b)
+	be.setPrecision(precBF16)
+	defer be.setPrecision(precFP32)
+	for _, n := range cudaBenchList(b, "DISTFLASH_BENCH_GQA_SEQS", []int{8192, 65536}) {
+		benchAttnShape(b, be, n, 16, 4, 128)
+	}
+}
+
+// benchAttnShape runs the fwd and bwd sub-benchmarks of one shape: H query heads over KVH kv
+// heads (0: MHA, KVH = H).
+func benchAttnShape(b *testing.B, be *CUDA, n, H, KVH, hd int) {
 	r := rand.New(rand.NewPCG(uint64(n), uint64(hd)))
 	pos := make([]int32, n)
 	for i := range pos {
 		pos[i] = int32(i)
 	}
-	sh := AttnShape{NQ: n, NK: n, Heads: H, KVHeads: H, HeadDim: hd, Causal: true,
+	name := fmt.Sprintf("hd%d/n%d/h%d", hd, n, H)
+	if KVH == 0 {
+		KVH = H
+	} else {
+		name += fmt.Sprintf("/kv%d", KVH)
+	}
+	sh := AttnShape{NQ: n, NK: n, Heads: H, KVHeads: KVH, HeadDim: hd, Causal: true,
 		Scale: float32(1 / math.Sqrt(float64(hd))), QPos: pos, KPos: pos}
-	buf := func(scale float64) Buf {
-		x := be.Alloc(n * H * hd)
-		be.Upload(x, randVec(r, n*H*hd, scale))
+	buf := func(heads int, scale float64) Buf {
+		x := be.Alloc(n * heads * hd)
+		be.Upload(x, randVec(r, n*heads*hd, scale))
 		return x
 	}
-	q, k, v, do := buf(1), buf(1), buf(1), buf(1)
-	o, dq, dk, dv := be.Alloc(n*H*hd), be.Alloc(n*H*hd), be.Alloc(n*H*hd), be.Alloc(n*H*hd)
+	q, k, v, do := buf(H, 1), buf(KVH, 1), buf(KVH, 1), buf(H, 1)
+	o, dq, dk, dv := be.Alloc(n*H*hd), be.Alloc(n*H*hd), be.Alloc(n*KVH*hd), be.Alloc(n*KVH*hd)
 	lse, d := be.Alloc(H*n), be.Alloc(H*n)
 	st := AttnState{O: be.Alloc(n * H * hd), M: be.Alloc(H * n), L: be.Alloc(H * n)}
 	fwd := func() {
@@ -81,7 +102,6 @@ func benchAttnShape(b *testing.B, be *CUDA, n, H, hd int) {
 		be.AttnFinish(o, lse, st, n, H, hd)
 	}
 	flops := attnFLOPs(n, H, hd, true)
-	name := fmt.Sprintf("hd%d/n%d/h%d", hd, n, H)
 	b.Run("fwd/"+name, func(b *testing.B) {
 		fwd()
 		be.Sync()

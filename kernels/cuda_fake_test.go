@@ -182,6 +182,17 @@ func (f *fakeDevice) Gemm(g cuda.Gemm, a, b, c cuda.Ptr, _, _ float32, compute c
 	return nil
 }
 
+// last returns the last launch of a kernel whose name starts with prefix.
+func (f *fakeDevice) last(prefix string) fakeLaunch {
+	for i := len(f.launches) - 1; i >= 0; i-- {
+		if strings.HasPrefix(f.launches[i].name, prefix) {
+			return f.launches[i]
+		}
+	}
+	f.t.Fatalf("no launch of %s*", prefix)
+	return fakeLaunch{}
+}
+
 // names returns the kernels launched since launch i.
 func (f *fakeDevice) names(i int) []string {
 	var n []string
@@ -273,9 +284,9 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 	}{
 		{precFP32, 6, true, []string{"df_attn_fwd_f32"}, []string{"df_attn_bwd_dq_f32", "df_attn_bwd_dkdv_f32"}},
 		{precBF16, 64, true, []string{"df_to_half", "df_to_half", "df_to_half", "df_attn_fwd_bf16_hd64"},
-			[]string{"df_to_half", "df_to_half", "df_to_half", "df_to_half", "df_attn_bwd_dq_bf16_hd64", "df_attn_bwd_dkdv_bf16_hd64"}},
+			[]string{"df_to_half", "df_to_half", "df_to_half", "df_to_half", "df_attn_bwd_dq_bf16_hd64", "df_attn_bwd_dkdv_bf16_hd64", "df_attn_dkdv_reduce"}},
 		{precFP16, 128, false, []string{"df_to_half", "df_to_half", "df_to_half", "df_attn_fwd_f16_hd128"},
-			[]string{"df_to_half", "df_to_half", "df_to_half", "df_to_half", "df_attn_bwd_dq_f16_hd128", "df_attn_bwd_dkdv_f16_hd128"}},
+			[]string{"df_to_half", "df_to_half", "df_to_half", "df_to_half", "df_attn_bwd_dq_f16_hd128", "df_attn_bwd_dkdv_f16_hd128", "df_attn_dkdv_reduce"}},
 		{precBF16, 16, true, []string{"df_attn_fwd_f32"}, []string{"df_attn_bwd_dq_f32", "df_attn_bwd_dkdv_f32"}},
 	} {
 		c.setPrecision(tc.p)
@@ -309,8 +320,12 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 		if got := f.names(n0); !slices.Equal(got, tc.bwd) {
 			t.Errorf("%v hd %d: backward launched %v, want %v", tc.p, hd, got, tc.bwd)
 		}
-		dkdv := f.launches[len(f.launches)-1]
-		if dkdv.gx != ceilDiv(nk, attnT64) || dkdv.gy != K || dkdv.smem != plan.smemDKDV {
+		dkdv := f.last("df_attn_bwd_dkdv_")
+		wantX, wantY := ceilDiv(nk, attnT64), K
+		if plan.mma { // 1-D, split (TestCUDAHostDKDVLaunch checks the split's launches)
+			wantX, wantY = planDKDV(nq, nk, H, K, hd, c.info.sms, c.info.smemOptin, 0).blocks, 1
+		}
+		if dkdv.gx != wantX || dkdv.gy != wantY || dkdv.smem != plan.smemDKDV {
 			t.Errorf("%v hd %d: dK/dV launch %d×%d, %d bytes", tc.p, hd, dkdv.gx, dkdv.gy, dkdv.smem)
 		}
 	}
@@ -347,7 +362,7 @@ func TestCUDAHostEveryMethod(t *testing.T) {
 			c.AttnBackward(c.Alloc(nq*H*tc.hd), c.Alloc(nk*K*tc.hd), c.Alloc(nk*K*tc.hd), q, k, v, nil, do, buf(H*nq), buf(H*nq), s)
 			var attn []fakeLaunch
 			for _, l := range f.launches[n0:] {
-				if strings.HasPrefix(l.name, "df_attn_") {
+				if strings.HasPrefix(l.name, "df_attn_") && l.name != "df_attn_dkdv_reduce" {
 					attn = append(attn, l)
 				}
 			}
@@ -408,7 +423,7 @@ func TestCUDAHostPackedOperands(t *testing.T) {
 		hd       int
 		fwd, bwd []string
 	}{
-		{64, []string{"df_attn_fwd_bf16_hd64"}, []string{"df_attn_bwd_dq_bf16_hd64", "df_attn_bwd_dkdv_bf16_hd64"}},
+		{64, []string{"df_attn_fwd_bf16_hd64"}, []string{"df_attn_bwd_dq_bf16_hd64", "df_attn_bwd_dkdv_bf16_hd64", "df_attn_dkdv_reduce"}},
 		{16, []string{"df_unpack_half", "df_unpack_half", "df_unpack_half", "df_attn_fwd_f32"},
 			[]string{"df_unpack_half", "df_unpack_half", "df_unpack_half", "df_unpack_half", "df_attn_bwd_dq_f32", "df_attn_bwd_dkdv_f32"}},
 	} {
@@ -433,7 +448,7 @@ func TestCUDAHostPackedOperands(t *testing.T) {
 			t.Errorf("hd %d: backward launched %v, want %v", hd, got, tc.bwd)
 		}
 		if hd == 64 {
-			if a := f.launches[len(f.launches)-1].args; a[3] != uint64(dbuf(do).ptr()) {
+			if a := f.last("df_attn_bwd_dkdv_").args; a[3] != uint64(dbuf(do).ptr()) {
 				t.Errorf("hd 64: the dK/dV kernel reads dO at %#x, not the packed %#x", a[3], dbuf(do).ptr())
 			}
 		}

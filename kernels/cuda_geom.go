@@ -227,6 +227,64 @@ func planAttn(hd int, p cudaPrec) attnPlan {
 		precision: precFP32, description: "fp32 on CUDA cores"}
 }
 
+// The grid of the tensor-core dK/dV kernel (attn_mma.cu): blocks of 64 keys of one kv head,
+// each taking one of split interleaved shares of the (query head of the group, query tile of 32)
+// iterations; shares after the first write float32 partials that df_attn_dkdv_reduce adds in
+// share order. Without the split the grid is ⌈nk/64⌉ × kvHeads blocks: 512 at 8K for the
+// 0.85B's 4 kv heads, under two waves of an H100's 264 resident blocks, with the causal
+// triangle's heaviest blocks in the tail.
+const (
+	dkdvWaves    = 4  // the waves of resident blocks the grid fills at least (when split allows)
+	dkdvMaxSplit = 16 // most shares per (key tile, kv head)
+	smRegisters  = 65536
+	smMaxBlocks  = 16 // an SM's 64 warps in blocks of 4
+)
+
+// mmaDKDVRegisters is the registers per thread of the dK/dV kernel at each head dimension, the
+// most over bf16/fp16 and sm_80/sm_90a (kernels/cuda/image/PTXAS.md; TestCUDAHostDKDVPlan
+// holds them to it).
+var mmaDKDVRegisters = map[int]int{32: 128, 64: 164, 128: 239}
+
+// dkdvResident is how many blocks of the dK/dV kernel at head dimension hd one SM holds at
+// once: its register file (65,536; registers are allocated per warp in units of 8 per
+// thread), its shared memory (smemOptin plus the 1 KB the driver reserves per block, the
+// per-SM total of A100 and H100) and 16 blocks of 4 warps.
+func dkdvResident(hd, smem, smemOptin int) int {
+	regs := (mmaDKDVRegisters[hd] + 7) &^ 7
+	return max(1, min(smRegisters/(regs*attnThread), (smemOptin+1024)/(smem+1024), smMaxBlocks))
+}
+
+// dkdvGrid is the launch of the tensor-core dK/dV kernel.
+type dkdvGrid struct {
+	tiles  int // key tiles of 64
+	split  int // shares per (key tile, kv head)
+	blocks int // tiles × kvHeads × split, the 1-D grid
+	slots  int // blocks resident on the whole GPU at once (sms × dkdvResident)
+}
+
+// waves is how many times the grid fills the GPU's resident blocks.
+func (g dkdvGrid) waves() float64 { return float64(g.blocks) / float64(g.slots) }
+
+// partFloats is the float32 elements of the partials of shares 1..split−1 (dK and dV).
+func (g dkdvGrid) partFloats(nk, kvHeads, hd int) int { return 2 * (g.split - 1) * nk * kvHeads * hd }
+
+// planDKDV is the dK/dV grid of nq queries and nk keys in heads query heads over kvHeads kv
+// heads: the rule is the least split that makes at least dkdvWaves waves of the GPU's resident
+// blocks, split = ⌈dkdvWaves·slots / (tiles·kvHeads)⌉, at most dkdvMaxSplit and at most the
+// iterations of a block (group · ⌈nq/32⌉); 1 when the key tiles alone fill that many waves.
+// Its partials then hold fewer than dkdvWaves·slots key tiles of dK and dV: at most 69 MB at
+// head dimension 128 on an H100, at any sequence length. split > 0 forces a split (tests).
+func planDKDV(nq, nk, heads, kvHeads, hd, sms, smemOptin, split int) dkdvGrid {
+	g := dkdvGrid{tiles: ceilDiv(nk, attnT64), slots: sms * dkdvResident(hd, planAttn(hd, precBF16).smemDKDV, smemOptin)}
+	base := g.tiles * kvHeads
+	if split <= 0 {
+		split = min(ceilDiv(dkdvWaves*g.slots, max(base, 1)), dkdvMaxSplit, heads/kvHeads*ceilDiv(nq, attnT32))
+	}
+	g.split = max(split, 1)
+	g.blocks = base * g.split
+	return g
+}
+
 // tileBounds returns the minimum and maximum of pos over consecutive tiles of the given size.
 func tileBounds(pos []int32, tile int) (mins, maxs []int32) {
 	n := (len(pos) + tile - 1) / tile

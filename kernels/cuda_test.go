@@ -540,6 +540,8 @@ func attnCases(r *rand.Rand, hds []int) []attnCase {
 			attnCase{name: fmt.Sprintf("hd%d_cross_masked", hd), nq: 70, nk: 130, h: 4, kv: 2, hd: hd, causal: true, qpos: q, kpos: k, emptyQueryRows: true},
 			attnCase{name: fmt.Sprintf("hd%d_noncausal", hd), nq: 70, nk: 130, h: 4, kv: 1, hd: hd},
 			attnCase{name: fmt.Sprintf("hd%d_one_query", hd), nq: 1, nk: 97, h: 2, kv: 2, hd: hd, causal: true, qpos: []int32{96}, kpos: layouts(97, r)["contiguous"]},
+			// GQA groups of 4 (the 0.85B's) over blocks of 2 and 4 key tiles: the dK/dV kernel's split shares
+			attnCase{name: fmt.Sprintf("hd%d_gqa4_300", hd), nq: 300, nk: 300, h: 8, kv: 2, hd: hd, causal: true, qpos: seqPos(0, 300), kpos: seqPos(0, 300)},
 		)
 		cs = append(cs, docAttnCases(r, hd)...)
 	}

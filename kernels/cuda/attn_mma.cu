@@ -20,8 +20,14 @@
 // Tiling (mirrored by kernels/cuda_geom.go): 4 warps, each owning 16 rows.
 //   forward:   block = 64 queries of one head; key tiles of 64, double-buffered with cp.async.
 //   dQ:        block = 64 queries of one head; key tiles of 32.
-//   dK, dV:    block = 64 keys of one kv head; loops over the group's query heads in order and
-//              their queries in tiles of 32 (so dK and dV need no atomics and are reproducible).
+//   dK, dV:    block = 64 keys of one kv head and one of nsplit interleaved shares of the
+//              (query head of the group, query tile of 32) iterations: share s takes iterations
+//              s, s + nsplit, ... in order. Share 0 adds into dK and dV; share s > 0 writes its
+//              float32 partial sums to part[s − 1], and df_attn_dkdv_reduce adds them in share
+//              order after the kernel (so dK and dV need no atomics and are reproducible). The
+//              grid is 1-D, key tile slowest: the causal mask gives the first key tiles the most
+//              queries, and the blocks are dispatched heaviest first. nsplit comes from the host
+//              (kernels/cuda_geom.go, planDKDV): 1 once the key tiles alone fill the GPU.
 // A tile is skipped when the causal mask hides it entirely (max qpos < min kpos over the tile,
 // bounds precomputed on the host) or the document mask does (min qstart > max kpos), and the
 // mask is applied elementwise only on tiles that straddle the diagonal, a document start or the
@@ -480,7 +486,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
                                               const int* __restrict__ kbmin, const int* __restrict__ kbmax,
                                               const int* __restrict__ qstart, const int* __restrict__ qsmin,
                                               const int* __restrict__ qsmax, int nq, int nk, int H, int KVH,
-                                              float scale, int causal) {
+                                              float scale, int causal, float* __restrict__ part, int nsplit) {
     constexpr int BN = 16 * MMA_NW, BM = 32, LD = HD + 8, KC = HD / 16, NTD = HD / 8, NTQ = BM / 8;
     extern __shared__ __align__(16) unsigned char smraw[];
     T* sK = reinterpret_cast<T*>(smraw);
@@ -493,14 +499,15 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
     int* sQS = sQP + 2 * BM;                                 // [2][BM]: document starts
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, gr = lane >> 2, tg = lane & 3;
-    const int bx = blockIdx.x, gk = blockIdx.y, group = H / KVH, j0 = bx * BN;
+    const int per = KVH * nsplit, bx = blockIdx.x / per, gk = blockIdx.x % per / nsplit, share = blockIdx.x % nsplit;
+    const int group = H / KVH, j0 = bx * BN;
     const long long qs = (long long)H * HD, ks = (long long)KVH * HD;
     const int ntq = (nq + BM - 1) / BM, nit = group * ntq;  // iterations: (query head, query tile)
     const int kmin = causal ? kbmin[bx] : 0, kmax = causal ? kbmax[bx] : 0;
     const bool doc = qstart != nullptr;  // document mask (causal only)
 
     auto next_visible = [&](int it) {
-        while (causal && it < nit && (qtmax[it % ntq] < kmin || (doc && qsmin[it % ntq] > kmax))) it++;
+        while (causal && it < nit && (qtmax[it % ntq] < kmin || (doc && qsmin[it % ntq] > kmax))) it += nsplit;
         return it;
     };
     auto load_q = [&](int it, int buf) {
@@ -520,7 +527,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
     copy_rows<T, HD, LD, BN>(sK, k, j0, nk, ks, gk * HD);
     copy_rows<T, HD, LD, BN>(sV, v, j0, nk, ks, gk * HD);
     cp_async_commit();
-    int it = next_visible(0);
+    int it = next_visible(share);
     if (it < nit) load_q(it, 0);
     cp_async_commit();
 
@@ -536,7 +543,7 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
 
     int buf = 0;
     while (it < nit) {
-        const int itn = next_visible(it + 1);
+        const int itn = next_visible(it + nsplit);
         if (itn < nit) load_q(itn, buf ^ 1);
         cp_async_commit();
         cp_async_wait<1>();
@@ -608,6 +615,22 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
     }
     cp_async_wait<0>();
 
+    if (share > 0) {  // a partial: part[share − 1] of dK (unscaled), part[nsplit − 1 + share − 1] of dV
+        const long long n = (long long)nk * ks;
+        float* pk0 = part + (long long)(share - 1) * n;
+        float* pv0 = part + (long long)(nsplit - 1 + share - 1) * n;
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            if (r[x] >= nk) continue;
+#pragma unroll
+            for (int nt = 0; nt < NTD; nt++) {
+                const long long off = r[x] * ks + gk * HD + nt * 8 + tg * 2;
+                *reinterpret_cast<float2*>(pk0 + off) = make_float2(dka[nt][2 * x], dka[nt][2 * x + 1]);
+                *reinterpret_cast<float2*>(pv0 + off) = make_float2(dva[nt][2 * x], dva[nt][2 * x + 1]);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int x = 0; x < 2; x++) {
         if (r[x] >= nk) continue;
@@ -652,11 +675,11 @@ __device__ __forceinline__ void attn_bwd_dkdv(const T* __restrict__ q, const T* 
         const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,          \
         const float* dd, float* dk, float* dv, const int* qpos, const int* kpos, const int* qtmin,                 \
         const int* qtmax, const int* kbmin, const int* kbmax, const int* qstart, const int* qsmin,                 \
-        const int* qsmax, int nq, int nk, int H, int KVH, float scale, int causal) {                               \
+        const int* qsmax, int nq, int nk, int H, int KVH, float scale, int causal, float* part, int nsplit) {      \
         attn_bwd_dkdv<T, HD>(reinterpret_cast<const T*>(q), reinterpret_cast<const T*>(k),                         \
                              reinterpret_cast<const T*>(v), reinterpret_cast<const T*>(dout), lse, dd, dk, dv,    \
                              qpos, kpos, qtmin, qtmax, kbmin, kbmax, qstart, qsmin, qsmax, nq, nk, H, KVH, scale, \
-                             causal);                                                                               \
+                             causal, part, nsplit);                                                                 \
     }
 
 DF_ATTN_MMA(bf16, __nv_bfloat16, 32)
@@ -665,3 +688,21 @@ DF_ATTN_MMA(bf16, __nv_bfloat16, 128)
 DF_ATTN_MMA(f16, __half, 32)
 DF_ATTN_MMA(f16, __half, 64)
 DF_ATTN_MMA(f16, __half, 128)
+
+// df_attn_dkdv_reduce adds the partial sums of the dK/dV kernel's shares 1..nsplit−1 (part, as
+// that kernel writes them: nsplit−1 arrays of n = nk·KVH·HD for dK, then as many for dV) to dK
+// and dV, which share 0 has updated: dk += scale·(p₁ + … + p_{nsplit−1}), dv += (the same of
+// the dV partials), summed in share order, so the result is the same run to run.
+extern "C" __global__ void __launch_bounds__(256) df_attn_dkdv_reduce(float* dk, float* dv, const float* part,
+                                                                       long long n, int nsplit, float scale) {
+    const float* pv = part + (long long)(nsplit - 1) * n;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
+        float sk = 0.0f, sv = 0.0f;
+        for (int s = 0; s < nsplit - 1; s++) {
+            sk += part[(long long)s * n + e];
+            sv += pv[(long long)s * n + e];
+        }
+        dk[e] = fmaf(scale, sk, dk[e]);
+        dv[e] += sv;
+    }
+}
