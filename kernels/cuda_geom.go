@@ -248,9 +248,14 @@ var mmaDKDVRegisters = map[int]int{32: 128, 64: 164, 128: 239}
 // dkdvResident is how many blocks of the dK/dV kernel at head dimension hd one SM holds at
 // once: its register file (65,536; registers are allocated per warp in units of 8 per
 // thread), its shared memory (smemOptin plus the 1 KB the driver reserves per block, the
-// per-SM total of A100 and H100) and 16 blocks of 4 warps.
+// per-SM total of A100 and H100) and 16 blocks of 4 warps. A head dimension without a kernel
+// counts the most registers a thread may have (255).
 func dkdvResident(hd, smem, smemOptin int) int {
-	regs := (mmaDKDVRegisters[hd] + 7) &^ 7
+	regs, ok := mmaDKDVRegisters[hd]
+	if !ok {
+		regs = 255
+	}
+	regs = (regs + 7) &^ 7
 	return max(1, min(smRegisters/(regs*attnThread), (smemOptin+1024)/(smem+1024), smMaxBlocks))
 }
 
