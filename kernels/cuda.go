@@ -465,6 +465,60 @@ func (c *CUDA) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta flo
 	runtime.KeepAlive([]cudaBuf{A, B, C})
 }
 
+// MatMulHalf implements Backend through cublasGemmEx with A and B of cuBLAS type CUDA_R_16BF
+// (p BF16) or CUDA_R_16F (FP16), read where they are (a packed buffer is a plain 16-bit array;
+// leading dimensions count 16-bit values), and C of the same type (cHalf) or CUDA_R_32F, with
+// CUBLAS_COMPUTE_32F: tensor cores, float32 accumulation, alpha 1 and the float32 beta given,
+// the sum rounded once into a 16-bit C (the handle disallows reduced-precision split-K
+// reductions, kernels/cuda/driver.go). The layout mapping is MatMul's (cublasPlan).
+func (c *CUDA) MatMulHalf(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta float32, p Precision, cHalf bool) {
+	mustHalf("matmul", p)
+	packed := func(n int) int { return (n + 1) / 2 }
+	A, B := dptr("matmul A (packed)", ab, packed(m*k)), dptr("matmul B (packed)", bb, packed(k*n))
+	ct := cuda.Float32
+	cn := m * n
+	if cHalf {
+		ct, cn = halfType(p), packed(m*n)
+	}
+	C := dptr("matmul C", cb, cn)
+	c.counters.MatMulFLOPs.Add(int64(2 * m * n * k))
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 { // C = beta·C; C is not read when beta is 0 (BLAS rule: NaNs are overwritten)
+		switch {
+		case beta == 0:
+			c.Zero(cb)
+		case beta == 1:
+		case cHalf:
+			x := c.Alloc(m * n)
+			c.unpack16(x, cb, p == FP16)
+			c.Scale(x, beta)
+			c.pack16(cb, x, p == FP16)
+		default:
+			c.Scale(cb, beta)
+		}
+		return
+	}
+	for _, d := range []int{m, n, k} {
+		if d > math.MaxInt32 {
+			panic(fmt.Sprintf("kernels: matmul dimension %d exceeds cuBLAS's 32-bit range", d))
+		}
+	}
+	g := cublasPlan(m, n, k, transA, transB)
+	g.AType, g.BType, g.CType = halfType(p), halfType(p), ct
+	must(c.dev.Gemm(g, B.ptr(), A.ptr(), C.ptr(), 1, beta, cuda.ComputeFP32))
+	runtime.KeepAlive([]cudaBuf{A, B, C})
+}
+
+// halfType is the cuBLAS and cuDNN element type of 16-bit precision p.
+func halfType(p Precision) cuda.DataType {
+	if p == FP16 {
+		return cuda.Half
+	}
+	return cuda.BFloat16
+}
+
 // Embedding implements Backend.
 func (c *CUDA) Embedding(out, table Buf, ids []int32, dim int) {
 	o := dptr("embedding out", out, len(ids)*dim)

@@ -5,11 +5,6 @@ package kernels
 // Placeholders of the 16-bit step on the CUDA backend while it is built: each panics. The
 // engineers implementing them delete theirs from this file; it is removed when empty.
 
-// MatMulHalf implements Backend.
-func (c *CUDA) MatMulHalf(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta float32, p Precision, cHalf bool) {
-	panic("kernels: cuda: MatMulHalf not built yet")
-}
-
 // EmbeddingHalf implements Backend.
 func (c *CUDA) EmbeddingHalf(out, table Buf, ids []int32, dim int, p Precision) {
 	panic("kernels: cuda: EmbeddingHalf not built yet")
