@@ -49,6 +49,9 @@ type CUDA struct {
 	halves [5]*cuda.Mem // 16-bit operands of the attention: q, k, v, dO (or O), and a packed dO realigned
 
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
+
+	a16mu sync.Mutex    // guards a16 (taken before mu)
+	a16   attn16Scratch // the float32 state of the 16-bit attention's own path (cuda_attn16.go)
 }
 
 // ptxKernels lists the embedded modules and the kernels each defines.

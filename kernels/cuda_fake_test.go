@@ -38,6 +38,7 @@ type fakeDevice struct {
 	events   int         // events made
 	recorded map[int]int // event ID → the launches and GEMMs queued before its last record
 	memsets  []fakeMemset
+	copies   []fakeCopy // device-to-device copies
 	syncs    int
 	onSync   func() // called at each Sync (a test's mark in a log)
 	maxAlloc int    // allocations above this many bytes fail (0: no limit)
@@ -47,6 +48,12 @@ type fakeDevice struct {
 type fakeGemm struct {
 	a, b, c     cuda.Ptr
 	alpha, beta float32
+}
+
+// fakeCopy is one DtoD.
+type fakeCopy struct {
+	dst, src cuda.Ptr
+	bytes    int
 }
 
 // fakeMemset is one Memset32: its range, and how many launches were queued before it.
@@ -113,6 +120,7 @@ func (f *fakeDevice) DtoH(dst unsafe.Pointer, src cuda.Ptr, bytes int) error {
 }
 
 func (f *fakeDevice) DtoD(dst, src cuda.Ptr, bytes int) error {
+	f.copies = append(f.copies, fakeCopy{dst, src, bytes})
 	if err := f.check("DtoD source", src, bytes); err != nil {
 		return err
 	}

@@ -45,16 +45,6 @@ func (c *CUDA) CrossEntropyHalf(losses, dlogits, logits Buf, targets []int32, vo
 	panic("kernels: cuda: CrossEntropyHalf not built yet")
 }
 
-// AttnForwardHalf implements Backend.
-func (c *CUDA) AttnForwardHalf(o, lse, q, k, v Buf, sh AttnShape) {
-	panic("kernels: cuda: AttnForwardHalf not built yet")
-}
-
-// AttnBackwardHalf implements Backend.
-func (c *CUDA) AttnBackwardHalf(dq, dk, dv, q, k, v, o, do, lse Buf, sh AttnShape) {
-	panic("kernels: cuda: AttnBackwardHalf not built yet")
-}
-
 // GradStats implements Backend.
 func (c *CUDA) GradStats(dst, g Buf) {
 	panic("kernels: cuda: GradStats not built yet")
