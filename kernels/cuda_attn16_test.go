@@ -240,7 +240,9 @@ func checkAttnHalf(t *testing.T, d duo, r *rand.Rand, name string, sh AttnShape)
 	// backward's arithmetic alone
 	d.gpu.Upload(o[1], download(d.cpu, o[0]))
 	d.gpu.Upload(lse[1], cl)
-	d.each(func(be Backend, i int) { be.AttnBackwardHalf(dq[i], dk[i], dv[i], q[i], k[i], v[i], o[i], do[i], lse[i], sh) })
+	d.each(func(be Backend, i int) {
+		be.AttnBackwardHalf(dq[i], dk[i], dv[i], q[i], k[i], v[i], o[i], do[i], lse[i], sh)
+	})
 	for _, g := range []struct {
 		what string
 		b    [2]Buf
