@@ -270,3 +270,26 @@ func checkMatMulHalf(t *testing.T, be *CUDA, r *rand.Rand, name string, m, n, k 
 		t.Errorf("%s: error %.3g × the tolerance", name, worst)
 	}
 }
+
+// TestCUDAHostCalibrate: on the CUDA backend the profiler's GEMM ceiling is a 16-bit cuBLAS
+// GEMM (bf16 A, B and C, CUBLAS_COMPUTE_32F), not MatMul's float32 storage, timed on the
+// device's events (the fake's clock gives each GEMM a microsecond), and the ceilings name the
+// GPU's catalogue peak.
+func TestCUDAHostCalibrate(t *testing.T) {
+	c, f := newFakeCUDA(t)
+	c.info.name = "NVIDIA H200"
+	k := Calibration{CopyElems: 4096, GEMM: 64, Reps: 2}
+	ceil := Calibrate(c, TimerOf(c), k)
+	if len(f.gemms) != 1+k.Reps {
+		t.Fatalf("%d GEMMs, want %d", len(f.gemms), 1+k.Reps)
+	}
+	for i, g := range f.gemms {
+		if g.AType != cuda.BFloat16 || g.BType != cuda.BFloat16 || g.CType != cuda.BFloat16 || f.computes[i] != cuda.ComputeFP32 ||
+			g.M != 64 || g.N != 64 || g.K != 64 {
+			t.Errorf("calibration GEMM %d: %+v compute %d, want 64³ of bf16 with CUBLAS_COMPUTE_32F", i, g, f.computes[i])
+		}
+	}
+	if ceil.FLOPsPerSec != 2*64*64*64/1e-6 || ceil.GEMM != "64³ bf16" || ceil.PeakName != "H200" || ceil.PeakFLOPsPerSec != 989e12 {
+		t.Errorf("ceilings %+v", ceil)
+	}
+}
