@@ -7,9 +7,17 @@ package kernels
 // a float64 reference on a GPU.
 
 import (
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -291,5 +299,152 @@ func TestCUDAHostCalibrate(t *testing.T) {
 	}
 	if ceil.FLOPsPerSec != 2*64*64*64/1e-6 || ceil.GEMM != "64³ bf16" || ceil.PeakName != "H200" || ceil.PeakFLOPsPerSec != 989e12 {
 		t.Errorf("ceilings %+v", ceil)
+	}
+}
+
+// TestCUDAHostGemmTable checks the GEMM table and its benchmark without a GPU: the 18 shapes
+// are the model's projections (model/ops.go: forward, input and weight gradient of y = x·Wᵀ)
+// at the review's sizes, each product's FLOPs the review's GFLOP column; the benchmark, run on
+// the fake device at 1/256 of the sizes, makes in each mode the GEMM it names (float32 storage
+// with the FAST_16BF compute type; bf16 A, B, C with beta 0; bf16 A, B into a float32 C with
+// the shape's beta) and writes the JSON the GPU check reads, every key of it; and
+// bench/torch_gemm.py --dry lists the same shapes (with PyTorch: it is skipped without one,
+// and fails under CI, which installs it).
+func TestCUDAHostGemmTable(t *testing.T) {
+	const tokens, dim, qdim, kv, ffn, vocab = 8192, 2048, 2048, 512, 5632, 32000
+	review := map[string]float64{"q": 68.7, "kv": 17.2, "o": 68.7, "gate_up": 189, "down": 189, "head": 1074}
+	var want []gemmShape
+	for _, p := range []struct {
+		role    string
+		out, in int
+		dxBeta  float32
+	}{{"q", qdim, dim, 0}, {"kv", kv, dim, 1}, {"o", dim, qdim, 0}, {"gate_up", ffn, dim, 0}, {"down", dim, ffn, 0}, {"head", vocab, dim, 0}} {
+		want = append(want,
+			gemmShape{p.role + ".fwd", tokens, p.out, p.in, false, true, 0},        // linear: MatMul(y, x, w, n, out, in, false, true, 0)
+			gemmShape{p.role + ".dX", tokens, p.in, p.out, false, false, p.dxBeta}, // gradX: MatMul(dx, dy, w, n, in, out, false, false, beta)
+			gemmShape{p.role + ".dW", p.out, p.in, tokens, true, false, 1})         // gradW: MatMul(dw, dy, x, out, in, n, true, false, 1)
+	}
+	if !slices.Equal(gemmTable, want) {
+		t.Errorf("gemmTable:\n%v\nwant\n%v", gemmTable, want)
+	}
+	for _, s := range gemmTable {
+		g, w := 2*float64(s.M)*float64(s.N)*float64(s.K)/1e9, review[strings.Split(s.Role, ".")[0]]
+		if math.Abs(g-w) > 0.005*w {
+			t.Errorf("%s: %.1f GFLOP, the review's table says %g", s.Role, g, w)
+		}
+	}
+
+	// the benchmark on the fake device, every size divided by 256
+	c, f := newFakeCUDA(t)
+	small := make([]gemmShape, len(gemmTable))
+	for i, s := range gemmTable {
+		small[i] = s
+		small[i].M, small[i].N, small[i].K = max(s.M/256, 1), max(s.N/256, 1), max(s.K/256, 1)
+	}
+	out := filepath.Join(t.TempDir(), "gemm.json")
+	g0 := len(f.gemms)
+	bt := flag.Lookup("test.benchtime")
+	old := bt.Value.String()
+	if err := bt.Value.Set("3x"); err != nil { // the fake's GEMMs are free: bound the loops by count
+		t.Fatal(err)
+	}
+	testing.Benchmark(func(b *testing.B) { gemmTableBench(b, c, small, out) })
+	if err := bt.Value.Set(old); err != nil {
+		t.Fatal(err)
+	}
+	js, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(js, &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3*len(small) {
+		t.Fatalf("%d rows written, want %d", len(rows), 3*len(small))
+	}
+	keys := []string{"k", "m", "mode", "ms", "n", "role", "tflops", "transA", "transB"}
+	for i, r := range rows {
+		s, mode := small[i/3], gemmModes[i%3]
+		if got := slices.Sorted(maps.Keys(r)); !slices.Equal(got, keys) {
+			t.Fatalf("row %d has keys %v, want %v", i, got, keys)
+		}
+		// the fake's clock gives each GEMM a microsecond
+		flops := 2 * float64(s.M) * float64(s.N) * float64(s.K)
+		if r["role"] != s.Role || r["mode"] != mode || r["m"] != float64(s.M) || r["n"] != float64(s.N) || r["k"] != float64(s.K) ||
+			r["transA"] != s.TransA || r["transB"] != s.TransB || r["ms"] != 1e-3 || math.Abs(r["tflops"].(float64)-flops/1e-6/1e12) > 1e-9 {
+			t.Errorf("row %d: %v, want %s %s %d×%d×%d, 0.001 ms", i, r, s.Role, mode, s.M, s.N, s.K)
+		}
+	}
+	// each sub-benchmark's GEMMs (its warm-up and its b.N) are its mode's
+	byMode := map[string]int{}
+	for i, g := range f.gemms[g0:] {
+		op, comp := f.gemmOps[g0+i], f.computes[g0+i]
+		var mode string
+		switch {
+		case g.AType == cuda.Float32 && g.CType == cuda.Float32 && comp == cuda.ComputeBF16:
+			mode = gemmFP32Storage
+		case g.AType == cuda.BFloat16 && g.CType == cuda.BFloat16 && comp == cuda.ComputeFP32 && op.beta == 0:
+			mode = gemmBF16
+		case g.AType == cuda.BFloat16 && g.CType == cuda.Float32 && comp == cuda.ComputeFP32:
+			mode = gemmBF16F32C
+		default:
+			t.Fatalf("GEMM %d: %+v compute %d beta %g: no mode of the table", i, g, comp, op.beta)
+		}
+		byMode[mode]++
+	}
+	for _, m := range gemmModes {
+		if byMode[m] < 2*len(small) {
+			t.Errorf("mode %s: %d GEMMs for %d shapes", m, byMode[m], len(small))
+		}
+	}
+	// beta: the shape's in fp32-storage and bf16-f32c (checked on the last product of each)
+	for _, s := range small {
+		c.setPrecision(precBF16)
+		ops := newGemmTableBufs(c, s, rand.New(rand.NewPCG(1, 1)))
+		for _, mode := range []string{gemmFP32Storage, gemmBF16F32C} {
+			ops.run(c, s, mode)
+			if b := f.gemmOps[len(f.gemmOps)-1].beta; b != s.Beta {
+				t.Errorf("%s %s: beta %g, want %g", s.Role, mode, b, s.Beta)
+			}
+		}
+		c.setPrecision(precFP32)
+	}
+
+	// bench/torch_gemm.py's shapes
+	py := os.Getenv("DISTFLASH_TORCH_PYTHON")
+	if py == "" {
+		if d, err := os.UserCacheDir(); err == nil {
+			py = filepath.Join(d, "distflash", "torch", "bin", "python")
+		}
+	}
+	tout := filepath.Join(t.TempDir(), "torch.json")
+	if b, err := exec.Command(py, filepath.Join("..", "bench", "torch_gemm.py"), "--dry", "--out", tout).CombinedOutput(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && !strings.Contains(string(b), "No module named 'torch'") {
+			t.Fatalf("bench/torch_gemm.py --dry: %v\n%s", err, b)
+		}
+		msg := fmt.Sprintf("no PyTorch (%s: %v): bench/torch_gemm.py's shapes not compared (scripts/install_torch.sh installs it)", py, err)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	js, err = os.ReadFile(tout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trows []gemmResult
+	if err := json.Unmarshal(js, &trows); err != nil {
+		t.Fatal(err)
+	}
+	if len(trows) != len(gemmTable) {
+		t.Fatalf("bench/torch_gemm.py: %d rows, want %d", len(trows), len(gemmTable))
+	}
+	for i, r := range trows {
+		s := gemmTable[i]
+		if r.Role != s.Role || r.M != s.M || r.N != s.N || r.K != s.K || r.TransA != s.TransA || r.TransB != s.TransB || r.Mode != "torch-bf16" {
+			t.Errorf("bench/torch_gemm.py row %d: %+v, want %+v in mode torch-bf16", i, r, s)
+		}
 	}
 }
