@@ -31,6 +31,10 @@ import (
 // q, k, v, dO, P and dS operands, float32 accumulation and state) for head dimensions 32, 64
 // and 128. Buffers stay float32 at the interface in every mode, but for attention operands a
 // 16-bit run's schedules pass packed (AttnShape.Operands), which the kernels read as they are.
+// The 16-bit step's methods (MatMulHalf, AttnForwardHalf, …) read and write packed buffers as
+// the plain bf16/fp16 arrays they are on the device: MatMulHalf is cublasGemmEx on 16-bit A and
+// B (tensor cores, float32 accumulation), the attention cuDNN's graphs on the caller's buffers
+// (cuda_attn16.go).
 //
 // A CUDA backend is meant to be driven by one goroutine (one per rank); its methods are
 // nevertheless safe to call concurrently.

@@ -144,8 +144,9 @@ func TestCUDAHostAttnHalfOwn(t *testing.T) {
 // CPU's rounding: one unit at most. A masking, layout or scaling bug errs by O(1).
 func TestCUDAAttnHalf(t *testing.T) {
 	d := newDuo(t)
+	mode0 := d.gpu.AttentionPaths().Mode
 	defer func() {
-		if err := d.gpu.SetAttention(AttentionAuto); err != nil {
+		if err := d.gpu.SetAttention(mode0); err != nil {
 			t.Error(err)
 		}
 	}()

@@ -710,16 +710,22 @@ const (
 // operands of MatMulHalf, read as they are) with C Float32 (a weight gradient, the residual
 // stream: beta 1 adds in float32) or of A's type (rounded once from the float32 sum).
 //
-// Why cublasGemmEx and not cuBLASLt. cublasGemmEx takes every combination above with
-// CUBLAS_COMPUTE_32F (16-bit A and B with a float32 C included), and since CUDA 12 it runs on
-// cuBLASLt's kernels and heuristics itself, with the workspace Open sets; PyTorch's bf16
-// torch.matmul is the same call, so the GEMM table (kernels/cuda_bench_test.go beside
-// bench/torch_gemm.py) compares like with like. What cuBLASLt adds is not used by this model
-// yet: epilogues (bias, GELU/ReLU, their gradients; LLaMA has no bias and SwiGLU is no cuBLASLt
-// epilogue, and the residual add is beta 1 here already), FP8 scaling, and a choice among
-// several heuristic results, which pays only with per-shape autotuning, a plan cache and a dozen
-// more entry points to bind and check. If the table shows a shape well below torch.matmul, or a
-// fused epilogue becomes worth having, that is the time to add a cuBLASLt path.
+// Why cublasGemmEx and not cuBLASLt (decided for issue 41, to be revisited on the GEMM table's
+// numbers):
+//   - the combinations: cublasGemmEx takes all of the above with CUBLAS_COMPUTE_32F, 16-bit A
+//     and B into a float32 C included, which is the one cuBLASLt was thought needed for;
+//   - heuristics: libcublas serves its GEMMs with cuBLASLt's kernels (it links libcublasLt),
+//     taking the heuristic's first choice for the shape, with the workspace Open sets (split-K
+//     and stream-K kernels need it); cuBLASLt would add the other candidates, which pay only
+//     with per-shape autotuning on the device and a cache of the choices;
+//   - epilogues: this model has none to fuse: LLaMA has no bias, SwiGLU is no cuBLASLt
+//     epilogue (GELU and ReLU are), and the residual add is beta 1 in the GEMM already;
+//   - cost: about a dozen more entry points (descriptors, layouts, preferences, attributes) to
+//     bind, check against the headers and stub.
+//
+// The GEMM table (kernels/cuda_bench_test.go beside bench/torch_gemm.py, whose bf16
+// torch.matmul takes cuBLAS's default choice too) says whether a shape falls short of what
+// the hardware gives; that, or an epilogue worth fusing, is when a cuBLASLt path pays.
 type Gemm struct {
 	TransA, TransB      bool
 	M, N, K             int
