@@ -476,9 +476,8 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return fail(fmt.Errorf("cuBLAS workspace: %w", err))
 	}
-	switch st := C.df_blas_workspace(d.ctx, d.blas, C.CUdeviceptr(ws.Ptr), C.size_t(ws.Bytes)); st {
-	case -2: // a cuBLAS 11 without cublasSetWorkspace: it keeps its own
-	default:
+	// -2: a cuBLAS 11 without cublasSetWorkspace, which keeps its own
+	if st := C.df_blas_workspace(d.ctx, d.blas, C.CUdeviceptr(ws.Ptr), C.size_t(ws.Bytes)); st != -2 {
 		if err := blasError("cublasSetWorkspace", st); err != nil {
 			return fail(err)
 		}
