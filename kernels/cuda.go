@@ -33,6 +33,10 @@ import (
 // q, k, v, dO, P and dS operands, float32 accumulation and state) for head dimensions 32, 64
 // and 128. Buffers stay float32 at the interface in every mode, but for attention operands a
 // 16-bit run's schedules pass packed (AttnShape.Operands), which the kernels read as they are.
+// The 16-bit step's methods (MatMulHalf, AttnForwardHalf, …) read and write packed buffers as
+// the plain bf16/fp16 arrays they are on the device: MatMulHalf is cublasGemmEx on 16-bit A and
+// B (tensor cores, float32 accumulation), the attention cuDNN's graphs on the caller's buffers
+// (cuda_attn16.go).
 //
 // A CUDA backend is meant to be driven by one goroutine (one per rank); its methods are
 // nevertheless safe to call concurrently.
@@ -54,6 +58,9 @@ type CUDA struct {
 	dkdvSplit int       // forces the dK/dV kernel's split when > 0 (tests; planDKDV's rule otherwise)
 
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
+
+	a16mu sync.Mutex    // guards a16 (taken before mu)
+	a16   attn16Scratch // the float32 state of the 16-bit attention's own path (cuda_attn16.go)
 }
 
 // ptxKernels lists the embedded modules and the kernels each defines: the backend loads every
@@ -467,6 +474,60 @@ func (c *CUDA) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta flo
 	g := cublasPlan(m, n, k, transA, transB)
 	must(c.dev.Gemm(g, B.ptr(), A.ptr(), C.ptr(), 1, beta, cuda.Compute(c.precision())))
 	runtime.KeepAlive([]cudaBuf{A, B, C})
+}
+
+// MatMulHalf implements Backend through cublasGemmEx with A and B of cuBLAS type CUDA_R_16BF
+// (p BF16) or CUDA_R_16F (FP16), read where they are (a packed buffer is a plain 16-bit array;
+// leading dimensions count 16-bit values), and C of the same type (cHalf) or CUDA_R_32F, with
+// CUBLAS_COMPUTE_32F: tensor cores, float32 accumulation, alpha 1 and the float32 beta given,
+// the sum rounded once into a 16-bit C (the handle disallows reduced-precision split-K
+// reductions, kernels/cuda/driver.go). The layout mapping is MatMul's (cublasPlan).
+func (c *CUDA) MatMulHalf(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta float32, p Precision, cHalf bool) {
+	mustHalf("matmul", p)
+	packed := func(n int) int { return (n + 1) / 2 }
+	A, B := dptr("matmul A (packed)", ab, packed(m*k)), dptr("matmul B (packed)", bb, packed(k*n))
+	ct := cuda.Float32
+	cn := m * n
+	if cHalf {
+		ct, cn = halfType(p), packed(m*n)
+	}
+	C := dptr("matmul C", cb, cn)
+	c.counters.MatMulFLOPs.Add(int64(2 * m * n * k))
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 { // C = beta·C; C is not read when beta is 0 (BLAS rule: NaNs are overwritten)
+		switch {
+		case beta == 0:
+			c.Zero(cb)
+		case beta == 1:
+		case cHalf:
+			x := c.Alloc(m * n)
+			c.unpack16(x, cb, p == FP16)
+			c.Scale(x, beta)
+			c.pack16(cb, x, p == FP16)
+		default:
+			c.Scale(cb, beta)
+		}
+		return
+	}
+	for _, d := range []int{m, n, k} {
+		if d > math.MaxInt32 {
+			panic(fmt.Sprintf("kernels: matmul dimension %d exceeds cuBLAS's 32-bit range", d))
+		}
+	}
+	g := cublasPlan(m, n, k, transA, transB)
+	g.AType, g.BType, g.CType = halfType(p), halfType(p), ct
+	must(c.dev.Gemm(g, B.ptr(), A.ptr(), C.ptr(), 1, beta, cuda.ComputeFP32))
+	runtime.KeepAlive([]cudaBuf{A, B, C})
+}
+
+// halfType is the cuBLAS and cuDNN element type of 16-bit precision p.
+func halfType(p Precision) cuda.DataType {
+	if p == FP16 {
+		return cuda.Half
+	}
+	return cuda.BFloat16
 }
 
 // Embedding implements Backend.

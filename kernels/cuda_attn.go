@@ -68,12 +68,12 @@ func (c *CUDA) operand(i int, b Buf, sh AttnShape, fp16 bool) devPtr {
 }
 
 // attnPlan checks an attention call's shape and buffer lengths (as the CPU backend does) and
-// returns the plan.
-func (c *CUDA) attnPlan(sh AttnShape) attnPlan {
+// returns the plan of its kernels at operand precision prec.
+func (c *CUDA) attnPlan(sh AttnShape, prec cudaPrec) attnPlan {
 	if err := sh.Validate(); err != nil {
 		panic(err)
 	}
-	p := planAttn(sh.HeadDim, c.precision())
+	p := planAttn(sh.HeadDim, prec)
 	if need := max(p.smemFwd, p.smemDQ, p.smemDKDV); need > c.info.smemOptin {
 		panic(fmt.Sprintf("kernels: cuda attention with head_dim %d needs %d bytes of shared memory per block, device %s allows %d",
 			sh.HeadDim, need, c.Device(), c.info.smemOptin))
@@ -83,7 +83,13 @@ func (c *CUDA) attnPlan(sh AttnShape) attnPlan {
 
 // AttnForward implements Backend.
 func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
-	p := c.attnPlan(sh)
+	c.attnForward(st, qb, kb, vb, sh, c.precision(), true)
+}
+
+// attnForward is AttnForward with the products' precision prec (the backend's, or the 16-bit
+// operands' of AttnForwardHalf); viaCUDNN false runs the own kernels without asking cuDNN.
+func (c *CUDA) attnForward(st AttnState, qb, kb, vb Buf, sh AttnShape, prec cudaPrec, viaCUDNN bool) {
+	p := c.attnPlan(sh, prec)
 	H, hd := sh.Heads, sh.HeadDim
 	qs, ks := H*hd, sh.KVHeads*hd
 	ol := sh.OperandLen
@@ -96,7 +102,7 @@ func (c *CUDA) AttnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) {
 	}
 	c.counters.AttnBlocks.Add(1)
 	c.counters.AttnFwdFLOPs.Add(4 * pairs * int64(hd*H))
-	if c.cudnnForward(st, qb, kb, vb, sh) {
+	if viaCUDNN && c.cudnnForward(st, qb, kb, vb, sh, prec) {
 		return
 	}
 	if !p.mma && sh.Operands != FP32 { // the float32 kernel (a head dimension the 16-bit one has not): the values, widened
@@ -161,7 +167,13 @@ func (c *CUDA) AttnBackwardPrep(db, ob, dob Buf, nq, heads, headDim int, p Preci
 
 // AttnBackward implements Backend.
 func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh AttnShape) {
-	p := c.attnPlan(sh)
+	c.attnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db, sh, c.precision(), true)
+}
+
+// attnBackward is AttnBackward with the products' precision prec; viaCUDNN false runs the own
+// kernels without asking cuDNN.
+func (c *CUDA) attnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh AttnShape, prec cudaPrec, viaCUDNN bool) {
+	p := c.attnPlan(sh, prec)
 	H, hd := sh.Heads, sh.HeadDim
 	qs, ks := H*hd, sh.KVHeads*hd
 	ol := sh.OperandLen
@@ -178,7 +190,7 @@ func (c *CUDA) AttnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh
 	if ob != nil {
 		dptr("attn bwd o", ob, ol(sh.NQ*qs))
 	}
-	if c.cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db, sh) {
+	if viaCUDNN && c.cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db, sh, prec) {
 		return
 	}
 	if !p.mma && sh.Operands != FP32 {

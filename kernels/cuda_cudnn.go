@@ -239,7 +239,7 @@ func (s *cudnnState) close() error {
 // cudnnRoute decides whether cuDNN computes block sh; it returns the block, its graph's
 // description and plan, or false after counting the own path the block takes (s.mu is not
 // held by the caller). The caller counts the cuDNN path once the block ran (cudnnRan).
-func (c *CUDA) cudnnRoute(sh AttnShape, backward bool) (cudnnBlock, cuda.SDPA, *cudnnPlan, bool) {
+func (c *CUDA) cudnnRoute(sh AttnShape, backward bool, prec cudaPrec) (cudnnBlock, cuda.SDPA, *cudnnPlan, bool) {
 	s := &c.dnn
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -250,7 +250,6 @@ func (c *CUDA) cudnnRoute(sh AttnShape, backward bool) (cudnnBlock, cuda.SDPA, *
 	if s.mode == AttentionOwn {
 		return own("device.attention = own")
 	}
-	prec := c.precision()
 	if prec == precFP32 {
 		return own("fp32")
 	}
@@ -267,7 +266,7 @@ func (c *CUDA) cudnnRoute(sh AttnShape, backward bool) (cudnnBlock, cuda.SDPA, *
 	if why != "" {
 		return own(why)
 	}
-	spec := c.sdpaSpec(sh, blk, backward)
+	spec := c.sdpaSpec(sh, blk, backward, prec)
 	if err := spec.Check(); err != nil {
 		return own(err.Error())
 	}
@@ -335,10 +334,11 @@ func bytesText(b int64) string {
 	return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
 }
 
-// sdpaSpec is block blk of sh as a cuDNN graph description.
-func (c *CUDA) sdpaSpec(sh AttnShape, blk cudnnBlock, backward bool) cuda.SDPA {
+// sdpaSpec is block blk of sh as a cuDNN graph description, its operands in 16-bit precision
+// prec.
+func (c *CUDA) sdpaSpec(sh AttnShape, blk cudnnBlock, backward bool, prec cudaPrec) cuda.SDPA {
 	io := cuda.BFloat16
-	if c.precision() == precFP16 {
+	if prec == precFP16 {
 		io = cuda.Half
 	}
 	return cuda.SDPA{Backward: backward, IO: io, B: blk.b, H: int64(sh.Heads), KVH: int64(sh.KVHeads),
@@ -450,8 +450,8 @@ func (c *CUDA) raggedPtrs(ptrs map[int64]cuda.Ptr, blk cudnnBlock, sh AttnShape)
 
 // cudnnForward computes block sh with cuDNN and folds it into st, or returns false (the own
 // kernel then runs it).
-func (c *CUDA) cudnnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) bool {
-	blk, spec, p, ok := c.cudnnRoute(sh, false)
+func (c *CUDA) cudnnForward(st AttnState, qb, kb, vb Buf, sh AttnShape, prec cudaPrec) bool {
+	blk, spec, p, ok := c.cudnnRoute(sh, false, prec)
 	if !ok {
 		return false
 	}
@@ -485,8 +485,8 @@ func (c *CUDA) cudnnForward(st AttnState, qb, kb, vb Buf, sh AttnShape) bool {
 // cudnnBackward adds block sh's gradients computed by cuDNN into dq, dk, dv, or returns false
 // (the own kernels then compute them). ob, when not nil, is the queries' final output: cuDNN
 // gets it in 16 bits; else the synthetic O′ of D.
-func (c *CUDA) cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh AttnShape) bool {
-	blk, spec, p, ok := c.cudnnRoute(sh, true)
+func (c *CUDA) cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, sh AttnShape, prec cudaPrec) bool {
+	blk, spec, p, ok := c.cudnnRoute(sh, true, prec)
 	if !ok {
 		return false
 	}
@@ -566,4 +566,149 @@ func (c *CUDA) cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, s
 	c.cudnnRan(blk, true)
 	runtime.KeepAlive([]Buf{qb, kb, vb, ob, dob, lseb, db})
 	return true
+}
+
+// The 16-bit attention of one rank (AttnForwardHalf, AttnBackwardHalf; cuda_attn16.go) on
+// cuDNN: q, k, v, O and dO are the caller's packed buffers, read where they are (copied only
+// when one does not start on a 16-byte boundary, as every tensor declares), and cuDNN writes
+// O, the statistics and dQ, dK, dV straight into the caller's o, lse, dq, dk, dv: no
+// conversion, no fold into a float32 state, no finish, no pack, no float32 gradients to add
+// into, and the backward reads the real O (no synthetic O′). The graphs are the schedules'
+// (one head dimension for Q, K, V and O). cuDNN's Stats, [B, H, SQ, 1] with strides
+// [H·SQ, SQ, 1, 1], is the Backend's lse [Heads, NQ] when B is 1 and SQ is NQ: a block that is
+// not ragged. A ragged block's statistics live in padded rows [B, H, SQ]: its backward scatters
+// lse into them (df_lse_scatter), and its forward takes the float32 state's path (fold, finish,
+// pack; cuda_attn16.go) rather than a gather kernel of its own.
+
+// cudnnForwardHalf runs block sh (routed to cuDNN as blk, spec, p; not ragged) writing o and
+// lse, or returns false, having counted the own path, when its memory does not fit.
+func (c *CUDA) cudnnForwardHalf(ob, lseb, qb, kb, vb Buf, sh AttnShape, blk cudnnBlock, spec cuda.SDPA, p *cudnnPlan) bool {
+	o, lse := dbuf(ob), dbuf(lseb)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mem := &cudnnMem{c: c}
+	op, sp := o.ptr(), lse.ptr()
+	if op%16 != 0 {
+		op = mem.at(scrO, 4*o.n)
+	}
+	if sp%16 != 0 {
+		sp = mem.at(scrStats, 4*lse.n)
+	}
+	ws := mem.workspace(p)
+	if mem.err != nil {
+		c.cudnnOwn(false, mem.err)
+		return false
+	}
+	fp16 := spec.IO == cuda.Half
+	hq, hk, hv := c.operand(0, qb, sh, fp16), c.operand(1, kb, sh, fp16), c.operand(2, vb, sh, fp16)
+	c.cudnnExecute(p, map[int64]cuda.Ptr{cuda.UIDQ: hq, cuda.UIDK: hk, cuda.UIDV: hv, cuda.UIDO: op, cuda.UIDStats: sp}, ws)
+	if op != o.ptr() {
+		must(c.dev.DtoD(o.ptr(), op, 4*o.n))
+	}
+	if sp != lse.ptr() {
+		must(c.dev.DtoD(lse.ptr(), sp, 4*lse.n))
+	}
+	c.cudnnRan(blk, false)
+	runtime.KeepAlive([]Buf{ob, lseb, qb, kb, vb})
+	return true
+}
+
+// cudnnBackwardHalf runs the backward of block sh (routed to cuDNN as blk, spec, p) from the
+// real O, writing dq, dk, dv, or returns false, having counted the own path, when its memory
+// does not fit. Only where cuDNN may leave rows of a gradient unwritten are they cleared first:
+// a ragged block's (queries and keys outside every segment), and the dK and dV of keys that no
+// query sees (cudnnKeysUnseen).
+func (c *CUDA) cudnnBackwardHalf(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb Buf, sh AttnShape, blk cudnnBlock, spec cuda.SDPA, p *cudnnPlan) bool {
+	dq, dk, dv, lse := dbuf(dqb), dbuf(dkb), dbuf(dvb), dbuf(lseb)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mem := &cudnnMem{c: c}
+	// each gradient where cuDNN writes it: the caller's buffer, or scratch copied there after
+	target := func(slot int, b cudaBuf) devPtr {
+		if p := b.ptr(); p%16 == 0 {
+			return p
+		}
+		return mem.at(slot, 4*b.n)
+	}
+	gq, gk, gv := target(scrDQ, dq), target(scrDK, dk), target(scrDV, dv)
+	stats := lse.ptr()
+	switch {
+	case blk.ragged:
+		stats = mem.at(scrStats, int(4*spec.B*spec.H*spec.SQ))
+	case stats%16 != 0:
+		stats = mem.at(scrStats, 4*lse.n)
+	}
+	ws := mem.workspace(p)
+	if mem.err != nil {
+		c.cudnnOwn(true, mem.err)
+		return false
+	}
+	fp16 := spec.IO == cuda.Half
+	hq, hk, hv := c.operand(0, qb, sh, fp16), c.operand(1, kb, sh, fp16), c.operand(2, vb, sh, fp16)
+	ho, hdo := c.operand(3, ob, sh, fp16), c.operand(4, dob, sh, fp16)
+	if blk.ragged {
+		c.memset32(gq, 0, dq.n)
+	}
+	if blk.ragged || cudnnKeysUnseen(sh, blk) {
+		c.memset32(gk, 0, dk.n)
+		c.memset32(gv, 0, dv.n)
+	}
+	ptrs := map[int64]cuda.Ptr{cuda.UIDQ: hq, cuda.UIDK: hk, cuda.UIDV: hv, cuda.UIDO: ho, cuda.UIDdO: hdo,
+		cuda.UIDStats: stats, cuda.UIDdQ: gq, cuda.UIDdK: gk, cuda.UIDdV: gv}
+	switch {
+	case blk.ragged:
+		rowmap := c.raggedPtrs(ptrs, blk, sh)
+		// the padded rows must hold finite statistics: −Inf − (−Inf) is NaN in the masked scores
+		c.memset32(stats, 0, int(spec.B*spec.H*spec.SQ))
+		c.launch("df_lse_scatter", ewGrid(sh.NQ*sh.Heads), 1, ewThreads, 0, stats, lse, rowmap, int32(sh.NQ), int32(sh.Heads), int32(spec.SQ))
+	case stats != lse.ptr():
+		must(c.dev.DtoD(stats, lse.ptr(), 4*lse.n))
+	}
+	if spec.BackwardWorkaround() {
+		// seq_len_q and seq_len_kv, each at a 16-byte boundary
+		ip := c.uploadInts([]int32{int32(spec.SQ), 0, 0, 0, int32(spec.SKV)})
+		ptrs[cuda.UIDSeqQ], ptrs[cuda.UIDSeqKV] = ip, ip+16
+	}
+	c.cudnnExecute(p, ptrs, ws)
+	for _, g := range []struct {
+		dst cudaBuf
+		at  devPtr
+	}{{dq, gq}, {dk, gk}, {dv, gv}} {
+		if g.at != g.dst.ptr() {
+			must(c.dev.DtoD(g.dst.ptr(), g.at, 4*g.dst.n))
+		}
+	}
+	c.cudnnRan(blk, true)
+	runtime.KeepAlive([]Buf{dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb})
+	return true
+}
+
+// cudnnKeysUnseen reports whether some key of block sh, which classifyCUDNN made blk (not
+// ragged: every query sees a key), is visible to no query: cuDNN need not write its rows of dK
+// and dV. A full block's keys are all seen; in the others the keys are at consecutive positions
+// and query i sees the interval [QStart[i], QPos[i]] of them.
+func cudnnKeysUnseen(sh AttnShape, blk cudnnBlock) bool {
+	if !sh.Causal || blk.kind == "full" || sh.NK == 0 {
+		return false
+	}
+	k0 := sh.KPos[0]
+	cover := make([]int32, sh.NK+1) // the change in the number of queries seeing key j, at j
+	for i := range sh.NQ {
+		hi := min(sh.NK-1, int(sh.QPos[i]-k0))
+		lo := 0
+		if sh.QStart != nil {
+			lo = max(0, int(sh.QStart[i]-k0))
+		}
+		if lo <= hi {
+			cover[lo]++
+			cover[hi+1]--
+		}
+	}
+	seen := int32(0)
+	for j := range sh.NK {
+		if seen += cover[j]; seen == 0 {
+			return true
+		}
+	}
+	return false
 }

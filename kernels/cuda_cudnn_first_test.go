@@ -318,7 +318,7 @@ func (r firstRig) planOf(sh AttnShape, backward bool) map[string]any {
 	if err := c.dnn.load(); err != nil {
 		return map[string]any{"error": err.Error()}
 	}
-	spec := c.sdpaSpec(sh, blk, backward)
+	spec := c.sdpaSpec(sh, blk, backward, c.precision())
 	p := c.dnn.plan(spec)
 	if p == nil || p.err != nil || p.plan == nil {
 		return map[string]any{"error": fmt.Sprint(p)}

@@ -13,6 +13,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -599,7 +600,7 @@ func cudnnStubChild(t *testing.T, name string) {
 						t.Fatalf("%s %s: %d graphs built, want 1", b.name, dir, len(gs))
 					}
 					plans++
-					spec := c.sdpaSpec(b.sh, mustClassify(t, b.sh), backward)
+					spec := c.sdpaSpec(b.sh, mustClassify(t, b.sh), backward, c.precision())
 					checkStubGraph(t, b.name+" "+dir, gs[0], spec, b.sh)
 					checkContext(t, b.name+" "+dir, lines)
 				}
@@ -643,10 +644,11 @@ func cudnnStubChild(t *testing.T, name string) {
 		notices = nil
 	}
 	stubPacked(t, c, f, log)
+	plans += stubHalf(t, c, f, log)
 	// the first plan of the process: its first engine configuration fails to finalise (the
 	// stub's CUDNNSTUB_PLAN_FAILS=1), the next is taken: the second of mode A, or with one
 	// mode-A engine the fallback list's first
-	first := c.sdpaSpec(stubBlocks()[0].sh, mustClassify(t, stubBlocks()[0].sh), false)
+	first := c.sdpaSpec(stubBlocks()[0].sh, mustClassify(t, stubBlocks()[0].sh), false, c.precision())
 	if p := c.dnn.plans[first.Key()]; p == nil || p.plan == nil {
 		t.Errorf("no plan for the first block")
 	} else {
@@ -802,6 +804,189 @@ func stubPacked(t *testing.T, c *CUDA, f *fakeDevice, log *stubLog) {
 		c.AttnForward(st, q, k, v, sh16)
 	}()
 	log.since(t)
+}
+
+// stubHalf checks the 16-bit attention of one rank (AttnForwardHalf, AttnBackwardHalf) on
+// cuDNN: the graphs are the head dimension's (128 for Q, K, V and O alike); on a plain causal
+// block nothing is launched, cleared or copied around the one execution, which binds q, k, v,
+// o, dO, the lse and dq, dk, dv to the caller's buffers; a misaligned output goes through
+// scratch and one copy; keys no query sees have their dK and dV rows cleared first, and only
+// those gradients; a ragged block's backward clears the gradients and scatters the lse, its
+// forward takes the float32 state's path; a block cuDNN refuses runs the own 16-bit kernels
+// through the float32 state and packs. Nothing waits for the device. It returns the number of
+// plans it built.
+func stubHalf(t *testing.T, c *CUDA, f *fakeDevice, log *stubLog) int {
+	built := 0
+	const H, KVH, hd = 8, 2, 128
+	mk := func(qp, kp, qs []int32, p Precision) AttnShape {
+		return AttnShape{NQ: len(qp), NK: len(kp), Heads: H, KVHeads: KVH, HeadDim: hd, Causal: true, Scale: float32(1 / math.Sqrt(hd)),
+			QPos: qp, KPos: kp, QStart: qs, Operands: p}
+	}
+	diag := seqPos(0, 256)
+	cyclic := make([]int32, 128)
+	for i := range cyclic {
+		cyclic[i] = int32(4 * i)
+	}
+	ptr := func(b Buf) uint64 { return uint64(dbuf(b).ptr()) }
+	type bufs struct{ q, k, v, o, do, lse, dq, dk, dv Buf }
+	alloc := func(sh AttnShape, misaligned bool) bufs {
+		qn, kn := sh.OperandLen(sh.NQ*H*hd), sh.OperandLen(sh.NK*KVH*hd)
+		out := func(n int) Buf {
+			if misaligned {
+				return c.Slice(c.Alloc(n+1), 1, n)
+			}
+			return c.Alloc(n)
+		}
+		return bufs{q: c.Alloc(qn), k: c.Alloc(kn), v: c.Alloc(kn), o: out(qn), do: c.Alloc(qn), lse: out(H * sh.NQ),
+			dq: out(qn), dk: c.Alloc(kn), dv: c.Alloc(kn)}
+	}
+	inWorkspace := func(p cuda.Ptr) bool {
+		ws := c.dnn.ws
+		return ws != nil && p >= ws.Ptr && p < ws.Ptr+cuda.Ptr(ws.Bytes)
+	}
+	syncs := f.syncs
+	for _, tc := range []struct {
+		name       string
+		sh         AttnShape
+		misaligned bool
+	}{
+		{"causal", mk(diag, diag, nil, BF16), false},
+		{"causal fp16", mk(diag, diag, nil, FP16), false},
+		{"causal misaligned", mk(diag, diag, nil, BF16), true},
+		{"unseen keys", mk(seqPos(0, 128), diag, nil, BF16), false},
+		{"documents", mk(diag, diag, stubStarts(diag, []int32{0, 100, 200}, 0), BF16), false},
+		{"cyclic", mk(cyclic, cyclic, nil, BF16), false},
+	} {
+		sh := tc.sh
+		b := alloc(sh, tc.misaligned)
+		blk, why := classifyCUDNN(sh)
+		for _, backward := range []bool{false, true} {
+			dir := map[bool]string{false: "forward", true: "backward"}[backward]
+			what := fmt.Sprintf("16-bit %s %s", tc.name, dir)
+			log.mark(t, what)
+			spec := c.sdpaSpec(sh, blk, backward, cudaPrec(sh.Operands))
+			onCUDNN := why == "" && spec.Check() == nil
+			before := c.AttentionPaths()
+			at, memAt, cpAt := len(f.launches), len(f.memsets), len(f.copies)
+			if backward {
+				c.AttnBackwardHalf(b.dq, b.dk, b.dv, b.q, b.k, b.v, b.o, b.do, b.lse, sh)
+			} else {
+				c.AttnForwardHalf(b.o, b.lse, b.q, b.k, b.v, sh)
+			}
+			lines := log.since(t)
+			if fs := failures(lines); len(fs) > 0 {
+				t.Errorf("%s: calls failed:\n%s", what, strings.Join(fs, "\n"))
+			}
+			built += len(graphs(lines))
+			after := c.AttentionPaths()
+			m, m0 := after.Forward, before.Forward
+			if backward {
+				m, m0 = after.Backward, before.Backward
+			}
+			path := pathDelta(m0, m)
+			launched, es := f.names(at), executions(t, lines)
+			if !onCUDNN {
+				wantPath := "own: " + why
+				if why == "" {
+					wantPath = "own: " + spec.Check().Error()
+				}
+				want := []string{"df_attn_fwd_bf16_hd128", "df_attn_finish", "df_pack_half"}
+				if backward {
+					want = []string{"df_attn_prep16", "df_attn_bwd_dq_bf16_hd128", "df_attn_bwd_dkdv_bf16_hd128", "df_attn_dkdv_reduce", "df_pack_half", "df_pack_half", "df_pack_half"}
+				}
+				if path != wantPath || !slices.Equal(launched, want) || len(es) != 0 {
+					t.Errorf("%s: path %q, launches %v, %d executions; want %q, the own kernels %v and no cuDNN", what, path, launched, len(es), wantPath, want)
+				}
+				continue
+			}
+			if path != "cudnn "+blk.kind || len(es) != 1 {
+				t.Errorf("%s: path %q and %d executions, want %q and one", what, path, len(es), "cudnn "+blk.kind)
+				continue
+			}
+			if gs := graphs(lines); len(gs) == 1 {
+				checkStubGraph(t, what, gs[0], spec, sh)
+				for _, uid := range []int64{cuda.UIDQ, cuda.UIDK, cuda.UIDV, cuda.UIDO} {
+					if d := gs[0].tensors[uid].dims; d[len(d)-1] != hd && d[len(d)-2] != hd {
+						t.Errorf("%s: tensor %d of dims %v: want the head dimension %d, not padded", what, uid, d, hd)
+					}
+				}
+			}
+			e := es[0]
+			wantAt := map[int64]uint64{cuda.UIDQ: ptr(b.q), cuda.UIDK: ptr(b.k), cuda.UIDV: ptr(b.v), cuda.UIDO: ptr(b.o), cuda.UIDStats: ptr(b.lse)}
+			if backward {
+				wantAt[cuda.UIDdO], wantAt[cuda.UIDdQ], wantAt[cuda.UIDdK], wantAt[cuda.UIDdV] = ptr(b.do), ptr(b.dq), ptr(b.dk), ptr(b.dv)
+			}
+			if blk.ragged && !backward {
+				// the float32 state's path: cuDNN into scratch, folded, finished, packed into o
+				want := []string{"df_cudnn_fold", "df_attn_finish", "df_pack_half"}
+				if !slices.Equal(launched, want) || f.launches[len(f.launches)-1].args[0] != ptr(b.o) {
+					t.Errorf("%s: launched %v, want %v into o", what, launched, want)
+				}
+				continue
+			}
+			// the outputs cuDNN writes: the caller's, or (misaligned) scratch copied there after
+			copied := map[uint64]uint64{} // destination → source
+			for _, cp := range f.copies[cpAt:] {
+				copied[uint64(cp.dst)] = uint64(cp.src)
+			}
+			outs := []int64{cuda.UIDO, cuda.UIDStats}
+			if backward {
+				outs = []int64{cuda.UIDdQ}
+			}
+			for uid, w := range wantAt {
+				got := e.ptrs[uid]
+				if tc.misaligned && slices.Contains(outs, uid) {
+					if got == w || got%16 != 0 || copied[w] != got {
+						t.Errorf("%s: the misaligned output %d (at %#x) written at %#x, copied from %#x: want aligned scratch copied to it", what, uid, w, got, copied[w])
+					}
+					continue
+				}
+				if tc.misaligned && backward && (uid == cuda.UIDStats || uid == cuda.UIDO) {
+					if got%16 != 0 || copied[got] != w {
+						t.Errorf("%s: the misaligned input %d read at %#x, copied from %#x, want an aligned copy of %#x", what, uid, got, copied[got], w)
+					}
+					continue
+				}
+				if blk.ragged && uid == cuda.UIDStats {
+					continue // the padded statistics
+				}
+				if got != w {
+					t.Errorf("%s: tensor %d bound at %#x, want the caller's buffer at %#x", what, uid, got, w)
+				}
+			}
+			if !tc.misaligned && len(f.copies) != cpAt {
+				t.Errorf("%s: %d copies, want none", what, len(f.copies)-cpAt)
+			}
+			// launches and clears: none on a plain block but the dQ accumulator's in the workspace
+			// (cuDNN before 9.6); a ragged backward's scatter; the gradients no row of cuDNN's covers
+			wantLaunch := []string(nil)
+			cleared := map[uint64]bool{}
+			if blk.ragged {
+				wantLaunch = []string{"df_lse_scatter"}
+				cleared[ptr(b.dq)], cleared[ptr(b.dk)], cleared[ptr(b.dv)], cleared[e.ptrs[cuda.UIDStats]] = true, true, true, true
+			}
+			if tc.name == "unseen keys" && backward {
+				cleared[ptr(b.dk)], cleared[ptr(b.dv)] = true, true
+			}
+			if !slices.Equal(launched, wantLaunch) {
+				t.Errorf("%s: launched %v, want %v (no df_to_half, df_cudnn_fold, df_add_half3)", what, launched, wantLaunch)
+			}
+			got := map[uint64]bool{}
+			for _, ms := range f.memsets[memAt:] {
+				if inWorkspace(ms.dst) && backward && spec.Version < 90600 && !spec.Deterministic {
+					continue // the dQ accumulator cuDNN before 9.6 needs cleared
+				}
+				got[uint64(ms.dst)] = true
+			}
+			if !maps.Equal(got, cleared) {
+				t.Errorf("%s: cleared %v, want %v", what, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(cleared)))
+			}
+		}
+	}
+	if f.syncs != syncs {
+		t.Errorf("the 16-bit attention waited for the device %d times", f.syncs-syncs)
+	}
+	return built
 }
 
 // stubBigBlock is a causal block of 8192 queries and keys, 8 heads of 64.
@@ -1126,7 +1311,7 @@ func checkExecution(t *testing.T, what string, c *CUDA, f *fakeDevice, e executi
 		errorf("executed on stream %s, want the device's %#x", e.stream, stubStream)
 	}
 	blk := mustClassify(t, sh)
-	spec := c.sdpaSpec(sh, blk, backward)
+	spec := c.sdpaSpec(sh, blk, backward, c.precision())
 	s := &c.dnn
 	p := s.plans[spec.Key()]
 	if p == nil || p.plan == nil {

@@ -33,13 +33,27 @@ type fakeDevice struct {
 	launches []fakeLaunch
 	gemms    []cuda.Gemm
 	computes []cuda.Compute
+	gemmOps  []fakeGemm // each GEMM's matrices and scalars, beside gemms
 	optin    int
 	events   int         // events made
 	recorded map[int]int // event ID → the launches and GEMMs queued before its last record
 	memsets  []fakeMemset
+	copies   []fakeCopy // device-to-device copies
 	syncs    int
 	onSync   func() // called at each Sync (a test's mark in a log)
 	maxAlloc int    // allocations above this many bytes fail (0: no limit)
+}
+
+// fakeGemm is where one GEMM reads and writes (cuBLAS's A, B and C) and its alpha and beta.
+type fakeGemm struct {
+	a, b, c     cuda.Ptr
+	alpha, beta float32
+}
+
+// fakeCopy is one DtoD.
+type fakeCopy struct {
+	dst, src cuda.Ptr
+	bytes    int
 }
 
 // fakeMemset is one Memset32: its range, and how many launches were queued before it.
@@ -102,6 +116,7 @@ func (f *fakeDevice) DtoH(dst unsafe.Pointer, src cuda.Ptr, bytes int) error {
 }
 
 func (f *fakeDevice) DtoD(dst, src cuda.Ptr, bytes int) error {
+	f.copies = append(f.copies, fakeCopy{dst, src, bytes})
 	if err := f.check("DtoD source", src, bytes); err != nil {
 		return err
 	}
@@ -159,7 +174,13 @@ func (f *fakeDevice) Launch(name string, gx, gy, bx, smem int, args []uint64) er
 	return nil
 }
 
-func (f *fakeDevice) Gemm(g cuda.Gemm, a, b, c cuda.Ptr, _, _ float32, compute cuda.Compute) error {
+// Gemm checks the GEMM as cuBLAS would take it: a combination of types cuda.Gemm allows, and
+// each matrix (its last column ends at LD·(cols−1) + rows elements of its type) inside one
+// allocation.
+func (f *fakeDevice) Gemm(g cuda.Gemm, a, b, c cuda.Ptr, alpha, beta float32, compute cuda.Compute) error {
+	if err := g.Check(compute); err != nil {
+		return err
+	}
 	rowsA, colsA, rowsB, colsB := g.M, g.K, g.K, g.N
 	if g.TransA {
 		rowsA, colsA = colsA, rowsA
@@ -167,8 +188,12 @@ func (f *fakeDevice) Gemm(g cuda.Gemm, a, b, c cuda.Ptr, _, _ float32, compute c
 	if g.TransB {
 		rowsB, colsB = colsB, rowsB
 	}
+	extent := func(t cuda.DataType, ld, rows, cols int) int {
+		return gemmElemBytes[t] * (ld*(cols-1) + rows)
+	}
 	for _, e := range []error{
-		f.check("GEMM A", a, 4*g.LDA*colsA), f.check("GEMM B", b, 4*g.LDB*colsB), f.check("GEMM C", c, 4*g.LDC*g.N),
+		f.check("GEMM A", a, extent(g.AType, g.LDA, rowsA, colsA)), f.check("GEMM B", b, extent(g.BType, g.LDB, rowsB, colsB)),
+		f.check("GEMM C", c, extent(g.CType, g.LDC, g.M, g.N)),
 	} {
 		if e != nil {
 			return e
@@ -179,6 +204,7 @@ func (f *fakeDevice) Gemm(g cuda.Gemm, a, b, c cuda.Ptr, _, _ float32, compute c
 	}
 	f.gemms = append(f.gemms, g)
 	f.computes = append(f.computes, compute)
+	f.gemmOps = append(f.gemmOps, fakeGemm{a, b, c, alpha, beta})
 	return nil
 }
 
@@ -192,6 +218,9 @@ func (f *fakeDevice) last(prefix string) fakeLaunch {
 	f.t.Fatalf("no launch of %s*", prefix)
 	return fakeLaunch{}
 }
+
+// gemmElemBytes is the size of an element of each GEMM type.
+var gemmElemBytes = map[cuda.DataType]int{cuda.Float32: 4, cuda.BFloat16: 2, cuda.Half: 2}
 
 // names returns the kernels launched since launch i.
 func (f *fakeDevice) names(i int) []string {

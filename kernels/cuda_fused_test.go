@@ -241,7 +241,7 @@ func TestCUDAOpTimer(t *testing.T) {
 		}
 	}
 	c := Calibrate(g, tm, CalibrationFor(g))
-	t.Logf("%s: %.0f GB/s copy, %.1f TFLOP/s fp32 GEMM", g.Device(), c.BytesPerSec/1e9, c.FLOPsPerSec/1e12)
+	t.Logf("%s: %.0f GB/s copy, %.1f TFLOP/s %s GEMM (catalogue %s: %.0f)", g.Device(), c.BytesPerSec/1e9, c.FLOPsPerSec/1e12, c.GEMM, c.PeakName, c.PeakFLOPsPerSec/1e12)
 	if c.BytesPerSec < 1e11 || c.FLOPsPerSec < 1e12 {
 		t.Errorf("ceilings %+v", c)
 	}

@@ -257,12 +257,52 @@ func (f *TickTimer) Reset() { f.n = 0 }
 func (f *TickTimer) Marked() int { return f.marked }
 
 // Ceilings are what an op's floor divides by: the memory bandwidth (bytes/s) and the GEMM rate
-// (FLOP/s at the backend's matmul precision).
+// (FLOP/s of a GEMM on 16-bit operands, as Calibrate measures it), with the GPU's catalogue
+// peak beside them for reference.
 type Ceilings struct {
 	BytesPerSec float64 `json:"bytes_per_s"`
 	FLOPsPerSec float64 `json:"gemm_flops_per_s"`
 	// Source says where they come from: "measured" (Calibrate) or what else the caller says.
 	Source string `json:"source"`
+	// GEMM describes the product the GEMM rate was measured on (Calibrate), e.g. "4096³ bf16".
+	GEMM string `json:"gemm,omitempty"`
+	// PeakFLOPsPerSec is the device's dense bf16 tensor-core peak from NVIDIA's catalogue
+	// (CataloguePeak), 0 when the device is not in it; PeakName names the catalogue's entry.
+	// The floors do not use it: it says how far the measured GEMM rate is from the data sheet.
+	PeakFLOPsPerSec float64 `json:"catalogue_bf16_flops_per_s,omitempty"`
+	PeakName        string  `json:"catalogue_device,omitempty"`
+}
+
+// gpuPeaks are NVIDIA's data-sheet dense bf16 tensor-core peaks (float32 accumulation, no
+// sparsity) of the GPUs by a substring of the name the driver gives (cuDeviceGetName), first
+// match wins: the more specific names first. The H200 NVL, whose peak is lower, is listed as
+// not named, so that the H200's entry is not taken for it; the H100 NVL and the L40 (not S)
+// match no entry.
+var gpuPeaks = []struct {
+	match, name string
+	flops       float64
+}{
+	{"GH200", "GH200", 989e12},
+	{"H200 NVL", "", 0},
+	{"H200", "H200", 989e12},
+	{"H100 SXM", "H100 SXM", 989e12},
+	{"H100 80GB HBM3", "H100 SXM", 989e12},
+	{"H100 PCIe", "H100 PCIe", 756e12},
+	{"A100", "A100", 312e12},
+	{"L40S", "L40S", 362e12},
+	{"RTX 4090", "RTX 4090", 165e12},
+}
+
+// CataloguePeak returns the dense bf16 peak (FLOP/s) of the GPU the driver names device (e.g.
+// "NVIDIA H100 80GB HBM3") and the catalogue's name for it, or 0 and "" for a device the
+// catalogue does not name.
+func CataloguePeak(device string) (name string, flops float64) {
+	for _, g := range gpuPeaks {
+		if strings.Contains(device, g.match) {
+			return g.name, g.flops
+		}
+	}
+	return "", 0
 }
 
 // Floor is the least time an op of class c with cost x takes under the ceilings: its bytes at
@@ -305,24 +345,39 @@ func CalibrationFor(be Backend) Calibration {
 }
 
 // Calibrate measures be's ceilings with t: the bandwidth of Copy (its bytes read and written)
-// and the rate of MatMul at be's current precision, the fastest of k.Reps runs of each. Both
-// copy buffers are written first, the source with values that are not 0: memory the process
-// has never written may all be one shared page of zeros, which a copy reads from the cache.
+// and the rate of a GEMM on 16-bit operands (MatMulHalf: A·Bᵀ, A, B and C packed in be's
+// MatMul precision when it is FP16, else BF16; the rate of native 16-bit cuBLAS on a GPU, not of
+// MatMul's float32 storage), the fastest of k.Reps runs of each; and it names the device's
+// catalogue peak (CataloguePeak) when be names its GPU. The copy buffers and the GEMM operands
+// are written first, with values that are not 0: memory the process has never written may all
+// be one shared page of zeros, which a copy reads from the cache (and a tensor core's power
+// draw, so its clock, depends on the data).
 func Calibrate(be Backend, t OpTimer, k Calibration) Ceilings {
 	src, dst := be.Alloc(k.CopyElems), be.Alloc(k.CopyElems)
 	fill(be, src)
 	be.Zero(dst)
-	a, b, c := be.Alloc(k.GEMM*k.GEMM), be.Alloc(k.GEMM*k.GEMM), be.Alloc(k.GEMM*k.GEMM)
+	p := BF16
+	if be.MatMulPrecision() == FP16 {
+		p = FP16
+	}
+	n2 := k.GEMM * k.GEMM
+	a, b, c := be.Alloc((n2+1)/2), be.Alloc((n2+1)/2), be.Alloc((n2+1)/2)
+	w := be.Alloc(n2)
+	fill(be, w)           // 1 … 251
+	be.Scale(w, 1.0/1024) // at most 0.25: k products of them stay far inside fp16's range
+	be.PackHalf(a, w, p)
+	be.PackHalf(b, w, p)
+	gemm := func() { be.MatMulHalf(c, a, b, k.GEMM, k.GEMM, k.GEMM, false, true, 0, p, true) }
 	t.Reset()
 	be.Copy(dst, src) // warm up: first use of the buffers, the GEMM's algorithm
-	be.MatMul(c, a, b, k.GEMM, k.GEMM, k.GEMM, false, true, 0)
+	gemm()
 	t.Mark()
 	for range k.Reps {
 		be.Copy(dst, src)
 		t.Mark()
 	}
 	for range k.Reps {
-		be.MatMul(c, a, b, k.GEMM, k.GEMM, k.GEMM, false, true, 0)
+		gemm()
 		t.Mark()
 	}
 	times := t.Times()
@@ -335,7 +390,10 @@ func Calibrate(be Backend, t OpTimer, k Calibration) Ceilings {
 		return d
 	}
 	cp, mm := best(0), best(k.Reps)
-	out := Ceilings{Source: "measured"}
+	out := Ceilings{Source: "measured", GEMM: fmt.Sprintf("%d³ %v", k.GEMM, p)}
+	if d, ok := be.(interface{ DeviceName() string }); ok {
+		out.PeakName, out.PeakFLOPsPerSec = CataloguePeak(d.DeviceName())
+	}
 	if cp > 0 {
 		out.BytesPerSec = 8 * float64(k.CopyElems) / cp
 	}
@@ -522,8 +580,16 @@ func (t OpTable) Text() string {
 	fmt.Fprintf(&b, "per-op profile of %d steps on %s: %.3f ms a step on the device's clock, %.3f ms of it outside every op (gaps)\n",
 		t.Steps, t.Device, 1e3*t.StepSeconds, 1e3*t.GapSeconds)
 	if t.Ceil.BytesPerSec > 0 || t.Ceil.FLOPsPerSec > 0 {
-		fmt.Fprintf(&b, "floors (%s): bytes at %.4g GB/s, GEMM and attention FLOPs at %.4g TFLOP/s\n", t.Ceil.Source,
+		fmt.Fprintf(&b, "floors (%s): bytes at %.4g GB/s, GEMM and attention FLOPs at %.4g TFLOP/s", t.Ceil.Source,
 			t.Ceil.BytesPerSec/1e9, t.Ceil.FLOPsPerSec/1e12)
+		if t.Ceil.GEMM != "" {
+			fmt.Fprintf(&b, " (a %s GEMM)", t.Ceil.GEMM)
+		}
+		b.WriteString("\n")
+	}
+	if t.Ceil.PeakFLOPsPerSec > 0 {
+		fmt.Fprintf(&b, "catalogue: %s, dense bf16 peak %.4g TFLOP/s (the measured GEMM rate is %.0f%% of it)\n", t.Ceil.PeakName,
+			t.Ceil.PeakFLOPsPerSec/1e12, 100*t.Ceil.FLOPsPerSec/t.Ceil.PeakFLOPsPerSec)
 	}
 	fmt.Fprintf(&b, "%-12s %-9s %7s %10s %6s %10s %11s %8s %8s %9s %7s\n", "op", "phase", "calls", "ms/step", "share",
 		"MB/step", "GFLOP/step", "GB/s", "TFLOP/s", "floor ms", "×floor")

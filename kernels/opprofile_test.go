@@ -145,6 +145,107 @@ func TestCalibrateWritesFirst(t *testing.T) {
 	}
 }
 
+// gemmWatch is the CPU backend naming a GPU and noting the products asked of it.
+type gemmWatch struct {
+	*CPU
+	device  string
+	matmuls int
+	halves  []halfGemm
+}
+
+// halfGemm is one MatMulHalf: its sizes, format, C type, and whether every 16-bit value of A
+// and B is finite and not 0.
+type halfGemm struct {
+	m, n, k   int
+	p         Precision
+	cHalf     bool
+	nonZeroAB bool
+}
+
+func (w *gemmWatch) DeviceName() string { return w.device }
+
+func (w *gemmWatch) MatMul(c, a, b Buf, m, n, k int, transA, transB bool, beta float32) {
+	w.matmuls++
+	w.CPU.MatMul(c, a, b, m, n, k, transA, transB, beta)
+}
+
+func (w *gemmWatch) MatMulHalf(c, a, b Buf, m, n, k int, transA, transB bool, beta float32, p Precision, cHalf bool) {
+	ok := true
+	for _, x := range [][]float32{widen("a", a, m*k, p), widen("b", b, k*n, p)} {
+		for _, v := range x {
+			ok = ok && v != 0 && !math.IsInf(float64(v), 0) && !math.IsNaN(float64(v))
+		}
+	}
+	w.halves = append(w.halves, halfGemm{m, n, k, p, cHalf, ok})
+	w.CPU.MatMulHalf(c, a, b, m, n, k, transA, transB, beta, p, cHalf)
+}
+
+// TestCalibrateHalfGEMM: the GEMM ceiling is a 16-bit-operand product (MatMulHalf, C 16-bit;
+// fp16 when the run's MatMul precision is fp16, else bf16), never MatMul's float32 storage, on
+// operands written with values that are not 0; the ceilings name the GPU's catalogue peak, and
+// the table's text says both.
+func TestCalibrateHalfGEMM(t *testing.T) {
+	k := Calibration{CopyElems: 1000, GEMM: 8, Reps: 3}
+	for _, tc := range []struct {
+		prec, want Precision
+	}{{FP32, BF16}, {BF16, BF16}, {FP16, FP16}} {
+		w := &gemmWatch{CPU: NewCPU(), device: "NVIDIA H100 80GB HBM3"}
+		w.SetMatMulPrecision(tc.prec)
+		c := Calibrate(w, NewTickTimer(1e-3), k)
+		if w.matmuls != 0 || len(w.halves) != 1+k.Reps {
+			t.Errorf("precision %v: %d MatMul and %d MatMulHalf calls, want none and %d", tc.prec, w.matmuls, len(w.halves), 1+k.Reps)
+		}
+		for _, h := range w.halves {
+			if h != (halfGemm{8, 8, 8, tc.want, true, true}) {
+				t.Errorf("precision %v: MatMulHalf %+v, want 8³ in %v into a 16-bit C, operands finite and not 0", tc.prec, h, tc.want)
+			}
+		}
+		if c.GEMM != "8³ "+tc.want.String() || c.FLOPsPerSec != 2*512/1e-3 || c.PeakName != "H100 SXM" || c.PeakFLOPsPerSec != 989e12 {
+			t.Errorf("precision %v: ceilings %+v", tc.prec, c)
+		}
+		text := OpTable{Device: "gpu", Ceil: c}.Text()
+		for _, want := range []string{"GEMM and attention FLOPs at 1.024e-06 TFLOP/s (a 8³ " + tc.want.String() + " GEMM)",
+			"catalogue: H100 SXM, dense bf16 peak 989 TFLOP/s (the measured GEMM rate is 0% of it)"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("text lacks %q:\n%s", want, text)
+			}
+		}
+	}
+	if c := Calibrate(NewCPU(), NewTickTimer(1e-3), k); c.PeakName != "" || c.PeakFLOPsPerSec != 0 ||
+		strings.Contains(OpTable{Ceil: c}.Text(), "catalogue") {
+		t.Errorf("the CPU backend names no catalogue peak: %+v", c)
+	}
+}
+
+// TestCataloguePeak: the dense bf16 peaks by the names the driver gives, the variants of
+// another peak not named.
+func TestCataloguePeak(t *testing.T) {
+	for _, tc := range []struct {
+		device, name string
+		tflops       float64
+	}{
+		{"NVIDIA H100 80GB HBM3", "H100 SXM", 989},
+		{"NVIDIA H100 SXM5 80GB", "H100 SXM", 989},
+		{"NVIDIA H100 PCIe", "H100 PCIe", 756},
+		{"NVIDIA H200", "H200", 989},
+		{"NVIDIA GH200 480GB", "GH200", 989},
+		{"NVIDIA A100-SXM4-80GB", "A100", 312},
+		{"NVIDIA A100 80GB PCIe", "A100", 312},
+		{"NVIDIA L40S", "L40S", 362},
+		{"NVIDIA GeForce RTX 4090", "RTX 4090", 165},
+		{"NVIDIA H100 NVL", "", 0},
+		{"NVIDIA H200 NVL", "", 0},
+		{"NVIDIA L40", "", 0},
+		{"NVIDIA GeForce RTX 3090", "", 0},
+		{"fake", "", 0},
+	} {
+		name, flops := CataloguePeak(tc.device)
+		if name != tc.name || flops != tc.tflops*1e12 {
+			t.Errorf("CataloguePeak(%q) = %q, %g; want %q, %g", tc.device, name, flops, tc.name, tc.tflops*1e12)
+		}
+	}
+}
+
 // TestCalibrationFor: the CPU copies two buffers each 4 times the last-level cache, within
 // 128–512 MiB; the cache is read from sysfs (testdata/cache: this machine's, an AMD EPYC's).
 func TestCalibrationFor(t *testing.T) {

@@ -50,12 +50,17 @@ typedef int cublasOperation_t;
 typedef int cudaDataType;
 typedef int cublasComputeType_t;
 typedef int cublasGemmAlgo_t;
+typedef int cublasMath_t;
 typedef struct CUstream_st* cudaStream_t;
 
 #define CUBLAS_STATUS_SUCCESS 0
 #define CUBLAS_OP_N 0
 #define CUBLAS_OP_T 1
 #define CUDA_R_32F 0
+#define CUDA_R_16F 2
+#define CUDA_R_16BF 14
+#define CUBLAS_DEFAULT_MATH 0
+#define CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION 16
 #define CUBLAS_COMPUTE_32F 68
 #define CUBLAS_COMPUTE_32F_FAST_16F 74
 #define CUBLAS_COMPUTE_32F_FAST_16BF 75

@@ -6,7 +6,8 @@
 #define DISTFLASH_CUDA_ABI_FUNCS_H
 
 // DF_CU_FUNCS and DF_BLAS_FUNCS list every entry point as X(name, exported symbol, return
-// type, parameters).
+// type, parameters); DF_BLAS_OPTIONAL_FUNCS those a cuBLAS 11 may lack, resolved apart
+// (driver.go: without one, the backend does without what it does).
 #define DF_CU_FUNCS(X)                                                                                          \
 	X(cuInit, "cuInit", CUresult, (unsigned int flags))                                                         \
 	X(cuDeviceGetCount, "cuDeviceGetCount", CUresult, (int* count))                                             \
@@ -62,6 +63,7 @@
 	X(cublasCreate, "cublasCreate_v2", cublasStatus_t, (cublasHandle_t * handle))                               \
 	X(cublasDestroy, "cublasDestroy_v2", cublasStatus_t, (cublasHandle_t handle))                               \
 	X(cublasSetStream, "cublasSetStream_v2", cublasStatus_t, (cublasHandle_t handle, cudaStream_t streamId))    \
+	X(cublasSetMathMode, "cublasSetMathMode", cublasStatus_t, (cublasHandle_t handle, cublasMath_t mode))        \
 	X(cublasGemmEx, "cublasGemmEx", cublasStatus_t,                                                             \
 	  (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,          \
 	   const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B, cudaDataType Btype,        \
@@ -70,6 +72,10 @@
 	X(cublasGetStatusName, "cublasGetStatusName", const char*, (cublasStatus_t status))                         \
 	X(cublasGetStatusString, "cublasGetStatusString", const char*, (cublasStatus_t status))
 
+#define DF_BLAS_OPTIONAL_FUNCS(X)                                                                               \
+	X(cublasSetWorkspace, "cublasSetWorkspace_v2", cublasStatus_t,                                              \
+	  (cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes))
+
 #define DF_CONSTS(X)                                                                                            \
 	X(CUDA_SUCCESS) X(CUDA_ERROR_INVALID_VALUE) X(CUDA_ERROR_NOT_READY) X(CUDA_ERROR_NOT_SUPPORTED) X(CU_STREAM_NON_BLOCKING) X(CU_EVENT_DEFAULT) X(CU_EVENT_DISABLE_TIMING)            \
 	X(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) X(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)                 \
@@ -77,13 +83,14 @@
 	X(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED) X(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)                        \
 	X(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) X(CU_JIT_ERROR_LOG_BUFFER)                               \
 	X(CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) X(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) X(CUBLAS_STATUS_SUCCESS)         \
-	X(CUBLAS_OP_N) X(CUBLAS_OP_T) X(CUDA_R_32F) X(CUBLAS_COMPUTE_32F) X(CUBLAS_COMPUTE_32F_FAST_16F)            \
-	X(CUBLAS_COMPUTE_32F_FAST_16BF) X(CUBLAS_GEMM_DEFAULT)
+	X(CUBLAS_OP_N) X(CUBLAS_OP_T) X(CUDA_R_32F) X(CUDA_R_16F) X(CUDA_R_16BF) X(CUBLAS_COMPUTE_32F)               \
+	X(CUBLAS_COMPUTE_32F_FAST_16F) X(CUBLAS_COMPUTE_32F_FAST_16BF) X(CUBLAS_GEMM_DEFAULT) X(CUBLAS_DEFAULT_MATH)   \
+	X(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)
 
 #define DF_TYPES(X)                                                                                             \
 	X(CUresult) X(CUdevice) X(CUdeviceptr) X(cuuint64_t) X(CUcontext) X(CUstream) X(CUmodule) X(CUfunction)     \
 	X(CUmemoryPool) X(CUevent) X(CUdevice_attribute) X(CUfunction_attribute) X(CUjit_option)                   \
 	X(CUmemPool_attribute) X(cublasHandle_t) X(cublasStatus_t) X(cublasOperation_t) X(cudaDataType)             \
-	X(cublasComputeType_t) X(cublasGemmAlgo_t) X(cudaStream_t)
+	X(cublasComputeType_t) X(cublasGemmAlgo_t) X(cublasMath_t) X(cudaStream_t)
 
 #endif

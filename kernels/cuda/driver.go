@@ -32,6 +32,7 @@ package cuda
 DF_CU_FUNCS(DF_DECLARE)
 DF_CU_TIMING_FUNCS(DF_DECLARE)
 DF_BLAS_FUNCS(DF_DECLARE)
+DF_BLAS_OPTIONAL_FUNCS(DF_DECLARE)
 
 // df_cublas_names are the cuBLAS libraries tried in order when DISTFLASH_CUBLAS names none.
 static const char* df_cublas_names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"};
@@ -80,6 +81,9 @@ static int df_open_libs(char* err, size_t n) {
 	p_##name = (ret(*) params)dlsym(b, sym); \
 	if (p_##name == NULL) { snprintf(err, n, "%s has no %s", blas, sym); return 1; }
 	DF_BLAS_FUNCS(DF_RESOLVE_BLAS)
+	// cublasSetWorkspace (not in every cuBLAS 11): NULL when missing, and cuBLAS keeps its own
+#define DF_RESOLVE_BLAS_OPTIONAL(name, sym, ret, params) p_##name = (ret(*) params)dlsym(b, sym);
+	DF_BLAS_OPTIONAL_FUNCS(DF_RESOLVE_BLAS_OPTIONAL)
 	return 0;
 }
 
@@ -223,11 +227,27 @@ static CUresult df_pool(CUdevice d) {
 	return p_cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
 }
 
+// df_blas_create makes the cuBLAS handle, bound to the stream, in the default math mode with
+// reduced-precision reductions disallowed: a GEMM with a 16-bit C (CUDA_R_16BF/16F) then sums
+// split-K partial products in its float32 compute type and rounds once, as the CPU backend's
+// reference does (the default lets cuBLAS round the partials to the 16-bit output type first).
+// The compute type of every call stays explicit (df_gemm), so the math mode enables nothing
+// else (no TF32: that would take CUBLAS_TF32_TENSOR_OP_MATH).
 static int df_blas_create(CUcontext c, CUstream s, cublasHandle_t* h) {
 	if (p_cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
 	cublasStatus_t st = p_cublasCreate(h);
 	if (st != CUBLAS_STATUS_SUCCESS) return st;
-	return p_cublasSetStream(*h, (cudaStream_t)s);
+	st = p_cublasSetStream(*h, (cudaStream_t)s);
+	if (st != CUBLAS_STATUS_SUCCESS) return st;
+	return p_cublasSetMathMode(*h, CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+}
+
+// df_blas_workspace gives the handle the workspace at ws (after cublasSetStream, which resets
+// it); -2 when this cuBLAS has no cublasSetWorkspace.
+static int df_blas_workspace(CUcontext c, cublasHandle_t h, CUdeviceptr ws, size_t bytes) {
+	if (p_cublasSetWorkspace == NULL) return -2;
+	if (p_cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
+	return p_cublasSetWorkspace(h, (void*)ws, bytes);
 }
 
 static int df_blas_destroy(CUcontext c, cublasHandle_t h) {
@@ -235,19 +255,21 @@ static int df_blas_destroy(CUcontext c, cublasHandle_t h) {
 	return p_cublasDestroy(h);
 }
 
-// df_gemm is one cublasGemmEx call on float32 column-major matrices; compute selects the
-// tensor-core mode: 0 exact float32, 1 operands rounded to bfloat16, 2 to binary16, both with
-// float32 accumulation.
+// df_gemm is one cublasGemmEx call on column-major matrices of the cudaDataType at, bt and
+// ct (CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F); compute selects the compute type: 0
+// CUBLAS_COMPUTE_32F (exact float32 on float32 operands, tensor cores on 16-bit ones), 1 float32
+// operands rounded to bfloat16, 2 to binary16, both with float32 accumulation. alpha and beta are
+// float32 (the scale type of every COMPUTE_32F mode).
 static int df_gemm(CUcontext c, cublasHandle_t h, int ta, int tb, int m, int n, int k, float alpha,
-                   CUdeviceptr A, int lda, CUdeviceptr B, int ldb, float beta, CUdeviceptr C, int ldc,
-                   int compute) {
+                   CUdeviceptr A, int at, int lda, CUdeviceptr B, int bt, int ldb, float beta, CUdeviceptr C, int ct,
+                   int ldc, int compute) {
 	if (p_cuCtxSetCurrent(c) != CUDA_SUCCESS) return -1;
-	cublasComputeType_t ct = CUBLAS_COMPUTE_32F;
-	if (compute == 1) ct = CUBLAS_COMPUTE_32F_FAST_16BF;
-	if (compute == 2) ct = CUBLAS_COMPUTE_32F_FAST_16F;
+	cublasComputeType_t comp = CUBLAS_COMPUTE_32F;
+	if (compute == 1) comp = CUBLAS_COMPUTE_32F_FAST_16BF;
+	if (compute == 2) comp = CUBLAS_COMPUTE_32F_FAST_16F;
 	return p_cublasGemmEx(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
-	                    (const void*)A, CUDA_R_32F, lda, (const void*)B, CUDA_R_32F, ldb, &beta, (void*)C,
-	                    CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT);
+	                      (const void*)A, (cudaDataType)at, lda, (const void*)B, (cudaDataType)bt, ldb, &beta, (void*)C,
+	                      (cudaDataType)ct, ldc, comp, CUBLAS_GEMM_DEFAULT);
 }
 */
 import "C"
@@ -312,11 +334,15 @@ type Device struct {
 	Minor     int
 	SMs       int // multiprocessors
 	SmemOptin int // bytes of shared memory a block may use after opting in
+	// BLASWorkspace is the bytes of the cuBLAS workspace Open set (BLASWorkspaceBytes), 0 when
+	// the cuBLAS loaded has no cublasSetWorkspace and uses its own.
+	BLASWorkspace int
 
 	ctx    C.CUcontext
 	dev    C.CUdevice
 	stream C.CUstream
 	blas   C.cublasHandle_t
+	blasWS *Mem // the cuBLAS workspace: held as long as the handle
 	mods   []C.CUmodule
 	funcs  map[string]C.CUfunction
 	closed atomic.Bool
@@ -438,7 +464,29 @@ func Open(ordinal int) (*Device, error) {
 		d.blas = nil
 		return fail(err)
 	}
+	ws, err := d.Alloc(BLASWorkspaceBytes(d.Major))
+	if err != nil {
+		return fail(fmt.Errorf("cuBLAS workspace: %w", err))
+	}
+	// -2: a cuBLAS 11 without cublasSetWorkspace, which keeps its own
+	if st := C.df_blas_workspace(d.ctx, d.blas, C.CUdeviceptr(ws.Ptr), C.size_t(ws.Bytes)); st != -2 {
+		if err := blasError("cublasSetWorkspace", st); err != nil {
+			return fail(err)
+		}
+		d.blasWS, d.BLASWorkspace = ws, ws.Bytes
+	}
 	return d, nil
+}
+
+// BLASWorkspaceBytes is the cuBLAS workspace Open gives a GPU of compute capability major.x:
+// NVIDIA's recommendation (cuBLAS documentation, cublasSetWorkspace), 32 MiB on Hopper and
+// later, 4 MiB before. cuBLAS's heuristics may pick split-K and stream-K kernels only when the
+// workspace holds their partial products.
+func BLASWorkspaceBytes(major int) int {
+	if major >= 9 {
+		return 32 << 20
+	}
+	return 4 << 20
 }
 
 // LoadModule loads one PTX image (file names it in errors) and looks up the named kernels,
@@ -640,23 +688,81 @@ func (d *Device) Launch(name string, gx, gy, bx, smem int, args []uint64) error 
 type Compute int
 
 const (
-	ComputeFP32 Compute = iota // exact float32 (CUBLAS_COMPUTE_32F, no TF32)
+	ComputeFP32 Compute = iota // CUBLAS_COMPUTE_32F: exact float32 on float32 operands (no TF32); tensor cores on 16-bit ones
 	ComputeBF16                // operands rounded to bfloat16, float32 accumulation (tensor cores)
 	ComputeFP16                // operands rounded to binary16, float32 accumulation (tensor cores)
 )
 
 // Gemm is one column-major GEMM: C (M×N, leading dimension LDC) = op(A)·op(B), op(A) M×K.
+// Leading dimensions count elements of the matrix's type.
+//
+// The element types say what cublasGemmEx reads and writes: Float32 (the zero value: every
+// matrix float32, as MatMul keeps them), or A and B both BFloat16 or both Half (the 16-bit
+// operands of MatMulHalf, read as they are) with C Float32 (a weight gradient, the residual
+// stream: beta 1 adds in float32) or of A's type (rounded once from the float32 sum).
+//
+// Why cublasGemmEx and not cuBLASLt (decided for issue 41, to be revisited on the GEMM table's
+// numbers):
+//   - the combinations: cublasGemmEx takes all of the above with CUBLAS_COMPUTE_32F, 16-bit A
+//     and B into a float32 C included, which is the one cuBLASLt was thought needed for;
+//   - heuristics: libcublas serves its GEMMs with cuBLASLt's kernels (it links libcublasLt),
+//     taking the heuristic's first choice for the shape, with the workspace Open sets (split-K
+//     and stream-K kernels need it); cuBLASLt would add the other candidates, which pay only
+//     with per-shape autotuning on the device and a cache of the choices;
+//   - epilogues: this model has none to fuse: LLaMA has no bias, SwiGLU is no cuBLASLt
+//     epilogue (GELU and ReLU are), and the residual add is beta 1 in the GEMM already;
+//   - cost: about a dozen more entry points (descriptors, layouts, preferences, attributes) to
+//     bind, check against the headers and stub.
+//
+// The GEMM table (kernels/cuda_bench_test.go beside bench/torch_gemm.py, whose bf16
+// torch.matmul takes cuBLAS's default choice too) says whether a shape falls short of what
+// the hardware gives; that, or an epilogue worth fusing, is when a cuBLASLt path pays.
 type Gemm struct {
-	TransA, TransB bool
-	M, N, K        int
-	LDA, LDB, LDC  int
+	TransA, TransB      bool
+	M, N, K             int
+	LDA, LDB, LDC       int
+	AType, BType, CType DataType
 }
 
-// Gemm queues C = alpha·op(A)·op(B) + beta·C through cublasGemmEx on float32 matrices.
+// Check reports a combination of types and compute type that Gemm does not make: 16-bit A and
+// B need ComputeFP32 (tensor cores; the FAST modes are for float32 operands) and C float32 or
+// of their type; float32 A and B a float32 C.
+func (g Gemm) Check(compute Compute) error {
+	switch {
+	case g.AType != g.BType:
+		return fmt.Errorf("GEMM of %s A and %s B", g.AType, g.BType)
+	case g.AType != Float32 && g.AType != BFloat16 && g.AType != Half:
+		return fmt.Errorf("GEMM of %s operands", g.AType)
+	case g.CType != Float32 && g.CType != g.AType:
+		return fmt.Errorf("GEMM of %s operands into a %s C", g.AType, g.CType)
+	case g.AType != Float32 && compute != ComputeFP32:
+		return fmt.Errorf("GEMM of %s operands with compute mode %d: 16-bit operands take CUBLAS_COMPUTE_32F", g.AType, compute)
+	case compute < ComputeFP32 || compute > ComputeFP16:
+		return fmt.Errorf("GEMM compute mode %d", compute)
+	}
+	return nil
+}
+
+// blasType is the cudaDataType of a GEMM element type (Check has accepted it).
+func blasType(t DataType) C.int {
+	switch t {
+	case BFloat16:
+		return C.CUDA_R_16BF
+	case Half:
+		return C.CUDA_R_16F
+	}
+	return C.CUDA_R_32F
+}
+
+// Gemm queues C = alpha·op(A)·op(B) + beta·C through cublasGemmEx, with the matrices' types
+// g.AType, g.BType, g.CType and float32 alpha and beta.
 func (d *Device) Gemm(g Gemm, a, b, c Ptr, alpha, beta float32, compute Compute) error {
+	if err := g.Check(compute); err != nil {
+		return err
+	}
 	st := C.df_gemm(d.ctx, d.blas, cbool(g.TransA), cbool(g.TransB), C.int(g.M), C.int(g.N), C.int(g.K),
-		C.float(alpha), C.CUdeviceptr(a), C.int(g.LDA), C.CUdeviceptr(b), C.int(g.LDB), C.float(beta),
-		C.CUdeviceptr(c), C.int(g.LDC), C.int(compute))
+		C.float(alpha), C.CUdeviceptr(a), blasType(g.AType), C.int(g.LDA), C.CUdeviceptr(b), blasType(g.BType),
+		C.int(g.LDB), C.float(beta), C.CUdeviceptr(c), blasType(g.CType), C.int(g.LDC), C.int(compute))
 	return blasError("cublasGemmEx", st)
 }
 

@@ -113,10 +113,13 @@ func stubChild(t *testing.T) {
 	if got, want := be.(interface{ Device() string }).Device(), "GPUSTUB H100 (sm_90, 132 SMs)"; got != want {
 		t.Errorf("Device() = %q, want %q", got, want)
 	}
-	mark("compute") // a launch and a GEMM, which the stub only logs
+	mark("compute") // a launch and GEMMs, which the stub only logs: float32, and 16-bit operands into 16 and 32 bits
 	x, y := be.Alloc(4), be.Alloc(4)
 	be.Scale(x, 2)
 	be.MatMul(y, x, x, 2, 2, 2, false, false, 0)
+	xh, yh := be.Alloc(2), be.Alloc(2) // 4 values packed two to an element
+	be.MatMulHalf(yh, xh, xh, 2, 2, 2, false, true, 0, kernels.BF16, true)
+	be.MatMulHalf(y, xh, xh, 2, 2, 2, true, false, 1, kernels.FP16, false)
 	lib, ok := be.(NCCLLib)
 	if !ok {
 		t.Fatalf("%T is no NCCLLib", be)
@@ -330,6 +333,9 @@ func stubPhases(version int, split bool) []stubPhase {
 			"cuMemPoolSetAttribute attr=4 value=18446744073709551615",
 			"cublasCreate handle=$blas",
 			"cublasSetStream handle=$blas stream=$compute",
+			"cublasSetMathMode handle=$blas mode=16", // default math, reductions in the compute type
+			"cuMemAllocAsync bytes=33554432 stream=$compute",
+			"cublasSetWorkspace handle=$blas stream=$compute bytes=33554432", // after cublasSetStream, which resets it
 			"cuModuleLoadDataEx target=sm_90",
 			"cuModuleGetFunction name=df_scale",
 			"cuFuncSetAttribute func=df_scale attr=8 value=232448",
@@ -338,7 +344,10 @@ func stubPhases(version int, split bool) []stubPhase {
 		}},
 		{"compute", []string{
 			"cuLaunchKernel func=df_scale stream=$compute",
-			"cublasGemmEx handle=$blas stream=$compute m=2 n=2 k=2 compute=68 operands=device",
+			"cublasGemmEx handle=$blas stream=$compute transa=0 transb=0 m=2 n=2 k=2 types=0,0,0 compute=68 operands=device",
+			// C = A·Bᵀ row-major is Cᵀ = B·Aᵀ column-major: cuBLAS's A is MatMul's B, transposed
+			"cublasGemmEx handle=$blas stream=$compute transa=1 transb=0 m=2 n=2 k=2 types=14,14,14 compute=68 operands=device",
+			"cublasGemmEx handle=$blas stream=$compute transa=0 transb=1 m=2 n=2 k=2 types=2,2,0 compute=68 operands=device",
 		}},
 		{"init", cat(
 			[]string{fmt.Sprintf("ncclGetVersion version=%d", version), "ncclGetUniqueId id=1"},

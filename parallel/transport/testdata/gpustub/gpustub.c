@@ -49,6 +49,7 @@
 #define GS_DECLARE(name, sym, ret, params) ret name params __asm__(sym) __attribute__((visibility("default")));
 DF_CU_FUNCS(GS_DECLARE)
 DF_BLAS_FUNCS(GS_DECLARE)
+DF_BLAS_OPTIONAL_FUNCS(GS_DECLARE)
 DF_NCCL_FUNCS(GS_DECLARE)
 #ifndef GPUSTUB_NO_SPLIT
 DF_NCCL_OPTIONAL_FUNCS(GS_DECLARE)
@@ -58,7 +59,7 @@ DF_NCCL_OPTIONAL_FUNCS(GS_DECLARE)
 // one left undefined.
 #define GS_ADDRESS(name, sym, ret, params) (void*)name,
 __attribute__((used)) static void* gs_exports[] = {
-	DF_CU_FUNCS(GS_ADDRESS) DF_BLAS_FUNCS(GS_ADDRESS) DF_NCCL_FUNCS(GS_ADDRESS)
+	DF_CU_FUNCS(GS_ADDRESS) DF_BLAS_FUNCS(GS_ADDRESS) DF_BLAS_OPTIONAL_FUNCS(GS_ADDRESS) DF_NCCL_FUNCS(GS_ADDRESS)
 #ifndef GPUSTUB_NO_SPLIT
 	DF_NCCL_OPTIONAL_FUNCS(GS_ADDRESS)
 #endif
@@ -511,6 +512,20 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t streamId) {
 		RET(GS_CUBLAS_STATUS_INVALID_VALUE, "cublasSetStream", "handle=%s stream=%s", gs_name(handle), gs_name(streamId));
 	handle->stream = streamId;
 	RET(CUBLAS_STATUS_SUCCESS, "cublasSetStream", "handle=%s stream=%s", gs_name(handle), gs_name(streamId));
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+	LOCK;
+	if (!gs_valid(handle, GS_BLAS)) RET(GS_CUBLAS_STATUS_NOT_INITIALIZED, "cublasSetMathMode", "handle=%s", gs_name(handle));
+	RET(CUBLAS_STATUS_SUCCESS, "cublasSetMathMode", "handle=%s mode=%d", gs_name(handle), mode);
+}
+
+// cublasSetWorkspace: the workspace must be device memory of the size given.
+cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes) {
+	LOCK;
+	if (!gs_valid(handle, GS_BLAS)) RET(GS_CUBLAS_STATUS_NOT_INITIALIZED, "cublasSetWorkspace", "handle=%s", gs_name(handle));
+	int r = gs_in_device((uintptr_t)workspace, workspaceSizeInBytes) ? CUBLAS_STATUS_SUCCESS : GS_CUBLAS_STATUS_INVALID_VALUE;
+	RET(r, "cublasSetWorkspace", "handle=%s stream=%s bytes=%zu", gs_name(handle), gs_name(handle->stream), workspaceSizeInBytes);
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
