@@ -127,10 +127,16 @@ func (a *LocalAttention) Backward(dq, dk, dv, q, k, v, o, lse, do kernels.Buf, s
 // compiled then) prepares it here, before the first step, rather than inside a step while the
 // other ranks wait for it. It counts nothing in the model's Stats and leaves the parameters and
 // gradients as they are. Packed documents are not warmed: their blocks' shapes depend on the
-// batch.
+// batch. In the 16-bit step an Attention that takes 16-bit operands (HalfAttention) is warmed
+// through them, as the step calls it.
 func (m *Model) WarmAttention(pos []int32) {
 	be, h, n := m.be, m.heads(), len(pos)
 	qn, kn := n*h.N*h.Dim, n*h.KV*h.Dim
+	ha, half := m.Attn.(HalfAttention)
+	half = half && m.halfStep()
+	if half { // packed operands: half the elements
+		qn, kn = (qn+1)/2, (kn+1)/2
+	}
 	q, o, do, dq := be.Alloc(qn), be.Alloc(qn), be.Alloc(qn), be.Alloc(qn)
 	k, v, dk, dv := be.Alloc(kn), be.Alloc(kn), be.Alloc(kn), be.Alloc(kn)
 	lse := be.Alloc(h.N * n)
@@ -144,6 +150,11 @@ func (m *Model) WarmAttention(pos []int32) {
 		}
 		delete(windows, w)
 		seq := Seq{Pos: pos, Window: w}
+		if half {
+			ha.ForwardHalf(o, lse, q, k, v, seq, h, m.Precision)
+			ha.BackwardHalf(dq, dk, dv, q, k, v, o, lse, do, seq, h, m.Precision)
+			continue
+		}
 		m.Attn.Forward(o, lse, q, k, v, seq, h)
 		m.Attn.Backward(dq, dk, dv, q, k, v, o, lse, do, seq, h)
 	}

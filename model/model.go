@@ -98,15 +98,43 @@ type Model struct {
 	// least the tokens: all at once, the [tokens, ffn] tensors kept as the policy says. Set it
 	// before the first Forward.
 	MLPTile int
+	// Precision is the step's compute precision (training.mixed_precision): FP32 (the zero
+	// value) computes in float32 as ever; BF16 or FP16 runs the 16-bit step (half.go): the
+	// GEMMs read 16-bit operands (the weights' 16-bit copy, which a HalfStore lends without
+	// widening, and 16-bit activations), every activation between kernels is 16-bit but the
+	// residual stream and its gradient, and attention reads and writes 16-bit q, k, v, o.
+	// The 16-bit step needs even widths (a resolved Config's are, but for FFNDim): a model
+	// with an odd FFNDim computes in float32 instead and keeps the activations its policy keeps
+	// in Precision, as ActPrecision says. The backend's matmul precision should be Precision
+	// too (world sets both): an Attention without 16-bit methods (the sequence-parallel
+	// schedules) reads it, and the float32 GEMMs of a Decoder's steps. Set it before the first
+	// Forward.
+	Precision kernels.Precision
 	// ActPrecision is the precision the activations a checkpoint policy keeps are stored in
-	// (training.mixed_precision): under the policies layer and attn_output with BF16 or FP16,
+	// on the float32 path (Precision FP32, or a 16-bit Precision with odd widths, where
+	// Precision takes its place): under the policies layer and attn_output with BF16 or FP16,
 	// each block's input and attention output are kept for the backward as 16-bit values (two
 	// per element of a buffer, kernels.Backend.PackHalf; the log-sum-exp stays float32). The
 	// forward computes in float32 as ever, so the loss does not change; the backward
 	// recomputes from the 16-bit copies, so the gradients are those at the rounded
-	// activations. FP32 (the zero value), or the policy none: float32. Set it before the first
-	// Forward.
+	// activations. FP32 (the zero value), or the policy none: float32. The 16-bit step
+	// ignores it. Set it before the first Forward.
 	ActPrecision kernels.Precision
+	// FreshGrads, when set, makes the next ForwardBackward's gradient the only one in the
+	// gradient buffers: the first contribution to each weight's gradient overwrites it (a GEMM
+	// with beta 0 for the first tile or loss chunk, the norm weights' gradient set rather than
+	// added; the embedding's gradient, a scatter-add, is zeroed by the model first), so the
+	// caller skips ZeroGrads, a pass over every gradient. The model clears it when that
+	// ForwardBackward returns (Forward leaves it). The gradients are bit for bit those of
+	// ZeroGrads then ForwardBackward: a GEMM's sum r lands as r with beta 0 and as r + 0 = r
+	// on zeros (its accumulator starts at +0, so r is never −0). With a Store the buffers are
+	// the store's FreshGrad (see FreshGradStore), which the store must implement.
+	FreshGrads bool
+	// DeferLoss, when set, keeps the per-token losses on the device: Forward and
+	// ForwardBackward return a loss sum of 0 (and the right count) without a download, which
+	// would wait for the device in the middle of the step, and keep each call's losses in a
+	// device buffer until TakeLoss brings every pending call's down at once.
+	DeferLoss bool
 	// KVHook, when set, is called in the forward with each layer's keys (after RoPE) and
 	// values of the batch's tokens ([B·T, kvheads·hd], this rank's tokens in order), before
 	// the attention: how a Decoder fills its cache in the prefill. The buffers are the
@@ -150,6 +178,18 @@ type Model struct {
 	// headGrad is the output unit's gradient buffer, taken in the forward (whose loss chunks
 	// add the head's weight gradient into it) and completed in the backward.
 	headGrad []kernels.Buf
+
+	half      bool        // the current batch runs the 16-bit step (halfStep)
+	hs        halfState   // the 16-bit step's buffers (half.go)
+	ownHalf   kernels.Buf // the 16-bit copy of Params, without a Store, for the 16-bit step
+	takeBytes int64       // the bytes take handed out since ensure began sizing
+	fresh     bool        // this ForwardBackward's FreshGrads
+	ropeLen   int         // the sequence length rope was made for, when ropeSet
+	ropeSet   bool        //
+	lossBuf   kernels.Buf // this call's per-token losses: loss, or its slot of the deferred ones
+	deferred  lossQueue   // the losses of the calls since the last TakeLoss (DeferLoss)
+	hostLoss  []float32   // the last call's per-token losses (TokenLosses)
+	lastHost  bool        // hostLoss holds the last call's losses (not still deferred)
 }
 
 // gradScratch holds the backward's temporaries for one micro-batch.
@@ -158,7 +198,6 @@ type gradScratch struct {
 	dq, dattn        kernels.Buf // [n, heads·hd]
 	dk, dv           kernels.Buf // [n, kvheads·hd]
 	dgate, dup, dact kernels.Buf // [n, ffn]
-	hostLoss         []float32
 }
 
 // New returns a model with zero parameters and gradients on be (fill Params with Load or
@@ -186,11 +225,14 @@ func (m *Model) Backend() kernels.Backend { return m.be }
 // LoadParams copies host values (in Layout order) into the parameters.
 func (m *Model) LoadParams(host []float32) { m.be.Upload(m.Params.Flat, host) }
 
-// ZeroGrads clears the gradient buffer.
+// ZeroGrads clears the gradient buffer (FreshGrads makes a step's first ForwardBackward do
+// without it).
 func (m *Model) ZeroGrads() { m.be.Zero(m.Grads.Flat) }
 
-// Logits returns the logits of the last Forward ([batch·T, vocab]); after ForwardBackward the
-// buffer holds the gradient of the loss with respect to them instead.
+// Logits returns the logits of the last Forward's last loss chunk ([rows, vocab], see
+// LossChunk); after the float32 path's ForwardBackward the buffer holds the gradient of the
+// loss with respect to them instead (the 16-bit step writes that gradient into a 16-bit buffer
+// of its own and leaves the logits).
 func (m *Model) Logits() kernels.Buf { return m.logit }
 
 // heads is the attention geometry of the model.
@@ -216,9 +258,23 @@ func (m *Model) full(n int) LayerActs {
 // tiled reports whether the MLP runs in tiles (MLPTile below the batch's tokens).
 func (m *Model) tiled() bool { return m.tile < m.batch*m.seq }
 
-// halfActs reports whether the kept activations are stored in 16 bits (ActPrecision under a
-// recomputing policy).
-func (m *Model) halfActs() bool { return m.ActPrecision != kernels.FP32 && m.Policy != CheckpointNone }
+// halfActs reports whether the float32 path keeps its activations in 16 bits (keptPrecision
+// under a recomputing policy).
+func (m *Model) halfActs() bool {
+	return m.keptPrecision() != kernels.FP32 && m.Policy != CheckpointNone
+}
+
+// keptPrecision is the precision the float32 path keeps its activations in: Precision where
+// the 16-bit step cannot run it (odd widths), else ActPrecision.
+func (m *Model) keptPrecision() kernels.Precision {
+	if isHalf(m.Precision) {
+		return m.Precision
+	}
+	return m.ActPrecision
+}
+
+// isHalf reports whether p is a 16-bit precision.
+func isHalf(p kernels.Precision) bool { return p == kernels.BF16 || p == kernels.FP16 }
 
 // ensure sizes the activation and scratch buffers for the batch: B sequences of T tokens at
 // positions pos.
@@ -231,7 +287,9 @@ func (m *Model) ensure(bt Batch) {
 			seqLen = max(seqLen, int(p)+1)
 		}
 	}
-	m.rope = m.Cfg.RoPE(seqLen)
+	if !m.ropeSet || m.ropeLen != seqLen { // the table depends on the length alone (Config.RoPE)
+		m.rope, m.ropeLen, m.ropeSet = m.Cfg.RoPE(seqLen), seqLen, true
+	}
 	m.rpos, m.seqs = m.rpos[:0], m.seqs[:0]
 	for b := 0; b < B; b++ {
 		s, rp := Seq{Pos: pos}, pos
@@ -261,6 +319,15 @@ func (m *Model) ensure(bt Batch) {
 	}
 	m.batch, m.seq = B, T
 	m.taken = 0
+	if cap(m.hostLoss) < B*T {
+		m.hostLoss = make([]float32, B*T)
+	}
+	m.hostLoss = m.hostLoss[:B*T]
+	m.half = m.halfStep()
+	if m.half {
+		m.ensureHalf()
+		return
+	}
 	n, c := B*T, m.Cfg
 	m.tile = n
 	if m.MLPTile > 0 && m.MLPTile < n {
@@ -307,7 +374,6 @@ func (m *Model) ensure(bt Batch) {
 		dq: m.take(n * c.QDim()), dattn: m.take(n * c.QDim()),
 		dk: m.take(n * c.KVDim()), dv: m.take(n * c.KVDim()),
 		dgate: m.take(ff), dup: m.take(ff), dact: m.take(ff),
-		hostLoss: make([]float32, n),
 	}
 	m.actBytes = 0
 	for _, a := range m.acts {
@@ -343,6 +409,7 @@ func (m *Model) take(n int) kernels.Buf {
 	if m.arena[i] == nil || m.arena[i].Len() < n {
 		m.arena[i] = m.be.Alloc(n)
 	}
+	m.takeBytes += 4 * int64(n)
 	return m.be.Slice(m.arena[i], 0, n)
 }
 
@@ -499,27 +566,31 @@ func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels
 			m.setPhase(old)
 			dact, dgate, dup := be.Slice(s.dact, 0, rows*F), be.Slice(s.dgate, 0, rows*F), be.Slice(s.dup, 0, rows*F)
 			dnorm, norm2, dout := be.Slice(s.dnorm, i0*D, rows*D), be.Slice(a.Norm2, i0*D, rows*D), be.Slice(dx, i0*D, rows*D)
+			first := m.gradBeta(i0 == 0)
 			m.gradX(kernels.OpGemmDown, dact, dout, w.Down, rows, D, F, 0)
 			m.swigluBackwardAct(t.Act, dgate, dup, dact, t.Gate, t.Up)
-			m.gradW(kernels.OpGemmDown, g.Down, dout, t.Act, rows, D, F)
-			m.linearBackward(kernels.OpGemmGate, dnorm, g.Gate, dgate, norm2, w.Gate, rows, F, D, 0)
-			m.linearBackward(kernels.OpGemmUp, dnorm, g.Up, dup, norm2, w.Up, rows, F, D, 1)
+			m.gradW(kernels.OpGemmDown, g.Down, dout, t.Act, rows, D, F, first)
+			m.linearBackward(kernels.OpGemmGate, dnorm, g.Gate, dgate, norm2, w.Gate, rows, F, D, 0, first)
+			m.linearBackward(kernels.OpGemmUp, dnorm, g.Up, dup, norm2, w.Up, rows, F, D, 1, first)
 		}
 	} else {
+		first := m.gradBeta(true)
 		if m.Policy == CheckpointNone { // the forward's activation, kept
-			m.linearBackward(kernels.OpGemmDown, s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0)
+			m.linearBackward(kernels.OpGemmDown, s.dact, g.Down, dx, a.Act, w.Down, n, D, F, 0, first)
 			m.swigluBackward(s.dgate, s.dup, s.dact, a.Gate, a.Up)
 		} else {
 			m.gradX(kernels.OpGemmDown, s.dact, dx, w.Down, n, D, F, 0)
 			m.swigluBackwardAct(a.Act, s.dgate, s.dup, s.dact, a.Gate, a.Up)
-			m.gradW(kernels.OpGemmDown, g.Down, dx, a.Act, n, D, F)
+			m.gradW(kernels.OpGemmDown, g.Down, dx, a.Act, n, D, F, first)
 		}
-		m.linearBackward(kernels.OpGemmGate, s.dnorm, g.Gate, s.dgate, a.Norm2, w.Gate, n, F, D, 0)
-		m.linearBackward(kernels.OpGemmUp, s.dnorm, g.Up, s.dup, a.Norm2, w.Up, n, F, D, 1)
+		m.linearBackward(kernels.OpGemmGate, s.dnorm, g.Gate, s.dgate, a.Norm2, w.Gate, n, F, D, 0, first)
+		m.linearBackward(kernels.OpGemmUp, s.dnorm, g.Up, s.dup, a.Norm2, w.Up, n, F, D, 1, first)
 	}
+	first := m.gradBeta(true)
+	m.freshNorm(g.FFNNorm)
 	m.normBackward(dx, g.FFNNorm, s.dnorm, a.H, w.FFNNorm, a.Rstd2, n) // dx = dh
 	// h = x + Wo·attn: dx = dh, dattn = dh·Wo
-	m.linearBackward(kernels.OpGemmO, s.dattn, g.Wo, dx, a.AttnOut, w.Wo, n, D, Q, 0)
+	m.linearBackward(kernels.OpGemmO, s.dattn, g.Wo, dx, a.AttnOut, w.Wo, n, D, Q, 0, first)
 	m.zero(s.dq)
 	m.zero(s.dk)
 	m.zero(s.dv)
@@ -530,9 +601,10 @@ func (m *Model) blockBackward(l int, w, g LayerWeights, a *LayerActs, dx kernels
 		m.rotate(m.seqSlice(s.dq, b, Q), m.rpos[b], c.NHeads, true)
 		m.rotate(m.seqSlice(s.dk, b, KV), m.rpos[b], c.NKVHeads, true)
 	}
-	m.linearBackward(kernels.OpGemmQ, s.dnorm, g.Wq, s.dq, a.Norm1, w.Wq, n, Q, D, 0)
-	m.linearBackward(kernels.OpGemmK, s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1)
-	m.linearBackward(kernels.OpGemmV, s.dnorm, g.Wv, s.dv, a.Norm1, w.Wv, n, KV, D, 1)
+	m.linearBackward(kernels.OpGemmQ, s.dnorm, g.Wq, s.dq, a.Norm1, w.Wq, n, Q, D, 0, first)
+	m.linearBackward(kernels.OpGemmK, s.dnorm, g.Wk, s.dk, a.Norm1, w.Wk, n, KV, D, 1, first)
+	m.linearBackward(kernels.OpGemmV, s.dnorm, g.Wv, s.dv, a.Norm1, w.Wv, n, KV, D, 1, first)
+	m.freshNorm(g.AttnNorm)
 	m.normBackward(dx, g.AttnNorm, s.dnorm, a.X, w.AttnNorm, a.Rstd1, n)
 }
 
@@ -586,7 +658,12 @@ func (m *Model) forward(bt Batch, dscale float32) (lossSum float64, count int) {
 		panic(fmt.Sprintf("model: %d ids and %d targets for %d×%d tokens", len(ids), len(targets), B, T))
 	}
 	m.ensure(bt)
+	m.beginLoss(targets)
 	m.phase = kernels.PhaseForward
+	if m.half {
+		m.forwardHalf(bt, dscale)
+		return m.endLoss(targets)
+	}
 	be, c := m.be, m.Cfg
 	n := B * T
 	// each block's input, kept as the policy says: with 16-bit kept activations it is made in
@@ -639,27 +716,15 @@ func (m *Model) forward(bt Batch, dscale float32) (lossSum float64, count int) {
 			dl = lg
 		}
 		m.Ops.Begin(kernels.OpLoss, m.phase)
-		be.CrossEntropy(be.Slice(m.loss, i0, rows), dl, lg, targets[i0:i0+rows], V, dscale)
+		be.CrossEntropy(be.Slice(m.lossBuf, i0, rows), dl, lg, targets[i0:i0+rows], V, dscale)
 		m.Ops.End(kernels.CrossEntropyCost(rows, V, dl != nil))
 		if dscale != 0 { // logits = normF·Headᵀ: dnormF = dlogits·Head, dHead += dlogitsᵀ·normF
-			m.linearBackward(kernels.OpGemmHead, be.Slice(m.grad.dnorm, i0*D, rows*D), m.headGrad[1], lg, nf, head[1], rows, V, D, 0)
+			m.linearBackward(kernels.OpGemmHead, be.Slice(m.grad.dnorm, i0*D, rows*D), m.headGrad[1], lg, nf, head[1], rows, V, D, 0, m.gradBeta(i0 == 0))
 		}
 	}
 	m.release(L + 1)
-	be.Download(m.grad.hostLoss, m.loss)
-	for i, t := range targets {
-		if t >= 0 {
-			lossSum += float64(m.grad.hostLoss[i])
-			count++
-		}
-	}
-	return lossSum, count
+	return m.endLoss(targets)
 }
-
-// TokenLosses returns the loss of each token of the last Forward or ForwardBackward (B·T
-// values in token order, 0 where the target is negative). The slice is the model's, reused by
-// the next call.
-func (m *Model) TokenLosses() []float32 { return m.grad.hostLoss }
 
 // Forward computes the logits of the batch (see Logits) and returns the summed loss over the
 // targets that are not negative, and how many there are.
@@ -674,7 +739,14 @@ func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count
 	if dscale == 0 {
 		panic("model: ForwardBackward with dscale 0")
 	}
+	m.fresh = m.FreshGrads
+	defer func() { m.fresh, m.FreshGrads = false, false }()
 	lossSum, count = m.forward(b, dscale)
+	if m.half {
+		m.backwardHalf(b)
+		m.Stats.Steps++
+		return lossSum, count
+	}
 	ids := b.IDs
 	be, c, s := m.be, m.Cfg, &m.grad
 	n := b.B * len(b.Pos)
@@ -684,6 +756,7 @@ func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count
 	head, headGrad := m.acquire(L+1), m.headGrad
 	m.headGrad = nil
 	m.zero(s.dx)
+	m.freshNorm(headGrad[0])
 	m.normBackward(s.dx, headGrad[0], s.dnorm, m.xOut, head[0], m.rstdF, n)
 	m.release(L + 1)
 	m.gradDone(L + 1)
@@ -695,6 +768,9 @@ func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count
 		m.gradDone(1 + l)
 	}
 	dtable := m.gradOf(0)[0]
+	if m.fresh { // a scatter-add: the rows no token hit are not written
+		m.zero(dtable)
+	}
 	m.Ops.Begin(kernels.OpEmbedding, m.phase)
 	be.EmbeddingBackward(dtable, s.dx, ids, c.Dim)
 	m.Ops.End(kernels.EmbeddingCost(n, c.Dim, true))

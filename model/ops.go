@@ -22,17 +22,36 @@ func (m *Model) linear(role kernels.OpClass, y, x, w kernels.Buf, n, out, in int
 	m.Ops.End(kernels.MatMulCost(n, out, in, 0))
 }
 
-// linearBackward adds dW += dyᵀ·x and sets (beta 0) or adds (beta 1) dx = dy·W.
-func (m *Model) linearBackward(role kernels.OpClass, dx, dw, dy, x, w kernels.Buf, n, out, in int, beta float32) {
-	m.gradW(role, dw, dy, x, n, out, in)
+// linearBackward sets (dwBeta 0) or adds (dwBeta 1) dW = dyᵀ·x and sets (beta 0) or adds
+// (beta 1) dx = dy·W.
+func (m *Model) linearBackward(role kernels.OpClass, dx, dw, dy, x, w kernels.Buf, n, out, in int, beta, dwBeta float32) {
+	m.gradW(role, dw, dy, x, n, out, in, dwBeta)
 	m.gradX(role, dx, dy, w, n, out, in, beta)
 }
 
-// gradW adds the weight gradient of the projection role y = x·Wᵀ: dW += dyᵀ·x.
-func (m *Model) gradW(role kernels.OpClass, dw, dy, x kernels.Buf, n, out, in int) {
+// gradW sets (beta 0: the first contribution of a FreshGrads step) or adds (beta 1) the
+// weight gradient of the projection role y = x·Wᵀ: dW = dyᵀ·x.
+func (m *Model) gradW(role kernels.OpClass, dw, dy, x kernels.Buf, n, out, in int, beta float32) {
 	m.Ops.Begin(role, kernels.PhaseBackward)
-	m.be.MatMul(dw, dy, x, out, in, n, true, false, 1)
-	m.Ops.End(kernels.MatMulCost(out, in, n, 1))
+	m.be.MatMul(dw, dy, x, out, in, n, true, false, beta)
+	m.Ops.End(kernels.MatMulCost(out, in, n, beta))
+}
+
+// gradBeta is the beta of a contribution to a weight gradient: 0 for the first contribution
+// (first) of a FreshGrads step, which overwrites what the buffer held, else 1.
+func (m *Model) gradBeta(first bool) float32 {
+	if m.fresh && first {
+		return 0
+	}
+	return 1
+}
+
+// freshNorm clears a norm weight's gradient before the float32 path's RMSNormBackward adds
+// into it, in a FreshGrads step (the 16-bit step's norm backward sets it instead).
+func (m *Model) freshNorm(dw kernels.Buf) {
+	if m.fresh {
+		m.zero(dw)
+	}
 }
 
 // gradX sets (beta 0) or adds (beta 1) the input gradient of the projection role: dx = dy·W.
@@ -107,16 +126,16 @@ func (m *Model) zero(b kernels.Buf) {
 	m.Ops.End(kernels.ZeroCost(b.Len()))
 }
 
-// pack keeps x in 16 bits (ActPrecision) in dst; unpack widens it back.
+// pack keeps x in 16 bits (keptPrecision) in dst; unpack widens it back.
 func (m *Model) pack(dst, x kernels.Buf) {
 	m.Ops.Begin(kernels.OpCast, m.phase)
-	m.be.PackHalf(dst, x, m.ActPrecision)
+	m.be.PackHalf(dst, x, m.keptPrecision())
 	m.Ops.End(kernels.HalfCost(x.Len()))
 }
 
 func (m *Model) unpack(dst, x kernels.Buf) {
 	m.Ops.Begin(kernels.OpCast, m.phase)
-	m.be.UnpackHalf(dst, x, m.ActPrecision)
+	m.be.UnpackHalf(dst, x, m.keptPrecision())
 	m.Ops.End(kernels.HalfCost(dst.Len()))
 }
 

@@ -32,11 +32,16 @@ func TestOpProfileOfAStep(t *testing.T) {
 		policy      Checkpoint
 		tile, chunk int
 		prec        kernels.Precision
+		step16      bool // the 16-bit step (Model.Precision), not 16-bit kept activations
 	}{
-		{"none", CheckpointNone, 0, 0, kernels.FP32},
-		{"layer", CheckpointLayer, 0, 0, kernels.FP32},
-		{"attn_output", CheckpointAttnOutput, 0, 0, kernels.FP32},
-		{"attn_output tiled chunked bf16", CheckpointAttnOutput, 7, 10, kernels.BF16},
+		{"none", CheckpointNone, 0, 0, kernels.FP32, false},
+		{"layer", CheckpointLayer, 0, 0, kernels.FP32, false},
+		{"attn_output", CheckpointAttnOutput, 0, 0, kernels.FP32, false},
+		{"attn_output tiled chunked bf16", CheckpointAttnOutput, 7, 10, kernels.BF16, false},
+		{"16-bit step none", CheckpointNone, 0, 0, kernels.BF16, true},
+		{"16-bit step layer tiled", CheckpointLayer, 7, 0, kernels.BF16, true},
+		{"16-bit step none tiled chunked", CheckpointNone, 7, 10, kernels.FP16, true},
+		{"16-bit step attn_output chunked", CheckpointAttnOutput, 0, 10, kernels.BF16, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			be := kernels.NewCPU()
@@ -47,6 +52,9 @@ func TestOpProfileOfAStep(t *testing.T) {
 				be.SetMatMulPrecision(tc.prec)
 				m.ActPrecision = tc.prec
 				m.Store = NewCastStore(be, m.Layout, m.Params.Flat, m.Grads.Flat, tc.prec)
+			}
+			if tc.step16 {
+				m.Precision = tc.prec
 			}
 			clock := kernels.NewTickTimer(1e-3)
 			ceil := kernels.Ceilings{BytesPerSec: 2e9, FLOPsPerSec: 1e11, Source: "test"}
@@ -68,6 +76,9 @@ func TestOpProfileOfAStep(t *testing.T) {
 				t.Fatalf("%d marks after the profiled step", clock.Marked()-marks)
 			}
 			want := wantOps(cfg, tc.policy, B, T, tc.tile, tc.chunk, tc.prec != kernels.FP32)
+			if tc.step16 {
+				want = wantOpsHalf(cfg, tc.policy, B, T, tc.tile, tc.chunk)
+			}
 			fwd, bwd := be.Counters().AttnFwdFLOPs.Load()/2, be.Counters().AttnBwdFLOPs.Load()/2 // two steps counted
 			tab := m.Ops.Table("cpu")
 			spans := 0
@@ -224,5 +235,94 @@ func wantOps(c Config, policy Checkpoint, B, T, tile, chunk int, half bool) map[
 		add("cast", "recompute", L, kernels.HalfCost(n*D))
 		add("cast", "recompute", L, kernels.HalfCost(n*Q))
 	}
+	return w
+}
+
+// wantOpsHalf is wantOps for the 16-bit step (half.go) with a CastStore, which lends its
+// 16-bit weights as they are (no cast): the fused projections under gemm.q and gemm.gate, the
+// block inputs rounded (cast, L−1 times) and, recomputing, unpacked from the kept X.
+func wantOpsHalf(c Config, policy Checkpoint, B, T, tile, chunk int) map[string]opWant {
+	L, D, Q, KV, F, V, H, hd := c.NLayers, c.Dim, c.QDim(), c.KVDim(), c.FFNDim, c.VocabSize, c.NHeads, c.HeadDim
+	n, QKV := B*T, Q+2*KV
+	w := map[string]opWant{}
+	add := func(op, phase string, calls int, each kernels.OpCost) {
+		if calls == 0 {
+			return
+		}
+		k := op + " " + phase
+		x := w[k]
+		x.calls += calls
+		x.cost = x.cost.Plus(kernels.OpCost{Bytes: int64(calls) * each.Bytes, FLOPs: int64(calls) * each.FLOPs})
+		w[k] = x
+	}
+	mm := halfMatMulCost
+	re := 0
+	if policy != CheckpointNone {
+		re = 1
+	}
+	add("embedding", "fwd", 1, halfEmbeddingCost(n, D))
+	add("embedding", "bwd", 1, kernels.EmbeddingCost(n, D, true))
+	add("cast", "fwd", L-1, kernels.OpCost{Bytes: 8 * int64(n*D), FLOPs: int64(n * D)})
+	add("cast", "recompute", re*L, kernels.HalfCost(n*D))
+	add("zero", "bwd", 1, kernels.ZeroCost(n*D))
+	// norms: the attention norm keeps X in the forward; the FFN norm keeps H under none in
+	// the forward and in the recomputation
+	add("rmsnorm", "fwd", L+1, halfRMSNormCost(n, D, true))
+	add("rmsnorm", "fwd", L, halfRMSNormCost(n, D, policy == CheckpointNone))
+	add("rmsnorm", "recompute", re*L, halfRMSNormCost(n, D, false))
+	add("rmsnorm", "recompute", re*L, halfRMSNormCost(n, D, true))
+	add("rmsnorm", "bwd", 2*L, halfRMSNormBackwardCost(n, D, true))
+	add("rmsnorm", "bwd", 1, halfRMSNormBackwardCost(n, D, false))
+	for _, ph := range []string{"fwd", "recompute"} {
+		k := 1
+		if ph == "recompute" {
+			k = re
+		}
+		add("gemm.q", ph, k*L, mm(n, QKV, D, 0, true))
+		add("gemm.o", ph, k*L, mm(n, D, Q, 1, false))
+		add("rope", ph, k*B*L, halfRoPEQKVCost(T, Q, KV))
+	}
+	add("rope", "bwd", B*L, halfRoPEQKVCost(T, Q, KV))
+	add("gemm.q", "bwd", L, mm(n, D, QKV, 0, true))
+	add("gemm.q", "bwd", L, mm(QKV, D, n, 1, false))
+	add("gemm.o", "bwd", L, mm(n, Q, D, 0, true))
+	add("gemm.o", "bwd", L, mm(D, Q, n, 1, false))
+	step := n
+	if tile > 0 {
+		step = tile
+	}
+	for i0 := 0; i0 < n; i0 += step {
+		rows := min(step, n-i0)
+		rec := re
+		if tile > 0 {
+			rec = 1
+		}
+		add("gemm.gate", "fwd", L, mm(rows, 2*F, D, 0, true))
+		add("gemm.gate", "recompute", rec*L, mm(rows, 2*F, D, 0, true))
+		add("swiglu", "fwd", L, halfSwiGLUCost(rows*F))
+		add("gemm.down", "fwd", L, mm(rows, D, F, 1, false))
+		add("gemm.down", "bwd", L, mm(rows, F, D, 0, true))
+		add("gemm.down", "bwd", L, mm(D, F, rows, 1, false))
+		add("swiglu", "bwd", L, halfSwiGLUBackwardCost(rows*F, policy != CheckpointNone || tile > 0))
+		add("gemm.gate", "bwd", L, mm(rows, D, 2*F, 0, true))
+		add("gemm.gate", "bwd", L, mm(2*F, D, rows, 1, false))
+	}
+	step = n
+	if chunk > 0 {
+		step = chunk
+	}
+	for i0 := 0; i0 < n; i0 += step {
+		rows := min(step, n-i0)
+		add("gemm.head", "fwd", 1, mm(rows, V, D, 0, false))
+		add("loss", "fwd", 1, halfCrossEntropyCost(rows, V))
+		add("gemm.head", "bwd", 1, mm(rows, D, V, 0, true))
+		add("gemm.head", "bwd", 1, mm(V, D, rows, 1, false))
+	}
+	shape := kernels.AttnShape{NQ: T, NK: T, Heads: H, KVHeads: c.NKVHeads, HeadDim: hd}
+	add("attention", "fwd", B*L, halfAttnCost(shape, false, 0))
+	if policy == CheckpointLayer {
+		add("attention", "recompute", B*L, halfAttnCost(shape, false, 0))
+	}
+	add("attention", "bwd", B*L, halfAttnCost(shape, true, 0))
 	return w
 }

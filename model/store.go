@@ -49,6 +49,29 @@ type ParamStore interface {
 	GradDone(u int)
 }
 
+// HalfStore is a ParamStore that can lend a unit's weights as 16-bit values, which the 16-bit
+// step (Model.Precision) computes with directly: no widening to float32 and no rounding again.
+type HalfStore interface {
+	ParamStore
+	// HalfParams is Params with the weights packed in p (kernels.Backend.PackHalf's layout:
+	// unit u's Unit.N values in Layout order, (N+1)/2 buffer elements), valid until
+	// Release(u) as Params' buffer is; nil when the store does not hold them in p, and the
+	// model then calls Params and packs the float32 weights itself.
+	HalfParams(u int, p kernels.Precision) kernels.Buf
+}
+
+// FreshGradStore is a ParamStore that can take a micro-batch's gradient as the only one of
+// a step (Model.FreshGrads): a model with FreshGrads set calls FreshGrad in place of Grad,
+// for every unit.
+type FreshGradStore interface {
+	ParamStore
+	// FreshGrad is Grad for a micro-batch whose gradient is to replace, not add to, what the
+	// store holds: the model overwrites every element of the buffer it returns (its contents
+	// do not matter), and after GradDone(u) the store's gradient of unit u is this
+	// micro-batch's alone.
+	FreshGrad(u int) kernels.Buf
+}
+
 // views cuts a unit's buffer into its tensors.
 func (m *Model) views(u int, buf kernels.Buf) []kernels.Buf {
 	unit := m.units[u]
@@ -92,12 +115,24 @@ func (m *Model) release(u int) {
 	}
 }
 
-// gradOf returns the tensors unit u's gradient is added into.
-func (m *Model) gradOf(u int) []kernels.Buf {
-	if m.Store == nil {
-		return m.views(u, m.be.Slice(m.Grads.Flat, m.units[u].Off, m.units[u].N))
+// gradOf returns the tensors unit u's gradient is added into (in a FreshGrads step: written
+// into, the first contribution overwriting).
+func (m *Model) gradOf(u int) []kernels.Buf { return m.views(u, m.gradUnit(u)) }
+
+// gradUnit returns the buffer unit u's gradient goes into: the unit's part of Grads, or the
+// store's Grad, or in a FreshGrads step its FreshGrad.
+func (m *Model) gradUnit(u int) kernels.Buf {
+	switch {
+	case m.Store == nil:
+		return m.be.Slice(m.Grads.Flat, m.units[u].Off, m.units[u].N)
+	case !m.fresh:
+		return m.Store.Grad(u)
 	}
-	return m.views(u, m.Store.Grad(u))
+	fs, ok := m.Store.(FreshGradStore)
+	if !ok {
+		panic(fmt.Sprintf("model: FreshGrads with a store (%T) that cannot take a fresh gradient", m.Store))
+	}
+	return fs.FreshGrad(u)
 }
 
 // gradDone says unit u's gradient is complete (FSDP reduce-scatters it; a CastStore has

@@ -24,6 +24,14 @@ import (
 // compute type the chunks are rounded to bf16 or fp16 and sent as 16-bit values, so a gather
 // moves half the bytes, and the model computes with the rounded weights.
 //
+// A model computing in the same 16-bit precision (model.Model.Precision) takes the gathered
+// 16-bit values as they arrived (HalfParams, model.HalfStore), without widening them; Params
+// widens them for a float32 computation.
+//
+// With model.Model.FreshGrads the model takes a unit's gradient by FreshGrad, and GradDone
+// then sets the rank's gradient chunk to the reduce-scattered gradient instead of adding it,
+// so the caller need not zero the gradients (ZeroGrads) before the step's first micro-batch.
+//
 // Prefetch: while a unit computes, the next unit's all-gather already runs (on a separate
 // communicator split off for the purpose, from a second goroutine), so its transfer hides
 // behind compute. The store predicts the next unit from the order a model asks for them
@@ -48,6 +56,7 @@ type FSDP struct {
 	packRecv [2]kernels.Buf // per slot: every rank's chunk as 16-bit values
 	gradFull kernels.Buf    // one unit's full (padded) gradient
 	gradPart kernels.Buf    // the reduce-scattered chunk of it
+	fresh    []bool         // per unit: its gradient was taken by FreshGrad, not yet done
 
 	prefetch *prefetch // the gather in flight, if any
 	order    []int     // the unit sequence of one forward-backward
@@ -84,6 +93,7 @@ type Memory struct {
 func NewFSDP(comm transport.Comm, be kernels.Backend, layout model.Layout, opt FSDPOptions) *FSDP {
 	P := comm.Size()
 	f := &FSDP{comm: comm, be: be, prec: opt.Precision, units: layout.Units(), slotUnit: [2]int{-1, -1}}
+	f.fresh = make([]bool, len(f.units))
 	if opt.Prefetch && P > 1 {
 		f.pcomm = comm.Split(0, comm.Rank(), "fsdp.prefetch")
 	}
@@ -207,29 +217,50 @@ func (f *FSDP) Segments(layout model.Layout) []optim.Segment {
 	return segs
 }
 
-// gather all-gathers unit u into slot on comm c.
+// gather all-gathers unit u into slot on comm c: the float32 chunks into the slot, or in
+// low precision the 16-bit chunks into the slot's receive buffer (Params widens them).
 func (f *FSDP) gather(c transport.Comm, u, slot int) {
 	P, n := f.comm.Size(), f.chunk[u]
 	mine := f.be.Slice(f.Master, f.offset[u], n)
-	full := f.be.Slice(f.slots[slot], 0, P*n)
 	if f.prec == kernels.FP32 {
-		c.AllGather(full, mine, "fsdp.gather")
+		c.AllGather(f.be.Slice(f.slots[slot], 0, P*n), mine, "fsdp.gather")
 		return
 	}
 	// Each slot has its own 16-bit buffers: the prefetch goroutine gathers into the other slot.
 	send := f.be.Slice(f.packSend[slot], 0, n/2)
-	recv := f.be.Slice(f.packRecv[slot], 0, P*n/2)
 	f.be.PackHalf(send, mine, f.prec)
-	c.AllGather(recv, send, "fsdp.gather")
-	f.be.UnpackHalf(full, recv, f.prec)
+	c.AllGather(f.be.Slice(f.packRecv[slot], 0, P*n/2), send, "fsdp.gather")
 }
 
-// Params implements model.ParamStore: it returns unit u gathered, from the prefetch if that
-// guessed right, and starts gathering the unit expected next.
+// Params implements model.ParamStore: it returns unit u gathered (in low precision, its
+// 16-bit values widened), from the prefetch if that guessed right, and starts gathering the
+// unit expected next.
 func (f *FSDP) Params(u int) kernels.Buf {
 	if f.comm.Size() == 1 && f.prec == kernels.FP32 {
 		return f.be.Slice(f.Master, f.offset[u], f.units[u].N)
 	}
+	slot := f.acquire(u)
+	if f.prec != kernels.FP32 {
+		n := f.comm.Size() * f.chunk[u]
+		f.be.UnpackHalf(f.be.Slice(f.slots[slot], 0, n), f.be.Slice(f.packRecv[slot], 0, n/2), f.prec)
+	}
+	return f.be.Slice(f.slots[slot], 0, f.units[u].N)
+}
+
+// HalfParams implements model.HalfStore: in low precision, unit u's gathered 16-bit values
+// as they arrived (each rank's chunk is even, so the chunks' packed words line up into the
+// unit's); nil when p is not the precision the store gathers in.
+func (f *FSDP) HalfParams(u int, p kernels.Precision) kernels.Buf {
+	if f.prec == kernels.FP32 || p != f.prec {
+		return nil
+	}
+	slot := f.acquire(u)
+	return f.be.Slice(f.packRecv[slot], 0, (f.units[u].N+1)/2)
+}
+
+// acquire returns the slot holding unit u gathered, from the prefetch if that guessed right,
+// and starts gathering the unit expected next.
+func (f *FSDP) acquire(u int) int {
 	slot := -1
 	if p := f.prefetch; p != nil {
 		p.done.Wait()
@@ -272,7 +303,7 @@ func (f *FSDP) Params(u int) kernels.Buf {
 			}
 		}
 	}
-	return f.be.Slice(f.slots[slot], 0, f.units[u].N)
+	return slot
 }
 
 // advance moves the cursor to u's next place in the expected order.
@@ -330,8 +361,24 @@ func (f *FSDP) Grad(u int) kernels.Buf {
 	return f.be.Slice(full, 0, f.units[u].N)
 }
 
+// FreshGrad implements model.FreshGradStore: on one rank the unit's gradient chunk itself,
+// which the model overwrites; on several the full-unit buffer, its padding zeroed (the model
+// writes the rest), whose reduce-scattered chunk GradDone then copies into this rank's
+// gradient chunk rather than adding it.
+func (f *FSDP) FreshGrad(u int) kernels.Buf {
+	if f.comm.Size() == 1 {
+		return f.be.Slice(f.MasterGrads, f.offset[u], f.units[u].N)
+	}
+	N, full := f.units[u].N, f.comm.Size()*f.chunk[u]
+	if full > N {
+		f.be.Zero(f.be.Slice(f.gradFull, N, full-N))
+	}
+	f.fresh[u] = true
+	return f.be.Slice(f.gradFull, 0, N)
+}
+
 // GradDone implements model.ParamStore: the unit's gradient is reduce-scattered and added
-// into this rank's gradient chunk.
+// into this rank's gradient chunk (copied into it, after FreshGrad).
 func (f *FSDP) GradDone(u int) {
 	if f.comm.Size() == 1 {
 		return
@@ -340,6 +387,11 @@ func (f *FSDP) GradDone(u int) {
 	part := f.be.Slice(f.gradPart, 0, n)
 	f.comm.ReduceScatter(part, f.be.Slice(f.gradFull, 0, f.comm.Size()*n), "fsdp.reduce_scatter")
 	mine := f.be.Slice(f.MasterGrads, f.offset[u], n)
+	if f.fresh[u] {
+		f.fresh[u] = false
+		f.be.Copy(mine, part)
+		return
+	}
 	f.be.Add(mine, mine, part)
 }
 

@@ -102,7 +102,7 @@ func (r *Rank) build(spec Spec, par config.ParallelismConfig) error {
 			r.Model.Store = r.Cast
 		}
 	}
-	r.Model.LossChunk, r.Model.MLPTile, r.Model.ActPrecision = spec.LossChunk, spec.MLPTile, spec.Precision
+	r.Model.LossChunk, r.Model.MLPTile, r.Model.Precision, r.Model.ActPrecision = spec.LossChunk, spec.MLPTile, spec.Precision, spec.Precision
 	r.Backend.SetMatMulPrecision(spec.Precision)
 	if r.dims.SP > 1 {
 		a, err := parallel.NewAttention(r.dims.Attention, r.Seq, r.Backend,
