@@ -42,6 +42,7 @@ type fakeDevice struct {
 	syncs    int
 	onSync   func() // called at each Sync (a test's mark in a log)
 	maxAlloc int    // allocations above this many bytes fail (0: no limit)
+	trace    []string // with tracing on (a non-nil slice): one line per launch, GEMM, copy to the host and sync, in order
 }
 
 // fakeGemm is where one GEMM reads and writes (cuBLAS's A, B and C) and its alpha and beta.
@@ -111,6 +112,7 @@ func (f *fakeDevice) HtoD(dst cuda.Ptr, _ unsafe.Pointer, bytes int) error {
 }
 
 func (f *fakeDevice) DtoH(dst unsafe.Pointer, src cuda.Ptr, bytes int) error {
+	f.traced("dtoh")
 	clear(unsafe.Slice((*byte)(dst), bytes))
 	return f.check("DtoH", src, bytes)
 }
@@ -153,6 +155,7 @@ func (f *fakeDevice) EventSeconds(from, to *cuda.Event) (float64, error) {
 }
 
 func (f *fakeDevice) Sync() error {
+	f.traced("sync")
 	f.syncs++
 	if f.onSync != nil {
 		f.onSync()
@@ -171,6 +174,7 @@ func (f *fakeDevice) Launch(name string, gx, gy, bx, smem int, args []uint64) er
 		return fmt.Errorf("%s: %d bytes of shared memory", name, smem)
 	}
 	f.launches = append(f.launches, fakeLaunch{name, gx, gy, bx, smem, slices.Clone(args)})
+	f.traced("launch " + name)
 	return nil
 }
 
@@ -203,9 +207,17 @@ func (f *fakeDevice) Gemm(g cuda.Gemm, a, b, c cuda.Ptr, alpha, beta float32, co
 		return fmt.Errorf("GEMM %+v: leading dimension below the rows", g)
 	}
 	f.gemms = append(f.gemms, g)
+	f.traced(fmt.Sprintf("gemm %s %s %s", g.AType, g.BType, g.CType))
 	f.computes = append(f.computes, compute)
 	f.gemmOps = append(f.gemmOps, fakeGemm{a, b, c, alpha, beta})
 	return nil
+}
+
+// traced appends line to the trace when tracing is on.
+func (f *fakeDevice) traced(line string) {
+	if f.trace != nil {
+		f.trace = append(f.trace, line)
+	}
 }
 
 // last returns the last launch of a kernel whose name starts with prefix.
