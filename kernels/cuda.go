@@ -49,6 +49,8 @@ type CUDA struct {
 	halves [5]*cuda.Mem // 16-bit operands of the attention: q, k, v, dO (or O), and a packed dO realigned
 
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
+
+	step16 halfState // the 16-bit step's state on the device, guarded by mu: RoPE tables (cuda_half.go)
 }
 
 // ptxKernels lists the embedded modules and the kernels each defines.
@@ -66,6 +68,10 @@ var ptxKernels = map[string][]string{
 	"attn_mma": mmaKernelNames(),
 	"cudnn_aux": {
 		"df_cudnn_oprime", "df_add_half3", "df_cudnn_fold", "df_lse_scatter",
+	},
+	"half": {
+		"df_embedding16", "df_rmsnorm16", "df_rmsnorm16_bwd", "df_rmsnorm16_dw", "df_rope_qkv16", "df_swiglu16",
+		"df_swiglu16_bwd", "df_xent16", "df_gradstats", "df_adamw_multi16",
 	},
 }
 
@@ -163,7 +169,7 @@ func newCUDA(ordinal int) (*CUDA, error) {
 }
 
 // moduleNames are the embedded modules, in the order they are loaded.
-var moduleNames = []string{"elementwise", "attn_f32", "attn_mma", "cudnn_aux"}
+var moduleNames = []string{"elementwise", "attn_f32", "attn_mma", "cudnn_aux", "half"}
 
 // cubinFile names the embedded cubin of module name for a GPU of compute capability
 // major.minor, or "" when none runs on it: sm_80 code runs on 8.x, sm_90a code on 9.0 only.

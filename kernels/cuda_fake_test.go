@@ -51,12 +51,8 @@ type fakeMemset struct {
 
 func newFakeCUDA(t *testing.T) (*CUDA, *fakeDevice) {
 	f := &fakeDevice{t: t, next: 1 << 20, optin: 232448}
-	ptx, err := cuda.PTX.ReadFile("elementwise_sm90.ptx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigs := ptxSignatures(string(ptx))
-	for _, mod := range []string{"attn_f32", "attn_mma", "cudnn_aux"} {
+	sigs := map[string][]string{}
+	for _, mod := range moduleNames {
 		ptx, err := cuda.PTX.ReadFile(mod + "_sm90.ptx")
 		if err != nil {
 			t.Fatal(err)
