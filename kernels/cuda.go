@@ -59,8 +59,9 @@ type CUDA struct {
 
 	dnn cudnnState // cuDNN's fused attention (cuda_cudnn.go)
 
-	a16mu sync.Mutex    // guards a16 (taken before mu)
-	a16   attn16Scratch // the float32 state of the 16-bit attention's own path (cuda_attn16.go)
+	a16mu  sync.Mutex    // guards a16 (taken before mu)
+	a16    attn16Scratch // the float32 state of the 16-bit attention's own path (cuda_attn16.go)
+	step16 halfState     // the 16-bit step's state on the device, guarded by mu: RoPE tables (cuda_half.go)
 }
 
 // ptxKernels lists the embedded modules and the kernels each defines: the backend loads every
@@ -79,6 +80,10 @@ var ptxKernels = map[string][]string{
 	"attn_mma": mmaKernelNames(),
 	"cudnn_aux": {
 		"df_cudnn_oprime", "df_add_half3", "df_cudnn_fold", "df_lse_scatter",
+	},
+	"half": {
+		"df_embedding16", "df_rmsnorm16", "df_rmsnorm16_bwd", "df_rmsnorm16_dw", "df_rope_qkv16", "df_swiglu16",
+		"df_swiglu16_bwd", "df_xent16", "df_gradstats", "df_adamw_multi16",
 	},
 }
 
