@@ -7,7 +7,7 @@ import (
 )
 
 // A GPU's compute time of a step, component by component, on issue 41's path (the 16-bit step
-// of ../shared/notes/gpu-step-review.md, §6): every product a GEMM of 16-bit operands at the
+// of issue 41's review of the CUDA step, its §6): every product a GEMM of 16-bit operands at the
 // rate native bf16 cuBLAS reaches, the attention at cuDNN's rate (or the own kernel's), every
 // other kernel memory-bound at a fraction of the HBM bandwidth, and the optimizer phase as the
 // bytes its fused passes move. These are predictions from assumed rates, not measurements: the
