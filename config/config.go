@@ -105,12 +105,14 @@ type TrainingConfig struct {
 	SkipSpikesMaxConsecutive int  `toml:"skip_spikes_max_consecutive" json:"skip_spikes_max_consecutive"`
 	SkipSpikesMaxTotal       int  `toml:"skip_spikes_max_total" json:"skip_spikes_max_total"`
 	// LossChunk is how many tokens go through the output head and the loss at a time, so that
-	// the [tokens, vocab] logits exist one chunk at a time (model.Model.LossChunk): -1 lets
-	// LossChunkTokens choose (chunks of at most 256 MiB of logits), 0 takes all at once.
+	// the [tokens, vocab] logits exist one chunk at a time (model.Model.LossChunk): -1 chooses
+	// by the device's memory (package plan's Choose: all at once where the step fits so, else
+	// AutoLossChunk's chunks of at most 256 MiB of logits), 0 takes all at once.
 	LossChunk int `toml:"loss_chunk" json:"loss_chunk"`
 	// MLPTile is how many tokens the SwiGLU MLP runs at a time, in the forward and (recomputing
 	// each tile's gate, up and activation) in the backward, so its [tokens, ffn] tensors exist
-	// one tile at a time (model.Model.MLPTile): -1 lets MLPTileTokens choose (tiles of at most
+	// one tile at a time (model.Model.MLPTile): -1 chooses by the device's memory (package
+	// plan's Choose: all at once where the step fits so, else AutoMLPTile's tiles of at most
 	// 256 MiB of those tensors), 0 takes all at once.
 	MLPTile int `toml:"mlp_tile" json:"mlp_tile"`
 	// fp16 dynamic loss scaling: the loss is multiplied by the scale before backward; a step
@@ -152,7 +154,7 @@ func (p ParallelismConfig) Dims() (parallel.Dims, error) {
 // CheckpointConfig is the [checkpoint] section: activation checkpointing (recomputation in the
 // backward pass) and the saving of model checkpoints.
 type CheckpointConfig struct {
-	Activation       string `toml:"activation" json:"activation"`               // none | layer | attn_output
+	Activation       string `toml:"activation" json:"activation"`               // auto | none | layer | attn_output (auto: the least recomputation that fits the device, package plan's Choose)
 	Interval         int    `toml:"interval" json:"interval"`                   // steps between saves; 0 = only at the end
 	Keep             int    `toml:"keep" json:"keep"`                           // newest checkpoints kept
 	Dir              string `toml:"dir" json:"dir"`                             // "" = <output_dir>/<name>
@@ -200,7 +202,7 @@ var (
 	backends           = []string{"inproc", "mpi", "nccl"}
 	attentions         = []string{"distflash", "ring", "zigzag", "burst", "ulysses", "attn2d"}
 	deviceAttentions   = []string{"auto", "cudnn", "own"}
-	activationPolicies = []string{"none", "layer", "attn_output"}
+	activationPolicies = []string{"auto", "none", "layer", "attn_output"}
 	deviceKinds        = []string{"cpu", "cuda", "cpu-device"}
 )
 
@@ -219,7 +221,7 @@ func Default() Config {
 			GradAccumSteps: 1, LossChunk: -1, MLPTile: -1, SkipSpikesMaxConsecutive: 4, SkipSpikesMaxTotal: 20},
 		Parallelism: ParallelismConfig{Backend: "inproc", WorldSize: 1, SequenceParallelDegree: 1,
 			Attention: "distflash", OverlapComm: true, FSDP: false, UlyssesDegree: 1},
-		Checkpoint: CheckpointConfig{Activation: "none", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
+		Checkpoint: CheckpointConfig{Activation: "auto", Interval: 0, Keep: 3, Dir: "", CompressionLevel: 3},
 		Eval:       EvalConfig{Samples: 100, SeqLen: 0, Interval: 0, SampleInterval: 0, SamplePrompt: "\n", SampleTokens: 64},
 		Device:     DeviceConfig{Kind: "cpu", Attention: "auto"},
 	}
@@ -885,8 +887,10 @@ func (c Config) Resolved() Config {
 const lossChunkBytes = 256 << 20
 
 // LossChunkTokens is the tokens per loss chunk that training.loss_chunk asks for (0: all at
-// once): for -1, as many as keep a chunk's float32 logits within 256 MiB (at least 1), so a
-// small vocabulary takes its tokens at once and LLaMA-3's 128K vocabulary 523 at a time.
+// once), with -1 taken as AutoLossChunk: a small vocabulary takes its tokens at once and
+// LLaMA-3's 128K vocabulary 512 at a time. Where the device's memory is known, package plan's
+// Choose decides -1 instead (all at once where the step fits so); this is the chunk it falls
+// back to.
 func (c Config) LossChunkTokens() int {
 	if c.Training.LossChunk >= 0 {
 		return c.Training.LossChunk
@@ -894,12 +898,16 @@ func (c Config) LossChunkTokens() int {
 	return AutoLossChunk(c.Model.VocabSize)
 }
 
-// AutoLossChunk is the loss chunk training.loss_chunk = -1 gives a vocabulary of vocab
-// tokens: as many tokens as keep the chunk's float32 logits within 256 MiB, at least 1.
-func AutoLossChunk(vocab int) int { return max(1, lossChunkBytes/(4*max(vocab, 1))) }
+// AutoLossChunk is the loss chunk of a vocabulary of vocab tokens that keeps the chunk's
+// float32 logits within 256 MiB: a multiple of 128 tokens (whole tiles of a GPU's GEMMs: 2048
+// at LLaMA-2's 32000, 512 at LLaMA-3's 128256), or fewer than 128 when not even 128 fit (at
+// least 1).
+func AutoLossChunk(vocab int) int { return round128(lossChunkBytes / (4 * max(vocab, 1))) }
 
-// MLPTileTokens is the tokens per MLP tile that training.mlp_tile asks for (0: all at once):
-// for -1, AutoMLPTile of model.ffn_dim.
+// MLPTileTokens is the tokens per MLP tile that training.mlp_tile asks for (0: all at once),
+// with -1 taken as AutoMLPTile of model.ffn_dim. Where the device's memory is known, package
+// plan's Choose decides -1 instead (all at once where the step fits so); this is the tile it
+// falls back to.
 func (c Config) MLPTileTokens() int {
 	if c.Training.MLPTile >= 0 {
 		return c.Training.MLPTile
@@ -907,10 +915,20 @@ func (c Config) MLPTileTokens() int {
 	return AutoMLPTile(c.Model.FFNDim)
 }
 
-// AutoMLPTile is the MLP tile training.mlp_tile = -1 gives an MLP of ffn hidden units: as many
-// tokens as keep the tile's float32 gate, up and activation within 256 MiB, at least 1 (tiny's
-// 352 units: 63550 tokens, all of a laptop batch; LLaMA-3-8B's 14336: 1560).
-func AutoMLPTile(ffn int) int { return max(1, lossChunkBytes/(3*4*max(ffn, 1))) }
+// AutoMLPTile is the MLP tile of an MLP of ffn hidden units that keeps the tile's float32
+// gate, up and activation within 256 MiB: a multiple of 128 tokens (tiny's 352 units: 63488
+// tokens, all of a laptop batch; the 0.85B's 5632: 3968; LLaMA-3-8B's 14336: 1536), or fewer
+// than 128 when not even 128 fit (at least 1).
+func AutoMLPTile(ffn int) int { return round128(lossChunkBytes / (3 * 4 * max(ffn, 1))) }
+
+// round128 rounds tokens down to a multiple of 128 when it is at least 128, so that the GEMMs
+// of a tile or chunk fill whole 128-row tiles; below 128 it is kept (at least 1).
+func round128(tokens int) int {
+	if tokens >= 128 {
+		return tokens - tokens%128
+	}
+	return max(1, tokens)
+}
 
 // TokensPerStep is the number of tokens one optimizer step trains on, over all ranks:
 // batch_size × seq_len × grad_accum_steps × (world_size / sequence_parallel_degree).

@@ -605,3 +605,31 @@ func TestErrorsNameTheirOrigin(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoTileAndChunk (issue 41): the tile and chunk that training.mlp_tile and
+// training.loss_chunk fall back to are multiples of 128 tokens (whole tiles of a GPU's GEMMs)
+// within their 256 MiB of float32 values, or fewer than 128 where not even 128 fit; and
+// checkpoint.activation = "auto" is the default, valid like the policies it chooses among.
+func TestAutoTileAndChunk(t *testing.T) {
+	for _, c := range []struct{ ffn, vocab, tile, chunk int }{
+		{352, 256, 63488, 262144}, {5632, 32000, 3968, 2048}, {14336, 128256, 1536, 512},
+	} {
+		tile, chunk := AutoMLPTile(c.ffn), AutoLossChunk(c.vocab)
+		if tile != c.tile || chunk != c.chunk || tile%128 != 0 || chunk%128 != 0 || tile*12*c.ffn > 256<<20 || chunk*4*c.vocab > 256<<20 {
+			t.Errorf("ffn %d, vocab %d: tile %d, chunk %d; want %d and %d", c.ffn, c.vocab, tile, chunk, c.tile, c.chunk)
+		}
+	}
+	if got := AutoLossChunk(4 << 20); got != 16 {
+		t.Errorf("a vocabulary of 4M: chunk %d, want 16 (fewer than 128 fit)", got)
+	}
+	if got := AutoMLPTile(1 << 30); got != 1 {
+		t.Errorf("an MLP of 1G units: tile %d, want 1", got)
+	}
+	cfg := Default()
+	if cfg.Checkpoint.Activation != "auto" {
+		t.Errorf("default checkpoint.activation %q, want auto", cfg.Checkpoint.Activation)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the defaults: %v", err)
+	}
+}

@@ -67,7 +67,7 @@ func TestTrainRefusesWhatDoesNotFit(t *testing.T) {
 	if err == nil {
 		t.Fatal("a 1M-token tiny run was not refused")
 	}
-	for _, want := range []string{"training needs", "activations", "available", "The longest data.seq_len that fits is", `checkpoint.activation = "layer"`} {
+	for _, want := range []string{"training needs", "activations", "available", "The longest data.seq_len that fits is", `checkpoint.activation = "auto" took "layer" already`} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the refusal lacks %q: %v", want, err)
 		}

@@ -266,3 +266,40 @@ func TestTensorBoardEvents(t *testing.T) {
 		t.Errorf("run.tensorboard = false: %v", err)
 	}
 }
+
+// TestTrainSaysTheAutoChoice (issue 41, change 7): a run says in its first lines, before its
+// first step, what it decided of what the config leaves to the device and why: the default
+// checkpoint.activation = "auto" takes none for the tiny model (its estimate, each other
+// policy's, the budget, where the memory figure comes from), the MLP whole and the logits at
+// once; a config that sets the policy hears only of the tile and chunk; one that sets all three
+// hears nothing.
+func TestTrainSaysTheAutoChoice(t *testing.T) {
+	run := func(sets ...string) string {
+		t.Helper()
+		args := []string{"train", "--config", "configs/tiny.toml", "--progress=false", "--set", "training.steps=2", "--set", "run.log_interval=1",
+			"--set", "data.max_bytes=1048576", "--set", "run.output_dir=" + t.TempDir()}
+		for _, s := range sets {
+			args = append(args, "--set", s)
+		}
+		_, stderr, err := cli(t, args...)
+		if err != nil {
+			t.Fatalf("train %v: %v\n%s", sets, err, stderr)
+		}
+		return stderr
+	}
+	before := func(stderr, line string) bool {
+		i, j := strings.Index(stderr, line), strings.Index(stderr, "step 1/2")
+		return i >= 0 && j > i
+	}
+	auto := regexp.MustCompile(`checkpoint\.activation = auto → none: [0-9.]+ [MG]B of [0-9.]+ [MG]B \(90% of [0-9.]+ [MG]B\) \(attn_output [0-9.]+ [MG]B, layer [0-9.]+ [MG]B\); training\.mlp_tile = -1 → the MLP whole; training\.loss_chunk = -1 → the logits at once \(memory per rank: [^)]+\)`)
+	if out := run(); !auto.MatchString(out) || !before(out, "checkpoint.activation = auto → none") {
+		t.Errorf("the default run does not say auto's choice before its first step:\n%s", out)
+	}
+	if out := run("checkpoint.activation=layer"); strings.Contains(out, "checkpoint.activation = auto") ||
+		!before(out, "training.mlp_tile = -1 → the MLP whole: the step takes ") {
+		t.Errorf("checkpoint.activation = layer set:\n%s", out)
+	}
+	if out := run("checkpoint.activation=none", "training.mlp_tile=0", "training.loss_chunk=0"); strings.Contains(out, " → ") {
+		t.Errorf("everything set, yet something said to be chosen:\n%s", out)
+	}
+}

@@ -40,8 +40,8 @@ type fakeDevice struct {
 	memsets  []fakeMemset
 	copies   []fakeCopy // device-to-device copies
 	syncs    int
-	onSync   func() // called at each Sync (a test's mark in a log)
-	maxAlloc int    // allocations above this many bytes fail (0: no limit)
+	onSync   func()   // called at each Sync (a test's mark in a log)
+	maxAlloc int      // allocations above this many bytes fail (0: no limit)
 	trace    []string // with tracing on (a non-nil slice): one line per launch, GEMM, copy to the host and sync, in order
 }
 

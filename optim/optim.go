@@ -97,6 +97,21 @@ func (o *AdamW) Update(params, grads kernels.Buf, lr float64, gradScale float32)
 	o.Ops.End(kernels.AdamWCost(o.n))
 }
 
+// UpdateHalf is Update that also writes every updated parameter, rounded to prec (BF16 or
+// FP16), into half: the 16-bit compute copy of params (packed, kernels.Backend.PackHalf's
+// layout, laid out like params), refreshed in the same pass as the update
+// (kernels.Backend.AdamWSegmentsHalf). params, the moments and half end as Update followed by
+// PackHalf(half, params, prec) leaves them, bit for bit; the copy's parameters outside the
+// segments are not written.
+func (o *AdamW) UpdateHalf(params, grads, half kernels.Buf, prec kernels.Precision, lr float64, gradScale float32) {
+	o.Step++
+	hp := kernels.AdamWStep{LR: lr, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay,
+		Step: o.Step, GradScale: gradScale}
+	o.Ops.Begin(kernels.OpOptimizer, kernels.PhaseStep)
+	o.be.AdamWSegmentsHalf(params, grads, o.M, o.V, half, o.segs, hp, prec)
+	o.Ops.End(kernels.AdamWCost(o.n).Plus(kernels.OpCost{Bytes: 2 * int64(o.n)})) // and the 16-bit copy written
+}
+
 // GradNorm returns the global L2 norm of grads.
 func GradNorm(be kernels.Backend, grads kernels.Buf) float64 { return math.Sqrt(be.SumSquares(grads)) }
 

@@ -127,3 +127,52 @@ func TestLossScaler(t *testing.T) {
 		t.Error("scale 0 accepted")
 	}
 }
+
+// TestAdamWUpdateHalf (issue 41, change 4): the fused update that writes the 16-bit compute
+// copy leaves the parameters and moments bit for bit as Update does, and the copy bit for bit
+// as PackHalf of the updated parameters (the refresh it replaces), over steps of varied
+// gradients, segments with and without decay, a gradient scale, and an odd count (the last
+// packed element holds one value), in bf16 and fp16. Bits, not a tolerance: the two are the
+// same arithmetic and must not differ in any bit.
+func TestAdamWUpdateHalf(t *testing.T) {
+	const n, steps = 1001, 7
+	for _, prec := range []kernels.Precision{kernels.BF16, kernels.FP16} {
+		be := kernels.NewCPU()
+		segs := []Segment{{0, 600, true}, {600, 401, false}}
+		h := Hyper{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+		ref, fused := NewAdamW(be, n, segs, h), NewAdamW(be, n, segs, h)
+		pRef, pFused, g := be.Alloc(n), be.Alloc(n), be.Alloc(n)
+		half, want := be.Alloc((n+1)/2), be.Alloc((n+1)/2)
+		init := make([]float32, n)
+		for i := range init {
+			init[i] = float32(math.Sin(float64(i))) * 0.05
+		}
+		be.Upload(pRef, init)
+		be.Upload(pFused, init)
+		for s := 0; s < steps; s++ {
+			gh := make([]float32, n)
+			for i := range gh {
+				gh[i] = float32(math.Cos(float64(i*(s+3)))) * float32(s+1) * 1e-2
+			}
+			be.Upload(g, gh)
+			lr, scale := 1e-3*float64(s+1), float32(0.5+0.1*float64(s))
+			ref.Update(pRef, g, lr, scale)
+			be.PackHalf(want, pRef, prec)
+			fused.UpdateHalf(pFused, g, half, prec, lr, scale)
+			for _, c := range []struct {
+				what      string
+				got, want kernels.Buf
+			}{{"params", pFused, pRef}, {"m", fused.M, ref.M}, {"v", fused.V, ref.V}, {"16-bit copy", half, want}} {
+				a, b := kernels.Host(c.got), kernels.Host(c.want)
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("%v step %d: %s[%d] = %#x, want %#x", prec, s+1, c.what, i, math.Float32bits(a[i]), math.Float32bits(b[i]))
+					}
+				}
+			}
+		}
+		if fused.Step != steps || ref.Step != steps {
+			t.Errorf("%v: steps %d and %d, want %d", prec, fused.Step, ref.Step, steps)
+		}
+	}
+}

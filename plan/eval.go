@@ -88,6 +88,7 @@ func TrainEvalMemoryFor(cfg config.Config, capacity float64) (MemoryPlan, bool) 
 	if cfg.Eval.Interval <= 0 {
 		return MemoryPlan{}, false
 	}
+	cfg = Resolved(cfg, capacity) // the training's choices: the evaluation runs on its model
 	step := MemoryFor(cfg, capacity)
 	e := cfg
 	e.Data.SeqLen, e.Data.BatchSize = TrainEvalSeqLen(cfg), 1

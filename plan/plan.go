@@ -7,35 +7,37 @@
 //
 // Cluster presets (--cluster NODESxGPUSxTYPE, e.g. 2x8xA100-80GB):
 //
-//	TYPE        memory      dense bf16 FLOP/s   intra-node (NVLink) B/s per GPU   inter-node B/s per GPU
-//	A100-40GB   40 GB       312e12              300e9                             25e9 (200 Gb/s IB)
-//	A100-80GB   80 GB       312e12              300e9                             25e9
-//	H100-80GB   80 GB       989e12              450e9                             25e9
-//	H200-141GB  141 GB      989e12              450e9                             25e9
-//	cpu         16 GB       --flops (measured)  2e9 (shared memory)               62.5e6 (1 Gbit/s a host of 2)
+//	TYPE        memory   dense bf16 FLOP/s   float32 FLOP/s   HBM B/s    intra-node (NVLink) B/s per GPU   inter-node B/s per GPU
+//	A100-40GB   40 GB    312e12              19.5e12          1.555e12   300e9                             25e9 (200 Gb/s IB)
+//	A100-80GB   80 GB    312e12              19.5e12          2.039e12   300e9                             25e9
+//	H100-80GB   80 GB    989e12              67e12            3.35e12    450e9                             25e9
+//	H200-141GB  141 GB   989e12              67e12            4.8e12     450e9                             25e9
+//	cpu         16 GB    --flops (measured)  -                -          2e9 (shared memory)               62.5e6 (1 Gbit/s a host of 2)
 //
 // TYPE cpu is a rank of the CPU backend, e.g. on the hosts of scripts/netns-cluster.sh: its
 // FLOP/s must be measured on the machine (bench/netns_overlap.sh does) and its mfu is 1.
 // GB here is 10^9 bytes (the vendors' figures). --mfu and --attn-mfu are the fractions of the
-// peak rate the dense products and the attention kernels achieve (the GPU type's, measured for
-// H100/H200: hopperMFU); --gpu-mem, --intra-bw and --inter-bw override the preset.
+// peak rate the GEMMs and the attention kernels achieve (the GPU type's: steptime.go, assumed
+// for issue 41's 16-bit step); --gpu-mem, --intra-bw and --inter-bw override the preset.
+//
+// What a config leaves to the device (checkpoint.activation = "auto", training.mlp_tile and
+// training.loss_chunk -1) is decided for the GPU's memory first (choice.go: the least
+// recomputation whose step fits 90% of it), and the plan is of that choice; the detail says
+// which and why, the table has the policy of each row.
 //
 // The model (every number is per rank and per optimizer step unless stated):
 //
 //   - Memory. Parameters: fp32 master weights (4 B) plus a low-precision copy (2 B) under bf16
 //     or fp16; gradients fp32 (4 B); AdamW two fp32 moments (8 B); all divided by world_size
-//     with fsdp. Saved activations for the n = batch_size × seq_len / sequence_parallel_degree
-//     tokens of a micro-batch, from the fields of model.LayerActs (actFields): policy none
-//     keeps every field of every block; layer keeps X of every block plus one block's full set
-//     (the recompute scratch); attn_output keeps X, AttnOut and Lse of every block plus one
-//     block's full set. With the MLP in tiles (training.mlp_tile below the tokens) no block
-//     keeps Gate, Up or Act: one tile of each instead. Activations are float32 (4 B), as the
-//     model allocates them (kernels.Buf holds float32; the H200 run of
-//     bench/results/h200-2026-11-26 showed that the 2 B this plan assumed then was half the
-//     truth), except what a recomputing policy keeps under bf16 or fp16: X and AttnOut at
-//     2 B (model.Model.ActPrecision; Lse stays 4 B), with two float32 block inputs besides. Logits [min(n, loss chunk), vocab] fp32: one chunk
-//     of training.loss_chunk tokens at a time (their gradient reuses the buffer). Backward
-//     scratch: model.gradScratch's buffers, float32 too (the MLP's three a tile long).
+//     with fsdp. Activations for the n = batch_size × seq_len / sequence_parallel_degree
+//     tokens of a micro-batch, counted buffer by buffer as the model allocates them
+//     (ActivationBytes, checked against model.Model.ActivationBytes): in fp32 every field of
+//     model.LayerActs in float32 (fp32Activations: none keeps every field of every block,
+//     layer X of every block, attn_output X, AttnOut and Lse of every block, each recomputing
+//     policy one block's full set besides; the MLP in tiles keeps one tile of Gate, Up and Act
+//     instead), one loss chunk of float32 logits, the backward's scratch; in bf16 or fp16 the
+//     16-bit step's packed buffers (halfActivations: two bytes a value but the residual
+//     stream, the statistics and the logits).
 //     Attention working set (an
 //     estimate, not measured): two K/V receive buffers, the partial output, its statistics
 //     and the dQ/dK/dV being accumulated: n × (2·qdim + 4·kvdim) elements + 2·heads fp32 per
@@ -73,9 +75,11 @@
 //     pairs and the idle fraction is the documents' (plandocs.go in this package); under a
 //     sliding window (model.sliding_window) a windowed layer's FLOPs scale by the pairs the
 //     window leaves and its idle is the schedule's under the window (planwindow.go), each
-//     class of layers stretched by its own idle. Compute time = dense FLOPs /
-//     (peak × mfu) + attention FLOPs / (peak × attn_mfu), each fraction the GPU type's measured
-//     one (hopperMFU) unless --mfu / --attn-mfu say otherwise.
+//     class of layers stretched by its own idle. Compute time on a GPU: its parts as issue
+//     41's 16-bit step runs them (steptime.go: the GEMMs' FLOPs at the rate native bf16 cuBLAS
+//     reaches, the attention at cuDNN's or the own kernels', the other kernels' bytes and the
+//     fused optimizer phase's at a fraction of HBM), printed part by part as a prediction; on
+//     CPU ranks dense FLOPs / (--flops × mfu) + attention FLOPs / (--flops × attn_mfu).
 //     Communication time: the attention bytes that cross between nodes (counted per peer in
 //     the same in-process run, ranks placed on nodes in order) at the inter-node rate, the
 //     others at the intra-node rate. The world's collectives on GPUs as NCCL's tuning model
@@ -122,42 +126,39 @@ import (
 
 // GPUType is a GPU model's memory, achievable peak and link bandwidths.
 type GPUType struct {
-	Name     string  `json:"name"`
-	MemBytes float64 `json:"mem_bytes"` // device memory
-	FLOPS    float64 `json:"flops"`     // dense bf16 peak, FLOP/s
-	IntraBW  float64 `json:"intra_bw"`  // NVLink bytes/s per GPU inside a node
-	InterBW  float64 `json:"inter_bw"`  // network bytes/s per GPU between nodes
-	MFU      float64 `json:"mfu"`       // fraction of FLOPS distflash's dense products reach
-	AttnMFU  float64 `json:"attn_mfu"`  // fraction of FLOPS its attention kernels reach
+	Name      string  `json:"name"`
+	MemBytes  float64 `json:"mem_bytes"`  // device memory
+	FLOPS     float64 `json:"flops"`      // dense bf16 peak, FLOP/s
+	FP32FLOPS float64 `json:"fp32_flops"` // float32 peak (no tensor cores), FLOP/s
+	HBMBW     float64 `json:"hbm_bw"`     // device memory bandwidth, bytes/s
+	IntraBW   float64 `json:"intra_bw"`   // NVLink bytes/s per GPU inside a node
+	InterBW   float64 `json:"inter_bw"`   // network bytes/s per GPU between nodes
+	MFU       float64 `json:"mfu"`        // fraction of the peak distflash's GEMMs reach (gemmFraction)
+	AttnMFU   float64 `json:"attn_mfu"`   // fraction of the peak cuDNN's fused attention reaches (cudnnAttnFraction)
+	// OwnAttnMFU is the fraction the own FlashAttention-2 kernels reach (ownAttnFraction):
+	// device.attention = own, or an fp32 run.
+	OwnAttnMFU float64 `json:"own_attn_mfu"`
 	// Efficiency says where MFU and AttnMFU come from: measured, and on what, or assumed.
 	Efficiency string `json:"efficiency"`
 }
 
 // gpuTypes are the presets of the table in the file comment.
 var gpuTypes = []GPUType{
-	{"A100-40GB", 40e9, 312e12, 300e9, 25e9, hopperMFU, hopperAttnMFU, ampereEfficiency},
-	{"A100-80GB", 80e9, 312e12, 300e9, 25e9, hopperMFU, hopperAttnMFU, ampereEfficiency},
-	{"H100-80GB", 80e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU, "assumed the H200's (measured there; the same SMs)"},
-	{"H200-141GB", 141e9, 989e12, 450e9, 25e9, hopperMFU, hopperAttnMFU, "measured on one H200 (bench/results/h200-2026-11-26, configs/llama-1b.toml)"},
+	{"A100-40GB", 40e9, 312e12, 19.5e12, 1.555e12, 300e9, 25e9, gemmFraction, cudnnAttnFraction, ownAttnFraction, ampereEfficiency},
+	{"A100-80GB", 80e9, 312e12, 19.5e12, 2.039e12, 300e9, 25e9, gemmFraction, cudnnAttnFraction, ownAttnFraction, ampereEfficiency},
+	{"H100-80GB", 80e9, 989e12, 67e12, 3.35e12, 450e9, 25e9, gemmFraction, cudnnAttnFraction, ownAttnFraction, hopperEfficiency},
+	{"H200-141GB", 141e9, 989e12, 67e12, 4.8e12, 450e9, 25e9, gemmFraction, cudnnAttnFraction, ownAttnFraction, "the H100's (the same SMs): " + hopperEfficiency},
 }
 
-// ampereEfficiency is the A100's, which no run has measured: the Hopper fractions, so that a
-// plan never ranks an A100 above an H100 on a guess (distflash's mma.sync kernels reach no
-// larger a fraction of Hopper's peak than of Ampere's; an A100 run would replace it).
-const ampereEfficiency = "assumed the H200's fractions: not measured on an A100"
+// hopperEfficiency says where the Hopper fractions come from (steptime.go). The fit this plan
+// used before issue 41 (0.22 dense and 0.15 attention from two step times of the fp32-storage
+// path on one H200) did not hold at 64K and 128K (the review's §0), and the path it described
+// is gone.
+const hopperEfficiency = "predicted, not measured on distflash's 16-bit step: GEMMs as native bf16 cuBLAS runs (torchtitan, llm.c), attention as cuDNN's SDPA ran in PyTorch on an H100, memory-bound kernels at 0.78 of HBM"
 
-// hopperMFU and hopperAttnMFU are the fractions of the bf16 peak that distflash's CUDA
-// backend reached on one H200 (bench/results/h200-2026-11-26: configs/llama-1b.toml in bf16
-// with attn_output checkpointing, 0.353 s a step at 8K tokens and 2.67 s at 32K): the two
-// unknowns fitted to the two step times, the dense one covering the cuBLAS products and every
-// memory-bound kernel, the attention one the FlashAttention-2 kernels (their own benchmark
-// gave 0.10–0.12 forward+backward at head_dim 128 beside 0.55–0.57 for PyTorch's SDPA). The
-// H100 has the same multiprocessors and takes the same fractions; the A100 takes them too
-// until a run measures it (ampereEfficiency).
-const (
-	hopperMFU     = 0.22
-	hopperAttnMFU = 0.15
-)
+// ampereEfficiency is the A100's, which no run has measured: the Hopper fractions, so that a
+// plan never ranks an A100 above an H100 on a guess (an A100 run would replace it).
+const ampereEfficiency = "assumed the H100's fractions: not measured on an A100"
 
 // cpuType is a rank of the CPU backend (--cluster NODESxRANKSxcpu, e.g. the hosts of
 // scripts/netns-cluster.sh): its FLOP/s is measured, not a datasheet figure, so --flops must
@@ -266,6 +267,10 @@ type TimePlan struct {
 	// gradient all-reduce, with the algorithm that runs them (collectives.go); both are in Comm.
 	FSDP         CollectiveTime `json:"fsdp"`
 	DataParallel CollectiveTime `json:"data_parallel"`
+	// Components are a GPU's compute time by part (gpuStepTime: GEMMs, attention, elementwise
+	// kernels, the optimizer phase), predictions from assumed rates; Compute is their sum. None
+	// on CPU ranks, whose compute is the FLOPs at --flops.
+	Components []TimeComponent `json:"components,omitempty"`
 }
 
 // Plan is the prediction for one config, schedule and sequence length on a cluster.
@@ -286,6 +291,10 @@ type Plan struct {
 	Eval          *MemoryPlan `json:"eval_memory,omitempty"`
 	EvalSeqLen    int         `json:"eval_seq_len,omitempty"`
 	EvalMaxSeqLen int         `json:"eval_max_seq_len,omitempty"`
+	// Choice is what the config left to the device (checkpoint.activation = "auto",
+	// training.mlp_tile or loss_chunk -1), decided for this GPU's memory (Choose); nil when it
+	// left nothing. Memory and Time are of the choice.
+	Choice *Choice `json:"choice,omitempty"`
 }
 
 // Report is what plan prints: the config, the cluster and one plan per row.
@@ -508,8 +517,11 @@ func attnKernelBytes(cfg config.Config, n float64, backward bool) float64 {
 	return packed + out + ws
 }
 
-// MemoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes.
+// MemoryFor is one rank's memory for cfg (data.seq_len as set) with capacity bytes. What cfg
+// leaves to the device (checkpoint.activation = "auto", training.mlp_tile or loss_chunk -1) is
+// decided for capacity first (Choose).
 func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
+	cfg = Resolved(cfg, capacity)
 	m, p, dm := cfg.Model, cfg.Parallelism, dims(cfg)
 	N := m.ParamCount()
 	e := elemBytes(cfg)
@@ -525,45 +537,27 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	mp.Grads = config.GradBytesPerParam * N / shard
 	mp.Optimizer = config.OptimizerBytesPerParam * N / shard
 	n := float64(cfg.Data.BatchSize) * float64(cfg.Data.SeqLen) / float64(dm.SP)
-	L := float64(m.NLayers)
-	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
+	q, kv := float64(m.QDim()), float64(m.KVDim())
 	a := float64(actElemBytes)
 	// The MLP in tiles (training.mlp_tile) keeps no [tokens, ffn] tensor: its gate, up and
 	// activation exist for one tile, in the forward and, recomputed, in the backward.
 	tile := n
-	if t := cfg.MLPTileTokens(); t > 0 {
+	if t := cfg.Training.MLPTile; t > 0 {
 		tile = min(n, float64(t))
 	}
-	// Under bf16 or fp16 with a recomputing policy the kept fields are 16-bit (the statistics
-	// stay float32), and the forward makes each block's input in one of two float32 buffers.
-	keptElem := float64(actElemBytes)
-	if cfg.Training.MixedPrecision != "fp32" && cfg.Checkpoint.Activation != "none" {
-		keptElem = 2
-		mp.Activations = 2 * n * d * a
-	}
-	full := actBytesPerToken(cfg, nil, a)
-	kept := actBytesPerToken(cfg, keptFields[cfg.Checkpoint.Activation], keptElem)
-	if tile < n {
-		full -= 3 * f * a
-		if cfg.Checkpoint.Activation == "none" {
-			kept = full
-		}
-		mp.Activations += 3 * tile * f * a
-	}
-	if cfg.Checkpoint.Activation == "none" {
-		mp.Activations += n * L * kept
-	} else {
-		mp.Activations += n * (L*kept + full)
-	}
 	chunk := n // the logits exist one loss chunk at a time (training.loss_chunk)
-	if c := cfg.LossChunkTokens(); c > 0 {
+	if c := cfg.Training.LossChunk; c > 0 {
 		chunk = min(n, float64(c))
 	}
-	mp.Logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4) // logits of a chunk; last block output, final norm, rstd
-	mp.BackwardScratch = n*a*(3*d+2*q+2*kv) + tile*a*3*f
+	if e < 4 {
+		mp.Activations, mp.Logits, mp.BackwardScratch = halfActivations(cfg, n, tile, chunk)
+	} else {
+		mp.Activations, mp.Logits, mp.BackwardScratch = fp32Activations(cfg, n, tile, chunk)
+	}
 	mp.AttnWork = n * (a*(2*q+4*kv) + 8*float64(m.NHeads))
 	mp.AttnKernel = attnKernelBytes(cfg, n, true)
 	if p.FSDP && dm.World > 1 {
+		L := float64(m.NLayers)
 		block := float64(m.NumParams()-2*int64(m.VocabSize)*int64(m.Dim)-int64(m.Dim)) / L
 		mp.CommBuffers = 2*block*e + block*4
 	}
@@ -580,6 +574,107 @@ func MemoryFor(cfg config.Config, capacity float64) MemoryPlan {
 	mp.Margin = capacity - mp.Peak
 	mp.Fits = mp.Margin >= 0
 	return mp
+}
+
+// fp32Activations is the float32 step's share of MemoryPlan (training.mixed_precision fp32):
+// the buffers of model.Model.ActivationBytes for n tokens of a micro-batch, the MLP in tiles of
+// tile tokens (n: whole), the logits in chunks of chunk tokens (n: at once), every one
+// float32. Saved activations: every field of model.LayerActs for every block under none
+// (actFields), or each block's X (layer) or X, AttnOut and Lse (attn_output) with one block's
+// full set as the recompute scratch; with the MLP in tiles no block keeps Gate, Up or Act, one
+// tile of each instead. Logits and head: one chunk of logits (their gradient reuses the
+// buffer), the last block's output, the final norm's output and rstd, the per-token losses.
+// Backward scratch: model.gradScratch's buffers (the MLP's three a tile long).
+func fp32Activations(cfg config.Config, n, tile, chunk float64) (acts, logits, scratch float64) {
+	m := cfg.Model
+	L := float64(m.NLayers)
+	d, q, kv, f := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim)
+	a := float64(actElemBytes)
+	full := actBytesPerToken(cfg, nil, a)
+	kept := actBytesPerToken(cfg, keptFields[cfg.Checkpoint.Activation], a)
+	if tile < n {
+		full -= 3 * f * a
+		if cfg.Checkpoint.Activation == "none" {
+			kept = full
+		}
+		acts += 3 * tile * f * a
+	}
+	if cfg.Checkpoint.Activation == "none" {
+		acts += n * L * kept
+	} else {
+		acts += n * (L*kept + full)
+	}
+	logits = chunk*float64(m.VocabSize)*4 + n*(2*d*a+4+4) // logits of a chunk; last block output, final norm, rstd, losses
+	scratch = n*a*(3*d+2*q+2*kv) + tile*a*3*f
+	return acts, logits, scratch
+}
+
+// halfActivations is the 16-bit step's share of MemoryPlan (training.mixed_precision bf16 or
+// fp16: issue 41's step, where every activation between kernels is packed, two bytes a value,
+// but the residual stream, the statistics and the logits): the buffers of
+// model.Model.ActivationBytes for n tokens of a micro-batch, the MLP in tiles of tile tokens
+// (n: whole), the logits in chunks of chunk tokens (n: at once).
+//
+//   - A block's full set: its input X, H = X + attention, the two norms' outputs, q, k and v
+//     after RoPE, the attention output (packed, D, D, D, D, Q, KV, KV, Q a token), the lse
+//     and the two norms' rstd (float32, heads + 2 a token), gate‖up and the activation
+//     (packed, 2F + F a token; with the MLP in tiles, one tile of them for all blocks
+//     instead). Under none every block keeps its full set; under attn_output each keeps X,
+//     the attention output and the lse, under layer X, and one full set is the recompute
+//     scratch.
+//   - The residual stream (float32 [n, D]) and the fused q|k|v projection before RoPE (packed
+//     [n, Q+2·KV]).
+//   - The head: the final norm's output (packed [n, D]) and rstd, the per-token losses, a
+//     chunk's logits (float32 [chunk, V]) and their gradient (packed [chunk, V]).
+//   - The backward's temporaries: dx (float32 [n, D]) and its packed copy for the GEMMs,
+//     dnorm (packed [n, D]), dqkv (packed [n, Q+2·KV]), dq, dk, dv and dattn (packed), dgu
+//     (packed [tile, 2F]) and dact (packed [tile, F]).
+func halfActivations(cfg config.Config, n, tile, chunk float64) (acts, logits, scratch float64) {
+	m := cfg.Model
+	const h, s = 2, 4 // a packed value, a float32
+	L := float64(m.NLayers)
+	d, q, kv, f, heads, v := float64(m.Dim), float64(m.QDim()), float64(m.KVDim()), float64(m.FFNDim), float64(m.NHeads), float64(m.VocabSize)
+	policy := cfg.Checkpoint.Activation
+	tiled := tile < n
+	mlp := 0.0 // gate‖up and act of a token, where a block holds them whole
+	if !tiled {
+		mlp = h * 3 * f
+	}
+	// kept per block, a token: X, N1, Q, K, V, O, H, N2 packed, the two 1/rms and the lse
+	// (none); X (layer); X, O and the lse (attn_output)
+	perBlock := map[string]float64{
+		"none":        h*(4*d+2*q+2*kv) + s*(2+heads) + mlp,
+		"attn_output": h*(d+q) + s*heads,
+		"layer":       h * d,
+	}[policy]
+	acts = n * L * perBlock
+	if policy != "none" { // the recomputation's scratch: N1, Q, K, V, H, N2, the 1/rms
+		work := h*(3*d+q+2*kv) + s*2 + mlp
+		if policy == "layer" {
+			work += h*q + s*heads // the attention output and lse, recomputed too
+		}
+		acts += n * work
+	}
+	if tiled {
+		acts += tile * h * 3 * f // a tile's gate‖up and act
+	}
+	acts += n * (s*d + h*(q+2*kv)) // the float32 stream, q‖k‖v
+	// the head: the final norm's input and output and 1/rms, the per-token losses, a chunk's
+	// float32 logits and packed dlogits
+	logits = chunk*v*(s+h) + n*(2*h*d+s+s)
+	// the backward: dx (float32) and its packed copy, dnorm, dattn, dq, dk, dv, dq‖dk‖dv, and a
+	// tile's dgate‖dup and dact
+	scratch = n*(s*d+2*h*d+2*h*q+2*h*kv+h*(q+2*kv)) + min(tile, n)*h*3*f
+	return acts, logits, scratch
+}
+
+// ActivationBytes is what MemoryFor counts of the buffers model.Model.ActivationBytes reports
+// (the saved activations, the logits and head, the backward scratch) for cfg's micro-batch of
+// data.batch_size × data.seq_len / sequence_parallel_degree tokens on one rank, with what cfg
+// leaves to the device decided for capacity bytes (0: not known).
+func ActivationBytes(cfg config.Config, capacity float64) float64 {
+	mp := MemoryFor(cfg, capacity)
+	return mp.Activations + mp.Logits + mp.BackwardScratch
 }
 
 // MaxTokensPerGPU is the longest tokens per GPU (a multiple of 1024, data.seq_len =
@@ -906,6 +1001,11 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	if ev, ok := TrainEvalMemoryFor(cfg, cl.GPU.MemBytes); ok {
 		pl.Eval, pl.EvalSeqLen, pl.EvalMaxSeqLen = &ev, TrainEvalSeqLen(cfg), MaxTrainEvalSeqLen(cfg, cl.GPU.MemBytes)
 	}
+	if IsAuto(cfg) { // the rest of the plan is of what the config leaves to the device, decided
+		ch := Choose(cfg, cl.GPU.MemBytes)
+		pl.Choice = &ch
+		cfg = ch.Apply(cfg)
+	}
 
 	e := elemBytes(cfg)
 	prec, err := kernels.ParsePrecision(cfg.Training.MixedPrecision)
@@ -1023,7 +1123,15 @@ func PlanWithDocs(cfg config.Config, cl Cluster, name string, seqLen int, docs *
 	if stretched > 0 {
 		tm.IdleFraction = 1 - tm.AttnFLOPs/stretched
 	}
-	tm.Compute = tm.DenseFLOPs/(cl.GPU.FLOPS*cl.MFU) + stretched/(cl.GPU.FLOPS*cl.AttnMFU)
+	if cl.GPU.Name == cpuType.Name {
+		tm.Compute = tm.DenseFLOPs/(cl.GPU.FLOPS*cl.MFU) + stretched/(cl.GPU.FLOPS*cl.AttnMFU)
+	} else {
+		tm.Components = gpuStepTime(cfg, cl, tokens, tm.AttnFLOPs, stretched)
+		tm.Compute = 0
+		for _, c := range tm.Components {
+			tm.Compute += c.Seconds
+		}
+	}
 	tm.AttnLinkBW = cl.GPU.IntraBW
 	if SP > cl.GPUsPerNode {
 		tm.AttnLinkBW = cl.GPU.InterBW
@@ -1091,6 +1199,9 @@ func WriteDetail(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "refused:  %s\n", pl.Refused)
 		return
 	}
+	if pl.Choice != nil {
+		fmt.Fprintf(w, "auto:     %s\n", pl.Choice)
+	}
 	mp := pl.Memory
 	fmt.Fprintf(w, "\nmemory per rank:\n")
 	writeMemoryRows(w, mp, []memoryRow{{"parameters", mp.Params, ""}, {"gradients", mp.Grads, ""}, {"optimizer (AdamW)", mp.Optimizer, ""},
@@ -1121,7 +1232,11 @@ func WriteDetail(w io.Writer, rep Report) {
 	fmt.Fprintf(w, "  data-parallel          %10s\n", gb(c.DataParallel))
 	fmt.Fprintf(w, "  total                  %10s\n", gb(c.Total))
 	t := pl.Time
-	fmt.Fprintf(w, "\nstep time:\n")
+	if len(t.Components) > 0 {
+		fmt.Fprintf(w, "\nstep time (predicted: the rates are assumed, not measured on distflash's step; train --profile measures it):\n")
+	} else {
+		fmt.Fprintf(w, "\nstep time:\n")
+	}
 	fmt.Fprintf(w, "  FLOPs per rank         %.3g dense + %.3g attention\n", t.DenseFLOPs, t.AttnFLOPs)
 	if d := pl.Docs; d != nil {
 		fmt.Fprintf(w, "  documents              %s\n", docSummary(*d, pl.SeqLen))
@@ -1143,6 +1258,13 @@ func WriteDetail(w io.Writer, rep Report) {
 		fmt.Fprintf(w, "  sliding window         %d tokens on %d of %d layers: a windowed layer computes %.4f of the causal pairs and sends %.3f of an unwindowed layer's attention bytes; its idle %.3f (causal %.3f)\n",
 			wp.Window, wp.Layers, rep.Layers, wp.Visible, wp.BytesRatio, wp.Idle, wp.CausalIdle)
 	}
+	for _, c := range t.Components {
+		work, rate := fmt.Sprintf("%.3g TFLOP", c.Work/1e12), fmt.Sprintf("%.3g TF/s", c.Rate/1e12)
+		if c.Name == "elementwise" || c.Name == "optimizer" {
+			work, rate = fmt.Sprintf("%.3g GB", c.Work/1e9), fmt.Sprintf("%.3g TB/s", c.Rate/1e12)
+		}
+		fmt.Fprintf(w, "  %-22s %8.1f ms  (%s at %s: %s)\n", componentNames[c.Name], 1e3*c.Seconds, work, rate, c.Basis)
+	}
 	fmt.Fprintf(w, "  compute                %8.2f s\n", t.Compute)
 	fmt.Fprintf(w, "  communication          %8.2f s  (attention inside a node at %.3g GB/s, between nodes at %.3g GB/s; fsdp/dp at %.3g GB/s)\n",
 		t.Comm, rep.Cluster.GPU.IntraBW/1e9, rep.Cluster.GPU.InterBW/1e9, t.WorldLinkBW/1e9)
@@ -1160,6 +1282,9 @@ func WriteDetail(w io.Writer, rep Report) {
 	}
 	fmt.Fprintf(w, "  step                   %8.2f s  (%s)\n", t.Step, how)
 }
+
+// componentNames are the printed names of gpuStepTime's components.
+var componentNames = map[string]string{"gemm": "GEMMs", "attention": "attention kernels", "elementwise": "elementwise kernels", "optimizer": "optimizer phase"}
 
 // memoryRow is one line of a memory table: what, its bytes, and a note.
 type memoryRow struct {
@@ -1212,11 +1337,18 @@ func WriteTable(w io.Writer, rep Report) {
 	if slices.ContainsFunc(rep.Plans, func(pl Plan) bool { return pl.Eval != nil }) {
 		evalCol = "eval GB\t"
 	}
-	fmt.Fprintf(tw, "attention\tseq_len\tper %s\tpeak GB\t%sfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/%s\t\n", u, evalCol, u)
+	autoCol := "" // checkpoint.activation = "auto": the policy each plan chose
+	if slices.ContainsFunc(rep.Plans, func(pl Plan) bool {
+		return pl.Choice != nil && slices.Contains(pl.Choice.Auto, "checkpoint.activation")
+	}) {
+		autoCol = "checkpoint\t"
+	}
+	fmt.Fprintf(tw, "attention\tseq_len\tper %s\t%speak GB\t%sfits\tattn GB\tfsdp GB\tidle\tcompute s\tcomm s\tstep s\tmax/%s\t\n", u, autoCol, evalCol, u)
 	var reasons []string // one line per refused schedule and reason, printed under the table
 	for _, pl := range rep.Plans {
 		if pl.Refused != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t%srefused\t-\t-\t-\t-\t-\t-\t-\t\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU), strings.ReplaceAll(evalCol, "eval GB", "-"))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s-\t%srefused\t-\t-\t-\t-\t-\t-\t-\t\n", pl.Attention, seqName(pl.SeqLen), seqName(pl.TokensPerGPU),
+				strings.ReplaceAll(autoCol, "checkpoint", "-"), strings.ReplaceAll(evalCol, "eval GB", "-"))
 			if r := pl.Attention + " refused: " + pl.Refused; !slices.Contains(reasons, r) {
 				reasons = append(reasons, r)
 			}
@@ -1236,8 +1368,15 @@ func WriteTable(w io.Writer, rep Report) {
 				fits = "NO (eval)"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.1f\t%s%s\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%s\t\n", pl.Attention, seqName(pl.SeqLen),
-			seqName(pl.TokensPerGPU), pl.Memory.Peak/1e9, ev, fits, pl.Comm.Attention/1e9, (pl.Comm.FSDP+pl.Comm.DataParallel)/1e9,
+		policy := ""
+		if autoCol != "" {
+			policy = "-\t"
+			if pl.Choice != nil {
+				policy = pl.Choice.Policy + "\t"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%.1f\t%s%s\t%.2f\t%.2f\t%.3f\t%.2f\t%.2f\t%.2f\t%s\t\n", pl.Attention, seqName(pl.SeqLen),
+			seqName(pl.TokensPerGPU), policy, pl.Memory.Peak/1e9, ev, fits, pl.Comm.Attention/1e9, (pl.Comm.FSDP+pl.Comm.DataParallel)/1e9,
 			pl.Time.IdleFraction, pl.Time.Compute, pl.Time.Comm, pl.Time.Step, seqName(pl.MaxSeqPerGPU))
 	}
 	tw.Flush()

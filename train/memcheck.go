@@ -72,8 +72,11 @@ func CheckMemory(cfg config.Config, w *world.World) error {
 		knobs = append(knobs, fmt.Sprintf("parallelism.fsdp = true over %d or more MPI processes (parallelism.world_size = %d, mpirun -np %d, on machines of this one's %s each: each holds %s of the %s of model state, half its memory)",
 			n, n, n, showBytes(avail), showBytes(all/float64(n)), showBytes(all)))
 	} else {
-		if cfg.Checkpoint.Activation != "layer" {
-			knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %q)`, cfg.Checkpoint.Activation))
+		switch policy := plan.Resolved(cfg, perRank).Checkpoint.Activation; {
+		case policy != "layer":
+			knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %s)`, policyName(cfg, policy)))
+		case cfg.Checkpoint.Activation == "auto": // where nothing fits, auto takes layer
+			msg.WriteString(`. checkpoint.activation = "auto" took "layer" already, the policy that keeps least`)
 		}
 		if cfg.Data.BatchSize > 1 {
 			knobs = append(knobs, fmt.Sprintf("a smaller data.batch_size (now %d) with more training.grad_accum_steps", cfg.Data.BatchSize))
@@ -101,22 +104,31 @@ func evalRefusal(cfg config.Config, w *world.World, m, ev plan.MemoryPlan, perRa
 	if ranks > 1 {
 		fmt.Fprintf(&msg, " × %d in-process ranks = %s", ranks, showBytes(ev.Peak*float64(ranks)))
 	}
-	fmt.Fprintf(&msg, " (it runs on the training ranks beside the model state %s and the training step's backward scratch %s; the process outside its tensors %s; its forward of %d tokens per rank: activations %s as checkpoint.activation = %q keeps them, logits %s, attention %s), "+
+	fmt.Fprintf(&msg, " (it runs on the training ranks beside the model state %s and the training step's backward scratch %s; the process outside its tensors %s; its forward of %d tokens per rank: activations %s as checkpoint.activation = %s keeps them, logits %s, attention %s), "+
 		"this machine has %s available (%s); the training step needs %s per rank",
 		showBytes(ev.Params+ev.Grads+ev.Optimizer+ev.CommBuffers), showBytes(ev.BackwardScratch), showBytes(ev.Process), plan.TrainEvalSeqLen(cfg)/w.Dims.SP,
-		showBytes(ev.Activations), cfg.Checkpoint.Activation, showBytes(ev.Logits), showBytes(ev.AttnWork+ev.AttnKernel), showBytes(perRank*float64(ranks)), source, showBytes(m.Peak))
+		showBytes(ev.Activations), policyName(cfg, plan.Resolved(cfg, perRank).Checkpoint.Activation), showBytes(ev.Logits), showBytes(ev.AttnWork+ev.AttnKernel), showBytes(perRank*float64(ranks)), source, showBytes(m.Peak))
 	if seq := plan.MaxTrainEvalSeqLen(cfg, plan.SafeCapacity(perRank)); seq > 0 {
 		fmt.Fprintf(&msg, ". The longest eval.seq_len that fits is %d (%.0f%% of the memory left for what the estimate misses)", seq, 100*plan.EstimateError)
 	} else {
 		msg.WriteString(". Not even 1024 tokens per rank fit beside the training state")
 	}
 	knobs := []string{"a shorter eval.seq_len"}
-	if cfg.Checkpoint.Activation != "layer" {
-		knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %q; the evaluation's forward keeps what the training's policy keeps)`, cfg.Checkpoint.Activation))
+	if policy := plan.Resolved(cfg, perRank).Checkpoint.Activation; policy != "layer" {
+		knobs = append(knobs, fmt.Sprintf(`checkpoint.activation = "layer" (now %s; the evaluation's forward keeps what the training's policy keeps)`, policyName(cfg, policy)))
 	}
 	knobs = append(knobs, "eval.interval = 0, and distflash eval of the run's checkpoints, which holds no training state")
 	fmt.Fprintf(&msg, ". To fit: %s", strings.Join(knobs, "; "))
 	return fmt.Errorf("%s: %s", cfg.Where(msg.String()), msg.String())
+}
+
+// policyName writes the checkpoint policy a run takes: "attn_output", or for
+// checkpoint.activation = "auto" the one auto chose, e.g. "auto, which chose none".
+func policyName(cfg config.Config, resolved string) string {
+	if cfg.Checkpoint.Activation == "auto" {
+		return fmt.Sprintf("%q, which chose %q", "auto", resolved)
+	}
+	return fmt.Sprintf("%q", resolved)
 }
 
 // evalLength names the length train's held-out evaluation scores: "eval.seq_len = N", or the

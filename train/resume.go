@@ -17,7 +17,9 @@ import (
 	"distflash/config"
 	"distflash/data"
 	"distflash/kernels"
+	"distflash/model"
 	"distflash/optim"
+	"distflash/plan"
 	"distflash/sysmem"
 )
 
@@ -32,6 +34,10 @@ type trainState struct {
 	AdamStep int64             `json:"adam_step"` // updates applied (skipped fp16 steps are not)
 	Scaler   *optim.LossScaler `json:"loss_scaler,omitempty"`
 	Spikes   *spikeWatch       `json:"spikes,omitempty"` // the recent steps spike detection compares with
+	// Recompute is the checkpoint policy, MLP tile and loss chunk the run ran: its choice of
+	// what the config left to the device (plan.Choose), which a resumed run keeps where it
+	// still fits (resumeChoice). Absent in checkpoints of older versions.
+	Recompute *plan.Candidate `json:"recompute,omitempty"`
 }
 
 // StateTensors are the checkpointed flat tensors: the weights and AdamW's two moments, in model Layout order.
@@ -92,6 +98,7 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 	st.Loader = t.loader.State()
 	st.AdamStep = t.ranks[0].opt.Step
 	st.Spikes = t.spikes
+	st.Recompute = &t.choice.Candidate
 	if t.scaler != nil {
 		s := *t.scaler
 		st.Scaler = &s
@@ -244,6 +251,9 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 	if st.Spikes != nil { // a checkpoint of an older version has none: the window fills again
 		t.spikes = st.Spikes
 	}
+	if err := t.resumeChoice(st.Recompute, stderr); err != nil {
+		return st, false, fmt.Errorf("resume from %s: %w", c.Dir(), err)
+	}
 	// Replicated ranks all need every element: read (decompress) them once for this process.
 	var whole [][]float32
 	if t.ranks[0].FSDP == nil {
@@ -280,6 +290,66 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 	fmt.Fprintf(stderr, "resume: step %d from %s (saved by %d ranks, now %d; %.1f MB read, %.1f MB of fp32 state, %.0f MB/s)\n",
 		st.Step, c.Dir(), m.World.Size, t.size(), float64(stored)/1e6, float64(raw)/1e6, float64(raw)/1e6/time.Since(start).Seconds())
 	return st, true, nil
+}
+
+// resumeChoice keeps, of what the config leaves to the device (checkpoint.activation =
+// "auto", training.mlp_tile and loss_chunk -1), what the resumed run ran (prev, from its
+// checkpoint; nil in older ones), where that still fits this world's memory by plan's
+// estimate: the ranks' models take it (before their first forward, when they size their
+// buffers) and it is said. Where it does not fit, or the memory is not known here, the new
+// choice stands and it is said why. Either way the training is the same, equal up to
+// floating-point rounding: what a block recomputes is what it computed (bit for bit), and
+// tiles and chunks only sum the weight gradients in another order.
+func (t *trainer) resumeChoice(prev *plan.Candidate, w io.Writer) error {
+	ch := t.choice
+	if prev == nil || len(ch.Auto) == 0 {
+		return nil
+	}
+	want := ch.Candidate // the new choice, with the previous run's values of the keys left to the device
+	for _, k := range ch.Auto {
+		switch k {
+		case "checkpoint.activation":
+			want.Policy = prev.Policy
+		case "training.mlp_tile":
+			want.MLPTile = prev.MLPTile
+		case "training.loss_chunk":
+			want.LossChunk = prev.LossChunk
+		}
+	}
+	if want.Policy == ch.Policy && want.MLPTile == ch.MLPTile && want.LossChunk == ch.LossChunk {
+		return nil
+	}
+	was := fmt.Sprintf("checkpoint.activation %s, training.mlp_tile %s, training.loss_chunk %s", want.Policy, tokensOr(want.MLPTile, "whole"), tokensOr(want.LossChunk, "at once"))
+	if t.memory <= 0 {
+		fmt.Fprintf(w, "resume: the resumed run ran %s; this world's memory is not known, so %s (%s); the same training, equal up to floating-point rounding\n",
+			was, t.choice.Policy, t.choiceLine())
+		return nil
+	}
+	est := ch.Estimate(t.cfg, want)
+	if !est.Fits {
+		fmt.Fprintf(w, "resume: the resumed run ran %s, which needs %.1f GB of the %.1f GB here; so %s; the same training, equal up to floating-point rounding\n",
+			was, est.Peak/1e9, ch.Budget/1e9, t.choiceLine())
+		return nil
+	}
+	policy, err := model.ParseCheckpoint(want.Policy)
+	if err != nil {
+		return fmt.Errorf("the checkpoint's recompute policy: %w", err)
+	}
+	for _, r := range t.ranks {
+		r.Model.Policy, r.Model.MLPTile, r.Model.LossChunk = policy, want.MLPTile, want.LossChunk
+	}
+	t.choice.Candidate = est
+	fmt.Fprintf(w, "resume: %s, as the resumed run ran (%.1f GB of %.1f GB; on this memory alone the choice would be %s, %s, %s)\n",
+		was, est.Peak/1e9, ch.Budget/1e9, ch.Policy, tokensOr(ch.MLPTile, "whole"), tokensOr(ch.LossChunk, "at once"))
+	return nil
+}
+
+// tokensOr writes a number of tokens, or what 0 means.
+func tokensOr(n int, zero string) string {
+	if n == 0 {
+		return zero
+	}
+	return fmt.Sprintf("%d tokens", n)
 }
 
 // How a config key that differs from a resumed checkpoint's affects the training.

@@ -16,8 +16,8 @@ import (
 const (
 	statLoss    = 0 // 2 slots: summed token loss
 	statCount   = 2 // 2 slots: tokens
-	statSumSq   = 4 // 2 slots: Σ g² over what this rank owns (FSDP) or all (else)
-	statBad     = 6 // 1 slot: 1 when this rank's gradients hold Inf or NaN
+	statSumSq   = 4 // 2 slots: Σ g² over what this rank owns (FSDP) or all (else), by GradStats on the device
+	statBad     = 6 // 1 slot: 1 when this rank's gradients hold Inf or NaN (GradStats' third value, after statSumSq's two)
 	statParams  = 7 // 2 slots each: the rank's Memory
 	statGrads   = 9
 	statOptim   = 11
@@ -63,20 +63,32 @@ func (t *trainer) step(step int) (Metrics, error) {
 	var out Metrics
 	err := t.run(func(r *rank) error {
 		sent := attnBytes(r.Comm.Traffic())
-		lossSum, count := t.gradients(r, batches, float32(dscale*scale))
+		count := t.gradients(r, batches, float32(dscale*scale))
 		sent = attnBytes(r.Comm.Traffic()) - sent
 		if t.beforeUpdate != nil {
 			t.beforeUpdate(step, r)
 		}
-		st := t.gatherStats(r, lossSum, count, sent)
+		st := t.gatherStats(r, count, sent)
 		norm := math.Sqrt(st.sumsq) / scale
 		// Every rank has the same statistics and the same history, so decides alike.
 		sp := t.spikes.check(st.loss/st.tokens, norm, skipRuleOf(cfg.Training))
 		skip := sp.skip
+		// The clip scale is computed here, on the host, from the downloaded Σg², and AdamW is
+		// queued after that download. On the device it would save nothing while the host must
+		// hear the step's statistics before deciding whether to update at all: the spike rule
+		// (training.skip_spikes) needs the all-gathered loss and norm, fp16's loss scaler the
+		// all-gathered finiteness, and a bf16/fp32 step with a non-finite gradient must not
+		// touch the weights (the run stops there as diverged). A device-side clip would also
+		// need an AdamW that reads its gradient scale from device memory, which the Backend's
+		// kernels.AdamWStep (a host float) does not.
 		if !st.bad && !skip {
 			clip := float64(optim.ClipScale(norm, cfg.Training.GradClip))
-			r.opt.Update(r.Params, r.Grads, lr, float32(clip/scale))
-			r.Refresh()
+			if half := r.Half(); half != nil { // the 16-bit compute copy written in the same pass
+				r.opt.UpdateHalf(r.Params, r.Grads, half, r.Precision, lr, float32(clip/scale))
+			} else {
+				r.opt.Update(r.Params, r.Grads, lr, float32(clip/scale))
+				r.Refresh()
+			}
 		}
 		if r == t.ranks[0] {
 			out = Metrics{Step: step + 1, Loss: st.loss / st.tokens, LR: lr, GradNorm: norm, Tokens: int64(st.tokens),
@@ -108,15 +120,21 @@ func (t *trainer) step(step int) (Metrics, error) {
 // gradients is rank r's forward and backward over the step's micro-batches (its replica's
 // batch of each, its tokens of each sequence), with the loss scaled by lossScale: the
 // gradients accumulate in r.Grads (summed over the data-parallel replicas without FSDP;
-// FSDP reduce-scatters them as it goes). It returns r's summed loss and target count.
-func (t *trainer) gradients(r *rank, batches [][]data.Batch, lossScale float32) (lossSum float64, count int) {
+// FSDP reduce-scatters them as it goes). It returns r's target count; the losses stay on the
+// device (model.Model.DeferLoss; gatherStats takes them), so that nothing in the step waits for
+// the device before its last backward product is queued. Without FSDP, where the model can, the first
+// micro-batch's backward overwrites each gradient instead of adding to a zeroed buffer
+// (model.Model.FreshGrads), which saves ZeroGrads' pass over the gradients.
+func (t *trainer) gradients(r *rank, batches [][]data.Batch, lossScale float32) (count int) {
 	m, par := r.Model, t.cfg.Parallelism
 	B, T := t.cfg.Data.BatchSize, t.cfg.Data.SeqLen
-	if r.FSDP != nil {
+	switch {
+	case r.FSDP != nil:
 		r.FSDP.ZeroGrads()
-	} else {
-		m.ZeroGrads()
+	default:
+		m.FreshGrads = true
 	}
+	m.DeferLoss = true
 	for _, mb := range batches {
 		b := mb[r.Replica]
 		if par.BalanceDocuments {
@@ -124,15 +142,14 @@ func (t *trainer) gradients(r *rank, batches [][]data.Batch, lossScale float32) 
 		}
 		ids := parallel.Shard(b.Inputs, B, T, 1, r.pos)
 		tg := parallel.Shard(b.Targets, B, T, 1, r.pos)
-		l, n := m.ForwardBackward(model.Batch{IDs: ids, Targets: tg, B: B, Pos: r.pos, SeqLen: T,
+		_, n := m.ForwardBackward(model.Batch{IDs: ids, Targets: tg, B: B, Pos: r.pos, SeqLen: T,
 			Docs: b.DocStart, ResetPositions: t.cfg.Data.PositionReset}, lossScale)
-		lossSum += l
 		count += n
 	}
 	if r.FSDP == nil && t.size() > 1 {
 		r.Comm.AllReduce(r.Grads, "grad.allreduce")
 	}
-	return lossSum, count
+	return count
 }
 
 // anyStop reports on every rank whether some rank's process was asked to stop (local: this
@@ -180,18 +197,23 @@ func attnBytes(tr transport.Traffic) int64 {
 // gatherStats all-gathers rank r's loss, target count, squared gradient norm (every rank's
 // share with FSDP; rank 0's whole sum without), finiteness, stop request, memory and attention
 // bytes, and sums them in rank order (the bytes: the largest), so every rank reaches the same
-// numbers.
-func (t *trainer) gatherStats(r *rank, lossSum float64, count int, attn int64) stepStats {
+// numbers. The step's losses are still on the device (gradients) and are taken here.
+//
+// The gradient's statistics never visit the host on their own: GradStats writes Σg² and the
+// not-finite flag straight into the rank's statistics buffer on the device (the slots statSumSq,
+// statSumSq+1 and statBad, adjacent), queued before the losses' download, and the host's part
+// of the statistics is uploaded around those slots. The step's syncs are so the losses'
+// download (after every backward product and the gradient statistics are queued) and the
+// download of the all-gathered statistics.
+func (t *trainer) gatherStats(r *rank, count int, attn int64) stepStats {
+	be := r.Backend
+	be.GradStats(be.Slice(r.statBuf, statSumSq, statBad-statSumSq+1), r.Grads)
+	lossSum := r.Model.TakeLoss()
+	r.Model.DeferLoss = false
 	s := r.stats
 	clear(s)
 	putStat(s, statLoss, lossSum)
 	putStat(s, statCount, float64(count))
-	if r.FSDP != nil || r.ID == 0 { // without FSDP every rank holds the same summed gradient
-		putStat(s, statSumSq, r.Backend.SumSquares(r.Grads))
-	}
-	if !r.Backend.AllFinite(r.Grads) {
-		s[statBad] = 1
-	}
 	if t.stopRequested != nil && t.stopRequested() {
 		s[statStop] = 1
 	}
@@ -202,16 +224,20 @@ func (t *trainer) gatherStats(r *rank, lossSum float64, count int, attn int64) s
 	putStat(s, statCompute, float64(mem.Compute))
 	putStat(s, statActs, float64(mem.Activations))
 	putStat(s, statAttn, float64(attn))
-	r.Backend.Upload(r.statBuf, s)
+	// the host's statistics, around the device's (stream order puts both before the gather)
+	be.Upload(be.Slice(r.statBuf, 0, statSumSq), s[:statSumSq])
+	be.Upload(be.Slice(r.statBuf, statBad+1, statLen-statBad-1), s[statBad+1:])
 	r.Comm.AllGather(r.statAll, r.statBuf, "stats")
 	all := make([]float32, statLen*t.size())
-	r.Backend.Download(all, r.statAll)
+	be.Download(all, r.statAll)
 	out := stepStats{mems: make([]Memory, t.size())}
 	for q := range t.size() {
 		st := all[q*statLen : (q+1)*statLen]
 		out.loss += getStat(st, statLoss)
 		out.tokens += getStat(st, statCount)
-		out.sumsq += getStat(st, statSumSq)
+		if r.FSDP != nil || q == 0 { // without FSDP every rank holds the same summed gradient
+			out.sumsq += getStat(st, statSumSq)
+		}
 		out.bad = out.bad || st[statBad] != 0
 		out.stop = out.stop || st[statStop] != 0
 		out.attnBytes = max(out.attnBytes, int64(getStat(st, statAttn)))

@@ -8,7 +8,8 @@
 // after its flags.
 //
 // Files by concern: train.go (Run and its options), trainer.go (the ranks and their
-// optimizers), step.go (one optimizer step and its statistics), session.go (the loop from the
+// optimizers), step.go (one optimizer step and its statistics; modelfeatures.go: the model's
+// side of its one sync, where the model has it), session.go (the loop from the
 // first step to the last checkpoint), heldout.go (evaluation and samples during training),
 // loader.go, resume.go, rundir.go, initfrom.go, memcheck.go, metrics.go, tboard.go,
 // profile.go, clock.go, signal.go.

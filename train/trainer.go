@@ -33,6 +33,13 @@ type trainer struct {
 	trace  *tracer           // DISTFLASH_TRACE, rank 0; nil: none
 	spikes *spikeWatch       // the recent steps' loss and gradient norm, and the spikes seen
 	warmed string            // what the attention warm-up built, for the log ("": none ran)
+	// choice is what the config left to the device (checkpoint.activation = "auto",
+	// training.mlp_tile and loss_chunk -1) as decided for memory bytes per rank (0: not known;
+	// memorySource says where the figure comes from): the policy, tile and chunk the ranks'
+	// models run (plan.Choose), and what a checkpoint records of them.
+	choice       plan.Choice
+	memory       float64
+	memorySource string
 
 	// beforeUpdate, when set (tests), runs on every rank after the gradients are complete and
 	// before they are checked and applied.
@@ -83,10 +90,6 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 	if err != nil {
 		return nil, fmt.Errorf("%s: training.mixed_precision: %w", cfg.Origin("training.mixed_precision"), err)
 	}
-	policy, err := model.ParseCheckpoint(cfg.Checkpoint.Activation)
-	if err != nil {
-		return nil, fmt.Errorf("%s: checkpoint.activation: %w", cfg.Origin("checkpoint.activation"), err)
-	}
 	tr := &trainer{cfg: cfg, sched: sched, loader: loader, w: w, prec: prec, spikes: &spikeWatch{}}
 	if prec == kernels.FP16 {
 		if tr.scaler, err = optim.NewLossScaler(t.LossScaleInit, t.LossScaleGrowthInterval); err != nil {
@@ -96,8 +99,20 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 	if err := w.Open(); err != nil {
 		return nil, fmt.Errorf("%s: %w", cfg.Origin(""), err)
 	}
+	// What the config leaves to the device (checkpoint.activation = "auto", training.mlp_tile
+	// and loss_chunk -1) is decided now that the devices, and so their memory, are known: by
+	// plan's estimate, the same on every rank (SharedMemory), said in the run's first lines.
+	tr.memory, tr.memorySource, _ = w.SharedMemory()
+	tr.choice = plan.Choose(cfg, tr.memory)
+	if msg := tr.choiceLine(); msg != "" {
+		fmt.Fprintf(stderr, "%s\n", msg)
+	}
+	policy, err := model.ParseCheckpoint(tr.choice.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("%s: checkpoint.activation: %w", cfg.Origin("checkpoint.activation"), err)
+	}
 	spec := world.Spec{Model: cfg.Model, Policy: policy, Precision: prec, FSDP: cfg.Parallelism.FSDP,
-		LossChunk: cfg.LossChunkTokens(), MLPTile: cfg.MLPTileTokens(), Seed: cfg.Run.Seed}
+		LossChunk: tr.choice.LossChunk, MLPTile: tr.choice.MLPTile, Seed: cfg.Run.Seed}
 	// The initial weights, whole: the in-process ranks share one copy. An MPI rank with FSDP
 	// generates and keeps only its chunks, so no process holds the whole model.
 	if !w.MPI() || !cfg.Parallelism.FSDP {
@@ -130,6 +145,19 @@ func newTrainerOn(cfg config.Config, stderr io.Writer, w *world.World) (*trainer
 		tr.ranks = append(tr.ranks, r)
 	}
 	return tr, nil
+}
+
+// choiceLine is the run's line that says what the config left to the device and how it was
+// decided ("" when it left nothing): plan.Choice's words and where the memory figure comes from.
+func (t *trainer) choiceLine() string {
+	msg := t.choice.String()
+	if msg == "" {
+		return ""
+	}
+	if t.memory > 0 {
+		msg += fmt.Sprintf(" (memory per rank: %s)", t.memorySource)
+	}
+	return msg
 }
 
 // segments groups consecutive tensors of the layout that share a weight-decay setting.

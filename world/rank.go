@@ -30,6 +30,9 @@ type Rank struct {
 	// Params and Grads are what an optimizer updates: all of the model's parameters and
 	// gradients (float32, model.Layout order), or the rank's FSDP chunks of them.
 	Params, Grads kernels.Buf
+	// Precision is the compute precision of the rank's products and kept activations
+	// (Spec.Precision).
+	Precision kernels.Precision
 
 	dims parallel.Dims
 }
@@ -102,6 +105,7 @@ func (r *Rank) build(spec Spec, par config.ParallelismConfig) error {
 			r.Model.Store = r.Cast
 		}
 	}
+	r.Precision = spec.Precision
 	r.Model.LossChunk, r.Model.MLPTile, r.Model.Precision, r.Model.ActPrecision = spec.LossChunk, spec.MLPTile, spec.Precision, spec.Precision
 	r.Backend.SetMatMulPrecision(spec.Precision)
 	if r.dims.SP > 1 {
@@ -137,12 +141,33 @@ func (r *Rank) Load(params []float32) error {
 	return nil
 }
 
-// Refresh brings the 16-bit compute copy up to date with the float32 parameters, after an
-// optimizer's update or a Load; without one it does nothing (FSDP gathers from its chunks).
+// Refresh brings the 16-bit compute copy up to date with the float32 parameters, after a Load
+// or an optimizer's update that did not write it (Half); without one it does nothing (FSDP
+// gathers from its chunks).
 func (r *Rank) Refresh() {
 	if r.Cast != nil {
 		r.Cast.Refresh()
 	}
+}
+
+// packedCopy is a 16-bit compute copy held in one packed buffer laid out like the whole
+// parameter vector (model.CastStore.Packed, issue 41): what an optimizer's update can write as
+// it goes.
+type packedCopy interface{ Packed() kernels.Buf }
+
+// Half returns the 16-bit compute copy of Params that an optimizer's update writes in the same
+// pass (optim.AdamW.UpdateHalf, in r.Precision), so that no Refresh follows it: the cast
+// store's one packed buffer (kernels.Backend.PackHalf's layout, Params' order). It is nil
+// where there is no such copy: FP32, FSDP (which gathers from its chunks), or a cast store
+// that keeps its copy otherwise; then an update is followed by Refresh.
+func (r *Rank) Half() kernels.Buf {
+	if r.Cast == nil {
+		return nil
+	}
+	if p, ok := any(r.Cast).(packedCopy); ok {
+		return p.Packed()
+	}
+	return nil
 }
 
 // FullParams returns the whole parameter vector in model.NewLayout order on this process's

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"distflash/config"
 	"distflash/kernels"
@@ -34,6 +35,10 @@ type World struct {
 	boot   transport.Comm           // this process's MPI communicator; nil when every rank is in this process
 	local  *transport.World         // the in-process world; nil under MPI
 	ranks  []*Rank                  // this process's ranks, in rank order (after Open)
+	// Wrap, when set before Open (tests), wraps each rank's backend: the rank, its model and
+	// its optimizer call the wrapper, while its communicator keeps the device's own backend
+	// (a staged communicator's host copies are the transport's, not the rank's).
+	Wrap func(kernels.Backend) kernels.Backend
 }
 
 // Launch starts the world cfg asks for: MPI when parallelism.backend is "mpi", or when an MPI
@@ -176,6 +181,9 @@ func (w *World) Open() error {
 			// host copies, the same bytes at every call site
 			c = transport.Staged(c, be)
 		}
+		if w.Wrap != nil {
+			be = w.Wrap(be)
+		}
 		r := &Rank{ID: c.Rank(), Replica: w.Dims.Replica(c.Rank()), Comm: c, Backend: be, dims: w.Dims}
 		r.Seq = w.Dims.SequenceGroup(c)
 		return r, nil
@@ -229,6 +237,37 @@ func (w *World) Memory() (bytes float64, source string, ok bool) {
 		source += fmt.Sprintf(", shared by %d in-process ranks", n)
 	}
 	return float64(avail) / float64(w.LocalRanks()), source, true
+}
+
+// SharedMemory is Memory agreed by every process of the world: the least memory any of its
+// ranks has, and where the figure comes from, so that what a run decides by it
+// (checkpoint.activation = "auto": plan.Choose) is decided alike on every rank. In process it is
+// Memory; under MPI every process sends its figure (a collective of every process, after Open),
+// and one that does not know its memory makes it unknown (ok false) for all.
+func (w *World) SharedMemory() (bytes float64, source string, ok bool) {
+	bytes, source, ok = w.Memory()
+	if w.boot == nil {
+		return bytes, source, ok
+	}
+	if !ok {
+		bytes = 0
+	}
+	all, err := transport.AllGatherBytes([]byte(strconv.FormatFloat(bytes, 'g', -1, 64)))
+	if err != nil {
+		return 0, "", false
+	}
+	least := bytes
+	for _, b := range all {
+		v, err := strconv.ParseFloat(string(b), 64)
+		if err != nil || v <= 0 {
+			return 0, "", false
+		}
+		least = min(least, v)
+	}
+	if least < bytes {
+		source = fmt.Sprintf("the least of the world's %d processes", len(all))
+	}
+	return least, source, ok
 }
 
 // CloseComms releases the communicators that hold resources of their own (NCCL's: each rank's
