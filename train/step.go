@@ -245,6 +245,12 @@ func (t *trainer) gatherStats(r *rank, count int, attn int64) stepStats {
 			Optimizer: int64(getStat(st, statOptim)), Compute: int64(getStat(st, statCompute)),
 			Activations: int64(getStat(st, statActs))}
 	}
+	// Σg² travels as two float32: a sum of finite gradients past the float32 range (a norm
+	// above 1.8e19) arrives as +Inf and −Inf, whose sum is NaN. No update can use such a
+	// gradient; it counts as not finite.
+	if math.IsNaN(out.sumsq) || math.IsInf(out.sumsq, 0) {
+		out.bad = true
+	}
 	return out
 }
 
