@@ -2310,8 +2310,10 @@ def print_plan(r, phases, budget):
             print(f"      limit {t:>4} s, expected {'-' if e is None else e:>4} s  {n}", flush=True)
         used += BUDGET[p]
         expected += exp
-    print(f"planned total: {min(total, budget):.0f} s (phase budgets {total} s, --budget {budget:.0f} s); expected, where the "
-          f"steps say: {expected} s", flush=True)
+    given = [e for _, steps in plan for _, _, e in steps]
+    exp = ("no step gives an expected time" if all(e is None for e in given) else
+           f"expected {expected} s" if all(e is not None for e in given) else f"expected {expected} s where the steps give one")
+    print(f"planned total: {min(total, budget):.0f} s (phase budgets {total} s, --budget {budget:.0f} s); {exp}", flush=True)
 
 
 def cmd_run(a):
