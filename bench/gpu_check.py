@@ -7,12 +7,15 @@ optionally, Nsight Compute, but no Go. scripts/gpu_check.sh is the entry point:
                                    [--budget SECONDS] [--steps REGEX] [--dry]
     python3 bench/gpu_check.py merge --dest DIR OUT1 OUT2 ...
 
-Phases (each fits one 10-minute command, all three 20 minutes: BUDGET; with several (--phase all, or a
-list such as cudnn,model) and a --budget, each phase gets its SHARE of what is left. Every step has its own time limit, a
-failing or timed-out step is recorded and the next one runs. --steps runs only the steps whose
-name the expression finds, for a rerun after a fix; merge then lets a later report's run of a
-step replace an earlier one, which the report lists as superseded). On the H200 the three
-phases took 7 minutes together (bench/results/h200-2026-11-26):
+Phases, in the order of their value (PHASES; --phase all runs them so): each has a budget that
+fits one 10-minute command (BUDGET); with several and a --budget, each in turn gets the smaller
+of its budget and what is left, so the most valuable run first and time a phase leaves unused
+passes on. `run` prints the plan first: every step's limit, each phase's budget and the planned
+total. Every step has its own time limit, a failing or timed-out step is recorded and the next
+one runs, and OUT gets the results even when steps fail. --steps runs only the steps whose name
+the expression finds, for a rerun after a fix; merge then lets a later report's run of a step
+replace an earlier one, which the report lists as superseded. On the H200 the correctness,
+attention and model phases of the time took 7 minutes together (bench/results/h200-2026-11-26).
 
   correctness  the kernels test binary (every Backend method against the CPU backend, the
                training-step parity test, the host-side tests), then `train --config tiny.toml`
@@ -28,23 +31,43 @@ phases took 7 minutes together (bench/results/h200-2026-11-26):
                2 layers at seq 1024, 4 steps fp32 on cpu and cuda: within 1e-5 relative. Last,
                compute-sanitizer memcheck and racecheck over the kernels tests SANITIZER_RUNS
                names: no error, every test passing under the tool.
+  gemm         issue 41's GEMM table: the review's 18 products of the 0.85B step at 8K, in
+               distflash's modes (fp32-storage: today's cublasGemmEx on float32 A, B, C;
+               bf16: 16-bit A, B and C; bf16-f32c: 16-bit A, B, float32 C) from the kernels
+               test binary's BenchmarkCUDAGemmTable (-test.benchtime 20x, records written to
+               DISTFLASH_GEMM_OUT), beside torch.matmul in bf16 (bench/torch_gemm.py): TFLOP/s
+               per shape and mode, each of ours over torch's, and the FLOP-weighted rate of each
+               mode, under "gemm" in summary.json. Right after correctness: half a minute that
+               settles the largest row of the predicted 8K budget (docs/gpu.md), needing neither
+               cuDNN nor the model. A dry run checks that the benchmark is in the binary and
+               fails without a GPU, runs torch_gemm.py --dry and the join on made-up records; a
+               side missing from the pack fails its step, naming it.
+  model        the 0.85B LLaMA (configs/llama-1b.toml: dim 2048, 16 layers, 16 heads, 4 kv heads,
+               ffn 5632, vocab 32000), bf16, at 8K, 64K and 128K tokens a step, device.attention
+               cudnn, with the checkpoint policy auto where the binary accepts it (`plan` with
+               checkpoint.activation = auto decides; else attn_output, and the report says
+               which), plus at 8K checkpoint none with mlp_tile 0 and the own attention kernel;
+               PyTorch (bench/torch_ops.py: torch_llama.py's step, attn_output through the flash
+               ops, and none at 8K) at each length. Each run, ours and PyTorch's, is one process:
+               warm-up steps, timed steps (the median gives tokens/s), and the per-op table of its
+               profiled steps (ours: `train --profile`, ops.json; PyTorch's: torch.profiler in the
+               same classes); at 64K and 128K ours times the profiled steps. Timing runs use a
+               constant learning rate from the first step (TIMING_SETS), as PyTorch's. Peak GPU
+               memory is the largest `nvidia-smi` memory.used while the run lasts, minus the value
+               before it (the same measurement for both programs; PyTorch's allocator peak is
+               reported beside it); `distflash plan` at each length beside ours. The report has
+               MFU, the ratios to PyTorch (the goals under "goals" in summary.json), every per-op
+               table beside PyTorch's of the same length and policy, and each table rolled up into
+               the components of docs/gpu.md's predicted 8K budget beside the prediction
+               ("budget_8k"). A run is ended once its last step and table are written (the final
+               checkpoint of 10 GB is not needed). PyTorch out of memory is a result.
+  curve        the 0.85B's bf16 curve beside PyTorch's at 8K (curve_1b below).
+  (the rest below by subject; PHASES has the order)
   attention    bench/cuda_attn.py, in two steps (torch, then distflash): distflash's
                FlashAttention kernel (forward, forward+backward, causal, bf16, head_dim 64 and
                128, seq 4K/16K/64K) beside torch SDPA (flash and cuDNN backends) on the same
                shapes; then one `ncu` profile of the forward and the two backward kernels
                (head_dim 128, 16K).
-  model        a 0.85B LLaMA (configs/llama-1b.toml: dim 2048, 16 layers, 16 heads, 4 kv heads,
-               ffn 5632, vocab 32000), bf16, attn_output checkpointing, at seq 8K and 32K:
-               distflash train on cuda vs bench/torch_llama.py (plain PyTorch, same model and
-               checkpointing) vs `distflash plan --cluster 1x1xH100-80GB` (or H200-141GB). Peak
-               GPU memory is the largest `nvidia-smi` memory.used while the run lasts, minus the
-               value before it (the same measurement for both programs; PyTorch's allocator peak
-               is reported beside it). Then the per-op tables at 8K: `train --profile` over
-               steps 3–4 (ops.json: each op class and phase with its time on CUDA events, calls,
-               bytes, FLOPs and ratio to its floor at the ceilings the run measures) and
-               bench/torch_ops.py (torch.profiler's kernels of the same step in the same classes),
-               side by side in the report and both under "ops" in summary.json.
-
   multigpu     several processes on the one GPU over MPI with device buffers (issue "many
                GPUs", part 3): Open MPI from the Debian packages the pack carries, unpacked into
                the work folder and run relocated (OPAL_PREFIX); then `mpirun -np 4` of the
@@ -128,14 +151,20 @@ import tarfile
 import threading
 import time
 
-PHASES = ["correctness", "cudnn-first", "attention", "model", "multigpu", "commands", "cudnn", "curve"]
-# Default budget of each phase in seconds: together 20 minutes, each well inside one 10-minute
-# command; a step gets the smaller of its own limit and what is left of the budget.
-BUDGET = {"correctness": 360, "cudnn-first": 300, "attention": 420, "model": 540, "multigpu": 480, "commands": 240, "cudnn": 420,
-          "curve": 300}
-# The share of --budget each phase gets in a run of several (time a phase leaves unused passes on).
-SHARE = {"correctness": 0.2, "cudnn-first": 0.15, "attention": 0.15, "model": 0.2, "multigpu": 0.1, "commands": 0.1, "cudnn": 0.15,
-         "curve": 0.1}
+# The phases in order of value (issue 39, "the device run"): what a device session of 15 minutes
+# runs first. correctness first (the PTX nvcc 13 rebuilt and the kernels' parity: if they fail, no
+# figure after them counts); gemm right after it (issue 41's GEMM table: half a minute that
+# settles the largest row of the predicted step budget, docs/gpu.md "The 8K step's budget",
+# with no dependence on cuDNN or the model); then cuDNN's first run, the commands on every
+# world, the 0.85B model and its per-op tables, the curve beside PyTorch's; last the phases
+# that earlier ones superseded or that need the most time (multigpu, attention, cudnn).
+PHASES = ["correctness", "gemm", "cudnn-first", "commands", "model", "curve", "multigpu", "attention", "cudnn"]
+# The most each phase may use, in seconds, each inside one 10-minute command. A run of several
+# phases gives each, in order, the smaller of its budget and what --budget has left (the most
+# valuable phase first; time a phase leaves unused passes on); a step gets the smaller of its
+# own limit and what its phase has left. `run` prints the plan before it starts.
+BUDGET = {"correctness": 360, "gemm": 120, "cudnn-first": 300, "commands": 240, "model": 420, "curve": 300,
+          "multigpu": 480, "attention": 420, "cudnn": 420}
 CURVE_STEPS = 50
 DOC_STEPS = 20
 FP32_TOL = 1e-5
@@ -158,6 +187,7 @@ class Runner:
         self.end = self.deadline  # the whole run's deadline; deadline is the current phase's
         self.steps = []
         self.only = only  # a regular expression: run only the steps whose name it finds
+        self.planning = None  # a list while plan() collects the steps instead of running them
         self.env = dict(os.environ)
         self.meta = {"started": now(), "dry_run": dry, "pack": self.read_manifest()}
 
@@ -175,13 +205,29 @@ class Runner:
         return self.deadline - time.monotonic()
 
     def start_phase(self, phases, i):
-        """Sets the deadline of phases[i]: its share (SHARE) of the time the run has left."""
-        rest = phases[i:]
-        share = SHARE[phases[i]] / sum(SHARE[p] for p in rest)
-        self.deadline = time.monotonic() + (self.end - time.monotonic()) * share
+        """Sets the deadline of phases[i]: its BUDGET, or what the run has left if that is less."""
+        self.deadline = min(time.monotonic() + BUDGET[phases[i]], self.end)
 
-    def step(self, phase, name, fn, timeout):
-        """Runs fn(timeout) -> dict (its result) and records it; fn raises Fail or Timeout."""
+    def plan(self, phases, fns):
+        """The steps each phase would run, their limits and expected seconds, without running them
+        (each phase function called with step() recording only): [(phase, [(step, limit,
+        expected or None), ...]), ...]."""
+        self.planning, out = [], []
+        try:
+            for p in phases:
+                self.planning.clear()
+                fns[p](self)
+                out.append((p, list(self.planning)))
+        finally:
+            self.planning = None
+        return out
+
+    def step(self, phase, name, fn, timeout, expect=None):
+        """Runs fn(timeout) -> dict (its result) and records it; fn raises Fail or Timeout.
+        expect is the seconds the step should take on the GPU (for the plan), where known."""
+        if getattr(self, "planning", None) is not None:
+            self.planning.append((name, timeout, expect))
+            return {"phase": phase, "name": name, "status": "planned"}
         rec = {"phase": phase, "name": name, "status": "pass", "started": now()}
         if self.only and not re.search(self.only, name):
             rec.update(status="skipped", note=f"not selected by --steps {self.only}")
@@ -209,14 +255,20 @@ class Runner:
         if "result" in rec and isinstance(rec["result"], dict) and rec["result"].get("failed"):
             rec["status"] = "fail"
             rec.setdefault("note", rec["result"]["failed"])
+        if "result" in rec and isinstance(rec["result"], dict) and rec["result"].get("note") and "note" not in rec:
+            rec["note"] = rec["result"]["note"]
         self.steps.append(rec)
         print(f"[{phase}] {name}: {rec['status']} in {rec['seconds']} s {rec.get('note', '')}", flush=True)
         return rec
 
-    def sh(self, name, cmd, timeout, cwd=None, env=None, ok_codes=(0,)):
-        """Runs cmd, its output to logs/name.log; returns (exit code, output)."""
+    def sh(self, name, cmd, timeout, cwd=None, env=None, ok_codes=(0,), done=None):
+        """Runs cmd, its output to logs/name.log; returns (exit code, output). done, if given, is
+        asked twice a second while cmd runs: once it returns true, cmd and its children are ended
+        (SIGKILL) and the call returns as if cmd had exited with 0 (a training run whose last
+        needed step is written, spared its final checkpoint)."""
         log = os.path.join(self.logs, name + ".log")
         e = dict(self.env, **(env or {}))
+        ended = False
         with open(log, "w") as f:
             f.write("$ " + " ".join(cmd) + "\n")
             f.flush()
@@ -224,14 +276,27 @@ class Runner:
                 p = subprocess.Popen(cmd, cwd=cwd, env=e, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
             except OSError as err:
                 raise Fail(f"cannot run {cmd[0]}: {err}")
-            try:
-                p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-                raise Timeout(f"{os.path.basename(cmd[0])} ran past {timeout:.0f} s (log: logs/{name}.log)")
+            end = time.monotonic() + timeout
+            while True:
+                try:
+                    p.wait(timeout=max(0.0, min(0.5, end - time.monotonic())) if done else max(0.0, end - time.monotonic()))
+                    break
+                except subprocess.TimeoutExpired:
+                    if done is not None and done():
+                        os.killpg(p.pid, signal.SIGKILL)
+                        p.wait()
+                        ended = True
+                        break
+                    if time.monotonic() >= end:
+                        os.killpg(p.pid, signal.SIGKILL)
+                        p.wait()
+                        raise Timeout(f"{os.path.basename(cmd[0])} ran past {timeout:.0f} s (log: logs/{name}.log)")
+            if ended:
+                f.write("\n(gpu_check: ended here, its last needed step written)\n")
         with open(log, errors="replace") as f:
             text = f.read()
+        if ended:
+            return 0, text
         if p.returncode not in ok_codes:
             raise Fail(f"exit status {p.returncode}: {tail(text, 600)}")
         return p.returncode, text
@@ -434,14 +499,14 @@ def kernels_tests(r, limit):
     return res
 
 
-def train_curve(r, name, device, prec, limit, steps=CURVE_STEPS, config="tiny.toml", extra=(), env=None):
+def train_curve(r, name, device, prec, limit, steps=CURVE_STEPS, config="tiny.toml", extra=(), env=None, done=None):
     runs = os.path.join(r.work, "runs")
     cmd = [r.bin("distflash"), "train", "--config", os.path.join(r.pack, "configs", config),
            "--set", f"data.train={os.path.join(r.pack, 'data', 'go.tokens')}", "--set", "data.format=tokens",
            "--set", f"training.steps={steps}", "--set", f"device.kind={device}",
            "--set", f"training.mixed_precision={prec}", "--set", f"run.output_dir={runs}", "--set", f"run.name={name}",
            "--set", "run.log_interval=1", "--progress=false", *extra]
-    r.sh(name, cmd, limit, cwd=r.work, env=env)
+    r.sh(name, cmd, limit, cwd=r.work, env=env, done=done)
     return read_metrics(os.path.join(runs, name, "metrics.jsonl"))
 
 
@@ -767,48 +832,187 @@ def model_sets(cfg):
     return [f"model.{k}={v}" for k, v in cfg.items()]
 
 
-def plan_step(r, seq, limit):
+# The model phase's lengths (8K, 64K, 128K tokens a step: one sequence) and the dry run's
+# stand-ins at the dry model's size on the CPU.
+MODEL_SEQS = (8192, 65536, 131072)
+MODEL_DRY_SEQS = (256, 512, 1024)
+# distflash's timing runs by length: (steps, timed steps FIRST..LAST, profiled steps FIRST..LAST).
+# At 8K the profile (a pair of CUDA events around each of ~1,700 ops, one wait at the end of a
+# step) runs after the timed steps; at 64K and 128K it costs well under 1% of a step of seconds,
+# so the timed steps are the profiled ones, after one warm-up step.
+MODEL_STEPS = ((7, (3, 5), (6, 7)), (3, (2, 3), (2, 3)), (2, (2, 2), (2, 2)))
+# PyTorch's (bench/torch_ops.py) by length: warm-up steps, timed steps, profiled steps.
+TORCH_STEPS = ((2, 3, 2), (1, 2, 1), (1, 1, 1))
+# The timing runs' settings: a constant learning rate from the first step, the config's 3e-4,
+# as bench/torch_llama.py and torch_ops.py train (torch.optim.AdamW at lr 3e-4, no schedule). The
+# review's §7.9: the H100 and H200 runs' 6 steps compressed the config's warm-up to 2 steps and
+# their losses rose to 13–17 while PyTorch's fell; with today's 200-step warm-up the 6 steps
+# would train at lr/200 to 6·lr/200, PyTorch's at lr. Neither compares. The final checkpoint is
+# not needed (the run is ended once its last step is written: Runner.sh's done); level 1 keeps
+# it short where it is written anyway.
+TIMING_SETS = ("training.lr_schedule=constant", "training.warmup_steps=0", "checkpoint.compression_level=1",
+               "run.tensorboard=false")
+# The variants of distflash's run: device.attention and settings after the common ones. The
+# checkpoint policy is the phase's (ckpt_policy: auto where the binary accepts it).
+MODEL_VARIANTS = {
+    "cudnn": {"attention": "cudnn", "sets": ()},
+    # review §5 and §6 change 2: nothing recomputed, the MLP untiled (a tile makes `none`
+    # recompute gate and up anyway)
+    "cudnn-none": {"attention": "cudnn", "sets": ("checkpoint.activation=none", "training.mlp_tile=0")},
+    "own": {"attention": "own", "sets": ()},
+}
+
+
+def plan_cmd(r, seq, ckpt):
     cluster = "1x1xH200-141GB" if "H200" in (r.meta["env"].get("gpu") or "") else "1x1xH100-80GB"
     cmd = [r.bin("distflash"), "plan", "--config", os.path.join(r.pack, "configs", "llama-1b.toml"),
-           "--cluster", cluster, "--format", "json", "--set", f"data.seq_len={seq}"]
+           "--cluster", cluster, "--format", "json", "--set", f"data.seq_len={seq}",
+           "--set", f"model.max_seq_len={max(seq, 8192)}", "--set", f"checkpoint.activation={ckpt}"]
     if r.dry:
         for s in model_sets(LLAMA_DRY):
             cmd += ["--set", s]
-    _, text = r.sh(f"plan_{seq}", cmd, limit)
+    return cluster, cmd
+
+
+def plan_step(r, seq, limit):
+    """`distflash plan` at seq with the phase's checkpoint policy: its step time and memory."""
+    ckpt = ckpt_policy(r, limit / 2)
+    cluster, cmd = plan_cmd(r, seq, ckpt)
+    _, text = r.sh(f"plan_{seq}", cmd, limit / 2)
     p = json.loads(text[text.index("{"):])["plans"][0]
-    return {"cluster": cluster, "seq": seq, "step_s": p["time"]["step_s"], "memory": p["memory"],
-            "peak_bytes": p["memory"]["peak"]}
+    return {"cluster": cluster, "seq": seq, "checkpoint": ckpt, "checkpoint_choice": r.ckpt_note,
+            "step_s": p["time"]["step_s"], "memory": p["memory"], "peak_bytes": p["memory"]["peak"]}
 
 
-def distflash_1b(r, seq, steps, limit):
-    name = f"llama1b-{seq}"
-    extra = ["--set", f"data.seq_len={seq}", "--set", f"model.max_seq_len={max(seq, 8192)}"]
-    dev = "cuda"
-    if r.dry:
-        extra += [x for s in model_sets(LLAMA_DRY) for x in ("--set", s)]
-        dev = "cpu"
+def ckpt_policy(r, limit=30):
+    """The checkpoint policy the model phase asks for: "auto" where this binary accepts it
+    (issue 41's default, `plan`'s estimate deciding), else "attn_output", decided once by
+    `distflash plan` at the first length with checkpoint.activation = auto; r.ckpt_note says which
+    and why."""
+    if getattr(r, "ckpt", None):
+        return r.ckpt
+    seq = (MODEL_DRY_SEQS if r.dry else MODEL_SEQS)[0]
+    _, cmd = plan_cmd(r, seq, "auto")
+    try:
+        r.sh("plan_checkpoint_auto", cmd, limit)
+        r.ckpt, r.ckpt_note = "auto", "checkpoint.activation = auto: this binary accepts it"
+    except Fail as e:
+        if "checkpoint.activation" not in str(e):
+            raise
+        why = re.search(r"checkpoint\.activation = [^\n]*", str(e))  # the config's error, not the command line
+        r.ckpt = "attn_output"
+        r.ckpt_note = ("checkpoint.activation = auto refused by this binary (" + (why.group(0)[:200] if why else tail(str(e), 200)) +
+                       "): attn_output, the config's policy before auto")
+    print(f"[model] {r.ckpt_note}", flush=True)
+    return r.ckpt
+
+
+def checkpoint_lines(text):
+    """The lines of a train log that say which activation checkpoint policy the run took."""
+    return [line.strip()[:300] for line in text.splitlines()[:80] if "checkpoint" in line and "activation" in line]
+
+
+def resolved_checkpoint(asked, lines):
+    """The policy a run used: asked, or for "auto" the policy its log names after the word auto
+    (None when the log does not say)."""
+    if asked != "auto":
+        return asked
+    for line in lines:
+        m = re.search(r"auto\b\W+(?:[\w.]+\W+){0,4}?(none|layer|attn_output)\b", line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def metrics_reached(path, step):
+    """Whether metrics.jsonl at path has the line of step (its loss written)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    m = json.loads(line)
+                    if m.get("step", 0) >= step and "loss" in m:
+                        return True
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def distflash_run(r, i, variant, limit):
+    """One timing run of the 0.85B (configs/llama-1b.toml, bf16) at the i-th length: MODEL_STEPS
+    steps at a constant learning rate, the per-op profile over its profiled steps (ops.json),
+    peak GPU memory by nvidia-smi. Ended once its last step and ops.json are written."""
+    seq = (MODEL_DRY_SEQS if r.dry else MODEL_SEQS)[i]
+    steps, timed, prof = MODEL_STEPS[i]
+    v = MODEL_VARIANTS[variant]
+    ckpt = ckpt_policy(r)
+    name = f"llama1b-{seq}-{variant}"
+    runs, profdir = os.path.join(r.work, "runs"), os.path.join(r.work, f"ops_{seq}_{variant}")
+    sets = [f"data.seq_len={seq}", f"model.max_seq_len={max(seq, 8192)}", *TIMING_SETS, f"checkpoint.activation={ckpt}", *v["sets"]]
+    # cudnn and own choose among a GPU's paths: a CPU run (the dry run) refuses them
+    sets += model_sets(LLAMA_DRY) if r.dry else [f"device.attention={v['attention']}"]
+    extra = [x for s in sets for x in ("--set", s)] + ["--profile", profdir, "--profile-steps", f"{prof[0]}..{prof[1]}"]
+    mpath = os.path.join(runs, name, "metrics.jsonl")
+    done = lambda: os.path.exists(os.path.join(profdir, "ops.txt")) and metrics_reached(mpath, steps)  # noqa: E731
     with MemSampler() as ms:
-        rows = train_curve(r, name, dev, "bf16", limit, steps=steps, config="llama-1b.toml", extra=extra)
-    warm = min(2, len(rows) - 1)
-    tps = statistics.median(m["tokens_per_s"] for m in rows[warm:])
-    mem = rows[-1].get("memory", [{}])[0]
-    return {"impl": "distflash", "seq": seq, "steps": len(rows), "tokens_per_s": tps, "step_s": seq / tps,
-            "losses": [m["loss"] for m in rows], "peak_gpu_bytes": ms.result(), "host_accounting": mem}
+        rows = train_curve(r, name, "cpu" if r.dry else "cuda", "bf16", limit, steps=steps, config="llama-1b.toml",
+                           extra=extra, done=done)
+    for d in glob.glob(os.path.join(runs, name, "step-*")):  # 10 GB a checkpoint: the disk is 64 GB
+        shutil.rmtree(d, ignore_errors=True)
+    with open(os.path.join(r.logs, name + ".log"), errors="replace") as f:
+        text = f.read()
+    lines = checkpoint_lines(text)
+    res = {"impl": "distflash", "variant": variant, "attention": v["attention"], "seq": seq, "steps": len(rows),
+           "timed_steps": list(timed), "profiled_steps": list(prof), "checkpoint_asked": ckpt,
+           "checkpoint": "none" if "checkpoint.activation=none" in v["sets"] else resolved_checkpoint(ckpt, lines),
+           "checkpoint_lines": lines, "attention_path": re.findall(r"^attention \(.*", text, re.M)[-1:],
+           "losses": [m["loss"] for m in rows], "lrs": [m.get("lr") for m in rows], "peak_gpu_bytes": ms.result(),
+           "host_accounting": (rows[-1].get("memory") or [{}])[0] if rows else {}}
+    tps = [m["tokens_per_s"] for m in rows if timed[0] <= m["step"] <= timed[1]]
+    if len(tps) < timed[1] - timed[0] + 1:
+        raise Fail(f"{len(rows)} of {steps} steps written: no timed steps {timed[0]}..{timed[1]}")
+    res.update(tokens_per_s=statistics.median(tps), step_s=seq / statistics.median(tps), step_s_all=[seq / t for t in tps])
+    bad = [m["step"] for m in rows if not math.isfinite(m["loss"])]
+    if bad:
+        res["failed"] = f"loss not finite at step(s) {bad}"
+    try:
+        with open(os.path.join(profdir, "ops.json")) as f:
+            res["table"] = json.load(f)
+        shutil.copy(os.path.join(profdir, "ops.txt"), os.path.join(r.logs, f"ops_{name}.txt"))
+    except OSError as e:
+        res["failed"] = (res.get("failed", "") + f"; no per-op table: {e}").lstrip("; ")
+    return res
 
 
-def torch_1b(r, seq, steps, limit):
-    jpath = os.path.join(r.work, f"torch_{seq}.json")
+TORCH_TIMING = ("tokens_per_s", "step_s", "step_s_all", "losses", "peak_allocated_bytes", "peak_reserved_bytes",
+                "ckpt_mode", "flash_ops", "fallback_reason", "oom", "error")
+
+
+def torch_run(r, i, ckpt, limit):
+    """bench/torch_ops.py at the i-th length with PyTorch's checkpointing ckpt (attn_output: the
+    same policy through the flash-attention ops; none): timed steps (tokens/s, allocator peak),
+    then the per-op table of its profiled steps. PyTorch out of memory is a result, not a failure."""
+    seq = (MODEL_DRY_SEQS if r.dry else MODEL_SEQS)[i]
+    warm, timed, prof = TORCH_STEPS[i]
     cfg = LLAMA_DRY if r.dry else LLAMA_1B
-    cmd = [sys.executable, os.path.join(r.pack, "bench", "torch_llama.py"), "--seq", str(seq), "--steps", str(steps),
-           "--warmup", "2", "--json", jpath, "--dim", str(cfg["dim"]), "--layers", str(cfg["n_layers"]),
-           "--heads", str(cfg["n_heads"]), "--kv-heads", str(cfg["n_kv_heads"]), "--ffn", str(cfg["ffn_dim"]),
-           "--vocab", str(cfg["vocab_size"]), "--device", "cpu" if r.dry else "cuda"]
+    jpath = os.path.join(r.work, f"torch_{seq}_{ckpt}.json")
+    cmd = [sys.executable, os.path.join(r.pack, "bench", "torch_ops.py"), "--seq", str(seq), "--json", jpath,
+           "--dim", str(cfg["dim"]), "--layers", str(cfg["n_layers"]), "--heads", str(cfg["n_heads"]),
+           "--kv-heads", str(cfg["n_kv_heads"]), "--ffn", str(cfg["ffn_dim"]), "--vocab", str(cfg["vocab_size"]),
+           "--warmup", str(warm), "--timed", str(timed), "--steps", str(prof), "--ckpt", ckpt,
+           "--device", "cpu" if r.dry else "cuda"]
     with MemSampler() as ms:
-        r.sh(f"torch_{seq}", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
+        r.sh(f"torch_{seq}_{ckpt}", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
     with open(jpath) as f:
         rec = json.load(f)
-    rec["peak_gpu_bytes"] = ms.result()
-    return rec
+    res = {"impl": "torch", "variant": ckpt, "attention": "flash (aten)" if ckpt == "attn_output" else "sdpa", "seq": seq,
+           "checkpoint": rec.get("ckpt_mode", ckpt), "peak_gpu_bytes": ms.result()}
+    res.update({k: rec[k] for k in TORCH_TIMING if k in rec})
+    if rec.get("oom"):
+        res["note"] = f"PyTorch ran out of memory at {seq} tokens ({ckpt}): {tail(rec.get('error', ''), 200)}"
+    else:
+        res["table"] = {k: v for k, v in rec.items() if k not in TORCH_TIMING}
+    return res
 
 
 def torch_check(r, limit):
@@ -818,52 +1022,91 @@ def torch_check(r, limit):
     return json.loads(text.strip().splitlines()[-1])
 
 
-def model_summary(r, results):
-    """MFU, planner agreement and activation bytes from the model phase's step results."""
+MODEL_SUMMARY = "summary (MFU, PyTorch, planner, activation bytes)"
+# The order of a length's runs in the report, and the run each PyTorch run is set beside.
+RUN_ORDER = [("distflash", "cudnn"), ("distflash", "cudnn-none"), ("distflash", "own"), ("torch", "attn_output"), ("torch", "none")]
+TORCH_PEER = {"cudnn": "attn_output", "cudnn-none": "none", "own": "attn_output"}
+
+
+def model_summary(r, res):
+    """MFU, the ratios to PyTorch, the planner's agreement and activation bytes from the model
+    phase's runs (res: "distflash_SEQ_VARIANT", "torch_SEQ_CKPT", "plan_SEQ" → results)."""
     cfg = LLAMA_DRY if r.dry else LLAMA_1B
     shape = model_shape(cfg)
     peak = peak_flops(r.meta["env"].get("gpu"))
-    rows = []
-    for seq in (8192, 32768) if not r.dry else (256, 512):
-        row = {"seq": seq, "flops_per_token": flops_per_token(shape, seq)}
-        for impl in ("distflash", "torch"):
-            d = results.get(f"{impl}_{seq}")
-            if d:
-                row[impl] = {k: d.get(k) for k in ("tokens_per_s", "step_s", "peak_gpu_bytes", "peak_allocated_bytes", "ckpt_mode")}
-                if peak and d.get("tokens_per_s"):
-                    row[impl]["mfu"] = d["tokens_per_s"] * row["flops_per_token"] / peak
-        p = results.get(f"plan_{seq}")
+    seqs = MODEL_DRY_SEQS if r.dry else MODEL_SEQS
+    rows, goals, notes = [], {}, []
+    for seq in seqs:
+        row = {"seq": seq, "flops_per_token": flops_per_token(shape, seq), "runs": []}
+        torch_best = max((d.get("tokens_per_s") or 0 for k, d in res.items() if k.startswith(f"torch_{seq}_") and d), default=0)
+        for impl, variant in RUN_ORDER:
+            d = res.get(f"{impl}_{seq}_{variant}")
+            if not d:
+                continue
+            e = {k: d.get(k) for k in ("impl", "variant", "attention", "checkpoint", "tokens_per_s", "step_s", "peak_gpu_bytes",
+                                       "peak_allocated_bytes", "oom")}
+            e["losses"] = [d["losses"][0], d["losses"][-1]] if d.get("losses") else None
+            if peak and d.get("tokens_per_s"):
+                e["mfu"] = d["tokens_per_s"] * row["flops_per_token"] / peak
+            if impl == "distflash" and d.get("tokens_per_s"):
+                t = res.get(f"torch_{seq}_{TORCH_PEER[variant]}") or {}
+                if t.get("tokens_per_s"):
+                    e["vs_torch"] = d["tokens_per_s"] / t["tokens_per_s"]
+                    if t.get("peak_gpu_bytes") and d.get("peak_gpu_bytes"):
+                        e["peak_vs_torch"] = d["peak_gpu_bytes"] / t["peak_gpu_bytes"]
+                if torch_best:
+                    e["vs_torch_best"] = d["tokens_per_s"] / torch_best
+            row["runs"].append(e)
+        p = res.get(f"plan_{seq}")
+        main = res.get(f"distflash_{seq}_cudnn") or {}
         if p:
-            row["plan"] = {"step_s": p["step_s"], "peak_bytes": p["peak_bytes"]}
-            d = row.get("distflash")
-            if d and d.get("step_s"):
-                row["plan"]["step_ratio"] = p["step_s"] / d["step_s"]
-            if d and d.get("peak_gpu_bytes"):
-                row["plan"]["memory_ratio"] = p["peak_bytes"] / d["peak_gpu_bytes"]
+            row["plan"] = {"step_s": p["step_s"], "peak_bytes": p["peak_bytes"], "checkpoint": p.get("checkpoint")}
+            if main.get("step_s"):
+                row["plan"]["step_ratio"] = p["step_s"] / main["step_s"]
+            if main.get("peak_gpu_bytes"):
+                row["plan"]["memory_ratio"] = p["peak_bytes"] / main["peak_gpu_bytes"]
+        for e in row["runs"]:  # the timing runs' losses at one constant lr: ours should fall where PyTorch's falls
+            t = next((x for x in row["runs"] if x["impl"] == "torch" and x["variant"] == TORCH_PEER.get(e["variant"])), None)
+            if e["impl"] == "distflash" and e.get("losses") and t and t.get("losses") and e["losses"][1] > e["losses"][0] \
+                    and t["losses"][1] < t["losses"][0]:
+                notes.append(f"{seq} {e['variant']}: our loss rose {e['losses'][0]:.3f} → {e['losses'][1]:.3f} at the constant "
+                             f"lr where PyTorch's fell {t['losses'][0]:.3f} → {t['losses'][1]:.3f} (different data and init: "
+                             "see the curve phase for the comparison on the same ones)")
+        ours = [e for e in row["runs"] if e["impl"] == "distflash" and e.get("tokens_per_s") and e["attention"] != "own"]
+        if ours:
+            m = next((e for e in ours if e["variant"] == "cudnn"), ours[0])
+            best = max(ours, key=lambda e: e["tokens_per_s"])
+            goals[str(seq)] = {"run": m["variant"], "checkpoint": m.get("checkpoint"), "mfu": m.get("mfu"),
+                               "vs_torch": m.get("vs_torch"), "peak_vs_torch": m.get("peak_vs_torch"),
+                               "best_run": best["variant"], "best_mfu": best.get("mfu"), "best_vs_torch_best": best.get("vs_torch_best")}
         rows.append(row)
-    out = {"shape": shape, "peak_flops": peak, "rows": rows,
+    out = {"shape": shape, "peak_flops": peak, "rows": rows, "goals": goals, "checkpoint_choice": getattr(r, "ckpt_note", None),
+           "loss_notes": notes,
            "mfu_formula": "tokens/s × (6·N + 6·L·d·S) / peak; N = params − vocab·dim (no input embedding), d = heads·head_dim, causal"}
-    # Activation bytes per token per layer: the slope of the measured peak between the two
+    # Activation bytes per token per layer: the slope of the measured peak between the first two
     # lengths, less the planner's per-token terms that are not saved activations (logits,
-    # backward scratch, attention working set), divided by the layers.
-    s0, s1 = rows[0]["seq"], rows[1]["seq"]
-    d0, d1 = results.get(f"distflash_{s0}"), results.get(f"distflash_{s1}")
-    p0, p1 = results.get(f"plan_{s0}"), results.get(f"plan_{s1}")
+    # backward scratch, attention working set), divided by the layers; only between two runs
+    # of one policy.
+    s0, s1 = seqs[0], seqs[1]
+    d0, d1 = res.get(f"distflash_{s0}_cudnn"), res.get(f"distflash_{s1}_cudnn")
+    p0, p1 = res.get(f"plan_{s0}"), res.get(f"plan_{s1}")
     act = {"bf16_anchor_bytes": 2 * 2 * cfg["dim"],
            "anchor_note": "X and the attention output kept in bf16: 2·2·dim bytes per token per layer "
                           "(16 KiB for LLaMA-7B's dim 4096, 8 KiB at dim 2048)"}
     if d0 and d1:
-        for k, src in (("host_accounting", "host_accounting"),):
-            a0, a1 = d0[src].get("activations"), d1[src].get("activations")
+        if not d0.get("checkpoint") or d0.get("checkpoint") != d1.get("checkpoint"):
+            act["note"] = f"not compared: the runs' policies {d0.get('checkpoint')} and {d1.get('checkpoint')} differ or are not named"
+        else:
+            a0, a1 = (d0.get("host_accounting") or {}).get("activations"), (d1.get("host_accounting") or {}).get("activations")
             if a0 and a1:
                 act["accounted_bytes_per_token_layer"] = (a1 - a0) / (s1 - s0) / cfg["n_layers"]
-        if d0.get("peak_gpu_bytes") and d1.get("peak_gpu_bytes") and p0 and p1:
-            slope = (d1["peak_gpu_bytes"] - d0["peak_gpu_bytes"]) / (s1 - s0)
-            other = sum((p1["memory"][k] - p0["memory"][k]) for k in ("logits", "backward_scratch", "attn_work")) / (s1 - s0)
-            act.update(measured_peak_slope_bytes_per_token=slope, planner_non_activation_bytes_per_token=other,
-                       measured_bytes_per_token_layer=(slope - other) / cfg["n_layers"])
-        pa = (p1["memory"]["activations"] - p0["memory"]["activations"]) / (s1 - s0) / cfg["n_layers"] if p0 and p1 else None
-        act["planner_bytes_per_token_layer"] = pa
+            if d0.get("peak_gpu_bytes") and d1.get("peak_gpu_bytes") and p0 and p1:
+                slope = (d1["peak_gpu_bytes"] - d0["peak_gpu_bytes"]) / (s1 - s0)
+                other = sum((p1["memory"][k] - p0["memory"][k]) for k in ("logits", "backward_scratch", "attn_work")) / (s1 - s0)
+                act.update(measured_peak_slope_bytes_per_token=slope, planner_non_activation_bytes_per_token=other,
+                           measured_bytes_per_token_layer=(slope - other) / cfg["n_layers"])
+            if p0 and p1:
+                act["planner_bytes_per_token_layer"] = (p1["memory"]["activations"] - p0["memory"]["activations"]) / (s1 - s0) / cfg["n_layers"]
     out["activations"] = act
     return out
 
@@ -873,12 +1116,13 @@ def model_summary(r, results):
 
 
 def phase_correctness(r):
-    r.step("correctness", "kernels test binary", lambda t: kernels_tests(r, t), 150)
-    r.step("correctness", "tiny 50-step curves cpu/cuda × fp32/bf16", lambda t: curves_step(r, t), 150)
-    r.step("correctness", "tiny 20-step document-mask curves cpu/cuda fp32", lambda t: docmask_step(r, t), 60)
-    r.step("correctness", "llama-1b shape (2 layers, seq 1024) cpu vs cuda fp32", lambda t: shape_parity_step(r, t), 120)
-    for tool in ("memcheck", "racecheck"):
-        r.step("correctness", f"compute-sanitizer {tool}", lambda t, tool=tool: sanitizer_step(r, tool, t), 100)
+    # expected: the H200 run's times (bench/results/h200-2026-11-26), rounded up
+    r.step("correctness", "kernels test binary", lambda t: kernels_tests(r, t), 150, 15)
+    r.step("correctness", "tiny 50-step curves cpu/cuda × fp32/bf16", lambda t: curves_step(r, t), 150, 12)
+    r.step("correctness", "tiny 20-step document-mask curves cpu/cuda fp32", lambda t: docmask_step(r, t), 60, 4)
+    r.step("correctness", "llama-1b shape (2 layers, seq 1024) cpu vs cuda fp32", lambda t: shape_parity_step(r, t), 120, 23)
+    for tool, e in (("memcheck", 37), ("racecheck", 81)):
+        r.step("correctness", f"compute-sanitizer {tool}", lambda t, tool=tool: sanitizer_step(r, tool, t), 100, e)
 
 
 def phase_attention(r):
@@ -887,64 +1131,266 @@ def phase_attention(r):
     r.step("attention", "ncu profile (hd128, 16K)", lambda t: ncu_step(r, t), 90)
 
 
+# Each step of the model phase: (key in the results, step name, function of (r, limit), limit in
+# seconds, expected seconds on an H200), in the order of value: the 8K pair and the 64K pair (the
+# goals), the 8K run without recomputation (the prediction's last column), 128K (where PyTorch may
+# run out), PyTorch without recomputation at 8K (the fair peer of ours), the own kernel at 8K (the
+# fallback), PyTorch at 128K, the reference's self-check. Expected: about 12 s to start distflash
+# (0.85B parameters initialised in Go and uploaded, cuDNN's plans warmed; the final checkpoint,
+# 18 s on the H200, is spared), 12 s to start PyTorch, and the steps of docs/gpu.md's prediction
+# (0.11–0.13 s at 8K, 2.5 s at 64K, 8.5 s at 128K; PyTorch 0.22 s, about 4 s and 12 s). A limit
+# leaves room for a slower step or a slower start.
+def model_steps(r):
+    seqs = MODEL_DRY_SEQS if r.dry else MODEL_SEQS
+    ours = lambda i, v: lambda r_, t: distflash_run(r_, i, v, t)  # noqa: E731
+    theirs = lambda i, c: lambda r_, t: torch_run(r_, i, c, t)  # noqa: E731
+    S = seqs
+    return [
+        *((f"plan_{s}", f"plan seq {s}", lambda r_, t, s=s: plan_step(r_, s, t), 20, 1) for s in S),
+        (f"distflash_{S[0]}_cudnn", f"distflash 1B seq {S[0]} cudnn", ours(0, "cudnn"), 60, 15),
+        (f"torch_{S[0]}_attn_output", f"torch 1B seq {S[0]} attn_output", theirs(0, "attn_output"), 45, 18),
+        (f"distflash_{S[1]}_cudnn", f"distflash 1B seq {S[1]} cudnn", ours(1, "cudnn"), 70, 20),
+        (f"torch_{S[1]}_attn_output", f"torch 1B seq {S[1]} attn_output", theirs(1, "attn_output"), 50, 30),
+        (f"distflash_{S[0]}_cudnn-none", f"distflash 1B seq {S[0]} cudnn, checkpoint none, mlp_tile 0", ours(0, "cudnn-none"), 50, 15),
+        (f"distflash_{S[2]}_cudnn", f"distflash 1B seq {S[2]} cudnn", ours(2, "cudnn"), 80, 30),
+        (f"torch_{S[0]}_none", f"torch 1B seq {S[0]} none", theirs(0, "none"), 35, 17),
+        (f"distflash_{S[0]}_own", f"distflash 1B seq {S[0]} own attention", ours(0, "own"), 50, 17),
+        (f"torch_{S[2]}_attn_output", f"torch 1B seq {S[2]} attn_output", theirs(2, "attn_output"), 75, 50),
+        ("torch_check", "torch checkpointing self-check", lambda r_, t: torch_check(r_, t), 20, 9),
+    ]
+
+
 def phase_model(r):
     res = {}
-    seqs = (8192, 32768) if not r.dry else (256, 512)
-    for seq in seqs:
-        rec = r.step("model", f"plan seq {seq}", lambda t, s=seq: plan_step(r, s, t), 30)
-        res[f"plan_{seq}"] = rec.get("result")
-    r.step("model", "torch checkpointing self-check", lambda t: torch_check(r, t), 60)
-    for seq, steps, lim in ((seqs[0], 6, 100), (seqs[1], 4, 150)):
-        rec = r.step("model", f"distflash 1B seq {seq}", lambda t, s=seq, n=steps: distflash_1b(r, s, n, t), lim)
-        res[f"distflash_{seq}"] = rec.get("result")
-    for seq, lim in ((seqs[0], 80), (seqs[1], 100)):
-        rec = r.step("model", f"torch 1B seq {seq}", lambda t, s=seq: torch_1b(r, s, 4, t), lim)
-        res[f"torch_{seq}"] = rec.get("result")
-    r.step("model", "summary (MFU, planner, activation bytes)", lambda t: model_summary(r, res), 30)
-    ops = {}
-    for impl, fn in (("distflash", ops_distflash), ("torch", ops_torch)):
-        rec = r.step("model", f"per-op table: {impl} seq {seqs[0]}", lambda t, f=fn: f(r, seqs[0], t), 90)
-        ops[impl] = (rec.get("result") or {}).get("table")
-    r.step("model", f"per-op tables side by side, seq {seqs[0]}", lambda t: ops_tables(seqs[0], ops), 10)
+    for key, name, fn, lim, exp in model_steps(r):
+        rec = r.step("model", name, lambda t, f=fn: f(r, t), lim, exp)
+        res[key] = rec.get("result")
+    r.step("model", MODEL_SUMMARY, lambda t: model_summary(r, res), 10, 0)
+    r.step("model", "per-op tables side by side", lambda t: ops_tables(r, res), 10, 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The GEMM table (issue 41, "Ready for the GPU"): the review's 18 shapes of the 0.85B step at 8K,
+# distflash's products in today's fp32-storage mode and the 16-bit step's (bf16 operands, C in
+# bf16 or in fp32 with beta 1: kernels' BenchmarkCUDAGemmTable, DISTFLASH_GEMM_OUT) beside
+# torch.matmul in bf16 (bench/torch_gemm.py). Both write a JSON array of {role, m, n, k, transA,
+# transB, mode, ms, tflops}; "gemm" in summary.json is the table joined by shape.
+
+GEMM_KEYS = ("role", "m", "n", "k", "transA", "transB", "mode", "ms", "tflops")
+GEMM_GO_MODES = ("fp32-storage", "bf16", "bf16-f32c")
+GEMM_TORCH_MODES = ("torch-bf16",)
+GEMM_BENCH = "BenchmarkCUDAGemmTable"
+# A record's TFLOP/s must agree with its own ms and shape (2·m·n·k FLOPs) to 10%: the table's
+# ratios use TFLOP/s, and a writer that reports the best time beside the mean, or counts FLOPs
+# otherwise, would make them wrong without this.
+GEMM_SELF_TOL = 0.10
+
+
+def read_gemm(path, modes, side):
+    """The records of one side of the GEMM table, checked: every key, positive times, TFLOP/s
+    agreeing with ms, every mode of modes present."""
+    try:
+        with open(path) as f:
+            recs = json.load(f)
+    except (OSError, ValueError) as e:
+        raise Fail(f"{side}: no GEMM records in {os.path.basename(path)}: {e}")
+    if not isinstance(recs, list) or not recs:
+        raise Fail(f"{side}: {os.path.basename(path)} is not a non-empty JSON array of records")
+    for i, x in enumerate(recs):
+        miss = [k for k in GEMM_KEYS if k not in x]
+        if miss:
+            raise Fail(f"{side}: record {i} lacks {', '.join(miss)}: {x}")
+        if not (x["ms"] > 0 and x["tflops"] > 0):
+            raise Fail(f"{side}: record {i} has ms {x['ms']}, tflops {x['tflops']}: want both positive")
+        want = 2 * x["m"] * x["n"] * x["k"] / (x["ms"] * 1e-3) / 1e12
+        if abs(x["tflops"] - want) > GEMM_SELF_TOL * want:
+            raise Fail(f"{side}: record {i} ({x['role']} {x['mode']}): {x['tflops']:.4g} TFLOP/s but 2·m·n·k/ms gives {want:.4g}")
+    lack = [m for m in modes if m not in {x["mode"] for x in recs}]
+    if lack:
+        raise Fail(f"{side}: no record of mode {', '.join(lack)} (want {', '.join(modes)})")
+    return recs
+
+
+def gemm_go(r, limit):
+    """BenchmarkCUDAGemmTable of the kernels test binary, its records through DISTFLASH_GEMM_OUT.
+    A dry run checks that the benchmark is in the binary and fails without a GPU, saying so."""
+    cwd = os.path.join(r.pack, "kernels")
+    _, listing = r.sh("gemm_go_list", [r.bin("kernels.test"), "-test.list", f"^{GEMM_BENCH}$"], min(30, limit), cwd=cwd)
+    if GEMM_BENCH not in listing.split():
+        raise Fail(f"the kernels test binary has no {GEMM_BENCH}: the GEMM table's Go side (issue 41: the 18 shapes in "
+                   "fp32-storage, bf16 and bf16-f32c, written to DISTFLASH_GEMM_OUT) is not in this tree; merge it and pack again")
+    out = os.path.join(r.work, "gemm_go.json")
+    cmd = [r.bin("kernels.test"), "-test.run", "^$", "-test.bench", GEMM_BENCH, "-test.benchtime", "20x"]
+    code, text = r.sh("gemm_go", cmd, limit, cwd=cwd, env={"DISTFLASH_GEMM_OUT": out}, ok_codes=(0, 1) if r.dry else (0,))
+    if r.dry:
+        if code == 0 or "GPU" not in text or os.path.exists(out):
+            raise Fail(f"{GEMM_BENCH} without a GPU: exit {code}, {'a' if os.path.exists(out) else 'no'} "
+                       f"{os.path.basename(out)}, no clear error: {tail(text, 300)}")
+        return {"clear_error": next((line.strip() for line in text.splitlines() if "GPU" in line), "")[:300]}
+    return {"records": read_gemm(out, GEMM_GO_MODES, GEMM_BENCH)}
+
+
+def gemm_torch(r, limit):
+    """bench/torch_gemm.py: torch.matmul in bf16 on the same shapes (--dry: its dry run)."""
+    script = os.path.join(r.pack, "bench", "torch_gemm.py")
+    if not os.path.exists(script):
+        raise Fail("bench/torch_gemm.py is not in the pack: the GEMM table's PyTorch side (issue 41: torch.matmul in bf16 on "
+                   "the 18 shapes, mode torch-bf16) is not in this tree; merge it and pack again")
+    out = os.path.join(r.work, "gemm_torch.json")
+    r.sh("gemm_torch", [sys.executable, script, "--out", out] + (["--dry"] if r.dry else []), limit, env={"PYTHONUNBUFFERED": "1"})
+    return {"records": read_gemm(out, GEMM_TORCH_MODES, "bench/torch_gemm.py")}
+
+
+def gemm_join(go, torch_recs):
+    """The table by shape (role, m, n, k, transA, transB): each mode's TFLOP/s and ms, each of
+    ours over torch-bf16, bf16 over fp32-storage; and per mode the FLOP-weighted rate over the
+    shapes every mode has (the time of one product of each shape: Σ FLOPs / Σ time)."""
+    rows, order = {}, []
+    for x in list(go) + list(torch_recs):
+        key = tuple(x[k] for k in GEMM_KEYS[:6])
+        if key not in rows:
+            rows[key] = {**{k: x[k] for k in GEMM_KEYS[:6]}, "tflops": {}, "ms": {}}
+            order.append(key)
+        rows[key]["tflops"][x["mode"]] = x["tflops"]
+        rows[key]["ms"][x["mode"]] = x["ms"]
+    seen = {x["mode"] for x in list(go) + list(torch_recs)}
+    modes = [m for m in GEMM_GO_MODES + GEMM_TORCH_MODES if m in seen] + sorted(seen - set(GEMM_GO_MODES + GEMM_TORCH_MODES))
+    out = []
+    for key in order:
+        row = rows[key]
+        t = row["tflops"]
+        ref = t.get("torch-bf16")
+        row["vs_torch"] = {m: t[m] / ref for m in GEMM_GO_MODES if m in t and ref}
+        if "bf16" in t and "fp32-storage" in t:
+            row["bf16_over_fp32_storage"] = t["bf16"] / t["fp32-storage"]
+        out.append(row)
+    full = [row for row in out if all(m in row["tflops"] for m in modes)]
+    weighted = {}
+    if full:
+        flops = sum(2 * row["m"] * row["n"] * row["k"] for row in full)
+        for m in modes:
+            weighted[m] = flops / sum(2 * row["m"] * row["n"] * row["k"] / row["tflops"][m] for row in full)
+    return {"modes": modes, "rows": out, "flop_weighted_tflops": weighted, "shapes_in_every_mode": len(full),
+            "shapes": len(out), "unmatched": [f"{row['role']} {row['m']}×{row['n']}×{row['k']}" for row in out if row not in full]}
+
+
+def gemm_join_check(torch_recs):
+    """Dry run: gemm_join and its Markdown on Go records made from torch's (or two made-up
+    shapes) at known fractions of torch's rate: every ratio and the weighted rates must come back."""
+    base = [x for x in torch_recs if x["mode"] == "torch-bf16"] or [
+        {"role": "q fwd", "m": 8192, "n": 2048, "k": 2048, "transA": False, "transB": True, "mode": "torch-bf16", "ms": 0.106,
+         "tflops": 2 * 8192 * 2048 * 2048 / 0.106e-3 / 1e12},
+        {"role": "kv dX", "m": 8192, "n": 2048, "k": 512, "transA": False, "transB": False, "mode": "torch-bf16", "ms": 0.05,
+         "tflops": 2 * 8192 * 2048 * 512 / 0.05e-3 / 1e12}]
+    frac = {"fp32-storage": 0.5, "bf16": 1.0, "bf16-f32c": 0.8}
+    go = [dict(x, mode=m, tflops=x["tflops"] * f, ms=x["ms"] / f) for x in base for m, f in frac.items()]
+    j = gemm_join(go, base)
+    if len(j["rows"]) != len({tuple(x[k] for k in GEMM_KEYS[:6]) for x in base}) or j["unmatched"]:
+        raise Fail(f"gemm_join: {len(j['rows'])} rows, unmatched {j['unmatched']}, from {len(base)} shapes")
+    for row in j["rows"]:
+        for m, f in frac.items():
+            if abs(row["vs_torch"][m] - f) > 1e-9:
+                raise Fail(f"gemm_join: {row['role']} {m} over torch {row['vs_torch'][m]}, want {f}")
+    w = j["flop_weighted_tflops"]
+    for m, f in frac.items():
+        if abs(w[m] / w["torch-bf16"] - f) > 1e-9:
+            raise Fail(f"gemm_join: weighted {m} {w[m]} over torch {w['torch-bf16']}, want {f}")
+    if not any("| bf16/torch" in line or "bf16/torch" in line for line in gemm_markdown(j)):
+        raise Fail("gemm_markdown: no ratio column")
+    return "ok"
+
+
+def gemm_table(r, steps):
+    """The two sides joined (summary.json's "gemm"); a dry run checks the join on made-up records."""
+    go = (steps.get("go") or {}).get("records") or []
+    th = (steps.get("torch") or {}).get("records") or []
+    res = {}
+    if r.dry:
+        res["join_check"] = gemm_join_check(th)
+    if not go and not th:
+        if r.dry:
+            return res
+        raise Skip("neither side of the GEMM table was made (their steps say why)")
+    res["gemm"] = gemm_join(go, th)
+    if not go or not th:
+        res["note"] = "one side only: " + ("no distflash records" if not go else "no torch records")
+    return res
+
+
+def phase_gemm(r):
+    got = {}
+    # expected: a process start and cuBLAS's load (a few s), 18 shapes × the modes × 21 products of
+    # at most 2 ms, and the uploads of their operands
+    rec = r.step("gemm", f"GEMM table: distflash ({GEMM_BENCH})", lambda t: gemm_go(r, t), 60, 15)
+    got["go"] = rec.get("result")
+    rec = r.step("gemm", "GEMM table: torch.matmul (bench/torch_gemm.py)", lambda t: gemm_torch(r, t), 45, 15)
+    got["torch"] = rec.get("result")
+    r.step("gemm", "GEMM table joined", lambda t: gemm_table(r, got), 10, 0)
+
+
+def tflag(x):
+    return x if isinstance(x, str) else ("T" if x else "N")
+
+
+def gemm_markdown(g):
+    modes = g.get("modes") or []
+    ours = [m for m in GEMM_GO_MODES if m in modes]
+    L = ["", "## GEMM table (TFLOP/s; distflash's modes over torch.matmul bf16)", "",
+         "| role | M×N×K | op | " + " | ".join(modes) + " | " + " | ".join(f"{m}/torch" for m in ours) + " | bf16/fp32-storage |",
+         "| --- | --- | --- |" + " ---: |" * (len(modes) + len(ours) + 1)]
+    for row in g.get("rows", []):
+        t, v = row["tflops"], row.get("vs_torch", {})
+        L.append(f"| {str(row['role']).replace('|', chr(92) + '|')} | {row['m']}×{row['n']}×{row['k']} | {tflag(row['transA'])}{tflag(row['transB'])} | " +
+                 " | ".join(fmt(t.get(m), ".1f") for m in modes) + " | " + " | ".join(fmt(v.get(m), ".2f") for m in ours) +
+                 f" | {fmt(row.get('bf16_over_fp32_storage'), '.2f')} |")
+    w = g.get("flop_weighted_tflops") or {}
+    if w:
+        L += ["", f"FLOP-weighted over the {g.get('shapes_in_every_mode')} shapes every mode has: " +
+              ", ".join(f"{m} {w[m]:.1f}" for m in modes if m in w) + " TFLOP/s."]
+    if g.get("unmatched"):
+        L += ["", "Shapes not in every mode: " + ", ".join(g["unmatched"]) + "."]
+    return L
 
 
 # ---------------------------------------------------------------------------------------------
 # The per-op tables (issue 36, part 1): ours from `train --profile` (ops.json: CUDA events per op
 # class, floors at the ceilings it measures), PyTorch's from torch.profiler (bench/torch_ops.py),
-# on the model phase's shape at its first length; both under "ops" in summary.json.
+# for every run of the model phase, each beside PyTorch's run of the same length and policy; all
+# under "ops" in summary.json, with each table rolled up into the components of docs/gpu.md's
+# predicted budget ("budget").
 
-OPS_STEPS = (3, 4)  # the profiled steps of a 4-step run: the first two warm up
+# The components of docs/gpu.md's "The 8K step's budget" and the op classes (ops.json's, and
+# torch_ops.py's, which adds gemm.other and other) each takes, by phase where it matters: the
+# optimizer phase is the step phase's optimizer, casts (the 16-bit copy's refresh), zeroing and
+# collectives; what no bracket covers (today the gradient norm, the finiteness check and the
+# stats download) is in gaps.
+BUDGET_ROWS = [
+    ("attention kernels and glue", lambda op, ph: op == "attention"),
+    ("GEMMs", lambda op, ph: op.startswith("gemm.")),
+    ("elementwise and casts", lambda op, ph: op in ("rmsnorm", "add+rmsnorm", "rope", "swiglu", "residual", "embedding", "cast",
+                                                      "zero", "other") and ph != "step"),
+    ("loss", lambda op, ph: op == "loss"),
+    ("optimizer phase", lambda op, ph: ph == "step" and op in ("optimizer", "cast", "zero", "comm", "other")),
+    ("host gaps and syncs (and what no bracket covers)", lambda op, ph: op == "gaps"),
+]
+# docs/gpu.md's prediction ("The 8K step's budget") for the 0.85B at 8K on one H200 after issue 41,
+# ms a step, with attn_output and with checkpoint none (mlp_tile 0): the report sets each
+# measured row beside it. The gradient-norm pass (GradStats, 0.9 ms) is bracketed by no op, so
+# the prediction counts it where the rollup finds it: in gaps.
+PREDICTED_8K = {"attention kernels and glue": (30.2, 30.2), "GEMMs": (73.0, 59.5), "elementwise and casts": (9.0, 7.1),
+                "loss": (0.4, 0.4), "optimizer phase": (6.7, 6.7), "host gaps and syncs (and what no bracket covers)": (2.4, 2.4)}
 
 
-def ops_distflash(r, seq, limit):
-    """train with --profile over OPS_STEPS; its ops.json."""
-    prof = os.path.join(r.work, f"ops_{seq}")
-    extra = ["--set", f"data.seq_len={seq}", "--set", f"model.max_seq_len={max(seq, 8192)}", "--set", "run.tensorboard=false",
-             "--profile", prof, "--profile-steps", f"{OPS_STEPS[0]}..{OPS_STEPS[1]}"]
-    if r.dry:
-        extra += [x for s in model_sets(LLAMA_DRY) for x in ("--set", s)]
-    train_curve(r, f"llama1b-ops-{seq}", "cpu" if r.dry else "cuda", "bf16", limit, steps=OPS_STEPS[1],
-                config="llama-1b.toml", extra=extra)
-    with open(os.path.join(prof, "ops.json")) as f:
-        tab = json.load(f)
-    with open(os.path.join(prof, "ops.txt")) as f:
-        txt = f.read()
-    with open(os.path.join(r.logs, f"ops_distflash_{seq}.txt"), "w") as f:
-        f.write(txt)
-    return {"table": tab}
-
-
-def ops_torch(r, seq, limit):
-    """bench/torch_ops.py on the same model and length."""
-    jpath = os.path.join(r.work, f"torch_ops_{seq}.json")
-    cfg = LLAMA_DRY if r.dry else LLAMA_1B
-    cmd = [sys.executable, os.path.join(r.pack, "bench", "torch_ops.py"), "--seq", str(seq), "--json", jpath,
-           "--dim", str(cfg["dim"]), "--layers", str(cfg["n_layers"]), "--heads", str(cfg["n_heads"]),
-           "--kv-heads", str(cfg["n_kv_heads"]), "--ffn", str(cfg["ffn_dim"]), "--vocab", str(cfg["vocab_size"]),
-           "--device", "cpu" if r.dry else "cuda"]
-    r.sh(f"torch_ops_{seq}", cmd, limit, env={"PYTHONUNBUFFERED": "1"})
-    with open(jpath) as f:
-        return {"table": json.load(f)}
+def budget_rollup(table):
+    """ms a step of each BUDGET_ROWS component in an ops table (ours or torch_ops.py's)."""
+    out = {name: 0.0 for name, _ in BUDGET_ROWS}
+    for x in (table or {}).get("ops", []):
+        for name, f in BUDGET_ROWS:
+            if f(x["op"], x["phase"]):
+                out[name] += 1e3 * x.get("seconds", 0)
+                break
+    out["step"] = 1e3 * (table or {}).get("step_seconds", 0)
+    return out
 
 
 def ops_side_by_side(ours, theirs):
@@ -966,22 +1412,43 @@ def ops_side_by_side(ours, theirs):
     return rows
 
 
-def ops_tables(seq, ops):
-    """Both tables and the rows side by side, under "ops" (summary.json takes it)."""
-    ours, theirs = ops.get("distflash"), ops.get("torch")
-    if not ours and not theirs:
-        raise Skip("neither per-op table was made")
-    return {"ops": {"seq": seq, "distflash": ours, "torch": theirs, "side_by_side": ops_side_by_side(ours, theirs)}}
+def ops_tables(r, res):
+    """Every run's table beside PyTorch's of the same length and policy, rolled up into the
+    budget's components, under "ops" (summary.json takes it); at the first length the rollups
+    beside docs/gpu.md's prediction ("budget_8k")."""
+    seqs = MODEL_DRY_SEQS if r.dry else MODEL_SEQS
+    out, cols = [], {}
+    for seq in seqs:
+        for variant in MODEL_VARIANTS:
+            d = res.get(f"distflash_{seq}_{variant}") or {}
+            t = res.get(f"torch_{seq}_{TORCH_PEER[variant]}") or {}
+            ours, theirs = d.get("table"), t.get("table")
+            if not ours:
+                continue
+            out.append({"seq": seq, "variant": variant, "checkpoint": d.get("checkpoint"), "torch_variant": TORCH_PEER[variant],
+                        "distflash": ours, "torch": theirs, "side_by_side": ops_side_by_side(ours, theirs),
+                        "budget": {"distflash": budget_rollup(ours), "torch": budget_rollup(theirs) if theirs else None}})
+            if seq == seqs[0]:
+                cols[f"distflash {variant} (checkpoint {d.get('checkpoint') or d.get('checkpoint_asked')})"] = budget_rollup(ours)
+        for ckpt in ("attn_output", "none"):
+            t = res.get(f"torch_{seq}_{ckpt}") or {}
+            if seq == seqs[0] and t.get("table"):
+                cols[f"PyTorch {ckpt}"] = budget_rollup(t["table"])
+    if not out:
+        raise Skip("no per-op table was made")
+    pred = None if r.dry else {k: {"attn_output": a, "none": n} for k, (a, n) in PREDICTED_8K.items()}  # for the 0.85B at 8K only
+    return {"ops": out, "budget_8k": {"seq": seqs[0], "predicted": pred, "measured": cols}}
 
 
 def ops_markdown(o):
-    """The side-by-side table for report.md."""
+    """One run's side-by-side table for report.md."""
     ours, theirs = o.get("distflash") or {}, o.get("torch") or {}
 
     def num(v, spec=".3f"):
         return format(v, spec) if v else "-"
     c = ours.get("ceilings") or {}
-    L = ["", f"## Per-op tables, seq {o.get('seq')} (ms a step; floor: our bytes and FLOPs at our measured ceilings)", "",
+    L = ["", f"## Per-op tables, seq {o.get('seq')}, distflash {o.get('variant')} (checkpoint {o.get('checkpoint')}) beside PyTorch "
+         f"{o.get('torch_variant')} (ms a step; floor: our bytes and FLOPs at our measured ceilings)", "",
          f"distflash {num(1e3 * ours.get('step_seconds', 0), '.1f')} ms a step on the device's clock, "
          f"{num(1e3 * ours.get('gap_seconds', 0), '.1f')} ms of it outside every op; ceilings ({c.get('source')}): "
          f"{num((c.get('bytes_per_s') or 0) / 1e9, '.0f')} GB/s, {num((c.get('gemm_flops_per_s') or 0) / 1e12, '.1f')} TFLOP/s GEMM. "
@@ -993,6 +1460,21 @@ def ops_markdown(o):
         L.append(f"| {x['op']} | {x['phase']} | {num(x['ours_calls'], '.0f')} | {num(x['ours_ms'])} | {num(x['torch_calls'], '.0f')} | "
                  f"{num(x['torch_ms'])} | {num(x.get('ours_over_torch'), '.2f')} | {num(x.get('floor_ms'))} | "
                  f"{num(x.get('ours_ratio'), '.2f')} | {num(x.get('torch_ratio'), '.2f')} |")
+    return L
+
+
+def budget_markdown(b):
+    """The 8K budget: docs/gpu.md's prediction beside each run's rollup."""
+    cols = list((b.get("measured") or {}).keys())
+    L = ["", f"## The {b.get('seq')}-token step's budget: predicted (docs/gpu.md, H200) beside measured (ms a step)", "",
+         "| component | predicted attn_output | predicted none | " + " | ".join(cols) + " |",
+         "| --- | ---: | ---: |" + " ---: |" * len(cols)]
+    for name, _ in BUDGET_ROWS + [("step", None)]:
+        p = (b.get("predicted") or {}).get(name) or {}
+        if name == "step":
+            p = {k: sum(v[k] for v in (b.get("predicted") or {}).values()) for k in ("attn_output", "none")} if b.get("predicted") else {}
+        L.append(f"| {name} | {fmt(p.get('attn_output'), '.1f')} | {fmt(p.get('none'), '.1f')} | " +
+                 " | ".join(fmt(b["measured"][c].get(name), ".1f") for c in cols) + " |")
     return L
 
 
@@ -1165,32 +1647,44 @@ def render(rep):
         L += ["", "## ncu (head_dim 128, seq 16K, 16 heads)", ""]
         for k in nc["kernels"]:
             L.append(f"- {k['kernel']}: " + "; ".join(f"{a} {k[a]}" for a in NCU_KEYS if a in k))
-    ms = by.get("summary (MFU, planner, activation bytes)")
+    for res in by.values():
+        if isinstance(res.get("gemm"), dict):
+            L += gemm_markdown(res["gemm"])
+    ms = by.get(MODEL_SUMMARY)
     if ms and ms.get("rows"):
         L += ["", f"## Model ({fmt(ms['shape']['params'] / 1e9, '.3f')}B params; MFU = {ms['mfu_formula']}; "
               f"peak {fmt(ms.get('peak_flops'))} FLOP/s)", "",
-              "| seq | impl | tokens/s | step s | MFU | peak GPU mem (nvidia-smi) | torch allocator peak | plan step s | plan peak | plan/measured step | plan/measured mem |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              f"Checkpoint policy asked: {ms.get('checkpoint_choice')}. Learning rate constant from the first step, as PyTorch's. "
+              "×PyTorch: tokens/s over PyTorch's with the same policy (attn_output, or none beside none); ×best: over "
+              "PyTorch's faster run at that length.", "",
+              "| seq | impl | attention | checkpoint | tokens/s | step s | MFU | ×PyTorch | ×best | peak GPU mem (nvidia-smi) | "
+              "torch allocator peak | mem/PyTorch | loss first → last | plan step s | plan peak | plan/measured step | plan/measured mem |",
+              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
         for row in ms["rows"]:
             p = row.get("plan", {})
-            for impl in ("distflash", "torch"):
-                d = row.get(impl)
-                if not d:
-                    continue
+            for d in row.get("runs", []):
                 mfu = f"{d['mfu'] * 100:.1f}%" if d.get("mfu") else "-"
+                main = d["impl"] == "distflash" and d["variant"] == "cudnn"
                 planc = [fmt(p.get("step_s")), gib(p.get("peak_bytes")), fmt(p.get("step_ratio"), ".2f"),
-                         fmt(p.get("memory_ratio"), ".2f")] if impl == "distflash" else ["", "", "", ""]
-                L.append(f"| {row['seq']} | {impl}{' (' + d['ckpt_mode'] + ')' if d.get('ckpt_mode') else ''} | "
-                         f"{fmt(d.get('tokens_per_s'), '.0f')} | {fmt(d.get('step_s'))} | {mfu} | {gib(d.get('peak_gpu_bytes'))} | "
-                         f"{gib(d.get('peak_allocated_bytes'))} | " + " | ".join(planc) + " |")
+                         fmt(p.get("memory_ratio"), ".2f")] if main else ["", "", "", ""]
+                loss = f"{d['losses'][0]:.3f} → {d['losses'][1]:.3f}" if d.get("losses") else ("out of memory" if d.get("oom") else "-")
+                L.append(f"| {row['seq']} | {d['impl']} {d['variant']} | {d.get('attention')} | {d.get('checkpoint') or '-'} | "
+                         f"{fmt(d.get('tokens_per_s'), '.0f')} | {fmt(d.get('step_s'))} | {mfu} | {fmt(d.get('vs_torch'), '.2f')} | "
+                         f"{fmt(d.get('vs_torch_best'), '.2f')} | {gib(d.get('peak_gpu_bytes'))} | {gib(d.get('peak_allocated_bytes'))} | "
+                         f"{fmt(d.get('peak_vs_torch'), '.2f')} | {loss} | " + " | ".join(planc) + " |")
+        for n in ms.get("loss_notes") or []:
+            L += ["", f"Note: {n}."]
         a = ms.get("activations", {})
         L += ["", "Activation bytes per token per layer: measured (peak slope less the planner's logits/scratch terms) "
               f"{fmt(a.get('measured_bytes_per_token_layer'), '.0f')}; distflash's own accounting "
               f"{fmt(a.get('accounted_bytes_per_token_layer'), '.0f')}; planner {fmt(a.get('planner_bytes_per_token_layer'), '.0f')}; "
-              f"bf16 anchor {a.get('bf16_anchor_bytes')} ({a.get('anchor_note')})."]
+              f"bf16 anchor {a.get('bf16_anchor_bytes')} ({a.get('anchor_note')}){'; ' + a['note'] if a.get('note') else ''}."]
     for res in by.values():
-        if isinstance(res.get("ops"), dict):
-            L += ops_markdown(res["ops"])
+        if isinstance(res.get("budget_8k"), dict):
+            L += budget_markdown(res["budget_8k"])
+        if isinstance(res.get("ops"), list):
+            for o in res["ops"]:
+                L += ops_markdown(o)
     L.append("")
     return "\n".join(L)
 
@@ -1198,8 +1692,8 @@ def render(rep):
 def summary(rep):
     """The figures tools read, from a report's steps (summary.json): the GPU, attention
     forward+backward TFLOP/s of ours (own kernel, cuDNN) beside SDPA's per shape, the 0.85B
-    model's tokens/s, MFU and peak memory beside PyTorch's, and whatever a step put under
-    "curve" or "ops"."""
+    model's runs (tokens/s, MFU, peak memory, their ratios to PyTorch's) and the goals' figures
+    (model_summary), and whatever a step put under "curve", "ops", "gemm" or "budget_8k"."""
     steps = {s["name"]: s.get("result") or {} for s in rep["steps"]}
     def fb(rec, key):
         d = rec.get(key)
@@ -1212,19 +1706,25 @@ def summary(rep):
         for sh in steps.get(name, {}).get("shapes", []):
             row = attn.setdefault((sh.get("head_dim"), sh.get("seq")), {"head_dim": sh.get("head_dim"), "seq": sh.get("seq")})
             row[field] = fb(sh, key)
-    model = []
-    for row in steps.get("summary (MFU, planner, activation bytes)", {}).get("rows", []):
-        d, t = row.get("distflash") or {}, row.get("torch") or {}
-        model.append({"seq": row["seq"], "ours_tokens_per_s": d.get("tokens_per_s"), "torch_tokens_per_s": t.get("tokens_per_s"),
-                      "ours_mfu": d.get("mfu"), "ours_peak_gib": (d.get("peak_gpu_bytes") or 0) / 2**30 or None})
+    model, goals = [], None
+    ms = steps.get(MODEL_SUMMARY, {})
+    for row in ms.get("rows", []):
+        for d in row.get("runs", []):
+            model.append({"seq": row["seq"], **{k: d.get(k) for k in ("impl", "variant", "attention", "checkpoint", "tokens_per_s", "mfu",
+                                                                       "vs_torch", "vs_torch_best", "peak_vs_torch", "oom")},
+                          "peak_gib": (d.get("peak_gpu_bytes") or 0) / 2**30 or None})
+    if ms.get("goals"):
+        goals = ms["goals"]
     c = steps.get("distflash 1B seq 8192 with cuDNN")
     if c:
-        model.append({"seq": c.get("seq"), "attention": "cudnn", "ours_tokens_per_s": c.get("tokens_per_s"),
-                      "ours_peak_gib": (c.get("peak_gpu_bytes") or 0) / 2**30 or None})
+        model.append({"seq": c.get("seq"), "impl": "distflash", "variant": "phase cudnn", "attention": "cudnn",
+                      "tokens_per_s": c.get("tokens_per_s"), "peak_gib": (c.get("peak_gpu_bytes") or 0) / 2**30 or None})
     out = {"gpu": rep["meta"].get("env", {}).get("gpu"), "attention": [attn[k] for k in sorted(attn, key=lambda k: (k[0] or 0, k[1] or 0))],
            "model": model}
+    if goals:
+        out["goals"] = goals
     for res in steps.values():
-        for key in ("curve", "ops"):
+        for key in ("curve", "ops", "gemm", "budget_8k"):
             if isinstance(res, dict) and key in res:
                 out[key] = res[key]
     return out
@@ -1524,10 +2024,12 @@ def cmd_nccl(r, limit):
 
 
 def phase_commands(r):
+    # the multigpu phase does both too, after this one in value order: named apart, so that a merged
+    # report keeps both
     if not getattr(r, "mpi_env", None):
-        r.step("commands", "Open MPI unpacked and relocated", lambda t: unpack_mpi(r, t), 60)
+        r.step("commands", "Open MPI unpacked and relocated (commands)", lambda t: unpack_mpi(r, t), 60)
     if not getattr(r, "nccl", None) and not r.dry:
-        r.step("commands", "NCCL library, version, ABI against its header", lambda t: find_nccl(r, t), 30)
+        r.step("commands", "NCCL library, version, ABI against its header (commands)", lambda t: find_nccl(r, t), 30)
     r.step("commands", "a tiny checkpoint trained on the CPU", lambda t: cmd_source(r, t), 60)
     r.step("commands", "eval, positions, passkey, generate: 1 GPU rank, 4 MPI ranks on the GPU vs 1 CPU rank",
            lambda t: cmd_worlds(r, t), 150)
@@ -1643,7 +2145,8 @@ def cudnn_model(r, limit):
     if r.dry:
         raise Skip("needs a GPU")
     name = "llama1b-8192-cudnn"
-    extra = ["--set", "data.seq_len=8192", "--set", "model.max_seq_len=8192", "--set", "device.attention=cudnn"]
+    extra = ["--set", "data.seq_len=8192", "--set", "model.max_seq_len=8192", "--set", "device.attention=cudnn"] + \
+        [x for s in TIMING_SETS for x in ("--set", s)]
     with MemSampler() as ms:
         rows = train_curve(r, name, "cuda", "bf16", limit, steps=6, config="llama-1b.toml", extra=extra)
     tps = statistics.median(m["tokens_per_s"] for m in rows[min(2, len(rows) - 1):])
@@ -1763,6 +2266,12 @@ def phase_cudnn(r):
     r.step("cudnn", "distflash 1B seq 8192 with cuDNN", lambda t: cudnn_model(r, t), 100)
 
 
+# phase name → its function
+PHASE_FNS = {"correctness": phase_correctness, "gemm": phase_gemm, "cudnn-first": phase_cudnn_first,
+             "commands": phase_commands, "model": phase_model, "curve": phase_curve, "multigpu": phase_multigpu,
+             "attention": phase_attention, "cudnn": phase_cudnn}
+
+
 def phase_list(arg):
     """The phases --phase names, in its order: "all", one phase, or several joined by commas
     (the most valuable first, for a device lent for less than all of them)."""
@@ -1777,16 +2286,45 @@ def phase_list(arg):
     return phases
 
 
+def print_plan(r, phases, budget):
+    """The steps of the run with their limits (and the time each should take on an H200, where
+    known), each phase's budget, and where --budget ends if every phase before used all of its
+    budget: the planned total, printed before anything runs."""
+    plan = r.plan(phases, PHASE_FNS)
+    r.meta["plan"] = {"budget_s": budget, "phases": [{"phase": p, "budget_s": BUDGET[p], "steps": [
+        {"step": n, "limit_s": t, "expected_s": e} for n, t, e in steps]} for p, steps in plan]}
+    total = sum(BUDGET[p] for p in phases)
+    print(f"plan: {len(phases)} phase(s), their budgets {total} s in all, --budget {budget:.0f} s", flush=True)
+    used = expected = 0
+    known_so_far = True
+    for p, steps in plan:
+        lim = sum(t for _, t, _ in steps)
+        exp = sum(e or 0 for _, _, e in steps)
+        known = all(e is not None for _, _, e in steps)
+        flag = "" if used + BUDGET[p] <= budget else (
+            "  (past --budget if the phases before use all of theirs)" if used < budget else "  (runs only if the phases before finish early)")
+        print(f"  {p:<12} budget {BUDGET[p]:>4} s, from {used:>4} s (expected from {expected}{'' if known_so_far else '+'} s); "
+              f"steps' limits {lim} s, expected {'' if known else 'at least '}{exp} s{flag}", flush=True)
+        known_so_far = known_so_far and known
+        for n, t, e in steps:
+            print(f"      limit {t:>4} s, expected {'-' if e is None else e:>4} s  {n}", flush=True)
+        used += BUDGET[p]
+        expected += exp
+    given = [e for _, steps in plan for _, _, e in steps]
+    exp = ("no step gives an expected time" if all(e is None for e in given) else
+           f"expected {expected} s" if all(e is not None for e in given) else f"expected {expected} s where the steps give one")
+    print(f"planned total: {min(total, budget):.0f} s (phase budgets {total} s, --budget {budget:.0f} s); {exp}", flush=True)
+
+
 def cmd_run(a):
     phases = phase_list(a.phase)
     r = Runner(a.pack, a.out, a.budget, a.dry, a.steps)
     r.meta["env"] = setup_env(r)
     print(json.dumps(r.meta["env"]), flush=True)
+    print_plan(r, phases, a.budget)
     for i, p in enumerate(phases):
         r.start_phase(phases, i)
-        {"correctness": phase_correctness, "attention": phase_attention, "model": phase_model,
-         "multigpu": phase_multigpu, "commands": phase_commands, "cudnn-first": phase_cudnn_first,
-         "cudnn": phase_cudnn, "curve": phase_curve}[p](r)
+        PHASE_FNS[p](r)
     rep = write_report(r, phases)
     print(render(rep))
     bad = [s for s in rep["steps"] if s["status"] != "pass" and not (a.dry and s["status"] == "skipped")

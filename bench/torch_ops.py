@@ -4,12 +4,13 @@ and phases of distflash's per-op profile (`train --profile DIR` writes DIR/ops.j
 kernels/opprofile.go), for the GPU check's model phase to set beside ours (issue 36, part 1).
 
     python3 bench/torch_ops.py --seq 8192 [--dim 2048 --layers 16 --heads 16 --kv-heads 4
-                               --ffn 5632 --vocab 32000] [--warmup 2 --steps 2]
-                               [--device cuda|cpu] [--json FILE]
+                               --ffn 5632 --vocab 32000] [--warmup 2 --timed 0 --steps 2]
+                               [--ckpt attn_output|none] [--device cuda|cpu] [--json FILE]
 
-The step is torch_llama.py's (attn_output checkpointing through the flash-attention ops, bf16
-autocast, fused AdamW, clipping), run with its functions wrapped in torch.profiler ranges, so
-that every kernel can be put in a class:
+The step is torch_llama.py's (attn_output checkpointing through the flash-attention ops, or with
+--ckpt none everything autograd keeps and SDPA; bf16 autocast, fused AdamW at a constant lr 3e-4,
+clipping), run with its functions wrapped in torch.profiler ranges, so that every kernel can be
+put in a class:
 
   - each F.linear by the role of its weight (the parameter's storage, which the recomputation's
     detached copies share): gemm.q, gemm.k, gemm.v, gemm.o, gemm.gate, gemm.up, gemm.down,
@@ -22,17 +23,24 @@ that every kernel can be put in a class:
   - the rest by the aten op's name: casts (_to_copy, copy_), residual adds (add), the SwiGLU
     product (mul), zero fills; "other" for what matches nothing.
 
+--timed N first times N steps without the profiler, as torch_llama.py times them (the device
+synchronised around each; the median gives tokens/s; the allocator's peak over them): the GPU
+check's model phase takes its PyTorch figures and table from one process. PyTorch running out
+of device memory is a result: the JSON record says "oom": true with the error, exit status 0.
+
 A kernel's device time goes to the innermost CPU op that launched it (self device time); a cast
 inside a labelled range is a cast. Calls are kernel launches. Times are per step, the mean of the
 profiled steps, which run with the profiler on (its overhead is in step_seconds, not in the ops).
 With --device cpu (the dry run) self CPU time of the leaf ops stands in for device time. The last
 line printed is the JSON table (also written to --json): keys as ops.json's (device, steps,
-step_seconds, gap_seconds, ops: op, phase, calls, seconds) plus impl and torch.
+step_seconds, gap_seconds, ops: op, phase, calls, seconds) plus impl, torch, ckpt_mode, losses
+and, with --timed, step_s, step_s_all, tokens_per_s and the allocator's peaks.
 """
 
 import argparse
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -211,47 +219,96 @@ def run(a):
     tables = tl.rope_tables(a.seq, c.hd, c.theta, device)
     ops = tl.FlashOps(device)
     instrument(params)
+    mode, err = a.ckpt, None
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = tl.forward_loss(c, params, inp, tgt, "attn_output", ops, tables, a.precision == "bf16")
+        loss = tl.forward_loss(c, params, inp, tgt, mode, ops, tables, a.precision == "bf16")
         loss.backward()
         with label("optimizer"):
             torch.nn.utils.clip_grad_norm_(plist, 1.0)
             opt.step()
         return loss
 
-    for _ in range(a.warmup):
-        step()
+    losses = []
+    if mode == "attn_output":  # as torch_llama.py: the flash ops missing or refusing the shapes
+        try:
+            losses.append(step().item())
+        except (RuntimeError, TypeError) as e:
+            if is_oom(e):
+                raise
+            err = f"{type(e).__name__}: {e}"[:400]
+            print(f"attn_output with the flash ops failed ({err}); falling back to sdpa_checkpoint", file=sys.stderr)
+            mode = "sdpa_checkpoint"
+    for _ in range(a.warmup - len(losses)):
+        losses.append(step().item())
     tl.sync(device)
+    rec = {"impl": "pytorch", "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+           "seq": a.seq, "ckpt_mode": mode, "flash_ops": ops.flash and mode == "attn_output", "fallback_reason": err}
+    if a.timed:  # timed as torch_llama.py times: the device synchronised around each step
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(a.timed):
+            t0 = time.perf_counter()
+            losses.append(step().item())
+            tl.sync(device)
+            times.append(time.perf_counter() - t0)
+        med = statistics.median(times)
+        rec.update(step_s=med, step_s_all=times, tokens_per_s=a.seq / med)
+        if cuda:
+            rec.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(), peak_reserved_bytes=torch.cuda.max_memory_reserved())
+    rec["losses"] = losses
+    if not a.steps:
+        return rec
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
     with torch.profiler.profile(activities=acts) as prof:
         t0 = time.perf_counter()
         for _ in range(a.steps):
-            step()
+            losses.append(step().item())
         tl.sync(device)
         wall = (time.perf_counter() - t0) / a.steps
     rows = table(prof.events(), cuda, a.steps)
     inside = sum(r["seconds"] for r in rows)
-    return {"impl": "pytorch", "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-            "seq": a.seq, "steps": a.steps, "step_seconds": wall, "gap_seconds": max(wall - inside, 0.0),
-            "ops": rows + [{"op": "gaps", "phase": "step", "calls": 0, "seconds": max(wall - inside, 0.0)}],
-            "attribution": "torch.profiler self device time per CPU op, classes by range labels (bench/torch_ops.py)"}
+    rec.update({"steps": a.steps, "step_seconds": wall, "gap_seconds": max(wall - inside, 0.0),
+                "ops": rows + [{"op": "gaps", "phase": "step", "calls": 0, "seconds": max(wall - inside, 0.0)}],
+                "attribution": "torch.profiler self device time per CPU op, classes by range labels (bench/torch_ops.py)"})
+    return rec
+
+
+def is_oom(e):
+    """Whether e is PyTorch running out of device memory."""
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    return (oom is not None and isinstance(e, oom)) or "out of memory" in str(e)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     tl.add_shape_args(ap)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--timed", type=int, default=0, help="steps timed without the profiler, after the warm-up")
+    ap.add_argument("--steps", type=int, default=2, help="steps profiled, after the timed ones (0: no table)")
+    ap.add_argument("--ckpt", default="attn_output", choices=["attn_output", "none"])
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--json", help="also write the table to this file")
     a = ap.parse_args()
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         sys.exit("--device cuda: PyTorch sees no CUDA device")
-    rec = run(a)
-    if not all(math.isfinite(r["seconds"]) for r in rec["ops"]):
+    if a.timed < 0 or a.steps < 0 or a.warmup < 0 or a.timed + a.steps == 0:
+        sys.exit("--warmup, --timed and --steps: none negative, and some steps timed or profiled")
+    try:
+        rec = run(a)
+    except (RuntimeError, MemoryError) as e:
+        if not is_oom(e):
+            raise
+        rec = {"impl": "pytorch", "torch": torch.__version__, "seq": a.seq, "ckpt_mode": a.ckpt, "oom": True,
+               "error": f"{type(e).__name__}: {e}"[:600]}
+        if torch.cuda.is_available():
+            rec["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        tl.emit(rec, a.json)
+        return
+    if not all(math.isfinite(r["seconds"]) for r in rec.get("ops", [])):
         sys.exit("a time that is not a number")
     tl.emit(rec, a.json)
 

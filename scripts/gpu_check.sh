@@ -6,14 +6,17 @@
 #       the -tags cuda distflash binary and the kernels test binary (stripped), and copies them
 #       with the kernels' test vectors, the configs, 2 MiB of the Go source as byte-token shards
 #       (the tiny config's training text) and the PyTorch scripts into DIR (about 30 MB).
-#   scripts/gpu_check.sh run DIR OUT [--phase all|PHASE[,PHASE...]] [--budget SECONDS]
+#   scripts/gpu_check.sh run DIR OUT [--phase all|PHASE[,PHASE...]] [--budget SECONDS] [--steps REGEX]
 #       On a machine with an NVIDIA GPU, python3 with PyTorch and optionally ncu; no Go needed.
-#       Runs the phases (bench/gpu_check.py says what each checks and measures), each step with
-#       its own time limit, and writes OUT/report.md, OUT/report.json and OUT/logs.tar.gz
-#       (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step
-#       failed. Budgets (--budget): correctness 6 min, cudnn-first 5, attention 7, model 9, multigpu 8, commands 4, cudnn 7,
-#       curve 5; all 51 (each phase a share of it:
-#       SHARE in bench/gpu_check.py).
+#       Runs the phases (bench/gpu_check.py says what each checks and measures), in the order
+#       given (all: by value, correctness gemm cudnn-first commands model curve multigpu
+#       attention cudnn), each step with its own time limit, after printing the plan (every
+#       step's limit, each phase's budget, the planned total), and writes OUT/report.md,
+#       OUT/report.json, OUT/summary.json and OUT/logs.tar.gz (attention also
+#       OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step failed. Phase budgets:
+#       correctness 6 min, gemm 2, cudnn-first 5, commands 4, model 7, curve 5, multigpu 8,
+#       attention 7, cudnn 7 (BUDGET in bench/gpu_check.py); with --budget each phase in turn
+#       gets the smaller of its budget and what is left.
 #   scripts/gpu_check.sh merge DEST OUT1 OUT2 ...
 #       Joins the reports of several runs (one per phase) into DEST/report.md and report.json.
 #   scripts/gpu_check.sh dry-run OUT
@@ -24,7 +27,7 @@
 set -euo pipefail
 
 usage() {
-	sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
@@ -76,6 +79,12 @@ pack() {
 		mkdir -p "$dir/data/eval"
 		cp "$(go env GOROOT)"/src/fmt/{format,print,scan,errors}.go "$dir/data/eval/"
 		cp bench/gpu_check.py bench/cuda_attn.py bench/torch_llama.py bench/torch_train.py bench/torch_ops.py "$dir/bench/"
+		# the gemm phase's PyTorch side (issue 41's GEMM table); the phase fails naming it when it is missing
+		if [[ -e bench/torch_gemm.py ]]; then
+			cp bench/torch_gemm.py "$dir/bench/"
+		else
+			echo "pack: bench/torch_gemm.py is missing: the gemm phase's PyTorch side will fail, saying so" >&2
+		fi
 		cp scripts/gpu_check.sh scripts/check_nccl_abi.sh scripts/check_nccl_abi.c scripts/check_cudnn_abi.sh scripts/check_cudnn_abi.c "$dir/scripts/"
 		mkdir -p "$dir/kernels/cuda" # the NCCL ABI check's declarations
 		cp kernels/cuda/nccl_abi.h kernels/cuda/nccl_abi_funcs.h kernels/cuda/cuda_abi.h kernels/cuda/cuda_abi_funcs.h \
@@ -130,10 +139,11 @@ dry-run)
 		echo "dry-run: no cuda.h here: kernels/cuda/cuda_abi.h not compared with the CUDA headers"
 	fi
 	pack "$out/pack"
-	for phase in correctness cudnn-first attention model multigpu commands cudnn curve; do
+	phases=(correctness gemm cudnn-first commands model curve multigpu attention cudnn) # bench/gpu_check.py's PHASES
+	for phase in "${phases[@]}"; do
 		"$py" "$out/pack/bench/gpu_check.py" run --pack "$out/pack" --out "$out/$phase" --phase "$phase" --dry || status=1
 	done
-	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "$out"/{correctness,cudnn-first,attention,model,multigpu,commands,cudnn,curve}
+	"$py" "$here/../bench/gpu_check.py" merge --dest "$out" "${phases[@]/#/$out/}"
 	exit $status
 	;;
 *)
