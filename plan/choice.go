@@ -168,6 +168,11 @@ func (ch Choice) String() string {
 	var parts []string
 	budget := fmt.Sprintf("%s of %s (%.0f%% of %s)", gb1(ch.Peak), gb1(ch.Budget), 100*(1-EstimateError), gb1(ch.Capacity))
 	known := ch.Capacity > 0
+	// over the budget but within the memory: the estimate's error margin is what is short
+	short := "DOES NOT FIT"
+	if ch.Peak <= ch.Capacity {
+		short = "over the budget (the estimate's margin)"
+	}
 	for i, key := range ch.Auto {
 		var s string
 		switch key {
@@ -179,7 +184,7 @@ func (ch Choice) String() string {
 			case ch.Fits:
 				s += ": " + budget
 			default:
-				s += ": DOES NOT FIT: " + budget + ", and no policy needs less"
+				s += ": " + short + ": " + budget + ", and no policy needs less"
 			}
 			if known && len(ch.Others) > 0 {
 				var o []string
@@ -212,7 +217,7 @@ func (ch Choice) String() string {
 			case ch.Fits:
 				s += ": the step takes " + budget
 			default:
-				s += ": DOES NOT FIT even so: " + budget
+				s += ": " + short + " even so: " + budget
 			}
 		}
 		parts = append(parts, s)

@@ -76,7 +76,7 @@ func TestChooseLeastRecomputation(t *testing.T) {
 // keys it leaves are decided (and said); a config that leaves nothing gets its own values and
 // no line; where the memory is not known auto takes attn_output with the 256 MiB tile and chunk.
 func TestChooseWhatTheConfigLeaves(t *testing.T) {
-	base := loadPlanConfig(t, "../configs/llama-1b.toml") // attn_output, tile and chunk -1
+	base := loadPlanConfig(t, "../configs/llama-1b.toml", "checkpoint.activation=attn_output") // tile and chunk -1
 	ch := Choose(base, 80e9)
 	if ch.Policy != "attn_output" || ch.MLPTile != 0 || ch.LossChunk != 0 || !slices.Equal(ch.Auto, []string{"training.mlp_tile", "training.loss_chunk"}) || len(ch.Others) != 0 {
 		t.Errorf("attn_output set, tile and chunk left: %+v", ch)
@@ -84,7 +84,7 @@ func TestChooseWhatTheConfigLeaves(t *testing.T) {
 	if s := ch.String(); !strings.HasPrefix(s, "training.mlp_tile = -1 → the MLP whole: the step takes ") || strings.Contains(s, "checkpoint.activation") {
 		t.Errorf("attn_output set: %q", s)
 	}
-	set := loadPlanConfig(t, "../configs/llama-1b.toml", "training.mlp_tile=1024", "training.loss_chunk=0")
+	set := loadPlanConfig(t, "../configs/llama-1b.toml", "checkpoint.activation=attn_output", "training.mlp_tile=1024", "training.loss_chunk=0")
 	if ch := Choose(set, 80e9); ch.Policy != "attn_output" || ch.MLPTile != 1024 || ch.LossChunk != 0 || len(ch.Auto) != 0 || ch.String() != "" {
 		t.Errorf("everything set: %+v %q", ch, ch.String())
 	}
