@@ -128,7 +128,6 @@ func TestOneSyncPerStep(t *testing.T) {
 	}
 }
 
-
 // TestStepStatsAsBefore: the step's statistics gathered from the device (GradStats into the
 // statistics buffer, the losses taken once) are those SumSquares and AllFinite give on the
 // same gradients: the gradient norm bit for bit (Σg² carried as two float32, hi and lo), and a
