@@ -436,11 +436,7 @@ func (c *CPU) CrossEntropy(losses, dlogits, logits Buf, targets []int32, vocab i
 		dl = f(dlogits)
 		mustLen("cross-entropy dlogits", dl, rows*vocab)
 	}
-	for _, t := range targets { // checked here, not in the workers, so the panic is recoverable
-		if int(t) >= vocab {
-			panic(fmt.Sprintf("kernels: target %d outside vocabulary of %d", t, vocab))
-		}
-	}
+	checkTargets(targets, vocab) // here, not in the workers, so the panic is recoverable
 	chunks(rows, 4, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			row := lg[i*vocab : (i+1)*vocab]
@@ -473,6 +469,15 @@ func (c *CPU) CrossEntropy(losses, dlogits, logits Buf, targets []int32, vocab i
 			drow[t] -= dscale
 		}
 	})
+}
+
+// checkTargets panics on a target past the vocabulary (a negative one marks an ignored row).
+func checkTargets(targets []int32, vocab int) {
+	for _, t := range targets {
+		if int(t) >= vocab {
+			panic(fmt.Sprintf("kernels: target %d outside vocabulary of %d", t, vocab))
+		}
+	}
 }
 
 // AdamW implements Backend:

@@ -649,11 +649,7 @@ func (c *CUDA) CrossEntropy(losses, dlogits, logits Buf, targets []int32, vocab 
 	rows := len(targets)
 	lg, ls := dptr("cross-entropy logits", logits, rows*vocab), dptr("cross-entropy losses", losses, rows)
 	dl := dptr("cross-entropy dlogits", dlogits, rows*vocab) // 0 when dlogits is nil
-	for _, t := range targets {
-		if int(t) >= vocab {
-			panic(fmt.Sprintf("kernels: target %d outside vocabulary of %d", t, vocab))
-		}
-	}
+	checkTargets(targets, vocab)
 	if rows == 0 {
 		return
 	}

@@ -33,6 +33,13 @@ func (c *CUDA) SwiGLUBackwardAct(act, dgate, dup, dout, gate, up Buf) {
 // (offset, length, decay as int64 triples, adamwSegTable) is uploaded first; the grid is the
 // elementwise grid of the longest segment.
 func (c *CUDA) AdamWSegments(pb, gb, mb, vb Buf, segs []AdamWSegment, hp AdamWStep) {
+	c.adamwSegments("df_adamw_multi", pb, gb, mb, vb, segs, hp, nil, nil)
+}
+
+// adamwSegments queues kernel, an AdamW over the segments of p, g, m and v in one launch
+// (df_adamw_multi, df_adamw_multi16): its arguments are p, g, m, v, then mid, the segment
+// table (uploaded first) and its length, the hyper-parameters, then tail.
+func (c *CUDA) adamwSegments(kernel string, pb, gb, mb, vb Buf, segs []AdamWSegment, hp AdamWStep, mid, tail []any) {
 	p := dbuf(pb)
 	g, m, v := dptr("adamw g", gb, p.n), dptr("adamw m", mb, p.n), dptr("adamw v", vb, p.n)
 	checkSegments(segs, p.n)
@@ -46,8 +53,10 @@ func (c *CUDA) AdamWSegments(pb, gb, mb, vb Buf, segs []AdamWSegment, hp AdamWSt
 	defer c.mu.Unlock()
 	tp := c.grow(&c.segs, 8*len(table))
 	c.htod(tp, unsafe.Pointer(&table[0]), 8*len(table))
-	c.launch("df_adamw_multi", ewGrid(longest), 1, ewThreads, 0, p, g, m, v, tp, int32(len(segs)),
-		float32(hp.Beta1), float32(hp.Beta2), c1, c2, float32(hp.LR), float32(hp.Eps), hp.GradScale, float32(hp.WeightDecay))
+	args := append([]any{p, g, m, v}, mid...)
+	args = append(args, tp, int32(len(segs)), float32(hp.Beta1), float32(hp.Beta2), c1, c2, float32(hp.LR),
+		float32(hp.Eps), hp.GradScale, float32(hp.WeightDecay))
+	c.launch(kernel, ewGrid(longest), 1, ewThreads, 0, append(args, tail...)...)
 }
 
 // adamwSegTable is df_adamw_multi's segment table, (offset, length, decay 0 or 1) per segment,

@@ -237,11 +237,7 @@ func (c *CUDA) CrossEntropyHalf(losses, dlogits, logits Buf, targets []int32, vo
 	if dl.mem == lg.mem && dl.n > 0 && lg.n > 0 && dl.off < lg.off+lg.n && lg.off < dl.off+dl.n {
 		panic("kernels: cross-entropy in 16 bits: dlogits overlaps logits (it needs its own buffer)")
 	}
-	for _, t := range targets {
-		if int(t) >= vocab {
-			panic(fmt.Sprintf("kernels: target %d outside vocabulary of %d", t, vocab))
-		}
-	}
+	checkTargets(targets, vocab)
 	if rows == 0 {
 		return
 	}
@@ -273,21 +269,7 @@ func (c *CUDA) GradStats(dst, g Buf) {
 // segment table and grid) that also stores each updated parameter in 16 bits into half.
 func (c *CUDA) AdamWSegmentsHalf(pb, gb, mb, vb, half Buf, segs []AdamWSegment, hp AdamWStep, prec Precision) {
 	fp := halfFlag("adamw copy", prec)
-	p := dbuf(pb)
-	g, m, v := dptr("adamw g", gb, p.n), dptr("adamw m", mb, p.n), dptr("adamw v", vb, p.n)
-	h := hptr("adamw copy", half, p.n)
-	checkSegments(segs, p.n)
-	table, longest := adamwSegTable(segs)
-	if longest == 0 {
-		return
-	}
-	c1 := float32(1 - math.Pow(hp.Beta1, float64(hp.Step)))
-	c2 := float32(1 - math.Pow(hp.Beta2, float64(hp.Step)))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	tp := c.grow(&c.segs, 8*len(table))
-	c.htod(tp, unsafe.Pointer(&table[0]), 8*len(table))
-	c.launch("df_adamw_multi16", ewGrid(longest), 1, ewThreads, 0, p, g, m, v, h, tp, int32(len(segs)),
-		float32(hp.Beta1), float32(hp.Beta2), c1, c2, float32(hp.LR), float32(hp.Eps), hp.GradScale, float32(hp.WeightDecay),
-		int64(p.n), fp)
+	n := pb.Len()
+	h := hptr("adamw copy", half, n)
+	c.adamwSegments("df_adamw_multi16", pb, gb, mb, vb, segs, hp, []any{h}, []any{int64(n), fp})
 }

@@ -49,6 +49,19 @@ __device__ __forceinline__ float df_block_max_f(float v, float* sh) {
     return sh[0];
 }
 
+// df_row_lse returns, to every thread of the block, log Σ exp(row[j]) over the vocab values of
+// row: the maximum in float32, exp of each difference and their sum in double, as the CPU's
+// CrossEntropy takes them (df_xent, df_xent16).
+__device__ __forceinline__ double df_row_lse(const float* row, long long vocab, double* shd, float* shf) {
+    float mx = DF_NEG_INF;
+    for (long long j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, row[j]);
+    mx = df_block_max_f(mx, shf);
+    double sum = 0;
+    for (long long j = threadIdx.x; j < vocab; j += blockDim.x) sum += exp((double)__fsub_rn(row[j], mx));
+    sum = df_block_sum_d(sum, shd);
+    return (double)mx + log(sum);
+}
+
 // df_warp_sum_d is the sum of v over the 32 lanes of a warp, to every lane.
 __device__ __forceinline__ double df_warp_sum_d(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -390,13 +390,7 @@ __global__ void df_xent16(float* __restrict__ losses, uint16_t* __restrict__ dlo
     for (int r = blockIdx.x; r < rows; r += gridDim.x) {
         const float* row = logits + (long long)r * vocab;
         int t = targets[r];
-        float mx = DF_NEG_INF;
-        for (long long j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, row[j]);
-        mx = df_block_max_f(mx, shf);
-        double sum = 0;
-        for (long long j = threadIdx.x; j < vocab; j += blockDim.x) sum += exp((double)__fsub_rn(row[j], mx));
-        sum = df_block_sum_d(sum, shd);
-        double lse = (double)mx + log(sum);
+        double lse = df_row_lse(row, vocab, shd, shf);
         if (threadIdx.x == 0) losses[r] = t < 0 ? 0.0f : (float)(lse - (double)row[t]);
         uint16_t* drow = dlogits + (long long)r * vocab;
         if ((vocab & 1) == 0) {
