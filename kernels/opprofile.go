@@ -34,6 +34,8 @@ const (
 	OpGemmUp                    // the MLP's up projection
 	OpGemmDown                  // the MLP's down projection
 	OpGemmHead                  // the output head
+	OpGemmQKV                   // the fused query, key and value projection [Wq|Wk|Wv] (the 16-bit step)
+	OpGemmGateUp                // the fused gate and up projection [Wgate|Wup] (the 16-bit step)
 	OpAttention                 // attention (a schedule's blocks and exchanges included)
 	OpRMSNorm                   // RMSNorm
 	OpAddRMSNorm                // the residual add fused with the next RMSNorm (AddRMSNorm)
@@ -50,7 +52,7 @@ const (
 )
 
 var opClassNames = [numOpClasses]string{"gemm.q", "gemm.k", "gemm.v", "gemm.o", "gemm.gate", "gemm.up",
-	"gemm.down", "gemm.head", "attention", "rmsnorm", "add+rmsnorm", "rope", "swiglu", "residual", "loss",
+	"gemm.down", "gemm.head", "gemm.qkv", "gemm.gate+up", "attention", "rmsnorm", "add+rmsnorm", "rope", "swiglu", "residual", "loss",
 	"embedding", "cast", "zero", "optimizer", "comm"}
 
 func (c OpClass) String() string {

@@ -395,7 +395,7 @@ func (m *Model) blockForwardHalf(l int, w halfBlock, a *halfActs, keepX kernels.
 	QKV := Q + 2*KV
 	attn := keepX != nil || m.Policy == CheckpointLayer // the forward, or layer's recomputation
 	m.normHalf(a.N1, keepX, a.Rstd1, hs.r, w.AttnNorm, n)
-	m.matHalf(kernels.OpGemmQ, hs.qkv, a.N1, w.Wqkv, n, QKV, D, false, true, 0, true)
+	m.matHalf(kernels.OpGemmQKV, hs.qkv, a.N1, w.Wqkv, n, QKV, D, false, true, 0, true)
 	for b := 0; b < m.batch; b++ {
 		m.ropeQKV(m.halfSeq(a.Q, b, Q), m.halfSeq(a.K, b, KV), m.halfSeq(a.V, b, KV), m.halfSeq(hs.qkv, b, QKV), m.rpos[b])
 	}
@@ -422,13 +422,13 @@ func (m *Model) blockForwardHalf(l int, w halfBlock, a *halfActs, keepX kernels.
 		for i0 := 0; i0 < n; i0 += m.tile {
 			rows := min(m.tile, n-i0)
 			gu, act := be.Slice(hs.gu, 0, rows*F), be.Slice(hs.act, 0, rows*F/2)
-			m.matHalf(kernels.OpGemmGate, gu, m.halfRows(a.N2, i0, rows, D), w.Wgu, rows, 2*F, D, false, true, 0, true)
+			m.matHalf(kernels.OpGemmGateUp, gu, m.halfRows(a.N2, i0, rows, D), w.Wgu, rows, 2*F, D, false, true, 0, true)
 			m.swigluHalf(act, gu, rows)
 			m.matHalf(kernels.OpGemmDown, be.Slice(hs.r, i0*D, rows*D), act, w.Down, rows, D, F, false, true, 1, false)
 		}
 		return
 	}
-	m.matHalf(kernels.OpGemmGate, a.GU, a.N2, w.Wgu, n, 2*F, D, false, true, 0, true)
+	m.matHalf(kernels.OpGemmGateUp, a.GU, a.N2, w.Wgu, n, 2*F, D, false, true, 0, true)
 	if full {
 		m.swigluHalf(a.Act, a.GU, n)
 		m.matHalf(kernels.OpGemmDown, hs.r, a.Act, w.Down, n, D, F, false, true, 1, false) // r = h + act·Wdownᵀ
@@ -509,7 +509,7 @@ func (m *Model) blockBackwardHalf(l int, w, g halfBlock, a *halfActs) {
 			gu, act = be.Slice(hs.gu, 0, rows*F), be.Slice(hs.act, 0, rows*F/2)
 			actOut = act
 			old := m.setPhase(kernels.PhaseRecompute)
-			m.matHalf(kernels.OpGemmGate, gu, m.halfRows(a.N2, i0, rows, D), w.Wgu, rows, 2*F, D, false, true, 0, true)
+			m.matHalf(kernels.OpGemmGateUp, gu, m.halfRows(a.N2, i0, rows, D), w.Wgu, rows, 2*F, D, false, true, 0, true)
 			m.setPhase(old)
 		case m.Policy == CheckpointNone: // the forward's activation, kept
 			actOut = nil
@@ -520,8 +520,8 @@ func (m *Model) blockBackwardHalf(l int, w, g halfBlock, a *halfActs) {
 		m.gradHalf(kernels.OpGemmDown, dact, dout, w.Down, rows, F, D, false, false, 0, true)
 		m.swigluBackwardHalf(dgu, actOut, dact, gu, rows)
 		m.gradHalf(kernels.OpGemmDown, g.Down, dout, act, D, F, rows, true, false, first, false)
-		m.gradHalf(kernels.OpGemmGate, m.halfRows(hs.dn, i0, rows, D), dgu, w.Wgu, rows, D, 2*F, false, false, 0, true)
-		m.gradHalf(kernels.OpGemmGate, g.Wgu, dgu, n2, 2*F, D, rows, true, false, first, false)
+		m.gradHalf(kernels.OpGemmGateUp, m.halfRows(hs.dn, i0, rows, D), dgu, w.Wgu, rows, D, 2*F, false, false, 0, true)
+		m.gradHalf(kernels.OpGemmGateUp, g.Wgu, dgu, n2, 2*F, D, rows, true, false, first, false)
 	}
 	first := m.gradBeta(true)
 	m.normBackwardHalf(hs.dx, hs.dx16, g.FFNNorm, hs.dn, a.H, w.FFNNorm, a.Rstd2, n, first) // dx = dh
@@ -534,8 +534,8 @@ func (m *Model) blockBackwardHalf(l int, w, g halfBlock, a *halfActs) {
 			m.halfSeq(a.O, b, Q), m.seqSlice(a.Lse, b, c.NHeads), m.halfSeq(hs.dattn, b, Q), m.seqOf(l, b))
 		m.ropeQKVBackward(m.halfSeq(hs.dqkv, b, QKV), dq, dk, dv, m.rpos[b])
 	}
-	m.gradHalf(kernels.OpGemmQ, hs.dn, hs.dqkv, w.Wqkv, n, D, QKV, false, false, 0, true)
-	m.gradHalf(kernels.OpGemmQ, g.Wqkv, hs.dqkv, a.N1, QKV, D, n, true, false, first, false)
+	m.gradHalf(kernels.OpGemmQKV, hs.dn, hs.dqkv, w.Wqkv, n, D, QKV, false, false, 0, true)
+	m.gradHalf(kernels.OpGemmQKV, g.Wqkv, hs.dqkv, a.N1, QKV, D, n, true, false, first, false)
 	dx16 := hs.dx16
 	if l == 0 { // the embedding's backward reads the float32 gradient only
 		dx16 = nil

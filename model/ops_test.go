@@ -239,7 +239,7 @@ func wantOps(c Config, policy Checkpoint, B, T, tile, chunk int, half bool) map[
 }
 
 // wantOpsHalf is wantOps for the 16-bit step (half.go) with a CastStore, which lends its
-// 16-bit weights as they are (no cast): the fused projections under gemm.q and gemm.gate, the
+// 16-bit weights as they are (no cast): the fused projections under gemm.qkv and gemm.gate+up, the
 // block inputs rounded (cast, L−1 times) and, recomputing, unpacked from the kept X.
 func wantOpsHalf(c Config, policy Checkpoint, B, T, tile, chunk int) map[string]opWant {
 	L, D, Q, KV, F, V, H, hd := c.NLayers, c.Dim, c.QDim(), c.KVDim(), c.FFNDim, c.VocabSize, c.NHeads, c.HeadDim
@@ -278,13 +278,13 @@ func wantOpsHalf(c Config, policy Checkpoint, B, T, tile, chunk int) map[string]
 		if ph == "recompute" {
 			k = re
 		}
-		add("gemm.q", ph, k*L, mm(n, QKV, D, 0, true))
+		add("gemm.qkv", ph, k*L, mm(n, QKV, D, 0, true))
 		add("gemm.o", ph, k*L, mm(n, D, Q, 1, false))
 		add("rope", ph, k*B*L, halfRoPEQKVCost(T, Q, KV))
 	}
 	add("rope", "bwd", B*L, halfRoPEQKVCost(T, Q, KV))
-	add("gemm.q", "bwd", L, mm(n, D, QKV, 0, true))
-	add("gemm.q", "bwd", L, mm(QKV, D, n, 1, false))
+	add("gemm.qkv", "bwd", L, mm(n, D, QKV, 0, true))
+	add("gemm.qkv", "bwd", L, mm(QKV, D, n, 1, false))
 	add("gemm.o", "bwd", L, mm(n, Q, D, 0, true))
 	add("gemm.o", "bwd", L, mm(D, Q, n, 1, false))
 	step := n
@@ -297,15 +297,15 @@ func wantOpsHalf(c Config, policy Checkpoint, B, T, tile, chunk int) map[string]
 		if tile > 0 {
 			rec = 1
 		}
-		add("gemm.gate", "fwd", L, mm(rows, 2*F, D, 0, true))
-		add("gemm.gate", "recompute", rec*L, mm(rows, 2*F, D, 0, true))
+		add("gemm.gate+up", "fwd", L, mm(rows, 2*F, D, 0, true))
+		add("gemm.gate+up", "recompute", rec*L, mm(rows, 2*F, D, 0, true))
 		add("swiglu", "fwd", L, halfSwiGLUCost(rows*F))
 		add("gemm.down", "fwd", L, mm(rows, D, F, 1, false))
 		add("gemm.down", "bwd", L, mm(rows, F, D, 0, true))
 		add("gemm.down", "bwd", L, mm(D, F, rows, 1, false))
 		add("swiglu", "bwd", L, halfSwiGLUBackwardCost(rows*F, policy != CheckpointNone || tile > 0))
-		add("gemm.gate", "bwd", L, mm(rows, D, 2*F, 0, true))
-		add("gemm.gate", "bwd", L, mm(2*F, D, rows, 1, false))
+		add("gemm.gate+up", "bwd", L, mm(rows, D, 2*F, 0, true))
+		add("gemm.gate+up", "bwd", L, mm(2*F, D, rows, 1, false))
 	}
 	step = n
 	if chunk > 0 {
