@@ -1186,9 +1186,10 @@ GEMM_BENCH = "BenchmarkCUDAGemmTable"
 GEMM_SELF_TOL = 0.10
 
 
-def read_gemm(path, modes, side):
+def read_gemm(path, modes, side, untimed=False):
     """The records of one side of the GEMM table, checked: every key, positive times, TFLOP/s
-    agreeing with ms, every mode of modes present."""
+    agreeing with ms, every mode of modes present. untimed (bench/torch_gemm.py --dry, which
+    runs each shape small on the CPU): ms and tflops are null, the shapes positive."""
     try:
         with open(path) as f:
             recs = json.load(f)
@@ -1200,7 +1201,12 @@ def read_gemm(path, modes, side):
         miss = [k for k in GEMM_KEYS if k not in x]
         if miss:
             raise Fail(f"{side}: record {i} lacks {', '.join(miss)}: {x}")
-        if not (x["ms"] > 0 and x["tflops"] > 0):
+        if untimed:
+            if x["ms"] is not None or x["tflops"] is not None or not (x["m"] > 0 and x["n"] > 0 and x["k"] > 0):
+                raise Fail(f"{side}: untimed record {i} has ms {x['ms']}, tflops {x['tflops']}, shape {x['m']}×{x['n']}×{x['k']}: "
+                           "want null times and a positive shape")
+            continue
+        if not (x["ms"] is not None and x["tflops"] is not None and x["ms"] > 0 and x["tflops"] > 0):
             raise Fail(f"{side}: record {i} has ms {x['ms']}, tflops {x['tflops']}: want both positive")
         want = 2 * x["m"] * x["n"] * x["k"] / (x["ms"] * 1e-3) / 1e12
         if abs(x["tflops"] - want) > GEMM_SELF_TOL * want:
@@ -1238,7 +1244,7 @@ def gemm_torch(r, limit):
                    "the 18 shapes, mode torch-bf16) is not in this tree; merge it and pack again")
     out = os.path.join(r.work, "gemm_torch.json")
     r.sh("gemm_torch", [sys.executable, script, "--out", out] + (["--dry"] if r.dry else []), limit, env={"PYTHONUNBUFFERED": "1"})
-    return {"records": read_gemm(out, GEMM_TORCH_MODES, "bench/torch_gemm.py")}
+    return {"records": read_gemm(out, GEMM_TORCH_MODES, "bench/torch_gemm.py", untimed=r.dry)}
 
 
 def gemm_join(go, torch_recs):
@@ -1277,7 +1283,8 @@ def gemm_join(go, torch_recs):
 def gemm_join_check(torch_recs):
     """Dry run: gemm_join and its Markdown on Go records made from torch's (or two made-up
     shapes) at known fractions of torch's rate: every ratio and the weighted rates must come back."""
-    base = [x for x in torch_recs if x["mode"] == "torch-bf16"] or [
+    # the torch side's shapes (a dry run's records are untimed: each gets 0.1 ms), else two made up
+    base = [dict(x, ms=0.1, tflops=2 * x["m"] * x["n"] * x["k"] / 0.1e-3 / 1e12) for x in torch_recs if x["mode"] == "torch-bf16"] or [
         {"role": "q fwd", "m": 8192, "n": 2048, "k": 2048, "transA": False, "transB": True, "mode": "torch-bf16", "ms": 0.106,
          "tflops": 2 * 8192 * 2048 * 2048 / 0.106e-3 / 1e12},
         {"role": "kv dX", "m": 8192, "n": 2048, "k": 512, "transA": False, "transB": False, "mode": "torch-bf16", "ms": 0.05,
@@ -1305,11 +1312,10 @@ def gemm_table(r, steps):
     go = (steps.get("go") or {}).get("records") or []
     th = (steps.get("torch") or {}).get("records") or []
     res = {}
-    if r.dry:
+    if r.dry:  # the torch side's records are untimed and the Go side made none: check the join only
         res["join_check"] = gemm_join_check(th)
+        return res
     if not go and not th:
-        if r.dry:
-            return res
         raise Skip("neither side of the GEMM table was made (their steps say why)")
     res["gemm"] = gemm_join(go, th)
     if not go or not th:
