@@ -17,6 +17,7 @@ type CPU struct {
 	counters   Counters
 	matmulPrec atomic.Uint32 // Precision of MatMul's operands
 	device     bool          // buffers are deviceBufs (NewDeviceCPU)
+	half       halfPool      // the 16-bit methods' scratch (cpu_half.go)
 }
 
 // NewCPU returns a CPU backend with its own counters.

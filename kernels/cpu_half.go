@@ -3,21 +3,75 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"sync"
 )
 
 // The CPU backend's 16-bit step (Backend's MatMulHalf … AdamWSegmentsHalf). Each method
 // widens its packed inputs (exact), runs the float32 method on them and rounds its 16-bit
 // outputs once: the rounding points of the GPU's kernels, so a bf16 or fp16 run on the CPU is
-// the reference of the same run on a GPU. It is not meant to be fast: the widened copies are
-// made and dropped per call.
+// the reference of the same run on a GPU. The widened copies and float32 results are a call's
+// scratch, taken from the backend's free lists and given back when it returns: a step would
+// otherwise allocate (and, under train's GOGC=10, collect) several times the model's
+// activations, which made the CPU's bf16 step twice as slow. The lists keep, for the
+// backend's life, the temporaries of the largest calls (per power-of-two size class, as many
+// as one call holds at once), about what one call of the old path allocated afresh.
 
-// widen returns the n values of the buffer b, packed in p, as a host slice.
-func widen(what string, b Buf, n int, p Precision) []float32 {
+// halfPool is a CPU backend's free lists of scratch, by size class (a power of two).
+type halfPool struct {
+	mu   sync.Mutex
+	free [64][]*[]float32
+}
+
+// scratch is the float32 temporaries of one call; free gives them back to the pool. Their
+// contents are left from an earlier use: every caller writes a temporary whole before reading
+// it, or clears it.
+type scratch struct {
+	pool *halfPool
+	bufs []*[]float32
+}
+
+// scratch starts a call's temporaries.
+func (c *CPU) scratch() scratch { return scratch{pool: &c.half} }
+
+// get returns a temporary of n values.
+func (s *scratch) get(n int) []float32 {
+	class := bits.Len(uint(n))
+	var b *[]float32
+	p := s.pool
+	p.mu.Lock()
+	if l := len(p.free[class]); l > 0 {
+		b = p.free[class][l-1]
+		p.free[class] = p.free[class][:l-1]
+	}
+	p.mu.Unlock()
+	if b == nil {
+		x := make([]float32, 1<<class)
+		b = &x
+	}
+	s.bufs = append(s.bufs, b)
+	return (*b)[:n]
+}
+
+// free gives every temporary back.
+func (s *scratch) free() {
+	p := s.pool
+	p.mu.Lock()
+	for _, b := range s.bufs {
+		class := bits.Len(uint(cap(*b))) - 1
+		p.free[class] = append(p.free[class], b)
+	}
+	p.mu.Unlock()
+	s.bufs = nil
+}
+
+// widen returns the n values of the buffer b, packed in p, in a temporary of s.
+func (s *scratch) widen(what string, b Buf, n int, p Precision) []float32 {
 	mustHalf(what, p)
-	s := f(b)
-	mustLen(what+" (packed)", s, (n+1)/2)
-	out := make([]float32, n)
-	chunks(len(s), 1<<13, func(lo, hi int) { unpackHalf(out[2*lo:min(2*hi, n)], s[lo:hi], p) })
+	src := f(b)
+	mustLen(what+" (packed)", src, (n+1)/2)
+	out := s.get(n)
+	chunks(len(src), 1<<13, func(lo, hi int) { unpackHalf(out[2*lo:min(2*hi, n)], src[lo:hi], p) })
 	return out
 }
 
@@ -30,7 +84,9 @@ func narrow(what string, b Buf, x []float32, p Precision) {
 
 // MatMulHalf implements Backend.
 func (c *CPU) MatMulHalf(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta float32, p Precision, cHalf bool) {
-	A, B := widen("matmul A", ab, m*k, p), widen("matmul B", bb, k*n, p)
+	s := c.scratch()
+	defer s.free()
+	A, B := s.widen("matmul A", ab, m*k, p), s.widen("matmul B", bb, k*n, p)
 	if !cHalf {
 		C := f(cb)
 		mustLen("matmul C", C, m*n)
@@ -39,10 +95,10 @@ func (c *CPU) MatMulHalf(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta 
 	}
 	var C []float32
 	if beta != 0 {
-		C = widen("matmul C", cb, m*n, p)
+		C = s.widen("matmul C", cb, m*n, p)
 	} else {
 		mustLen("matmul C (packed)", f(cb), (m*n+1)/2)
-		C = make([]float32, m*n)
+		C = s.get(m * n) // beta 0: the product overwrites it, NaNs included
 	}
 	c.matmul(C, A, B, m, n, k, transA, transB, beta)
 	narrow("matmul C", cb, C, p)
@@ -99,8 +155,10 @@ func (c *CPU) EmbeddingHalf(out, table Buf, ids []int32, dim int, p Precision) {
 
 // RMSNormHalf implements Backend.
 func (c *CPU) RMSNormHalf(out, keep, rstd, x, w Buf, rows, dim int, eps float32, p Precision) {
-	ws := widen("rmsnorm w", w, dim, p)
-	o := make([]float32, rows*dim)
+	s := c.scratch()
+	defer s.free()
+	ws := s.widen("rmsnorm w", w, dim, p)
+	o := s.get(rows * dim)
 	c.RMSNorm(cpuBuf(o), rstd, x, cpuBuf(ws), rows, dim, eps)
 	narrow("rmsnorm out", out, o, p)
 	if keep != nil {
@@ -110,7 +168,9 @@ func (c *CPU) RMSNormHalf(out, keep, rstd, x, w Buf, rows, dim int, eps float32,
 
 // RMSNormBackwardHalf implements Backend.
 func (c *CPU) RMSNormBackwardHalf(dx, dxHalf, dw, dout, x, w, rstd Buf, rows, dim int, dwBeta float32, p Precision) {
-	do, xs, ws := widen("rmsnorm dout", dout, rows*dim, p), widen("rmsnorm x", x, rows*dim, p), widen("rmsnorm w", w, dim, p)
+	s := c.scratch()
+	defer s.free()
+	do, xs, ws := s.widen("rmsnorm dout", dout, rows*dim, p), s.widen("rmsnorm x", x, rows*dim, p), s.widen("rmsnorm w", w, dim, p)
 	dws := f(dw)
 	mustLen("rmsnorm dw", dws, dim)
 	if dwBeta == 0 {
@@ -126,9 +186,11 @@ func (c *CPU) RMSNormBackwardHalf(dx, dxHalf, dw, dout, x, w, rstd Buf, rows, di
 
 // RoPEQKV implements Backend.
 func (c *CPU) RoPEQKV(q, k, v, qkv Buf, pos []int32, heads, kvHeads, headDim int, t RoPETable, p Precision) {
+	s := c.scratch()
+	defer s.free()
 	n, Q, KV := len(pos), heads*headDim, kvHeads*headDim
-	all := widen("rope qkv", qkv, n*(Q+2*KV), p)
-	qs, ks, vs := make([]float32, n*Q), make([]float32, n*KV), make([]float32, n*KV)
+	all := s.widen("rope qkv", qkv, n*(Q+2*KV), p)
+	qs, ks, vs := s.get(n*Q), s.get(n*KV), s.get(n*KV)
 	for i := range n {
 		row := all[i*(Q+2*KV):]
 		copy(qs[i*Q:(i+1)*Q], row[:Q])
@@ -144,11 +206,13 @@ func (c *CPU) RoPEQKV(q, k, v, qkv Buf, pos []int32, heads, kvHeads, headDim int
 
 // RoPEQKVBackward implements Backend.
 func (c *CPU) RoPEQKVBackward(dqkv, dq, dk, dv Buf, pos []int32, heads, kvHeads, headDim int, t RoPETable, p Precision) {
+	s := c.scratch()
+	defer s.free()
 	n, Q, KV := len(pos), heads*headDim, kvHeads*headDim
-	qs, ks, vs := widen("rope dq", dq, n*Q, p), widen("rope dk", dk, n*KV, p), widen("rope dv", dv, n*KV, p)
+	qs, ks, vs := s.widen("rope dq", dq, n*Q, p), s.widen("rope dk", dk, n*KV, p), s.widen("rope dv", dv, n*KV, p)
 	c.RoPE(cpuBuf(qs), pos, heads, headDim, t, true)
 	c.RoPE(cpuBuf(ks), pos, kvHeads, headDim, t, true)
-	all := make([]float32, n*(Q+2*KV))
+	all := s.get(n * (Q + 2*KV))
 	for i := range n {
 		row := all[i*(Q+2*KV):]
 		copy(row[:Q], qs[i*Q:(i+1)*Q])
@@ -158,31 +222,34 @@ func (c *CPU) RoPEQKVBackward(dqkv, dq, dk, dv Buf, pos []int32, heads, kvHeads,
 	narrow("rope dqkv", dqkv, all, p)
 }
 
-// splitRows returns the two column halves of rows [rows, 2·w] as [rows, w] slices.
-func splitRows(x []float32, rows, w int) (a, b []float32) {
-	a, b = make([]float32, rows*w), make([]float32, rows*w)
+// splitRows sets a and b ([rows, w] each) to the two column halves of x ([rows, 2·w]).
+func splitRows(a, b, x []float32, rows, w int) {
 	for i := range rows {
 		copy(a[i*w:(i+1)*w], x[2*i*w:(2*i+1)*w])
 		copy(b[i*w:(i+1)*w], x[(2*i+1)*w:(2*i+2)*w])
 	}
-	return a, b
 }
 
 // SwiGLUHalf implements Backend.
 func (c *CPU) SwiGLUHalf(act, gu Buf, rows, ffn int, p Precision) {
-	g, u := splitRows(widen("swiglu gu", gu, rows*2*ffn, p), rows, ffn)
-	a := make([]float32, rows*ffn)
+	s := c.scratch()
+	defer s.free()
+	g, u, a := s.get(rows*ffn), s.get(rows*ffn), s.get(rows*ffn)
+	splitRows(g, u, s.widen("swiglu gu", gu, rows*2*ffn, p), rows, ffn)
 	c.SwiGLU(cpuBuf(a), cpuBuf(g), cpuBuf(u))
 	narrow("swiglu act", act, a, p)
 }
 
 // SwiGLUBackwardHalf implements Backend.
 func (c *CPU) SwiGLUBackwardHalf(dgu, act, dact, gu Buf, rows, ffn int, p Precision) {
-	g, u := splitRows(widen("swiglu gu", gu, rows*2*ffn, p), rows, ffn)
-	do := widen("swiglu dact", dact, rows*ffn, p)
-	a, dg, du := make([]float32, rows*ffn), make([]float32, rows*ffn), make([]float32, rows*ffn)
+	s := c.scratch()
+	defer s.free()
+	g, u := s.get(rows*ffn), s.get(rows*ffn)
+	splitRows(g, u, s.widen("swiglu gu", gu, rows*2*ffn, p), rows, ffn)
+	do := s.widen("swiglu dact", dact, rows*ffn, p)
+	a, dg, du := s.get(rows*ffn), s.get(rows*ffn), s.get(rows*ffn)
 	c.SwiGLUBackwardAct(cpuBuf(a), cpuBuf(dg), cpuBuf(du), cpuBuf(do), cpuBuf(g), cpuBuf(u))
-	all := make([]float32, rows*2*ffn)
+	all := s.get(rows * 2 * ffn)
 	for i := range rows {
 		copy(all[2*i*ffn:(2*i+1)*ffn], dg[i*ffn:(i+1)*ffn])
 		copy(all[(2*i+1)*ffn:(2*i+2)*ffn], du[i*ffn:(i+1)*ffn])
@@ -196,7 +263,9 @@ func (c *CPU) SwiGLUBackwardHalf(dgu, act, dact, gu Buf, rows, ffn int, p Precis
 // CrossEntropyHalf implements Backend.
 func (c *CPU) CrossEntropyHalf(losses, dlogits, logits Buf, targets []int32, vocab int, dscale float32, p Precision) {
 	mustHalf("cross-entropy", p)
-	dl := make([]float32, len(targets)*vocab)
+	s := c.scratch()
+	defer s.free()
+	dl := s.get(len(targets) * vocab)
 	c.CrossEntropy(losses, cpuBuf(dl), logits, targets, vocab, dscale)
 	narrow("cross-entropy dlogits", dlogits, dl, p)
 }
@@ -204,8 +273,10 @@ func (c *CPU) CrossEntropyHalf(losses, dlogits, logits Buf, targets []int32, voc
 // AttnForwardHalf implements Backend.
 func (c *CPU) AttnForwardHalf(o, lse, q, k, v Buf, sh AttnShape) {
 	mustHalf("attention", sh.Operands)
+	s := c.scratch()
+	defer s.free()
 	nq := sh.NQ * sh.Heads * sh.HeadDim
-	st := AttnState{O: c.Alloc(nq), M: c.Alloc(sh.NQ * sh.Heads), L: c.Alloc(sh.NQ * sh.Heads)}
+	st := AttnState{O: cpuBuf(s.get(nq)), M: cpuBuf(s.get(sh.NQ * sh.Heads)), L: cpuBuf(s.get(sh.NQ * sh.Heads))}
 	c.AttnInit(st)
 	c.AttnForward(st, q, k, v, sh)
 	c.AttnFinish(st.O, lse, st, sh.NQ, sh.Heads, sh.HeadDim)
@@ -215,14 +286,19 @@ func (c *CPU) AttnForwardHalf(o, lse, q, k, v Buf, sh AttnShape) {
 // AttnBackwardHalf implements Backend.
 func (c *CPU) AttnBackwardHalf(dq, dk, dv, q, k, v, o, do, lse Buf, sh AttnShape) {
 	mustHalf("attention", sh.Operands)
+	s := c.scratch()
+	defer s.free()
 	nq, nk := sh.NQ*sh.Heads*sh.HeadDim, sh.NK*sh.KVHeads*sh.HeadDim
-	d := c.Alloc(sh.NQ * sh.Heads)
+	d := cpuBuf(s.get(sh.NQ * sh.Heads))
 	c.AttnBackwardPrep(d, o, do, sh.NQ, sh.Heads, sh.HeadDim, sh.Operands)
-	gq, gk, gv := c.Alloc(nq), c.Alloc(nk), c.Alloc(nk)
-	c.AttnBackward(gq, gk, gv, q, k, v, o, do, lse, d, sh)
-	narrow("attention dq", dq, f(gq), sh.Operands)
-	narrow("attention dk", dk, f(gk), sh.Operands)
-	narrow("attention dv", dv, f(gv), sh.Operands)
+	gq, gk, gv := s.get(nq), s.get(nk), s.get(nk)
+	clear(gq) // AttnBackward adds into them
+	clear(gk)
+	clear(gv)
+	c.AttnBackward(cpuBuf(gq), cpuBuf(gk), cpuBuf(gv), q, k, v, o, do, lse, d, sh)
+	narrow("attention dq", dq, gq, sh.Operands)
+	narrow("attention dk", dk, gk, sh.Operands)
+	narrow("attention dv", dv, gv, sh.Operands)
 }
 
 // GradStats implements Backend. Σ g² of float32 values in float64 is finite exactly when

@@ -171,7 +171,9 @@ func (w *gemmWatch) MatMul(c, a, b Buf, m, n, k int, transA, transB bool, beta f
 
 func (w *gemmWatch) MatMulHalf(c, a, b Buf, m, n, k int, transA, transB bool, beta float32, p Precision, cHalf bool) {
 	ok := true
-	for _, x := range [][]float32{widen("a", a, m*k, p), widen("b", b, k*n, p)} {
+	s := w.CPU.scratch()
+	defer s.free()
+	for _, x := range [][]float32{s.widen("a", a, m*k, p), s.widen("b", b, k*n, p)} {
 		for _, v := range x {
 			ok = ok && v != 0 && !math.IsInf(float64(v), 0) && !math.IsNaN(float64(v))
 		}
