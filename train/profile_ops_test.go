@@ -113,7 +113,11 @@ func TestProfileOpsTable(t *testing.T) {
 			} else if rows["cast fwd"].Calls == 0 || (rows["cast step"].Calls == 0) != (r0.Half() != nil) {
 				t.Errorf("bf16 weights' copy: widened %+v, refreshed %+v (written by the update: %v)", rows["cast fwd"], rows["cast step"], r0.Half() != nil)
 			}
-			for _, k := range []string{"gemm.q fwd", "gemm.head bwd", "attention bwd", "loss fwd", "swiglu bwd"} {
+			qkv := "gemm.q fwd"
+			if r0.Model.Precision != kernels.FP32 { // the 16-bit step's fused projection
+				qkv = "gemm.qkv fwd"
+			}
+			for _, k := range []string{qkv, "gemm.head bwd", "attention bwd", "loss fwd", "swiglu bwd"} {
 				if rows[k].Calls == 0 {
 					t.Errorf("no %s", k)
 				}
