@@ -62,6 +62,26 @@ __device__ __forceinline__ double df_row_lse(const float* row, long long vocab, 
     return (double)mx + log(sum);
 }
 
+// df_adamw_elem: one AdamW update of element i (decoupled weight decay wd; c1, c2 the bias
+// corrections), in the CPU's order of float32 operations; it returns the updated parameter
+// (df_adamw, df_adamw_multi, and df_adamw_multi16, which also stores it in 16 bits).
+__device__ __forceinline__ float df_adamw_elem(float* __restrict__ p, const float* __restrict__ g,
+                                               float* __restrict__ m, float* __restrict__ v, long long i,
+                                               float b1, float b2, float c1, float c2, float lr, float eps,
+                                               float gs, float wd) {
+    float gi = __fmul_rn(g[i], gs);
+    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.0f, b1), gi));
+    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, b2), gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    float mh = __fdiv_rn(mi, c1), vh = __fdiv_rn(vi, c2);
+    float pi = p[i];
+    float upd = __fadd_rn(__fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), eps)), __fmul_rn(wd, pi));
+    pi = __fsub_rn(pi, __fmul_rn(lr, upd));
+    p[i] = pi;
+    return pi;
+}
+
 // df_warp_sum_d is the sum of v over the 32 lanes of a warp, to every lane.
 __device__ __forceinline__ double df_warp_sum_d(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

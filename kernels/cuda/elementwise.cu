@@ -242,23 +242,6 @@ __global__ void df_xent(float* __restrict__ losses, float* dlogits, const float*
     }
 }
 
-// df_adamw_elem: one AdamW update of element i (decoupled weight decay wd; c1, c2 the bias
-// corrections), in the CPU's order of float32 operations.
-__device__ __forceinline__ void df_adamw_elem(float* __restrict__ p, const float* __restrict__ g,
-                                              float* __restrict__ m, float* __restrict__ v, long long i,
-                                              float b1, float b2, float c1, float c2, float lr, float eps,
-                                              float gs, float wd) {
-    float gi = __fmul_rn(g[i], gs);
-    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.0f, b1), gi));
-    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, b2), gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    float mh = __fdiv_rn(mi, c1), vh = __fdiv_rn(vi, c2);
-    float pi = p[i];
-    float upd = __fadd_rn(__fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), eps)), __fmul_rn(wd, pi));
-    p[i] = __fsub_rn(pi, __fmul_rn(lr, upd));
-}
-
 // df_adamw: one AdamW update of the n elements.
 __global__ void df_adamw(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                          float* __restrict__ v, long long n, float b1, float b2, float c1, float c2,

@@ -71,26 +71,6 @@ __device__ __forceinline__ float h_norm_bwd(double* acc, float dx, double rs, do
     return __fadd_rn(dx, (float)__dsub_rn(__dmul_rn(__dmul_rn(rs, (double)w), (double)d), __dmul_rn(k, (double)x)));
 }
 
-// h_adamw_elem is elementwise.cu's df_adamw_elem (the two must stay the same: the GPU test
-// TestCUDAAdamWSegmentsHalf compares this kernel with df_adamw_multi bit for bit), returning the
-// updated parameter.
-__device__ __forceinline__ float h_adamw_elem(float* __restrict__ p, const float* __restrict__ g,
-                                              float* __restrict__ m, float* __restrict__ v, long long i,
-                                              float b1, float b2, float c1, float c2, float lr, float eps,
-                                              float gs, float wd) {
-    float gi = __fmul_rn(g[i], gs);
-    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(__fsub_rn(1.0f, b1), gi));
-    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(__fsub_rn(1.0f, b2), gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    float mh = __fdiv_rn(mi, c1), vh = __fdiv_rn(vi, c2);
-    float pi = p[i];
-    float upd = __fadd_rn(__fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), eps)), __fmul_rn(wd, pi));
-    pi = __fsub_rn(pi, __fmul_rn(lr, upd));
-    p[i] = pi;
-    return pi;
-}
-
 extern "C" {
 
 // df_embedding16: block t widens row ids[t] of the 16-bit table (dim even: dim/2 words a row)
@@ -450,7 +430,7 @@ __global__ void df_adamw_multi16(float* __restrict__ p, const float* __restrict_
         float w = seg[3 * s + 2] ? wd : 0.0f;
         DF_FOR(i, len) {
             long long e = off + i;
-            h_st(half, e, h_adamw_elem(p, g, m, v, e, b1, b2, c1, c2, lr, eps, gs, w), fp16);
+            h_st(half, e, df_adamw_elem(p, g, m, v, e, b1, b2, c1, c2, lr, eps, gs, w), fp16);
             if (e == n - 1) h_pad(half, n);
         }
     }
