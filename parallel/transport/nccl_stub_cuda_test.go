@@ -336,11 +336,12 @@ func stubPhases(version int, split bool) []stubPhase {
 			"cublasSetMathMode handle=$blas mode=16", // default math, reductions in the compute type
 			"cuMemAllocAsync bytes=33554432 stream=$compute",
 			"cublasSetWorkspace handle=$blas stream=$compute bytes=33554432", // after cublasSetStream, which resets it
-			"cuModuleLoadDataEx target=sm_90",
+			// the modules in ptxKernels' sorted order (attn_f32, attn_mma, cudnn_aux, elementwise,
+			// half), each from its one compute_80 PTX, which the driver compiles for the sm_90
+			"cuModuleLoadDataEx target=sm_80",
 			"cuModuleGetFunction name=df_scale",
 			"cuFuncSetAttribute func=df_scale attr=8 value=232448",
-			"cuModuleLoadDataEx target=sm_90",
-			"cuModuleLoadDataEx target=sm_90",
+			"cuModuleLoadDataEx target=sm_80",
 		}},
 		{"compute", []string{
 			"cuLaunchKernel func=df_scale stream=$compute",
