@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -71,8 +72,15 @@ func runEval(args []string, stdout, stderr io.Writer) (err error) {
 		*plotOut = ""
 	}
 	fmt.Fprintln(stderr, job.Describe())
-	ctx, stop := cli.OnSignal(cli.Stopping(stderr, "eval", ""))
+	intr := cli.Stopping(stderr, "eval", "")
+	ctx, stop := cli.OnSignal(intr)
 	defer stop()
+	// the ranks stop together: where another rank's signal came first, rank 0 says it stops
+	defer func() {
+		if errors.Is(err, evaluate.ErrStopped) {
+			intr.Stop()
+		}
+	}()
 	if job.Req.Task == "passkey" {
 		return runPasskey(ctx, job, *plotOut, *progress, stdout, stderr)
 	}

@@ -3,10 +3,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -222,29 +226,93 @@ func TestMPIRefusalsMidCommand(t *testing.T) {
 			t.Errorf("passkey --lengths 16: %v; want one refusal, rank 0's:\n%s", err, stderr)
 		}
 	})
-	t.Run("Ctrl-C during eval", func(t *testing.T) {
-		args := append([]string{"eval", "--model", model, "--samples", "100000", "--seq-len", "128", "--progress=false",
-			"--out", filepath.Join(t.TempDir(), "e.json")}, world...)
-		argv := append(append(append([]string{}, launch...), "-np", "2", bin), args...)
-		cmd := exec.Command(argv[0], argv[1:]...)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+	// Ctrl-C reaches every process through mpirun, in some order; the ranks agree to stop at
+	// the next sample. Sent to rank 1 alone it is the order in which rank 1's signal stops
+	// the evaluation before rank 0's own came (then found the command done): rank 0 still
+	// says once that it stops.
+	for _, tc := range []struct {
+		name   string
+		signal func(cmd *exec.Cmd) error
+	}{
+		{"Ctrl-C during eval", func(cmd *exec.Cmd) error { return cmd.Process.Signal(syscall.SIGINT) }},
+		{"Ctrl-C reaching rank 1 first", func(cmd *exec.Cmd) error {
+			pid, err := mpiRankPID(cmd.Process.Pid, 1)
+			if err != nil {
+				return err
+			}
+			return syscall.Kill(pid, syscall.SIGINT)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"eval", "--model", model, "--samples", "100000", "--seq-len", "128", "--progress=false",
+				"--out", filepath.Join(t.TempDir(), "e.json")}, world...)
+			argv := append(append(append([]string{}, launch...), "-np", "2", bin), args...)
+			cmd := exec.Command(argv[0], argv[1:]...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(8 * time.Second) // into the samples
+			if err := tc.signal(cmd); err != nil {
+				_ = cmd.Process.Kill()
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				_ = cmd.Process.Kill()
+				t.Fatalf("eval did not stop within a minute of SIGINT:\n%s", stderr.String())
+			}
+			out := stderr.String()
+			if strings.Count(out, "eval: stopping") != 1 || strings.Count(out, "stopped by a signal after") != 1 || strings.Contains(out, "context canceled") {
+				t.Errorf("%s under mpirun: want \"eval: stopping\" and \"stopped by a signal after\" once each, no \"context canceled\":\n%s", tc.name, out)
+			}
+		})
+	}
+}
+
+// mpiRankPID is the process id of MPI rank rank among the descendants of process root (an
+// mpirun): the one whose environment says OMPI_COMM_WORLD_RANK=rank (Open MPI) or PMI_RANK=rank
+// (MPICH's hydra).
+func mpiRankPID(root, rank int) (int, error) {
+	want := [][]byte{[]byte(fmt.Sprintf("OMPI_COMM_WORLD_RANK=%d\x00", rank)), []byte(fmt.Sprintf("PMI_RANK=%d\x00", rank))}
+	parent := func(pid int) int {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0
 		}
-		time.Sleep(8 * time.Second) // into the samples
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			t.Fatalf("eval did not stop within a minute of SIGINT:\n%s", stderr.String())
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 2 {
+			return 0
 		}
-		out := stderr.String()
-		if strings.Count(out, "eval: stopping") != 1 || strings.Count(out, "stopped by a signal after") != 1 || strings.Contains(out, "context canceled") {
-			t.Errorf("Ctrl-C during eval under mpirun: want \"eval: stopping\" and \"stopped by a signal after\" once each, no \"context canceled\":\n%s", out)
+		ppid, _ := strconv.Atoi(f[1])
+		return ppid
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == root {
+			continue
 		}
-	})
+		under := false
+		for p := parent(pid); p > 1 && !under; p = parent(p) {
+			under = p == root
+		}
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if !under || err != nil {
+			continue
+		}
+		for _, w := range want {
+			if bytes.HasPrefix(env, w) || bytes.Contains(env, append([]byte{0}, w...)) {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process of MPI rank %d under mpirun (pid %d)", rank, root)
 }

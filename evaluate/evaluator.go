@@ -2,6 +2,7 @@ package evaluate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -289,6 +290,10 @@ func (e *Evaluator) forwardOn(r *world.Rank, q request) (outcome, error) {
 	}
 	return o, nil
 }
+
+// ErrStopped is what the error of an evaluation stopped by a signal wraps: this process's, or
+// under an MPI launcher another's that came first (stopped).
+var ErrStopped = errors.New("stopped by a signal")
 
 // stopped reports on every rank whether some process's ctx is done, so that all ranks stop at
 // the same point of a loop (an all-reduce of one flag over the world).

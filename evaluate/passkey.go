@@ -164,7 +164,7 @@ func (e *Evaluator) Passkey(ctx context.Context, tok data.Tokenizer, bos int32, 
 		rng := rand.New(rand.NewPCG(opt.Seed, uint64(length)))
 		for range opt.Trials {
 			if e.stopped(ctx) { // on every rank alike
-				return PasskeyResult{}, fmt.Errorf("eval: stopped by a signal after %d of %d passkey trials; no report was written", done, total)
+				return PasskeyResult{}, fmt.Errorf("eval: %w after %d of %d passkey trials; no report was written", ErrStopped, done, total)
 			}
 			key, prefix := 10000+rng.IntN(90000), rng.IntN(f+1)
 			t, err := e.passkeyTrial(ctx, tok, bos, stop, key, f, prefix)

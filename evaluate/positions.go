@@ -213,7 +213,7 @@ func (e *Evaluator) EvaluateWith(ctx context.Context, samples []Sample, opt Eval
 	dp := e.w.Dims.DP()
 	for i0 := 0; i0 < len(samples); i0 += dp {
 		if e.stopped(ctx) {
-			return Result{}, nil, fmt.Errorf("eval: stopped by a signal after %d of %d samples; no report was written", i0, len(samples))
+			return Result{}, nil, fmt.Errorf("eval: %w after %d of %d samples; no report was written", ErrStopped, i0, len(samples))
 		}
 		group := samples[i0:min(i0+dp, len(samples))]
 		var reqs []request

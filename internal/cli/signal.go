@@ -143,14 +143,19 @@ func Say(w io.Writer, speak bool, msg func() string) func() {
 
 // Stopping is the Interrupt of a command that stops where it is when asked (eval, generate,
 // data tokenize and fetch): the first signal says so and cancels its work, a second ends it at
-// once. left says what a command ended at once leaves behind ("" for nothing).
+// once. left says what a command ended at once leaves behind ("" for nothing). Its Stop says
+// it once however often it is called: a command whose ranks agree to stop (eval under an MPI
+// launcher) calls it when another rank's signal stopped it before this process's own came,
+// which then finds the command done and says nothing.
 func Stopping(stderr io.Writer, name, left string) Interrupt {
 	leader := true // under an MPI launcher the signal reaches every rank: rank 0 says it
 	if l, _ := transport.MPIEnv(); l != nil && l.Rank > 0 {
 		leader = false
 	}
+	var once sync.Once
+	say := Say(stderr, leader, func() string { return name + ": stopping (Ctrl-C again to stop at once)" })
 	return Interrupt{
-		Stop: Say(stderr, leader, func() string { return name + ": stopping (Ctrl-C again to stop at once)" }),
+		Stop: func() { once.Do(say) },
 		Exit: Say(stderr, leader, func() string { return name + ": stopped at once" + left }),
 	}
 }
