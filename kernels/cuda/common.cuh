@@ -82,6 +82,22 @@ __device__ __forceinline__ float df_adamw_elem(float* __restrict__ p, const floa
     return pi;
 }
 
+// df_rope_angles fills, for the block, cosv[i] and sinv[i] (i < half) with the cosine and sine
+// of pos·invfreq[i] (negated sine when inverse), computed in double (exact at 512K positions),
+// times scale and rounded to float32 (df_rope, df_rope_qkv16). It begins and ends with a
+// barrier: the block's earlier reads of the table are done, and every value is there after.
+__device__ __forceinline__ void df_rope_angles(float* cosv, float* sinv, int half, int pos,
+                                               const double* __restrict__ invfreq, double scale, int inverse) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double s, c;
+        sincos((double)pos * invfreq[i], &s, &c);
+        cosv[i] = (float)(c * scale);
+        sinv[i] = (float)((inverse ? -s : s) * scale);
+    }
+    __syncthreads();
+}
+
 // df_warp_sum_d is the sum of v over the 32 lanes of a warp, to every lane.
 __device__ __forceinline__ double df_warp_sum_d(double v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -158,14 +158,7 @@ __global__ void df_rope(float* __restrict__ x, const int* __restrict__ pos, cons
     float* cosv = cs;
     float* sinv = cs + half;
     for (int t = blockIdx.x; t < ntok; t += gridDim.x) {
-        __syncthreads();
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            double s, c;
-            sincos((double)pos[t] * invfreq[i], &s, &c);
-            cosv[i] = (float)(c * scale);
-            sinv[i] = (float)((inverse ? -s : s) * scale);
-        }
-        __syncthreads();
+        df_rope_angles(cosv, sinv, half, pos[t], invfreq, scale, inverse);
         float* xt = x + (long long)t * heads * hd;
         for (int e = threadIdx.x; e < heads * half; e += blockDim.x) {
             int h = e / half, i = e % half;

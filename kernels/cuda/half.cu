@@ -237,14 +237,7 @@ __global__ void df_rope_qkv16(uint16_t* qkv, uint16_t* q, uint16_t* k, uint16_t*
     long long Q = (long long)heads * hd, KV = (long long)kvheads * hd, W = Q + 2 * KV;
     int nh = heads + kvheads;
     for (int t = blockIdx.x; t < ntok; t += gridDim.x) {
-        __syncthreads();
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            double s, c;
-            sincos((double)pos[t] * invfreq[i], &s, &c);
-            cosv[i] = (float)(c * scale);
-            sinv[i] = (float)((bwd ? -s : s) * scale);
-        }
-        __syncthreads();
+        df_rope_angles(cosv, sinv, half, pos[t], invfreq, scale, bwd);
         uint16_t* row = qkv + t * W;
         uint16_t* qt = q + t * Q;
         uint16_t* kt = k + t * KV;
