@@ -580,6 +580,22 @@ func (c *CUDA) cudnnBackward(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb, db Buf, s
 // lse into them (df_lse_scatter), and its forward takes the float32 state's path (fold, finish,
 // pack; cuda_attn16.go) rather than a gather kernel of its own.
 
+// out is where cuDNN writes the output buffer b: b itself when it starts on a 16-byte boundary,
+// as every tensor declares, else scratch slot, from which copyOut moves it to b after.
+func (m *cudnnMem) out(slot int, b cudaBuf) devPtr {
+	if p := b.ptr(); p%16 == 0 {
+		return p
+	}
+	return m.at(slot, 4*b.n)
+}
+
+// copyOut moves an output cuDNN wrote at at (cudnnMem.out) into b, where it was not b itself.
+func (c *CUDA) copyOut(b cudaBuf, at devPtr) {
+	if at != b.ptr() {
+		must(c.dev.DtoD(b.ptr(), at, 4*b.n))
+	}
+}
+
 // cudnnForwardHalf runs block sh (routed to cuDNN as blk, spec, p; not ragged) writing o and
 // lse, or returns false, having counted the own path, when its memory does not fit.
 func (c *CUDA) cudnnForwardHalf(ob, lseb, qb, kb, vb Buf, sh AttnShape, blk cudnnBlock, spec cuda.SDPA, p *cudnnPlan) bool {
@@ -587,13 +603,7 @@ func (c *CUDA) cudnnForwardHalf(ob, lseb, qb, kb, vb Buf, sh AttnShape, blk cudn
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	mem := &cudnnMem{c: c}
-	op, sp := o.ptr(), lse.ptr()
-	if op%16 != 0 {
-		op = mem.at(scrO, 4*o.n)
-	}
-	if sp%16 != 0 {
-		sp = mem.at(scrStats, 4*lse.n)
-	}
+	op, sp := mem.out(scrO, o), mem.out(scrStats, lse)
 	ws := mem.workspace(p)
 	if mem.err != nil {
 		c.cudnnOwn(false, mem.err)
@@ -602,12 +612,8 @@ func (c *CUDA) cudnnForwardHalf(ob, lseb, qb, kb, vb Buf, sh AttnShape, blk cudn
 	fp16 := spec.IO == cuda.Half
 	hq, hk, hv := c.operand(0, qb, sh, fp16), c.operand(1, kb, sh, fp16), c.operand(2, vb, sh, fp16)
 	c.cudnnExecute(p, map[int64]cuda.Ptr{cuda.UIDQ: hq, cuda.UIDK: hk, cuda.UIDV: hv, cuda.UIDO: op, cuda.UIDStats: sp}, ws)
-	if op != o.ptr() {
-		must(c.dev.DtoD(o.ptr(), op, 4*o.n))
-	}
-	if sp != lse.ptr() {
-		must(c.dev.DtoD(lse.ptr(), sp, 4*lse.n))
-	}
+	c.copyOut(o, op)
+	c.copyOut(lse, sp)
 	c.cudnnRan(blk, false)
 	runtime.KeepAlive([]Buf{ob, lseb, qb, kb, vb})
 	return true
@@ -623,14 +629,7 @@ func (c *CUDA) cudnnBackwardHalf(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb Buf, s
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	mem := &cudnnMem{c: c}
-	// each gradient where cuDNN writes it: the caller's buffer, or scratch copied there after
-	target := func(slot int, b cudaBuf) devPtr {
-		if p := b.ptr(); p%16 == 0 {
-			return p
-		}
-		return mem.at(slot, 4*b.n)
-	}
-	gq, gk, gv := target(scrDQ, dq), target(scrDK, dk), target(scrDV, dv)
+	gq, gk, gv := mem.out(scrDQ, dq), mem.out(scrDK, dk), mem.out(scrDV, dv)
 	stats := lse.ptr()
 	switch {
 	case blk.ragged:
@@ -670,14 +669,9 @@ func (c *CUDA) cudnnBackwardHalf(dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb Buf, s
 		ptrs[cuda.UIDSeqQ], ptrs[cuda.UIDSeqKV] = ip, ip+16
 	}
 	c.cudnnExecute(p, ptrs, ws)
-	for _, g := range []struct {
-		dst cudaBuf
-		at  devPtr
-	}{{dq, gq}, {dk, gk}, {dv, gv}} {
-		if g.at != g.dst.ptr() {
-			must(c.dev.DtoD(g.dst.ptr(), g.at, 4*g.dst.n))
-		}
-	}
+	c.copyOut(dq, gq)
+	c.copyOut(dk, gk)
+	c.copyOut(dv, gv)
 	c.cudnnRan(blk, true)
 	runtime.KeepAlive([]Buf{dqb, dkb, dvb, qb, kb, vb, ob, dob, lseb})
 	return true
