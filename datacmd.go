@@ -52,7 +52,7 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: data.train = %q: %w", cfg.Origin("data.train"), cfg.Data.Train, err)
 	}
-	src := data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}
+	src := data.Source{Path: path, Format: cfg.Data.Format, TextKey: cfg.Data.TextKey, Include: cfg.Data.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}
 
 	var (
 		bar     *progressbar.ProgressBar

@@ -68,9 +68,13 @@ type RunConfig struct {
 // replica; there are world_size / sequence_parallel_degree replicas, and the seq_len tokens of
 // a sequence are split over the sequence_parallel_degree ranks of a replica.
 type DataConfig struct {
-	Train     string   `toml:"train" json:"train"`         // file, directory or glob; $VARS are expanded ($GOROOT too)
-	Eval      string   `toml:"eval" json:"eval"`           // held-out data for the eval command; "" = none
-	Format    string   `toml:"format" json:"format"`       // text | jsonl | c4 | tokens
+	Train  string `toml:"train" json:"train"`   // file, directory or glob; $VARS are expanded ($GOROOT too)
+	Eval   string `toml:"eval" json:"eval"`     // held-out data for the eval command; "" = none
+	Format string `toml:"format" json:"format"` // text | jsonl | c4 | parquet | tokens
+	// TextKey names the field that holds a document's text: the JSON member of a jsonl or c4
+	// line, the column of a Parquet file; a dotted path ("meta.body") reaches a nested one.
+	// "" reads as "text".
+	TextKey   string   `toml:"text_key" json:"text_key,omitempty"`
 	Include   []string `toml:"include" json:"include"`     // file name patterns read when train is a directory; [] = by format (data.DefaultInclude)
 	MaxBytes  int64    `toml:"max_bytes" json:"max_bytes"` // bytes of text read at most; 0 = no limit
 	Tokenizer string   `toml:"tokenizer" json:"tokenizer"` // tokenizer name ("byte": one token per byte)
@@ -81,6 +85,21 @@ type DataConfig struct {
 	// document. PositionReset (needs DocumentMask) restarts RoPE positions at each document.
 	DocumentMask  bool `toml:"document_mask" json:"document_mask,omitempty"`
 	PositionReset bool `toml:"position_reset" json:"position_reset,omitempty"`
+	// Sources, the [[data.sources]] tables, make the training data a weighted mixture of
+	// several sources in place of data.train: each sequence is drawn from one source, chosen
+	// by weight with the run's seed.
+	Sources []SourceConfig `toml:"sources" json:"sources,omitempty"`
+}
+
+// SourceConfig is one [[data.sources]] table: a source of a mixture and its weight.
+type SourceConfig struct {
+	Name    string   `toml:"name" json:"name"`                   // names the source in logs and metrics; "" = the path's base name
+	Path    string   `toml:"path" json:"path"`                   // file, directory or glob, as data.train
+	Format  string   `toml:"format" json:"format,omitempty"`     // as data.format; "" = data.format
+	TextKey string   `toml:"text_key" json:"text_key,omitempty"` // as data.text_key; "" = data.text_key
+	Include []string `toml:"include" json:"include,omitempty"`   // as data.include; [] = data.include
+	Weight  float64  `toml:"weight" json:"weight"`               // relative share of the sequences, > 0
+	Eval    string   `toml:"eval" json:"eval,omitempty"`         // the source's held-out data; "" = none
 }
 
 // TrainingConfig is the [training] section: optimizer, learning-rate schedule and precision.
@@ -196,7 +215,7 @@ type DeviceConfig struct {
 
 // The allowed values of the enumerated keys, in the order error messages list them.
 var (
-	dataFormats        = []string{"text", "jsonl", "c4", "tokens"}
+	dataFormats        = []string{"text", "jsonl", "c4", "parquet", "tokens"}
 	lrSchedules        = []string{"cosine", "linear", "constant"}
 	mixedPrecisions    = []string{"fp32", "bf16", "fp16"}
 	backends           = []string{"inproc", "mpi", "nccl"}
@@ -213,7 +232,7 @@ func Default() Config {
 	return Config{
 		Run:   RunConfig{Name: "tiny", OutputDir: "runs", Seed: 1337, LogInterval: 10, TensorBoard: true},
 		Model: model.DefaultConfig(),
-		Data: DataConfig{Train: "$GOROOT/src", Eval: "$GOROOT/test", Format: "text", Include: []string{},
+		Data: DataConfig{Train: "$GOROOT/src", Eval: "$GOROOT/test", Format: "text", TextKey: "text", Include: []string{},
 			MaxBytes: 8 << 20, Tokenizer: "byte", SeqLen: 128, BatchSize: 8},
 		Training: TrainingConfig{Steps: 600, LR: 3e-3, MinLR: 3e-4, WarmupSteps: 30, LRSchedule: "cosine",
 			WeightDecay: 0.1, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, MixedPrecision: "fp32",

@@ -215,7 +215,7 @@ func TestValidateInvalid(t *testing.T) {
 	}{
 		{"model heads", func(c *Config) { c.Model.NHeads = 3 }, []string{"model.n_heads"}},
 		{"model kv heads", func(c *Config) { c.Model.NKVHeads = 3 }, []string{"model.n_heads = 4 is not a multiple of model.n_kv_heads = 3"}},
-		{"data format", func(c *Config) { c.Data.Format = "parquet" }, []string{"data.format", `"parquet"`, "text, jsonl, c4, tokens"}},
+		{"data format", func(c *Config) { c.Data.Format = "arrow" }, []string{"data.format", `"arrow"`, "text, jsonl, c4, parquet, tokens"}},
 		{"lr schedule", func(c *Config) { c.Training.LRSchedule = "cosin" }, []string{"training.lr_schedule", `did you mean "cosine"?`}},
 		{"mixed precision", func(c *Config) { c.Training.MixedPrecision = "fp8" }, []string{"training.mixed_precision", "fp32, bf16, fp16"}},
 		{"backend", func(c *Config) { c.Parallelism.Backend = "gloo" }, []string{"parallelism.backend", "inproc, mpi, nccl"}},

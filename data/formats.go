@@ -22,7 +22,7 @@ import (
 
 // Formats lists the values Source.Format accepts, in the order error messages list them;
 // "" reads as "text".
-var Formats = []string{"text", "jsonl", "c4", "tokens"}
+var Formats = []string{"text", "jsonl", "c4", "parquet", "tokens"}
 
 // DefaultInclude returns the file name patterns read from a directory when Source.Include is
 // empty, which depend on the format:
@@ -54,7 +54,7 @@ func checkFormat(format string) (string, error) {
 		return "text", nil
 	}
 	if !slices.Contains(Formats, format) {
-		return "", fmt.Errorf("data: unknown format %q: accepted: text, jsonl, c4, tokens", format)
+		return "", fmt.Errorf("data: unknown format %q: accepted: %s", format, strings.Join(Formats, ", "))
 	}
 	return format, nil
 }

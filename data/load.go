@@ -39,6 +39,10 @@ type Source struct {
 	// file read as text, and binary data (NUL bytes, mostly invalid UTF-8) read as text,
 	// jsonl or c4, is an error naming the file and what was found (see checkText).
 	Format string
+	// TextKey names the field holding a document's text in formats jsonl, c4 and parquet:
+	// the member of each JSON line's object, the column of a Parquet file. A dotted path
+	// ("meta.body") reaches a nested field. "" means "text".
+	TextKey string
 	// Include holds filename patterns (filepath.Match syntax) matched against the base name
 	// of each file found inside a directory; nil or empty means DefaultInclude(Format).
 	// Files that Path names directly, itself or through a glob, are read whatever their

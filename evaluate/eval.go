@@ -108,7 +108,7 @@ func LoadSamples(path string, d config.DataConfig, tok data.Tokenizer, bos int32
 	if err != nil {
 		return nil, fmt.Errorf("eval: data %q: %w", path, err)
 	}
-	src := data.Source{Path: p, Format: d.Format, Include: d.Include}
+	src := data.Source{Path: p, Format: d.Format, TextKey: d.TextKey, Include: d.Include}
 	for k := n; ; k *= 2 {
 		docs, err := data.ReadDocuments(src, k)
 		if err != nil {

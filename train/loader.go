@@ -27,7 +27,7 @@ func NewLoader(cfg config.Config, stderr io.Writer) (*data.Loader, error) {
 		return nil, fmt.Errorf("%s: data.train = %q: %w", cfg.Origin("data.train"), cfg.Data.Train, err)
 	}
 	start := time.Now()
-	src := data.Source{Path: path, Format: cfg.Data.Format, Include: cfg.Data.Include,
+	src := data.Source{Path: path, Format: cfg.Data.Format, TextKey: cfg.Data.TextKey, Include: cfg.Data.Include,
 		MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr} // Log: a max_bytes cut, warnings
 	if cfg.Data.DocumentMask {
 		b, err := data.DocumentBoundary(tok)
