@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -48,12 +49,41 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: data.tokenizer: %w", cfg.Origin("data.tokenizer"), err)
 	}
-	path, err := data.ExpandPath(cfg.Data.Train)
-	if err != nil {
-		return fmt.Errorf("%s: data.train = %q: %w", cfg.Origin("data.train"), cfg.Data.Train, err)
+	ctx, stop := cli.OnSignal(cli.Stopping(stderr, "data tokenize", "; the next data tokenize of "+*out+" removes what it wrote"))
+	defer stop()
+	mixed := len(cfg.Data.Sources) > 0
+	if mixed && strings.HasSuffix(*out, ".tokens") {
+		return fmt.Errorf("data tokenize: --out %s: a mixture of %d sources ([[data.sources]]) is written as one directory of shards per source: give a directory", *out, len(cfg.Data.Sources))
 	}
-	src := data.Source{Path: path, Format: cfg.Data.Format, TextKey: cfg.Data.TextKey, Include: cfg.Data.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}
+	var written []config.SourceConfig
+	for i, s := range cfg.Data.TrainSources() {
+		o, key := *out, "data.train"
+		if mixed {
+			o, key = filepath.Join(*out, s.Name), fmt.Sprintf("data.sources[%d] (%q).path", i+1, s.Name)
+			fmt.Fprintf(stderr, "tokenize: source %s (%s) into %s\n", s.Name, s.Path, o)
+		}
+		if err := tokenizeSource(ctx, cfg, s, key, o, tok, *shardTokens, *workers, *progress, *configPath != "", stdout, stderr); err != nil {
+			if mixed && len(written) > 0 {
+				err = fmt.Errorf("%w\n  (the sources before it are written whole: %s)", err, sourceNames(written))
+			}
+			return err
+		}
+		written = append(written, s)
+	}
+	if mixed {
+		fmt.Fprintf(stdout, "\n# The mixture, its sources tokenized: [[data.sources]] tables to train on them\n%s", shardSources(written, *out))
+	}
+	return nil
+}
 
+// tokenizeSource is data tokenize of one source s (key names it for errors) into out.
+func tokenizeSource(ctx context.Context, cfg config.Config, s config.SourceConfig, key, out string, tok data.Tokenizer,
+	shardTokens int64, workers int, progress, fromFile bool, stdout, stderr io.Writer) error {
+	path, err := data.ExpandPath(s.Path)
+	if err != nil {
+		return fmt.Errorf("%s: %s = %q: %w", cfg.Origin(strings.SplitN(key, "[", 2)[0]), key, s.Path, err)
+	}
+	src := data.Source{Path: path, Format: s.Format, TextKey: s.TextKey, Include: s.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}
 	var (
 		bar     *progressbar.ProgressBar
 		lastLog = time.Now()
@@ -61,7 +91,7 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	)
 	report := func(p data.TokenizeProgress) {
 		done, total := p.Read(src.MaxBytes)
-		if *progress {
+		if progress {
 			if bar == nil {
 				bar = cli.NewBar(stderr, total, "tokenize", true, true)
 			}
@@ -72,26 +102,50 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	stale := func(p string, bytes int64) {
-		fmt.Fprintf(stderr, "tokenize: removing %s (%.1f MB), the partial output of an earlier tokenize of %s that was killed\n", p, float64(bytes)/1e6, *out)
+		fmt.Fprintf(stderr, "tokenize: removing %s (%.1f MB), the partial output of an earlier tokenize of %s that was killed\n", p, float64(bytes)/1e6, out)
 	}
-	ctx, stop := cli.OnSignal(cli.Stopping(stderr, "data tokenize", "; the next data tokenize of "+*out+" removes what it wrote"))
-	defer stop()
-	st, err := data.WriteShards(ctx, src, tok, data.ShardOptions{Out: *out, ShardTokens: *shardTokens, Workers: *workers, Progress: report, Stale: stale})
+	st, err := data.WriteShards(ctx, src, tok, data.ShardOptions{Out: out, ShardTokens: shardTokens, Workers: workers, Progress: report, Stale: stale})
 	if bar != nil {
 		bar.Finish()
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("data tokenize: interrupted; the shards written so far were removed, nothing is at %s: %w", *out, err)
+			return fmt.Errorf("data tokenize: interrupted; the shards written so far were removed, nothing is at %s: %w", out, err)
 		}
 		from := ""
-		if *configPath != "" {
+		if fromFile {
 			from = " (" + cfg.Path + ")"
 		}
-		return fmt.Errorf("data tokenize: data.train = %q%s: %w", cfg.Data.Train, from, err)
+		return fmt.Errorf("data tokenize: %s = %q%s: %w", key, s.Path, from, err)
 	}
-	fmt.Fprintln(stdout, st.Summary(*out, tok.Name(), src.MaxBytes, time.Since(start)))
+	fmt.Fprintln(stdout, st.Summary(out, tok.Name(), src.MaxBytes, time.Since(start)))
 	return nil
+}
+
+// sourceNames lists the names of sources.
+func sourceNames(sources []config.SourceConfig) string {
+	var names []string
+	for _, s := range sources {
+		names = append(names, s.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// shardSources writes the [[data.sources]] tables of sources tokenized into out/<name>: each
+// the shards, its weight and its hold-out, read in the format it was written in.
+func shardSources(sources []config.SourceConfig, out string) string {
+	var b strings.Builder
+	for _, s := range sources {
+		fmt.Fprintf(&b, "[[data.sources]]\nname = %q\npath = %q\nformat = \"tokens\"\nweight = %v\n", s.Name, filepath.Join(out, s.Name), s.Weight)
+		if s.Eval != "" {
+			fmt.Fprintf(&b, "eval = %q\neval_format = %q\n", s.Eval, s.EvalFormat)
+			if s.TextKey != "" && s.TextKey != "text" {
+				fmt.Fprintf(&b, "text_key = %q\n", s.TextKey)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 // runFetch is `distflash data fetch`.

@@ -11,6 +11,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -100,6 +101,80 @@ type SourceConfig struct {
 	Include []string `toml:"include" json:"include,omitempty"`   // as data.include; [] = data.include
 	Weight  float64  `toml:"weight" json:"weight"`               // relative share of the sequences, > 0
 	Eval    string   `toml:"eval" json:"eval,omitempty"`         // the source's held-out data; "" = none
+	// EvalFormat is how Eval is read, a text format; "" = the source's format (which must then
+	// be one: a source of token shards names the format of the text its hold-out is in).
+	EvalFormat string `toml:"eval_format" json:"eval_format,omitempty"`
+}
+
+// TrainSources returns the training data's sources as the loader reads them: the
+// [[data.sources]] tables, each key a table leaves unset taken from [data] (format, text_key,
+// include), each unnamed source named after its path (SourceName); or, without them, data.train
+// as the one source "train" of weight 1 (whose hold-out is data.eval, not Eval).
+func (d DataConfig) TrainSources() []SourceConfig {
+	if len(d.Sources) == 0 {
+		return []SourceConfig{{Name: "train", Path: d.Train, Format: d.Format, TextKey: d.TextKey, Include: d.Include, Weight: 1}}
+	}
+	out := make([]SourceConfig, len(d.Sources))
+	for i, s := range d.Sources {
+		s.Format = cmp.Or(s.Format, d.Format)
+		s.TextKey = cmp.Or(s.TextKey, d.TextKey)
+		if len(s.Include) == 0 {
+			s.Include = d.Include
+		}
+		s.Name = cmp.Or(s.Name, SourceName(s.Path))
+		if s.Eval != "" {
+			s.EvalFormat = cmp.Or(s.EvalFormat, s.Format)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// SourceName is the name of a [[data.sources]] table that gives none: the last element of its
+// path with a name before any glob metacharacter, without its extensions
+// ("~/data/fineweb-edu/*.parquet" is "fineweb-edu", "c4-train.*.json.gz" is "c4-train",
+// "shards/code" is "code"); the path itself when no element has one.
+func SourceName(path string) string {
+	parts := strings.FieldsFunc(filepath.ToSlash(path), func(r rune) bool { return r == '/' })
+	for i := len(parts) - 1; i >= 0; i-- {
+		p := parts[i]
+		if j := strings.IndexAny(p, "*?["); j >= 0 {
+			p = strings.TrimRight(p[:j], ".-_")
+		}
+		if p == "." || p == ".." || p == "~" {
+			continue
+		}
+		if j := strings.IndexByte(p[min(1, len(p)):], '.'); j >= 0 {
+			p = p[:j+1] // a leading dot is the name's, not an extension's
+		}
+		if p != "" {
+			return p
+		}
+	}
+	return path
+}
+
+// HeldOut is the held-out data of the whole run in effect: data.eval, except that with
+// [[data.sources]] the built-in default (the Go test suite, the default data.train's hold-out)
+// is not used.
+func (d DataConfig) HeldOut() string {
+	if len(d.Sources) > 0 && d.Eval == Default().Data.Eval {
+		return ""
+	}
+	return d.Eval
+}
+
+// HasHeldOut reports whether there is held-out data to evaluate: HeldOut, or a source's eval.
+func (d DataConfig) HasHeldOut() bool {
+	if d.HeldOut() != "" {
+		return true
+	}
+	for _, s := range d.Sources {
+		if s.Eval != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // TrainingConfig is the [training] section: optimizer, learning-rate schedule and precision.
@@ -466,6 +541,10 @@ func (c *Config) Set(override string) error {
 func (c *Config) decodeOverride(key, doc string) (Config, error) {
 	next := *c
 	next.Data.Include = slices.Clone(c.Data.Include) // the decoder reuses a slice's backing array
+	next.Data.Sources = slices.Clone(c.Data.Sources)
+	for i := range next.Data.Sources {
+		next.Data.Sources[i].Include = slices.Clone(next.Data.Sources[i].Include)
+	}
 	md, err := decode(doc, &next)
 	if err != nil {
 		msg := strings.TrimPrefix(err.Error(), "toml: ")
@@ -751,6 +830,36 @@ func (c *Config) validate(forEval bool) error {
 	if modelOK && d.SeqLen > c.Model.MaxSeqLen && !forEval {
 		fail("data.seq_len = %d exceeds model.max_seq_len = %d", d.SeqLen, c.Model.MaxSeqLen)
 	}
+	if len(d.Sources) > 0 {
+		if d.Train != Default().Data.Train {
+			fail("data.train = %q and [[data.sources]] both name the training data: a mixture's sources replace data.train; remove one", d.Train)
+		}
+		names := map[string]int{}
+		for i, s := range d.TrainSources() {
+			key := fmt.Sprintf("data.sources[%d] (%q)", i+1, s.Name)
+			if s.Path == "" {
+				fail("%s: path is empty: it names the source's data (file, directory or glob)", key)
+			}
+			if !(s.Weight > 0) || math.IsInf(s.Weight, 0) {
+				fail("%s: weight = %v: must be a finite number > 0 (weights are relative shares of the sequences)", key, s.Weight)
+			}
+			oneOf(key+".format", s.Format, dataFormats)
+			for _, p := range s.Include {
+				if _, err := filepath.Match(p, ""); err != nil {
+					fail("%s: include pattern %q: %v", key, p, err)
+				}
+			}
+			if s.Eval != "" && s.EvalFormat == "tokens" {
+				fail(`%s: eval = %q is read as format "tokens", but a hold-out is read as text: set eval_format to the format of its text (text, jsonl, c4 or parquet)`, key, s.Eval)
+			} else if s.Eval != "" {
+				oneOf(key+".eval_format", s.EvalFormat, dataFormats)
+			}
+			if j, dup := names[s.Name]; dup {
+				fail("data.sources[%d] and data.sources[%d] are both named %q: give each a name", j, i+1, s.Name)
+			}
+			names[s.Name] = i + 1
+		}
+	}
 
 	// [training]
 	t := c.Training
@@ -829,8 +938,8 @@ func (c *Config) validate(forEval bool) error {
 	atLeast("eval.samples", e.Samples, 1)
 	atLeast("eval.seq_len", e.SeqLen, 0)
 	atLeast("eval.interval", e.Interval, 0)
-	if e.Interval > 0 && c.Data.Eval == "" {
-		fail("eval.interval = %d: evaluating during training needs held-out data: set data.eval", e.Interval)
+	if e.Interval > 0 && !c.Data.HasHeldOut() {
+		fail("eval.interval = %d: evaluating during training needs held-out data: set data.eval (or a source's eval)", e.Interval)
 	}
 	if modelOK && e.SeqLen > c.Model.MaxSeqLen && !forEval {
 		fail("eval.seq_len = %d exceeds model.max_seq_len = %d", e.SeqLen, c.Model.MaxSeqLen)

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -257,6 +258,23 @@ func TestValidateInvalid(t *testing.T) {
 		{"include pattern", func(c *Config) { c.Data.Include = []string{"[*.go"} }, []string{"data.include"}},
 		{"eval seq_len", func(c *Config) { c.Eval.SeqLen = 1 << 20 }, []string{"eval.seq_len"}},
 		{"two problems", func(c *Config) { c.Training.Steps, c.Device.Kind = 0, "gpu" }, []string{"training.steps", "device.kind"}},
+		{"sources and train", func(c *Config) {
+			c.Data.Train, c.Data.Sources = "web.jsonl", []SourceConfig{{Path: "code.jsonl", Weight: 1}}
+		}, []string{`data.train = "web.jsonl" and [[data.sources]] both name the training data`}},
+		{"source without path", func(c *Config) { c.Data.Sources = []SourceConfig{{Name: "web", Weight: 1}} }, []string{`data.sources[1] ("web"): path is empty`}},
+		{"source weight", func(c *Config) { c.Data.Sources = []SourceConfig{{Path: "a.jsonl", Weight: 1}, {Path: "b.jsonl"}} }, []string{`data.sources[2] ("b"): weight = 0: must be a finite number > 0`}},
+		{"source weight NaN", func(c *Config) { c.Data.Sources = []SourceConfig{{Path: "a.jsonl", Weight: math.NaN()}} }, []string{`data.sources[1] ("a"): weight = NaN`}},
+		{"source format", func(c *Config) { c.Data.Sources = []SourceConfig{{Path: "a", Format: "csv", Weight: 1}} }, []string{`data.sources[1] ("a").format = "csv": want one of text, jsonl, c4, parquet, tokens`}},
+		{"source include", func(c *Config) { c.Data.Sources = []SourceConfig{{Path: "a", Include: []string{"[x"}, Weight: 1}} }, []string{`data.sources[1] ("a"): include pattern "[x"`}},
+		{"source names", func(c *Config) {
+			c.Data.Sources = []SourceConfig{{Path: "x/web/*.jsonl", Weight: 1}, {Path: "y/web", Weight: 1}}
+		}, []string{`data.sources[1] and data.sources[2] are both named "web": give each a name`}},
+		{"source eval of shards", func(c *Config) {
+			c.Data.Sources = []SourceConfig{{Path: "shards/web", Format: "tokens", Weight: 1, Eval: "web-val.jsonl"}}
+		}, []string{`eval = "web-val.jsonl" is read as format "tokens"`, "set eval_format"}},
+		{"eval interval without any eval", func(c *Config) {
+			c.Eval.Interval, c.Data.Sources = 10, []SourceConfig{{Path: "a", Weight: 1}}
+		}, []string{"eval.interval = 10", "set data.eval (or a source's eval)"}},
 		{"nccl on the cpu", func(c *Config) { c.Parallelism.Backend = "nccl" },
 			[]string{`parallelism.backend = "nccl" with device.kind = "cpu"`, `device.kind = "cuda"`, `parallelism.backend = "mpi"`}},
 	}
@@ -631,5 +649,79 @@ func TestAutoTileAndChunk(t *testing.T) {
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("the defaults: %v", err)
+	}
+}
+
+// TestTrainSources: the [[data.sources]] tables with what they leave unset taken from [data],
+// unnamed ones named after their paths, and data.train as the one source without them; with
+// sources the default data.eval is no hold-out, and a source's eval is.
+func TestTrainSources(t *testing.T) {
+	c := Default()
+	c.Data.Format, c.Data.TextKey, c.Data.Include = "jsonl", "body", []string{"*.jsonl"}
+	if got, want := c.Data.TrainSources(), []SourceConfig{{Name: "train", Path: "$GOROOT/src", Format: "jsonl", TextKey: "body", Include: []string{"*.jsonl"}, Weight: 1}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("one source: %+v, want %+v", got, want)
+	}
+	if c.Data.HeldOut() != "$GOROOT/test" || !c.Data.HasHeldOut() {
+		t.Errorf("one source: held out %q", c.Data.HeldOut())
+	}
+	c.Data.Sources = []SourceConfig{
+		{Path: "~/fineweb-edu/sample/10BT/*.parquet", Format: "parquet", Weight: 3, Eval: "~/fineweb-edu/val.parquet"},
+		{Name: "stack", Path: "shards/the-stack", Format: "tokens", TextKey: "content", Include: []string{"*.tokens"}, Weight: 1, Eval: "stack-val.jsonl.zst", EvalFormat: "jsonl"},
+		{Path: "c4-train.*.json.gz", Weight: 1},
+	}
+	want := []SourceConfig{
+		{Name: "10BT", Path: "~/fineweb-edu/sample/10BT/*.parquet", Format: "parquet", TextKey: "body", Include: []string{"*.jsonl"}, Weight: 3, Eval: "~/fineweb-edu/val.parquet", EvalFormat: "parquet"},
+		{Name: "stack", Path: "shards/the-stack", Format: "tokens", TextKey: "content", Include: []string{"*.tokens"}, Weight: 1, Eval: "stack-val.jsonl.zst", EvalFormat: "jsonl"},
+		{Name: "c4-train", Path: "c4-train.*.json.gz", Format: "jsonl", TextKey: "body", Include: []string{"*.jsonl"}, Weight: 1},
+	}
+	if got := c.Data.TrainSources(); !reflect.DeepEqual(got, want) {
+		t.Errorf("sources:\n got %+v\nwant %+v", got, want)
+	}
+	if c.Data.HeldOut() != "" || !c.Data.HasHeldOut() {
+		t.Errorf("sources with evals, default data.eval: held out %q, has %v; want none of data.eval's, but the sources'", c.Data.HeldOut(), c.Data.HasHeldOut())
+	}
+	c.Data.Eval = "val.jsonl"
+	if c.Data.HeldOut() != "val.jsonl" {
+		t.Errorf("sources and data.eval set: held out %q", c.Data.HeldOut())
+	}
+	for path, name := range map[string]string{"shards/code": "code", "/data/dclm/": "dclm", "c4-train.00000-of-01024.json.gz": "c4-train", "./*.parquet": "./*.parquet", "x/.hidden.jsonl": ".hidden"} {
+		if got := SourceName(path); got != name {
+			t.Errorf("SourceName(%q) = %q, want %q", path, got, name)
+		}
+	}
+}
+
+// TestSourcesFromTOML: [[data.sources]] tables read from a file, and validated there.
+func TestSourcesFromTOML(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mix.toml")
+	doc := "[data]\ntrain = \"$GOROOT/src\"\n\n[[data.sources]]\nname = \"web\"\npath = \"web/*.parquet\"\nformat = \"parquet\"\nweight = 0.7\neval = \"web-val.parquet\"\n\n[[data.sources]]\npath = \"code.jsonl.zst\"\nformat = \"jsonl\"\ntext_key = \"content\"\nweight = 0.3\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Data.TrainSources()
+	if len(got) != 2 || got[0].Name != "web" || got[0].Weight != 0.7 || got[1].Name != "code" || got[1].TextKey != "content" || got[0].TextKey != "text" {
+		t.Errorf("sources %+v", got)
+	}
+	if err := os.WriteFile(path, []byte(doc+"\n[[data.sources]]\npath = \"books\"\nweight = -1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(path, nil)
+	wantErr(t, err, path, `data.sources[3] ("books"): weight = -1`)
+}
+
+// TestFlattenArraysOfObjects: the tables of an array are flattened key by key, other arrays
+// stay values.
+func TestFlattenArraysOfObjects(t *testing.T) {
+	got, err := Flatten([]byte(`{"data": {"include": ["*.go"], "sources": [{"name": "a", "weight": 1e0}, {"name": "b", "weight": 0.5}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"data.include": `["*.go"]`, "data.sources.0.name": `"a"`, "data.sources.0.weight": "1", "data.sources.1.name": `"b"`, "data.sources.1.weight": "0.5"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Flatten = %v, want %v", got, want)
 	}
 }

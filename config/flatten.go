@@ -9,8 +9,9 @@ import (
 
 // Flatten turns a config written as JSON (sections as nested objects, as a checkpoint keeps
 // it) into its dotted keys ("training.steps") and their values as compact JSON, numbers in one
-// normal form so that 1e-05 and 0.00001 read the same. Objects are walked; everything else
-// (arrays included) is a value.
+// normal form so that 1e-05 and 0.00001 read the same. Objects are walked, and so are arrays
+// of objects, element i's keys under "i." ("data.sources.0.weight"); everything else (other
+// arrays included) is a value.
 func Flatten(raw json.RawMessage) (map[string]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -30,6 +31,12 @@ func Flatten(raw json.RawMessage) (map[string]string, error) {
 				walk(prefix+k+".", sub)
 				continue
 			}
+			if objs, ok := objects(v); ok {
+				for i, sub := range objs {
+					walk(prefix+k+"."+strconv.Itoa(i)+".", sub)
+				}
+				continue
+			}
 			out[prefix+k] = valueText(v)
 		}
 	}
@@ -46,4 +53,19 @@ func valueText(v any) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// objects returns v's elements when v is a non-empty array of objects.
+func objects(v any) ([]map[string]any, bool) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return nil, false
+	}
+	out := make([]map[string]any, len(arr))
+	for i, e := range arr {
+		if out[i], ok = e.(map[string]any); !ok {
+			return nil, false
+		}
+	}
+	return out, true
 }

@@ -20,6 +20,9 @@ type Batch struct {
 	// stream, its tokens Windows[b]·T .. Windows[b]·T+T (the Loader's numbering). Nil for a
 	// batch no Loader made.
 	Windows []int
+	// Sources, set by a Mixture, is for every sequence the index of the source it came from
+	// (Mixture.Names); its window is that source's window. Nil for a Loader's batch.
+	Sources []int
 }
 
 // DocStarts sets start[t] to the position at which the document of token t of seq starts:
@@ -119,21 +122,28 @@ func (l *Loader) Next() Batch {
 		bt.DocStart = make([]int32, l.b*T)
 	}
 	for i := 0; i < l.b; i++ {
-		bt.Windows[i] = l.perm[l.index]
-		start := bt.Windows[i] * T
-		copy(bt.Inputs[i*T:(i+1)*T], l.tokens[start:start+T])
-		copy(bt.Targets[i*T:(i+1)*T], l.tokens[start+1:start+T+1])
-		if l.docs {
-			DocStarts(bt.DocStart[i*T:(i+1)*T], bt.Inputs[i*T:(i+1)*T], l.bound)
-		}
-		l.index++
-		if l.index == l.n {
-			l.epoch++
-			l.index = 0
-			l.perm = l.order(l.epoch)
-		}
+		l.fill(&bt, i)
 	}
 	return bt
+}
+
+// fill puts the next window of the order into sequence i of bt (whose slices are allocated)
+// and moves on, into the next epoch's order after the last window of one.
+func (l *Loader) fill(bt *Batch, i int) {
+	T := l.t
+	bt.Windows[i] = l.perm[l.index]
+	start := bt.Windows[i] * T
+	copy(bt.Inputs[i*T:(i+1)*T], l.tokens[start:start+T])
+	copy(bt.Targets[i*T:(i+1)*T], l.tokens[start+1:start+T+1])
+	if bt.DocStart != nil {
+		DocStarts(bt.DocStart[i*T:(i+1)*T], bt.Inputs[i*T:(i+1)*T], l.bound)
+	}
+	l.index++
+	if l.index == l.n {
+		l.epoch++
+		l.index = 0
+		l.perm = l.order(l.epoch)
+	}
 }
 
 // State returns the loader's position; Restore(State()) on a loader over the same tokens,

@@ -7,6 +7,7 @@ import "math/bits"
 const (
 	domainFiles  uint64 = 0x66696c6573 // "files"
 	domainWindow uint64 = 0x77696e646f // "windo"
+	domainMix    uint64 = 0x6d6978     // "mix": which source a mixture's sequence comes from
 )
 
 // rng is SplitMix64 (Steele, Lea & Flood 2014): tiny, fast, fully specified, and good enough
@@ -32,6 +33,11 @@ func newRNG(seed, domain, index uint64) *rng {
 func (r *rng) uint64() uint64 {
 	r.s += 0x9e3779b97f4a7c15
 	return mix64(r.s)
+}
+
+// float64 returns a uniform value in [0, 1) with 53 random bits.
+func (r *rng) float64() float64 {
+	return float64(r.uint64()>>11) / (1 << 53)
 }
 
 // intn returns a uniform value in [0, n), n > 0, by Lemire's multiply-and-reject method.

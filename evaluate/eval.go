@@ -14,6 +14,7 @@ package evaluate
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -127,6 +128,69 @@ func LoadSamples(path string, d config.DataConfig, tok data.Tokenizer, bos int32
 	}
 }
 
+// Pool is the result of evaluating the samples of several results together: the loss and bits
+// per byte over all their predicted tokens and bytes (each result's loss weighted by its
+// tokens), the counts and times summed; the other fields are the first result's.
+func Pool(rs ...Result) Result {
+	if len(rs) == 0 {
+		return Result{}
+	}
+	out := rs[0]
+	var nats, tokens, bytes, samples, elapsed = 0.0, int64(0), int64(0), 0, 0.0
+	for _, r := range rs {
+		nats += r.Loss * float64(r.Tokens)
+		tokens += r.Tokens
+		bytes += r.Bytes
+		samples += r.Samples
+		elapsed += r.ElapsedSec
+	}
+	out.Tokens, out.Bytes, out.Samples, out.ElapsedSec = tokens, bytes, samples, elapsed
+	out.Loss = nats / float64(tokens)
+	out.Perplexity = math.Exp(out.Loss)
+	out.BitsPerByte = nats / math.Ln2 / float64(bytes)
+	out.TokensPerSec = float64(tokens) / elapsed
+	return out
+}
+
+// EvalSet is one set of held-out samples: data.eval's, or a [[data.sources]] table's eval.
+type EvalSet struct {
+	Name    string // the source's name; "" for data.eval
+	Path    string // as configured
+	Samples []Sample
+}
+
+// LoadSets reads the held-out sets of cfg's data, n samples each (LoadSamples): data.eval (its
+// HeldOut) first, then each source's eval, read in its eval_format with its text_key.
+func LoadSets(d config.DataConfig, tok data.Tokenizer, bos int32, seqLen, vocab, n int) ([]EvalSet, error) {
+	var sets []EvalSet
+	if p := d.HeldOut(); p != "" {
+		samples, err := LoadSamples(p, d, tok, bos, seqLen, vocab, n)
+		if err != nil {
+			return nil, fmt.Errorf("data.eval: %w", err)
+		}
+		sets = append(sets, EvalSet{Path: p, Samples: samples})
+	}
+	if len(d.Sources) == 0 {
+		return sets, nil
+	}
+	for i, s := range d.TrainSources() {
+		if s.Eval == "" {
+			continue
+		}
+		sd := d
+		sd.Format, sd.TextKey, sd.Include = s.EvalFormat, s.TextKey, nil
+		if s.EvalFormat == s.Format {
+			sd.Include = s.Include
+		}
+		samples, err := LoadSamples(s.Eval, sd, tok, bos, seqLen, vocab, n)
+		if err != nil {
+			return nil, fmt.Errorf("data.sources[%d] (%q) eval: %w", i+1, s.Name, err)
+		}
+		sets = append(sets, EvalSet{Name: s.Name, Path: s.Eval, Samples: samples})
+	}
+	return sets, nil
+}
+
 // SeqLen is the configured evaluation sequence length: eval.seq_len, else data.seq_len.
 func SeqLen(cfg config.Config) int { return cmp.Or(cfg.Eval.SeqLen, cfg.Data.SeqLen) }
 
@@ -148,6 +212,18 @@ type Report struct {
 	Stride      int             `json:"stride,omitempty"`
 	TrainSeqLen int             `json:"train_seq_len,omitempty"` // a checkpoint's data.seq_len
 	Positions   *PositionResult `json:"positions,omitempty"`     // the loss by position (--positions)
+	// Sources is the result of each [[data.sources]] table's hold-out, when eval evaluated
+	// them (no --data); the result above is then data.eval's, or (without it) all their
+	// samples together.
+	Sources []SourceResult `json:"sources,omitempty"`
+}
+
+// SourceResult is one source's part of a Report.
+type SourceResult struct {
+	Name string `json:"name"`
+	Data string `json:"data"` // its eval, as configured
+	Result
+	Positions *PositionResult `json:"positions,omitempty"`
 }
 
 // LoadConfig reads the config file at path (the built-in defaults when path is "") with

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,7 +48,10 @@ type Job struct {
 	Stop      []int32 // the tokens that end a generation: the tokenizer's EOS
 	Evaluator *Evaluator
 	World     *world.World // the ranks the evaluator runs on; Close ends it
-	Samples   []Sample
+	Samples   []Sample     // every sample, of all Sets in order
+	// Sets, when the evaluation is of several held-out sets (no --data, and [[data.sources]]
+	// with evals: data.eval's when set, then each source's), are the sets; nil for one.
+	Sets []EvalSet
 }
 
 // Leader reports whether this process speaks for the job: it holds rank 0 (under mpirun the
@@ -195,11 +199,13 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 		return &Job{Req: req, Config: l.cfg, Model: l.em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev, World: l.w}, nil
 	}
 	cfg, em := l.cfg, l.em
+	perSource := false
 	if req.Data == "" {
-		req.Data = cfg.Data.Eval
+		req.Data = cfg.Data.HeldOut()
+		perSource = cfg.Data.HasHeldOut() && len(cfg.Data.Sources) > 0 && slices.ContainsFunc(cfg.Data.Sources, func(s config.SourceConfig) bool { return s.Eval != "" })
 	}
-	if req.Data == "" {
-		return nil, errors.New("eval: no evaluation data: pass --data FILE or set data.eval in the config")
+	if req.Data == "" && !perSource {
+		return nil, errors.New("eval: no evaluation data: pass --data FILE or set data.eval (or a [[data.sources]] table's eval) in the config")
 	}
 	if req.Samples == 0 {
 		req.Samples = cfg.Eval.Samples
@@ -223,14 +229,28 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	if err := l.build(longest, "eval", "a sample", knob); err != nil {
 		return nil, err
 	}
-	ss, err := LoadSamples(req.Data, cfg.Data, em.Tokenizer, l.bos, req.SeqLen, em.Config.VocabSize, req.Samples)
-	if err != nil {
-		return nil, err
+	job := &Job{Req: req, Config: cfg, Model: em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev, World: l.w}
+	if perSource {
+		if job.Sets, err = LoadSets(cfg.Data, em.Tokenizer, l.bos, req.SeqLen, em.Config.VocabSize, req.Samples); err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+	} else {
+		ss, err := LoadSamples(req.Data, cfg.Data, em.Tokenizer, l.bos, req.SeqLen, em.Config.VocabSize, req.Samples)
+		if err != nil {
+			return nil, err
+		}
+		job.Sets = []EvalSet{{Path: req.Data, Samples: ss}}
 	}
-	if len(ss) < req.Samples {
-		fmt.Fprintf(l.stderr, "eval: %s has %d documents to evaluate, fewer than --samples %d\n", req.Data, len(ss), req.Samples)
+	for _, set := range job.Sets {
+		if len(set.Samples) < req.Samples {
+			fmt.Fprintf(l.stderr, "eval: %s has %d documents to evaluate, fewer than --samples %d\n", set.Path, len(set.Samples), req.Samples)
+		}
+		job.Samples = append(job.Samples, set.Samples...)
 	}
-	return &Job{Req: req, Config: cfg, Model: em, BOS: l.bos, Stop: l.stop, Evaluator: l.ev, World: l.w, Samples: ss}, nil
+	if !perSource {
+		job.Sets = nil
+	}
+	return job, nil
 }
 
 // Describe is the line that says what the job evaluates, on what and how.
@@ -247,8 +267,20 @@ func (j *Job) Describe() string {
 	if o := j.Req.Scoring; o.Window > 0 {
 		scoring = fmt.Sprintf(", sliding windows of %d every %d", o.Window, o.Stride)
 	}
+	of := data.ShowPath(j.Req.Data)
+	if j.Sets != nil {
+		var parts []string
+		for _, s := range j.Sets {
+			name := "data.eval"
+			if s.Name != "" {
+				name = "source " + s.Name
+			}
+			parts = append(parts, fmt.Sprintf("%s's %s (%d)", name, data.ShowPath(s.Path), len(s.Samples)))
+		}
+		of = strings.Join(parts, ", ")
+	}
 	return fmt.Sprintf("eval: %s on %d samples of %s, seq_len %d%s, %s; tokenizer %s",
-		what, len(j.Samples), data.ShowPath(j.Req.Data), j.Req.SeqLen, scoring, world, j.Model.Tokenizer.Name())
+		what, len(j.Samples), of, j.Req.SeqLen, scoring, world, j.Model.Tokenizer.Name())
 }
 
 // lengthList writes lengths as 1K,2K,4K.
@@ -267,12 +299,47 @@ func lengthList(ls []int) string {
 // Run evaluates the samples (progress is called after each) and returns the report eval
 // writes. A cancelled ctx stops it between samples with an error.
 func (j *Job) Run(ctx context.Context, progress func(done int, loss float64)) (Report, error) {
-	res, pos, err := j.Evaluator.EvaluateWith(ctx, j.Samples, j.Req.Scoring, progress)
-	if err != nil {
-		return Report{}, err
+	var (
+		res     Result
+		pos     *PositionResult
+		err     error
+		sources []SourceResult
+	)
+	if j.Sets == nil {
+		res, pos, err = j.Evaluator.EvaluateWith(ctx, j.Samples, j.Req.Scoring, progress)
+		if err != nil {
+			return Report{}, err
+		}
+	} else {
+		// Each set on its own, its result and loss by position in the report's sources;
+		// the whole result is data.eval's when it is one of them, else all samples pooled.
+		var all []Result
+		done := 0
+		for _, s := range j.Sets {
+			p := func(d int, loss float64) {
+				if progress != nil {
+					progress(done+d, loss)
+				}
+			}
+			r, ps, err := j.Evaluator.EvaluateWith(ctx, s.Samples, j.Req.Scoring, p)
+			if err != nil {
+				return Report{}, err
+			}
+			done += len(s.Samples)
+			r.SeqLen = j.Req.SeqLen
+			all = append(all, r)
+			if s.Name == "" {
+				res, pos = r, ps
+				continue
+			}
+			sources = append(sources, SourceResult{Name: s.Name, Data: s.Path, Result: r, Positions: ps})
+		}
+		if j.Sets[0].Name != "" {
+			res = Pool(all...)
+		}
 	}
 	res.SeqLen = j.Req.SeqLen
-	rep := Report{Result: res, Model: j.Req.Model, Source: j.Model.Source, Evaluated: j.Model.Path, Data: j.Req.Data,
+	rep := Report{Result: res, Sources: sources, Model: j.Req.Model, Source: j.Model.Source, Evaluated: j.Model.Path, Data: j.Req.Data,
 		Tokenizer: j.Model.Tokenizer.Name(), BOS: j.BOS, Params: j.Model.Config.NumParams(), Scoring: j.Req.Scoring.Mode(),
 		Positions: pos, TrainSeqLen: j.trainSeqLen()}
 	if j.Req.Scoring.Window > 0 {
@@ -376,6 +443,15 @@ func (r Report) Text(model string) string {
 			fmt.Fprintf(&b, "eval: positions [%d, %d): loss %.4f over %d tokens\n", p.Lo[i], p.Hi[i], p.Loss[i], p.Tokens[i])
 		}
 	}
+	for _, s := range r.Sources {
+		fmt.Fprintf(&b, "eval: %s: source %s (%s): loss %.6f  perplexity %.4f  bits/byte %.4f  over %d tokens (%d bytes) of %d samples\n",
+			model, s.Name, s.Data, s.Loss, s.Perplexity, s.BitsPerByte, s.Tokens, s.Bytes, s.Samples)
+		if p := s.Positions; p != nil {
+			for i := range p.Lo {
+				fmt.Fprintf(&b, "eval: source %s: positions [%d, %d): loss %.4f over %d tokens\n", s.Name, p.Lo[i], p.Hi[i], p.Loss[i], p.Tokens[i])
+			}
+		}
+	}
 	return b.String()
 }
 
@@ -410,14 +486,27 @@ func (r Result) NonFinite() []string {
 // read as one rather than failing to encode.
 func (r Report) MarshalJSON() ([]byte, error) {
 	type plain Report // without this method
-	bad := r.NonFinite()
 	p := plain(r)
-	for _, f := range []*float64{&p.Loss, &p.Perplexity, &p.BitsPerByte} {
+	return finiteJSON(&p, &p.Result)
+}
+
+// MarshalJSON writes a source's result as Report's MarshalJSON writes the whole one.
+func (s SourceResult) MarshalJSON() ([]byte, error) {
+	type plain SourceResult // without this method
+	p := plain(s)
+	return finiteJSON(&p, &p.Result)
+}
+
+// finiteJSON encodes v, a report whose result is res, with null for each result that is not a
+// finite number and those named in "non_finite".
+func finiteJSON(v any, res *Result) ([]byte, error) {
+	bad := res.NonFinite()
+	for _, f := range []*float64{&res.Loss, &res.Perplexity, &res.BitsPerByte} {
 		if math.IsNaN(*f) || math.IsInf(*f, 0) {
 			*f = 0
 		}
 	}
-	b, err := json.Marshal(p)
+	b, err := json.Marshal(v)
 	if err != nil || len(bad) == 0 {
 		return b, err
 	}

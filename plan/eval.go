@@ -124,10 +124,19 @@ func MaxTrainEvalSeqLen(cfg config.Config, capacity float64) int {
 
 // evalBytes is the held-out samples a training process holds when it evaluates during
 // training (eval.interval > 0): eval.samples of up to TrainEvalSeqLen tokens, each as int32
-// ids and targets.
+// ids and targets, for each held-out set (data.eval, and each source's eval of a mixture).
 func evalBytes(cfg config.Config) float64 {
 	if cfg.Eval.Interval <= 0 {
 		return 0
 	}
-	return 8 * float64(cfg.Eval.Samples) * float64(TrainEvalSeqLen(cfg))
+	sets := 0
+	if cfg.Data.HeldOut() != "" {
+		sets++
+	}
+	for _, s := range cfg.Data.Sources {
+		if s.Eval != "" {
+			sets++
+		}
+	}
+	return 8 * float64(cfg.Eval.Samples) * float64(TrainEvalSeqLen(cfg)) * float64(sets)
 }

@@ -404,14 +404,21 @@ func localRanks(cfg config.Config) int {
 	return max(1, cfg.Parallelism.WorldSize)
 }
 
-// dataBytes bounds the training data a process holds: its tokens as int32, at most one a byte
-// of text (data.max_bytes, when it bounds the text); a tokenized set (data.format = "tokens")
-// or an unbounded read (data.max_bytes = 0) is not known before it is read, and counts 0.
+// dataBytes bounds the training data a process holds: for each source (data.train, or each
+// [[data.sources]] table, each read up to data.max_bytes) its tokens as int32, at most one a
+// byte of text, and its loader's window order, one int a window of data.seq_len tokens. A
+// tokenized set (format "tokens") or an unbounded read (data.max_bytes = 0) is not known
+// before it is read, and counts 0.
 func dataBytes(cfg config.Config) float64 {
-	if cfg.Data.Format == "tokens" || cfg.Data.MaxBytes <= 0 {
-		return 0
+	var n float64
+	for _, s := range cfg.Data.TrainSources() {
+		if s.Format == "tokens" || cfg.Data.MaxBytes <= 0 {
+			continue
+		}
+		tokens := float64(cfg.Data.MaxBytes)
+		n += 4*tokens + 8*math.Ceil(tokens/float64(max(cfg.Data.SeqLen, 1)))
 	}
-	return 4 * float64(cfg.Data.MaxBytes)
+	return n
 }
 
 // actElemBytes is the size of one element of the activation, logits, scratch and attention

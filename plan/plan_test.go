@@ -517,21 +517,28 @@ func firstLine(s, sub string) string {
 
 // TestMemoryProcessTerm: on the CPU the process outside its tensors is counted once per
 // process and shared by its ranks (a fourth of it for each of 4 in-process ranks, the whole
-// for an MPI rank), grows by 4 bytes a byte of data.max_bytes (an int32 token a byte at most),
-// counts the checkpoint writer's workers, and is absent on a GPU, whose memory holds no process.
+// for an MPI rank), grows by 4 bytes a byte of data.max_bytes (an int32 token a byte at most)
+// and 8 a window of data.seq_len (the loader's order), for each source of a mixture, counts the
+// checkpoint writer's workers, and is absent on a GPU, whose memory holds no process.
 func TestMemoryProcessTerm(t *testing.T) {
 	base := loadPlanConfig(t, "../configs/tiny.toml", "data.max_bytes=1048576")
 	one := MemoryFor(base, 1e12)
 	writer := float64(ckpt.ProcessWorkers) * float64(ckpt.WorkerBytes(0))
-	if want := ProcessBase + 4*1048576 + writer; one.Process != want {
-		t.Errorf("one rank's process term %.0f bytes, want %.0f (base, 4 MiB of tokens, the writer)", one.Process, want)
+	order := 8 * 1048576 / 128.0 // tiny.toml's data.seq_len is 128
+	if want := ProcessBase + 4*1048576 + order + writer; one.Process != want {
+		t.Errorf("one rank's process term %.0f bytes, want %.0f (base, 4 MiB of tokens, their window order, the writer)", one.Process, want)
+	}
+	mixed := base
+	mixed.Data.Sources = []config.SourceConfig{{Path: "a", Weight: 1}, {Path: "b", Weight: 2}, {Path: "c", Format: "tokens", Weight: 1}}
+	if got := MemoryFor(mixed, 1e12).Process - one.Process; got != 4*1048576+order {
+		t.Errorf("a mixture of two text sources and one of shards holds %.0f bytes more than one source, want one source's %.0f more (the shards' count is not known)", got, 4*1048576+order)
 	}
 	if d := one.Peak - one.Process - one.Runtime; math.Abs(one.Runtime-gcHeadroom*d) > 1 {
 		t.Errorf("collector headroom %.0f over the tensors' %.0f: the process term is counted in it", one.Runtime, d)
 	}
 	more := loadPlanConfig(t, "../configs/tiny.toml", "data.max_bytes=2097152")
-	if got := MemoryFor(more, 1e12).Process - one.Process; got != 4*1048576 {
-		t.Errorf("1 MiB more of data.max_bytes adds %.0f bytes, want %d", got, 4*1048576)
+	if got := MemoryFor(more, 1e12).Process - one.Process; got != 4*1048576+order {
+		t.Errorf("1 MiB more of data.max_bytes adds %.0f bytes, want %.0f", got, 4*1048576+order)
 	}
 	four := loadPlanConfig(t, "../configs/tiny.toml", "data.max_bytes=1048576", "parallelism.world_size=4",
 		"parallelism.sequence_parallel_degree=4")

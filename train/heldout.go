@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"distflash/config"
@@ -21,21 +22,40 @@ import (
 // to metrics.jsonl (eval_s).
 
 // evaluate runs the held-out evaluation after m's step on every rank and puts its result in
-// m. A stop signal during it skips the result.
+// m: data.eval's, and each source's of a mixture (whose samples together give m's eval_loss
+// when data.eval is not set). A stop signal during it skips the result.
 func (r *session) evaluate(ctx context.Context, m *Metrics) error {
 	start := time.Now()
-	res, err := r.ev.run(ctx)
+	main, each, err := r.ev.run(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return fmt.Errorf("train: eval at step %d: %w", m.Step, err)
 	}
-	m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte = res.Loss, res.Perplexity, res.BitsPerByte
+	m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte = main.Loss, main.Perplexity, main.BitsPerByte
 	m.EvalSec += time.Since(start).Seconds()
 	r.bar.Clear()
-	fmt.Fprintf(r.stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens, %.1fs on the training ranks)\n",
-		m.Step, res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens, time.Since(start).Seconds())
+	what := ""
+	switch sets := r.ev.sets; {
+	case sets[0].Name == "" || len(each) == 0:
+	case len(sets) == 1:
+		what = fmt.Sprintf(" of source %s's samples", sets[0].Name)
+	default:
+		what = " of the sources' samples together"
+	}
+	fmt.Fprintf(r.stderr, "eval step %d: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens%s, %.1fs on the training ranks)\n",
+		m.Step, main.Loss, main.Perplexity, main.BitsPerByte, main.Tokens, what, time.Since(start).Seconds())
+	if len(each) == 0 {
+		return nil
+	}
+	m.EvalSources = map[string]EvalSource{}
+	for i, res := range each {
+		name := r.ev.sets[len(r.ev.sets)-len(each)+i].Name
+		m.EvalSources[name] = EvalSource{Loss: res.Loss, Perplexity: res.Perplexity, BitsPerByte: res.BitsPerByte, Tokens: res.Tokens}
+		fmt.Fprintf(r.stderr, "eval step %d: source %s: loss %.4f  perplexity %.3f  bits/byte %.4f  (%d tokens)\n",
+			m.Step, name, res.Loss, res.Perplexity, res.BitsPerByte, res.Tokens)
+	}
 	return nil
 }
 
@@ -57,34 +77,58 @@ func (r *session) sample(ctx context.Context, m *Metrics) error {
 	return nil
 }
 
-// trainEval is train's held-out evaluation: the samples of data.eval, loaded once by every
-// process, and an evaluator on the training ranks.
+// trainEval is train's held-out evaluation: the samples of data.eval and of each source's eval
+// (evaluate.LoadSets), loaded once by every process, and an evaluator on the training ranks.
 type trainEval struct {
-	ev      *evaluate.Evaluator
-	samples []evaluate.Sample
-	seqLen  int
+	ev     *evaluate.Evaluator
+	sets   []evaluate.EvalSet
+	seqLen int
 }
 
-// newTrainEval loads data.eval's first eval.samples documents and makes the evaluator of the
-// training ranks of w.
+// newTrainEval loads the first eval.samples documents of each held-out set and makes the
+// evaluator of the training ranks of w.
 func newTrainEval(cfg config.Config, w *world.World) (*trainEval, error) {
 	tok, err := data.NewTokenizer(cfg.Data.Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("%s: data.tokenizer: %w", cfg.Origin("data.tokenizer"), err)
 	}
 	seqLen := evaluate.SeqLen(cfg)
-	samples, err := evaluate.LoadSamples(cfg.Data.Eval, cfg.Data, tok, -1, seqLen, cfg.Model.VocabSize, cfg.Eval.Samples)
+	sets, err := evaluate.LoadSets(cfg.Data, tok, -1, seqLen, cfg.Model.VocabSize, cfg.Eval.Samples)
 	if err != nil {
-		return nil, fmt.Errorf("%s: data.eval: %w", cfg.Origin("data.eval"), err)
+		return nil, fmt.Errorf("%s: %w", cfg.Origin("data.eval"), err)
 	}
-	return &trainEval{ev: evaluate.NewEvaluator(w), samples: samples, seqLen: seqLen}, nil
+	return &trainEval{ev: evaluate.NewEvaluator(w), sets: sets, seqLen: seqLen}, nil
 }
 
-// run evaluates the ranks' current weights on the samples.
-func (e *trainEval) run(ctx context.Context) (evaluate.Result, error) {
-	r, err := e.ev.Evaluate(ctx, e.samples, nil)
-	r.SeqLen = e.seqLen
-	return r, err
+// describe says what the evaluation reads, for the run's first lines.
+func (e *trainEval) describe() string {
+	var parts []string
+	for _, s := range e.sets {
+		what := data.ShowPath(s.Path)
+		if s.Name != "" {
+			what = fmt.Sprintf("source %s's %s", s.Name, what)
+		}
+		parts = append(parts, fmt.Sprintf("%d samples from %s", len(s.Samples), what))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// run evaluates the ranks' current weights on each set. It returns the main result (data.eval's,
+// else the sources' samples pooled) and each source's, in the order of the sets.
+func (e *trainEval) run(ctx context.Context) (main evaluate.Result, each []evaluate.Result, err error) {
+	var all []evaluate.Result
+	for _, s := range e.sets {
+		r, err := e.ev.Evaluate(ctx, s.Samples, nil)
+		if err != nil {
+			return main, nil, err
+		}
+		r.SeqLen = e.seqLen
+		all = append(all, r)
+	}
+	if e.sets[0].Name == "" { // data.eval's
+		return all[0], all[1:], nil
+	}
+	return evaluate.Pool(all...), all, nil
 }
 
 // trainSampler is train's text samples: the prompt tokenized once and an evaluator on the

@@ -167,24 +167,61 @@ type Metrics struct {
 	// Spikes (spike.go), on the steps that have one: which, the medians of the steps before
 	// that they were measured against, whether training.skip_spikes skipped the update, and
 	// the loader's windows of the step's sequences (tokens window·seq_len .. +seq_len).
-	LossSpike      bool     `json:"loss_spike,omitempty"`
-	GradNormSpike  bool     `json:"grad_norm_spike,omitempty"`
-	LossMedian     float64  `json:"loss_median,omitempty"`
-	GradNormMedian float64  `json:"grad_norm_median,omitempty"`
-	SpikeSkipped   bool     `json:"spike_skipped,omitempty"`
-	Windows        []int    `json:"windows,omitempty"`
-	Memory         []Memory `json:"memory"` // per rank
+	LossSpike      bool    `json:"loss_spike,omitempty"`
+	GradNormSpike  bool    `json:"grad_norm_spike,omitempty"`
+	LossMedian     float64 `json:"loss_median,omitempty"`
+	GradNormMedian float64 `json:"grad_norm_median,omitempty"`
+	SpikeSkipped   bool    `json:"spike_skipped,omitempty"`
+	Windows        []int   `json:"windows,omitempty"`
+	// Sources, on a spike's step of a mixture, names each sequence's source, whose window
+	// Windows gives.
+	Sources []string `json:"sources,omitempty"`
+	Memory  []Memory `json:"memory"` // per rank
+	// A mixture of sources ([[data.sources]]): the tokens each source has given the run so far
+	// (its sequences × data.seq_len) and the times each has been read through (its completed
+	// epochs).
+	SourceTokens map[string]int64 `json:"source_tokens,omitempty"`
+	SourceEpochs map[string]int64 `json:"source_epochs,omitempty"`
 	// Held-out evaluation, on the steps where it runs (eval.interval).
 	EvalLoss        float64 `json:"eval_loss,omitempty"`
 	EvalPerplexity  float64 `json:"eval_perplexity,omitempty"`
 	EvalBitsPerByte float64 `json:"eval_bits_per_byte,omitempty"`
+	// EvalSources is the held-out evaluation of each source of a mixture that has an eval (the
+	// eval_loss above is then of all their samples together, unless data.eval is set).
+	EvalSources map[string]EvalSource `json:"eval_sources,omitempty"`
 	// EvalSec is the time the step's held-out evaluation and sample took on the training ranks
 	// (not counted in TokensPerSec).
 	EvalSec float64 `json:"eval_s,omitempty"`
 
-	stop     bool // some rank was asked to stop after this step (all ranks stop together)
-	diverged bool // fp32/bf16: the gradients hold Inf or NaN; no update was applied
+	stop     bool  // some rank was asked to stop after this step (all ranks stop together)
+	ranOut   []int // the mixture's sources that ran out for the first time at this step
+	diverged bool  // fp32/bf16: the gradients hold Inf or NaN; no update was applied
 	spike    spike
+}
+
+// EvalSource is one source's held-out result in metrics.jsonl.
+type EvalSource struct {
+	Loss        float64 `json:"loss"`
+	Perplexity  float64 `json:"perplexity"`
+	BitsPerByte float64 `json:"bits_per_byte"`
+	Tokens      int64   `json:"tokens"`
+}
+
+// MarshalJSON writes e with null for a result that is not a finite number, as Metrics does.
+func (e EvalSource) MarshalJSON() ([]byte, error) {
+	num := func(v float64) json.RawMessage {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return json.RawMessage("null")
+		}
+		b, _ := json.Marshal(v)
+		return b
+	}
+	return json.Marshal(struct {
+		Loss        json.RawMessage `json:"loss"`
+		Perplexity  json.RawMessage `json:"perplexity"`
+		BitsPerByte json.RawMessage `json:"bits_per_byte"`
+		Tokens      int64           `json:"tokens"`
+	}{num(e.Loss), num(e.Perplexity), num(e.BitsPerByte), e.Tokens})
 }
 
 // Memory is what one rank holds, in bytes (metrics.jsonl "memory", one entry per rank).

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,13 +29,15 @@ import (
 // the weights and AdamW moments it is everything a resumed run needs to continue exactly as
 // the uninterrupted one would have.
 type trainState struct {
-	Step     int               `json:"step"`      // optimizer steps done (the LR schedule's position)
-	Tokens   int64             `json:"tokens"`    // tokens trained on so far
-	Elapsed  float64           `json:"elapsed_s"` // training time so far
-	Loader   data.LoaderState  `json:"loader"`    // the data order's position
-	AdamStep int64             `json:"adam_step"` // updates applied (skipped fp16 steps are not)
-	Scaler   *optim.LossScaler `json:"loss_scaler,omitempty"`
-	Spikes   *spikeWatch       `json:"spikes,omitempty"` // the recent steps spike detection compares with
+	Step    int              `json:"step"`      // optimizer steps done (the LR schedule's position)
+	Tokens  int64            `json:"tokens"`    // tokens trained on so far
+	Elapsed float64          `json:"elapsed_s"` // training time so far
+	Loader  data.LoaderState `json:"loader"`    // the data order's position (one source)
+	// Mixture is the data order's position of a mixture of [[data.sources]], in Loader's place.
+	Mixture  *data.MixtureState `json:"mixture,omitempty"`
+	AdamStep int64              `json:"adam_step"` // updates applied (skipped fp16 steps are not)
+	Scaler   *optim.LossScaler  `json:"loss_scaler,omitempty"`
+	Spikes   *spikeWatch        `json:"spikes,omitempty"` // the recent steps spike detection compares with
 	// Recompute is the checkpoint policy, MLP tile and loss chunk the run ran: its choice of
 	// what the config left to the device (plan.Choose), which a resumed run keeps where it
 	// still fits (resumeChoice). Absent in checkpoints of older versions.
@@ -95,7 +99,11 @@ func (t *trainer) save(st trainState, prev string, stderr io.Writer) (string, er
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: encode config: %w", err)
 	}
-	st.Loader = t.loader.State()
+	if ms := t.loader.State(); len(t.cfg.Data.Sources) > 0 {
+		st.Mixture = &ms
+	} else {
+		st.Loader = ms.Sources[0].Loader
+	}
 	st.AdamStep = t.ranks[0].opt.Step
 	st.Spikes = t.spikes
 	st.Recompute = &t.choice.Candidate
@@ -242,7 +250,7 @@ func (t *trainer) restore(spec string, run ckpt.RunID, stderr io.Writer) (st tra
 	if err := json.Unmarshal(m.State, &st); err != nil {
 		return st, false, fmt.Errorf("resume from %s: training state: %w", c.Dir(), err)
 	}
-	if err := t.loader.Restore(st.Loader); err != nil {
+	if err := t.restoreData(st); err != nil {
 		return st, false, fmt.Errorf("resume from %s: %w", c.Dir(), err)
 	}
 	if t.scaler != nil && st.Scaler != nil {
@@ -344,6 +352,22 @@ func (t *trainer) resumeChoice(prev *plan.Candidate, w io.Writer) error {
 	return nil
 }
 
+// restoreData moves the data order to the checkpoint's position: its mixture's, or its one
+// source's. A source that had run out before the checkpoint is not said to run out again.
+func (t *trainer) restoreData(st trainState) error {
+	if st.Mixture == nil {
+		return t.loader.RestoreLoader(st.Loader)
+	}
+	if err := t.loader.Restore(*st.Mixture); err != nil {
+		return err
+	}
+	t.ranOut = make([]bool, len(t.loader.Names()))
+	for i, e := range t.loader.Epochs() {
+		t.ranOut[i] = e > 0
+	}
+	return nil
+}
+
 // tokensOr writes a number of tokens, or what 0 means.
 func tokensOr(n int, zero string) string {
 	if n == 0 {
@@ -371,6 +395,10 @@ var resumeKeys = map[string]int{
 	"data.format":                          changeRefused,
 	"data.include":                         changeRefused,
 	"data.max_bytes":                       changeRefused,
+	"data.text_key":                        changeRefused,
+	"data.sources":                         changeRefused, // each source's position counts its windows; the draws, its weight
+	"data.sources.eval":                    changeExact,
+	"data.sources.eval_format":             changeExact,
 	"run.seed":                             changeRefused, // the data order
 	"run.name":                             changeExact,
 	"run.output_dir":                       changeExact,
@@ -398,7 +426,13 @@ var resumeKeys = map[string]int{
 
 // changeOf returns how a change of key affects a resumed run.
 func changeOf(key string) int {
-	for k := key; ; {
+	// An array's element ("data.sources.1.weight") is judged as the array's key.
+	parts := strings.Split(key, ".")
+	parts = slices.DeleteFunc(parts, func(p string) bool {
+		_, err := strconv.Atoi(p)
+		return err == nil
+	})
+	for k := strings.Join(parts, "."); ; {
 		if c, ok := resumeKeys[k]; ok {
 			return c
 		}

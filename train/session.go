@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -91,7 +92,7 @@ func setup(cfg config.Config, stderr io.Writer, opt Options, leader bool) (*sess
 		if r.ev, err = newTrainEval(cfg, w); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "eval: %d samples of up to %d tokens from %s every %d steps\n", len(r.ev.samples), evaluate.SeqLen(cfg), data.ShowPath(cfg.Data.Eval), cfg.Eval.Interval)
+		fmt.Fprintf(stderr, "eval: %s, of up to %d tokens, every %d steps\n", r.ev.describe(), evaluate.SeqLen(cfg), cfg.Eval.Interval)
 	}
 	if cfg.Eval.SampleInterval > 0 {
 		if r.sampler, err = newTrainSampler(cfg, w, dirs.run); err != nil {
@@ -232,6 +233,12 @@ func (r *session) loop(ctx context.Context) error {
 		if m.LossSpike || m.GradNormSpike {
 			r.bar.Clear()
 			fmt.Fprintf(r.stderr, "%s\n", m.spike.message(m, cfg.Data.SeqLen))
+		}
+		for _, i := range m.ranOut {
+			r.bar.Clear()
+			name, w := t.loader.Names()[i], t.loader.Windows()[i]
+			fmt.Fprintf(r.stderr, "data: source %s ran out at step %d: its %d windows of %d tokens are all drawn, and it is read again in a new order (epochs counted in metrics.jsonl's source_epochs)\n",
+				name, m.Step, w, cfg.Data.SeqLen)
 		}
 		if m.Skipped {
 			r.bar.Clear()
@@ -387,6 +394,9 @@ func (r *session) finish() error {
 		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f tokens/s): loss %.4f -> %s (ln vocab = %.4f); model in %s; metrics in %s%s\n",
 			r.done-r.st.Step, elapsed, float64(r.tokens-r.st.Tokens)/elapsed, r.first.Loss, end, math.Log(float64(cfg.Model.VocabSize)), r.lastPath, r.metricsPath, spikes)
 	}
+	if len(cfg.Data.Sources) > 0 && r.first.Step != 0 {
+		fmt.Fprintf(stdout, "%s\n", sourcesSeen(t.loader, int64(cfg.Data.SeqLen)))
+	}
 	if t.scaler != nil && t.scaler.Skipped > 0 {
 		fmt.Fprintf(stdout, "fp16: %d steps skipped for overflowing gradients; loss scale now %g\n", t.scaler.Skipped, t.scaler.Scale)
 	}
@@ -405,4 +415,19 @@ func (r *session) attentionPaths() {
 		r.bar.Clear()
 		fmt.Fprintf(r.stderr, "%s\n", ar.AttentionPaths())
 	}
+}
+
+// sourcesSeen is the end of a run's account of a mixture: the tokens each source has given the
+// run (of seqLen each sequence), their share against the source's weight, and the epochs of it.
+func sourcesSeen(mix *data.Mixture, seqLen int64) string {
+	drawn, total := mix.Drawn(), int64(0)
+	for _, d := range drawn {
+		total += d
+	}
+	var parts []string
+	for i, name := range mix.Names() {
+		parts = append(parts, fmt.Sprintf("%s %s (%.1f%%, weight %.1f%%; %.2f epochs)", name, data.Count(drawn[i]*seqLen),
+			100*float64(drawn[i])/float64(max(total, 1)), 100*mix.Weights()[i], float64(drawn[i])/float64(mix.Windows()[i])))
+	}
+	return "data: tokens per source so far: " + strings.Join(parts, ", ")
 }

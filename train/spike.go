@@ -197,7 +197,7 @@ func (s spike) message(m Metrics, seqLen int) string {
 	case s.held == heldTotal:
 		act = fmt.Sprintf("update applied: %d updates were skipped already, training.skip_spikes_max_total = %d", s.skipped, s.rule.maxTotal)
 	}
-	line := fmt.Sprintf("step %d: %s; its batch is %s; %s", m.Step, strings.Join(what, "; "), windowsText(m.Windows, seqLen), act)
+	line := fmt.Sprintf("step %d: %s; its batch is %s; %s", m.Step, strings.Join(what, "; "), windowsText(m.Windows, m.Sources, seqLen), act)
 	if s.skip && s.skipped+1 == s.rule.maxTotal {
 		line += fmt.Sprintf("\ntraining.skip_spikes: %d updates skipped, training.skip_spikes_max_total = %d: no more are skipped in this run", s.rule.maxTotal, s.rule.maxTotal)
 	}
@@ -205,8 +205,9 @@ func (s spike) message(m Metrics, seqLen int) string {
 }
 
 // windowsText says where the sequences of a batch lie in the training data: the loader's
-// windows and their first tokens.
-func windowsText(ws []int, seqLen int) string {
+// windows and their first tokens, and with a mixture (sources, per window) their sources'
+// names.
+func windowsText(ws []int, sources []string, seqLen int) string {
 	if len(ws) == 0 {
 		return "not known"
 	}
@@ -216,7 +217,11 @@ func windowsText(ws []int, seqLen int) string {
 			parts = append(parts, fmt.Sprintf("… (%d windows)", len(ws)))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%d (tokens %d..%d)", w, w*seqLen, w*seqLen+seqLen))
+		of := ""
+		if i < len(sources) {
+			of = " of " + sources[i]
+		}
+		parts = append(parts, fmt.Sprintf("%d%s (tokens %d..%d)", w, of, w*seqLen, w*seqLen+seqLen))
 	}
 	return "window " + strings.Join(parts, ", ")
 }

@@ -110,11 +110,45 @@ func (t *trainer) step(step int) (Metrics, error) {
 			}
 		}
 	}
+	if len(cfg.Data.Sources) > 0 {
+		t.sourceMetrics(&out, batches, sp.any())
+	}
 	if t.scaler != nil {
 		out.LossScale = scale
 		t.scaler.Update(!out.Skipped)
 	}
 	return out, nil
+}
+
+// sourceMetrics puts a mixture's account into m after the step's batches were drawn: the
+// tokens each source has given the run so far and its completed epochs, the sources of the
+// step's sequences when it spiked (spiked), and which sources ran out for the first time in
+// this process (said once: a resumed run whose source had run out before does not say it).
+func (t *trainer) sourceMetrics(m *Metrics, batches [][]data.Batch, spiked bool) {
+	names, T := t.loader.Names(), int64(t.cfg.Data.SeqLen)
+	m.SourceTokens, m.SourceEpochs = map[string]int64{}, map[string]int64{}
+	for i, d := range t.loader.Drawn() {
+		m.SourceTokens[names[i]] = d * T
+	}
+	if t.ranOut == nil {
+		t.ranOut = make([]bool, len(names))
+	}
+	for i, e := range t.loader.Epochs() {
+		m.SourceEpochs[names[i]] = e
+		if e > 0 && !t.ranOut[i] {
+			t.ranOut[i] = true
+			m.ranOut = append(m.ranOut, i)
+		}
+	}
+	if spiked {
+		for _, mb := range batches {
+			for _, b := range mb {
+				for _, s := range b.Sources {
+					m.Sources = append(m.Sources, names[s])
+				}
+			}
+		}
+	}
 }
 
 // gradients is rank r's forward and backward over the step's micro-batches (its replica's
@@ -259,7 +293,7 @@ func (t *trainer) gatherStats(r *rank, count int, attn int64) stepStats {
 // its offset in its document, so the loss is the same. Every rank computes the same order.
 func balanceBatch(b data.Batch, schedule string, P int) data.Batch {
 	T := b.T
-	out := data.Batch{B: b.B, T: T, Inputs: make([]int32, len(b.Inputs)), Targets: make([]int32, len(b.Targets)), DocStart: make([]int32, len(b.DocStart)), Windows: b.Windows}
+	out := data.Batch{B: b.B, T: T, Inputs: make([]int32, len(b.Inputs)), Targets: make([]int32, len(b.Targets)), DocStart: make([]int32, len(b.DocStart)), Windows: b.Windows, Sources: b.Sources}
 	for s := 0; s < b.B; s++ {
 		perm, start, err := parallel.BalanceDocuments(b.DocStart[s*T:(s+1)*T], schedule, P, uint64(s))
 		if err != nil {

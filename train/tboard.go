@@ -63,6 +63,12 @@ func (l *tbLog) write(m Metrics) {
 	if m.EvalLoss != 0 {
 		v["eval/loss"], v["eval/perplexity"], v["eval/bits_per_byte"] = m.EvalLoss, m.EvalPerplexity, m.EvalBitsPerByte
 	}
+	for name, n := range m.SourceTokens {
+		v["data/tokens/"+name] = float64(n)
+	}
+	for name, e := range m.EvalSources {
+		v["eval/loss/"+name], v["eval/perplexity/"+name], v["eval/bits_per_byte/"+name] = e.Loss, e.Perplexity, e.BitsPerByte
+	}
 	err := l.w.Scalars(int64(m.Step), time.Now(), v)
 	if err == nil {
 		err = l.w.Flush()

@@ -279,7 +279,8 @@ func evaluateAll(ctx context.Context, cfg config.Config, params []float32, sampl
 	if err != nil {
 		return evaluate.Result{}, err
 	}
-	return (&trainEval{ev: ev, samples: samples, seqLen: evaluate.SeqLen(cfg)}).run(ctx)
+	main, _, err := (&trainEval{ev: ev, sets: []evaluate.EvalSet{{Samples: samples}}, seqLen: evaluate.SeqLen(cfg)}).run(ctx)
+	return main, err
 }
 
 // TestMetricsLinesWholeOnFullDisk writes metrics lines onto a tmpfs until it is full: the

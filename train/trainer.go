@@ -24,7 +24,7 @@ import (
 type trainer struct {
 	cfg    config.Config
 	sched  optim.Schedule
-	loader *data.Loader
+	loader *data.Mixture
 	w      *world.World
 	ranks  []*rank // the ranks this process runs, in rank order
 	prec   kernels.Precision
@@ -32,7 +32,10 @@ type trainer struct {
 	id     ckpt.RunID        // the run's identity, saved in every checkpoint
 	trace  *tracer           // DISTFLASH_TRACE, rank 0; nil: none
 	spikes *spikeWatch       // the recent steps' loss and gradient norm, and the spikes seen
-	warmed string            // what the attention warm-up built, for the log ("": none ran)
+	// ranOut says, for each source of a mixture, whether its running out (its first epoch
+	// complete) has been said, or it had run out before the checkpoint this run resumed.
+	ranOut []bool
+	warmed string // what the attention warm-up built, for the log ("": none ran)
 	// choice is what the config left to the device (checkpoint.activation = "auto",
 	// training.mlp_tile and loss_chunk -1) as decided for memory bytes per rank (0: not known;
 	// memorySource says where the figure comes from): the policy, tile and chunk the ranks'

@@ -62,7 +62,15 @@ func agreement(cfg *config.Config) (map[string]string, error) {
 	delete(out, "path") // the file's name may differ between hosts; what it says is compared
 	out["distflash version"] = cli.Version()
 	out["command-line flags"] = strings.Join(cli.Given(), " ")
-	for _, d := range []struct{ key, path string }{{"data.train", cfg.Data.Train}, {"data.eval", cfg.Data.Eval}} {
+	type named struct{ key, path string }
+	paths := []named{{"data.train", cfg.Data.Train}, {"data.eval", cfg.Data.Eval}}
+	if len(cfg.Data.Sources) > 0 {
+		paths = []named{{"data.eval", cfg.Data.HeldOut()}}
+		for i, s := range cfg.Data.Sources {
+			paths = append(paths, named{fmt.Sprintf("data.sources.%d.path", i), s.Path}, named{fmt.Sprintf("data.sources.%d.eval", i), s.Eval})
+		}
+	}
+	for _, d := range paths {
 		if d.path != "" {
 			out[d.key+" (on disk)"] = dataFingerprint(d.path)
 		}
