@@ -430,7 +430,7 @@ var jsonTextCases = []struct {
 
 func TestJSONText(t *testing.T) {
 	for _, tt := range jsonTextCases {
-		got, err := jsonText([]byte(tt.line))
+		got, err := jsonText([]byte(tt.line), testKey)
 		switch {
 		case tt.err == "" && err != nil:
 			t.Errorf("%s: %v", tt.line, err)
@@ -454,7 +454,7 @@ func FuzzJSONText(f *testing.F) {
 	}
 	f.Add(c4Lines(f, formatDocs...))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		got, err := jsonText(line)
+		got, err := jsonText(line, testKey)
 		want, ok := jsonTextOracle(line)
 		if ok != (err == nil) || ok && want != string(got) {
 			t.Errorf("%q: encoding/json gives %q (ok %v), jsonText %q (error %v)", line, want, ok, got, err)
@@ -502,7 +502,7 @@ func BenchmarkJSONText(b *testing.B) {
 		b.SetBytes(int64(size))
 		for b.Loop() {
 			for _, l := range lines {
-				if _, err := jsonText(l); err != nil {
+				if _, err := jsonText(l, testKey); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -720,4 +720,16 @@ func TestDecompressionBombStops(t *testing.T) {
 	if docs, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 30000); err != nil || len(docs) != 20000 {
 		t.Errorf("an ordinary gzip file: %d documents, %v", len(docs), err)
 	}
+}
+
+// testKey is the default text key, "text".
+var testKey = mustTextKey("text")
+
+// mustTextKey returns newTextKey(key) and panics on an error.
+func mustTextKey(key string) *textKey {
+	k, err := newTextKey(key)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }
