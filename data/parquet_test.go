@@ -319,3 +319,238 @@ func compareDirs(t *testing.T, got, want string) {
 		}
 	}
 }
+
+// pqFixture is the directory of the files scripts/make_parquet_fixture.py writes with
+// pyarrow.
+const pqFixture = "testdata/parquet"
+
+// TestParquetPyarrowFixture reads the files pyarrow wrote (every codec the Hub uses;
+// string, large_string, binary and struct columns; dictionary and plain encodings; pages
+// v1 and v2; nulls and an empty string in several row groups) and checks that each gives
+// the documents of docs.jsonl, the same files as JSON lines.
+func TestParquetPyarrowFixture(t *testing.T) {
+	ref := Source{Path: filepath.Join(pqFixture, "docs.jsonl"), Format: "jsonl"}
+	want, err := ReadDocuments(ref, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTokens, err := LoadTokens(ref, ByteTokenizer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) != 53 || !bytes.Contains(want[0], []byte("«naïve» café, 日本語, emoji 🙂")) {
+		t.Fatalf("docs.jsonl gives %d documents, want 53 (60 rows, 6 null, 1 empty); the first %q", len(want), want[0])
+	}
+	for _, tt := range []struct{ file, key string }{
+		{"docs-snappy.parquet", ""},
+		{"docs-zstd.parquet", "text"},
+		{"docs-gzip.parquet", ""},
+		{"docs-large-string.parquet", ""},
+		{"docs-binary.parquet", ""},
+		{"docs-nested.parquet", "meta.body"},
+	} {
+		t.Run(tt.file, func(t *testing.T) {
+			var log bytes.Buffer
+			path := filepath.Join(pqFixture, tt.file)
+			src := Source{Path: path, Format: "parquet", TextKey: tt.key, Log: &log}
+			got, err := ReadDocuments(src, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("%d documents, want the %d of docs.jsonl:\ngot  %q\nwant %q", len(got), len(want), got, want)
+			}
+			if line := "data: 6 null texts skipped in " + path; !strings.Contains(log.String(), line) {
+				t.Errorf("log %q does not say %q", log.String(), line)
+			}
+			tokens, err := LoadTokens(src, ByteTokenizer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(tokens, wantTokens) {
+				t.Errorf("LoadTokens gives %d tokens, of docs.jsonl %d, and they differ", len(tokens), len(wantTokens))
+			}
+		})
+	}
+}
+
+// flipped returns a copy of b with the byte at i inverted.
+func flipped(b []byte, i int) []byte {
+	c := bytes.Clone(b)
+	c[i] ^= 0xff
+	return c
+}
+
+// pqTextChunk returns the byte range of the text column's chunk in row group 0 of the
+// Parquet file b.
+func pqTextChunk(t *testing.T, b []byte, column string) (start, end int) {
+	t.Helper()
+	f, err := parquet.OpenFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range f.Metadata().RowGroups[0].Columns {
+		if strings.Join(c.MetaData.PathInSchema, ".") == column {
+			start = int(c.MetaData.DataPageOffset)
+			if d := int(c.MetaData.DictionaryPageOffset); d > 0 && d < start {
+				start = d
+			}
+			return start, start + int(c.MetaData.TotalCompressedSize)
+		}
+	}
+	t.Fatalf("no column %q", column)
+	return 0, 0
+}
+
+// TestParquetBadFiles checks that each kind of bad file is refused with an error that
+// names the file and what is wrong, by LoadTokens, ReadDocuments and WriteShards, and that
+// WriteShards leaves no output.
+func TestParquetBadFiles(t *testing.T) {
+	good := filepath.Join(t.TempDir(), "good.parquet")
+	writeParquet(t, good, pqDocs(200), pqLayout{column: "string", codec: &parquet.Snappy, rowGroup: 50, pageBytes: 1 << 10})
+	goodBytes, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixture := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(pqFixture, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pageStart, pageEnd := pqTextChunk(t, goodBytes, "text")
+	footer := len(goodBytes) - 8 - int(uint32(goodBytes[len(goodBytes)-8])|uint32(goodBytes[len(goodBytes)-7])<<8)
+	randomText := make([]byte, 200<<10)
+	for i := range randomText {
+		randomText[i] = byte(i*7919 + i/3)
+	}
+	binDocs := []pqDoc{}
+	for i := 0; i < len(randomText); i += 4 << 10 {
+		binDocs = append(binDocs, pqDoc{text: string(randomText[i : i+4<<10])})
+	}
+	binFile := filepath.Join(t.TempDir(), "bin.parquet")
+	writeParquet(t, binFile, binDocs, pqLayout{column: "binary"})
+	binBytes, err := os.ReadFile(binFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		content []byte
+		format  string
+		key     string
+		want    []string
+	}{
+		{"jsonl named .parquet", []byte(`{"text": "a"}` + "\n"), "", "", []string{"is not a Parquet file", "does not start with the PAR1 magic", `like JSON lines: set data.format = "jsonl"`}},
+		{"gzip named .parquet", gzipData(t, []byte(`{"text": "a"}`)), "", "", []string{"is not a Parquet file", `compressed JSON lines are data.format = "jsonl"`}},
+		{"text named .parquet", []byte("just some text\n"), "", "", []string{"is not a Parquet file", `"just some text\n"`}},
+		{"empty", nil, "", "", []string{"is empty, not a Parquet file"}},
+		{"encrypted", append([]byte("PARE"), goodBytes[4:]...), "", "", []string{"encrypted Parquet file"}},
+		{"truncated half", goodBytes[:len(goodBytes)/2], "", "", []string{"is truncated", "does not end with the PAR1 magic"}},
+		{"truncated to the magic", goodBytes[:6], "", "", []string{"is truncated", "too short to hold a Parquet footer"}},
+		{"footer longer than the file", append(bytes.Clone(goodBytes[:40]), goodBytes[len(goodBytes)-8:]...), "", "", []string{"truncated or corrupt: its footer says it is"}},
+		{"corrupt footer", flipped(flipped(goodBytes, footer+3), footer+10), "", "", []string{"corrupt Parquet footer"}},
+		{"corrupt page", flipped(goodBytes, (pageStart+pageEnd)/2), "", "", []string{`row group 0 (of 4), column "text": corrupt page`, "checksum mismatch"}},
+		{"missing column", goodBytes, "", "body", []string{`no column "body"`, "the file's columns are id (INT64", "text (BYTE_ARRAY STRING)"}},
+		{"missing nested column", goodBytes, "", "text.body", []string{`no column "text.body"`, "the file's columns are id (INT64"}},
+		{"int64 column", goodBytes, "", "id", []string{`column "id" is INT64`, "not text"}},
+		{"pyarrow int64 column", fixture("docs-nested.parquet"), "", "id", []string{`column "id" is INT64`}},
+		{"pyarrow struct column", fixture("docs-nested.parquet"), "", "meta", []string{`column "meta" is a struct`, "meta.body (BYTE_ARRAY STRING)"}},
+		{"pyarrow list column", fixture("docs-nested.parquet"), "", "tags", []string{`column "tags" is a list`, "tags.list.element (BYTE_ARRAY STRING repeated)"}},
+		{"pyarrow list leaf", fixture("docs-nested.parquet"), "", "tags.list.element", []string{`column "tags.list.element" is repeated (a list)`, "one text per row"}},
+		{"pyarrow missing column", fixture("docs-nested.parquet"), "", "text", []string{`no column "text"`, "id (INT64", "meta.lang (BYTE_ARRAY STRING), meta.body (BYTE_ARRAY STRING), tags.list.element"}},
+		{"binary data", binBytes, "", "", []string{`column "text"`, "is not UTF-8", "binary data, not text"}},
+		{"empty key name", goodBytes, "", "meta..body", []string{`data.text_key = "meta..body"`, "empty name"}},
+		{"parquet read as jsonl", goodBytes, "jsonl", "", []string{`is a Parquet file`, `set data.format = "parquet"`}},
+		{"parquet read as c4", goodBytes, "c4", "", []string{`is a Parquet file`, `set data.format = "parquet"`}},
+		{"parquet read as text", goodBytes, "text", "", []string{`is a Parquet file`, `set data.format = "parquet"`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			format := cmp.Or(tt.format, "parquet")
+			path := filepath.Join(t.TempDir(), "bad.parquet")
+			if err := os.WriteFile(path, tt.content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			src := Source{Path: path, Format: format, TextKey: tt.key}
+			check := func(what string, err error) {
+				t.Helper()
+				if err == nil {
+					t.Fatalf("%s: no error", what)
+				}
+				wantPath := path
+				if tt.name == "empty key name" {
+					wantPath = "" // refused before any file is opened
+				}
+				for _, w := range append(tt.want, wantPath) {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%s: error %q does not say %q", what, err, w)
+					}
+				}
+			}
+			_, err := LoadTokens(src, ByteTokenizer{})
+			check("LoadTokens", err)
+			_, err = ReadDocuments(src, 0)
+			check("ReadDocuments", err)
+			out := filepath.Join(t.TempDir(), "shards")
+			_, err = WriteShards(context.Background(), src, ByteTokenizer{}, ShardOptions{Out: out})
+			check("WriteShards", err)
+			ents, _ := os.ReadDir(filepath.Dir(out))
+			if len(ents) != 0 {
+				t.Errorf("WriteShards left %v beside its output", ents)
+			}
+		})
+	}
+}
+
+// TestParquetFlippedBytes inverts each byte of pyarrow's files in turn (they carry no page
+// checksums, so a flipped page byte reaches the decoders) and reads the result: every
+// read must end, with the documents or with an error naming the file, never a panic, and
+// an error in a page must name the row group and column. The library panics on some of
+// these (an index out of range in a corrupt dictionary page, say); the reader turns that
+// into an error.
+func TestParquetFlippedBytes(t *testing.T) {
+	for _, name := range []string{"docs-snappy.parquet", "docs-gzip.parquet", "docs-zstd.parquet"} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join(pqFixture, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start, end := pqTextChunk(t, b, "text")
+			path := filepath.Join(t.TempDir(), name)
+			errs, pageErrs, recovered := 0, 0, 0
+			step := 1
+			if testing.Short() {
+				step = 7
+			}
+			for i := 0; i < len(b); i += step {
+				if err := os.WriteFile(path, flipped(b, i), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				_, err := ReadDocuments(Source{Path: path, Format: "parquet"}, 0)
+				if err == nil {
+					continue
+				}
+				errs++
+				if !strings.Contains(err.Error(), path) {
+					t.Fatalf("byte %d flipped: error %q does not name the file", i, err)
+				}
+				if strings.Contains(err.Error(), "the Parquet reader failed on it") {
+					if recovered++; recovered == 1 {
+						t.Logf("byte %d flipped: %v", i, err)
+					}
+				}
+				if i >= start && i < end && strings.Contains(err.Error(), "corrupt page") {
+					pageErrs++
+					if !strings.Contains(err.Error(), `row group 0 (of 4), column "text"`) {
+						t.Fatalf("byte %d flipped, in row group 0's text chunk: error %q does not name them", i, err)
+					}
+				}
+			}
+			t.Logf("%d of %d flips refused, %d of them in row group 0's text column chunk (bytes %d to %d), %d panics recovered", errs, len(b)/step, pageErrs, start, end, recovered)
+			if errs == 0 || pageErrs == 0 {
+				t.Errorf("no flipped byte was refused (%d) or none in the text column chunk (%d)", errs, pageErrs)
+			}
+		})
+	}
+}
