@@ -69,14 +69,14 @@ func checkFormat(format string) (string, error) {
 // and returns each document on its own (no DocSeparator), so the same N documents come back
 // whatever the seed. Documents within a file come in file order; empty documents are
 // skipped and not counted. MaxBytes bounds the text as in LoadTokens (separators counted,
-// the last document cut to fit). The format must be a text format (text, jsonl or c4).
+// the last document cut to fit). The format must be a text format (text, jsonl, c4 or parquet).
 func ReadDocuments(src Source, n int) ([][]byte, error) {
 	format, err := checkFormat(src.Format)
 	if err != nil {
 		return nil, err
 	}
 	if format == "tokens" {
-		return nil, fmt.Errorf("data: ReadDocuments reads text, and format \"tokens\" holds token ids: use the text, jsonl or c4 files the shards were made from")
+		return nil, fmt.Errorf("data: ReadDocuments reads text, and format \"tokens\" holds token ids: use the text, jsonl, c4 or parquet files the shards were made from")
 	}
 	w, err := newDocWalk(src, false)
 	if err != nil {
@@ -1043,7 +1043,8 @@ var (
 
 // sniffError returns the error for a file of a text format (text, jsonl or c4) whose
 // first bytes are head, or nil when they may start text: for format text, a gzip or zstd
-// file; for any, an xz, bzip2 or zip file or a token shard.
+// file; for any, an xz, bzip2 or zip file, a Parquet file (naming data.format =
+// "parquet") or a token shard.
 func sniffError(path, format string, head []byte) error {
 	switch {
 	case format == "text" && (bytes.HasPrefix(head, gzipMagic) || bytes.HasPrefix(head, zstdMagic)):

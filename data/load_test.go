@@ -262,7 +262,7 @@ func TestLoadTokensErrors(t *testing.T) {
 		{"empty path", Source{}, ByteTokenizer{}, []string{"path is empty"}},
 		{"bad include", Source{Path: good, Include: []string{"[*.go"}}, ByteTokenizer{}, []string{`"[*.go"`, "syntax"}},
 		{"jsonl default include", Source{Path: good, Format: "jsonl"}, ByteTokenizer{}, []string{good, `"*.jsonl"`, `"*.jsonl.gz"`, "no file matches"}},
-		{"unknown format", Source{Path: good, Format: "parquet"}, ByteTokenizer{}, []string{`"parquet"`, "text", "c4"}},
+		{"unknown format", Source{Path: good, Format: "arrow"}, ByteTokenizer{}, []string{`"arrow"`, "text", "c4", "parquet"}},
 		{"negative max bytes", Source{Path: good, MaxBytes: -1}, ByteTokenizer{}, []string{"MaxBytes = -1"}},
 		{"nil tokenizer", Source{Path: good}, nil, []string{"nil Tokenizer"}},
 	}

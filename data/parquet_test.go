@@ -266,8 +266,13 @@ func TestParquetMatchesJSONL(t *testing.T) {
 			out := map[string]string{}
 			for _, src := range []Source{jsrc, psrc} {
 				dir := filepath.Join(t.TempDir(), "shards")
-				if _, err := WriteShards(context.Background(), src, ByteTokenizer{}, ShardOptions{Out: dir, ShardTokens: 4000}); err != nil {
+				st, err := WriteShards(context.Background(), src, ByteTokenizer{}, ShardOptions{Out: dir, ShardTokens: 4000})
+				if err != nil {
 					t.Fatal(err)
+				}
+				// Progress counts the files' bytes, the columns not read too.
+				if st.InputBytes != st.InputTotal || st.FilesRead != 3 {
+					t.Errorf("%s: WriteShards read %d of %d bytes of input, %d of 3 files", src.Format, st.InputBytes, st.InputTotal, st.FilesRead)
 				}
 				out[src.Format] = dir
 			}
