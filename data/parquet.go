@@ -133,6 +133,9 @@ func (w *docWalk) eachParquet(path string, fn func(d []byte) error) error {
 						if rerr != nil && rerr != io.EOF {
 							return fmt.Errorf("data: %s: corrupt page: %w", where(), rerr)
 						}
+						if n == 0 && rerr == nil {
+							return fmt.Errorf("data: %s: corrupt page: the reader gives no values and no end", where())
+						}
 						for _, v := range vals[:n] {
 							r := row
 							row++
@@ -166,7 +169,7 @@ func (w *docWalk) eachParquet(path string, fn func(d []byte) error) error {
 			}
 		}()
 		w.parquetNulls += nulls
-		if nulls > 0 && !slicesContainsLast(w.parquetNullFiles, path) {
+		if nulls > 0 && !lastIs(w.parquetNullFiles, path) {
 			w.parquetNullFiles = append(w.parquetNullFiles, path)
 		}
 		if err != nil {
@@ -179,8 +182,8 @@ func (w *docWalk) eachParquet(path string, fn func(d []byte) error) error {
 	return nil
 }
 
-// slicesContainsLast reports whether s ends with v.
-func slicesContainsLast(s []string, v string) bool {
+// lastIs reports whether the last element of s is v.
+func lastIs(s []string, v string) bool {
 	return len(s) > 0 && s[len(s)-1] == v
 }
 
