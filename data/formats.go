@@ -31,6 +31,7 @@ var Formats = []string{"text", "jsonl", "c4", "parquet", "tokens"}
 //	        plain text and Markdown, so a directory of notes or books needs no patterns)
 //	jsonl   *.jsonl *.jsonl.gz *.jsonl.zst
 //	c4      c4-*.json c4-*.json.gz c4-*.json.zst (the names of allenai/c4's files)
+//	parquet *.parquet
 //	tokens  *.tokens (the shards WriteShards writes)
 //
 // None of them matches the .part files of an unfinished FetchC4 or the .tmp file of an
@@ -41,6 +42,8 @@ func DefaultInclude(format string) []string {
 		return []string{"*.jsonl", "*.jsonl.gz", "*.jsonl.zst"}
 	case "c4":
 		return []string{"c4-*.json", "c4-*.json.gz", "c4-*.json.zst"}
+	case "parquet":
+		return []string{"*.parquet"}
 	case "tokens":
 		return []string{"*.tokens"}
 	}
@@ -66,14 +69,14 @@ func checkFormat(format string) (string, error) {
 // and returns each document on its own (no DocSeparator), so the same N documents come back
 // whatever the seed. Documents within a file come in file order; empty documents are
 // skipped and not counted. MaxBytes bounds the text as in LoadTokens (separators counted,
-// the last document cut to fit). The format must be a text format (text, jsonl or c4).
+// the last document cut to fit). The format must be a text format (text, jsonl, c4 or parquet).
 func ReadDocuments(src Source, n int) ([][]byte, error) {
 	format, err := checkFormat(src.Format)
 	if err != nil {
 		return nil, err
 	}
 	if format == "tokens" {
-		return nil, fmt.Errorf("data: ReadDocuments reads text, and format \"tokens\" holds token ids: use the text, jsonl or c4 files the shards were made from")
+		return nil, fmt.Errorf("data: ReadDocuments reads text, and format \"tokens\" holds token ids: use the text, jsonl, c4 or parquet files the shards were made from")
 	}
 	w, err := newDocWalk(src, false)
 	if err != nil {
@@ -99,6 +102,7 @@ func ReadDocuments(src Source, n int) ([][]byte, error) {
 type docWalk struct {
 	src     Source
 	format  string
+	key     *textKey // Source.TextKey
 	include []string
 	files   []string
 	// onRead, when set, is called with the number of bytes read from disk (before
@@ -120,6 +124,9 @@ type docWalk struct {
 	mu       sync.Mutex
 	pending  []string
 	warnings int // warnings so far, of which the first maxWarnings are logged
+	// Rows of Parquet files whose text is null, skipped, and the files that had them.
+	parquetNulls     int64
+	parquetNullFiles []string
 }
 
 // maxWarnings is how many warnings a walk logs one by one; the rest are counted in one
@@ -164,6 +171,12 @@ func (w *docWalk) flushLog() {
 func (w *docWalk) finishLog() {
 	if n := w.warnings - maxWarnings; n > 0 {
 		w.logf("data: warning: %d more like it in %s", n, w.src.Path)
+	}
+	switch nf := len(w.parquetNullFiles); {
+	case nf == 1:
+		w.logf("data: %s null texts skipped in %s", commas(w.parquetNulls), w.parquetNullFiles[0])
+	case nf > 1:
+		w.logf("data: %s null texts skipped in %s, in %d files (the first %s)", commas(w.parquetNulls), w.src.Path, nf, w.parquetNullFiles[0])
 	}
 	if !w.cut || w.src.MaxBytes == 0 || w.src.Log == nil {
 		return // the line would be dropped: spare the stat of every file
@@ -223,6 +236,10 @@ func newDocWalk(src Source, shuffle bool) (*docWalk, error) {
 			return nil, fmt.Errorf("data: include pattern %q: %w", p, err)
 		}
 	}
+	key, err := newTextKey(src.TextKey)
+	if err != nil {
+		return nil, err
+	}
 	files, err := listFiles(src.Path, include)
 	if err != nil {
 		return nil, err
@@ -230,7 +247,7 @@ func newDocWalk(src Source, shuffle bool) (*docWalk, error) {
 	if shuffle {
 		newRNG(src.Seed, domainFiles, 0).shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
 	}
-	return &docWalk{src: src, format: format, include: include, files: files}, nil
+	return &docWalk{src: src, format: format, key: key, include: include, files: files}, nil
 }
 
 // errStopWalk ends a walk early without an error: the byte budget is spent.
@@ -300,7 +317,11 @@ func (w *docWalk) each(fn func(d []byte) error) (int, error) {
 				err = emit(buf)
 			}
 		} else {
-			err = w.eachJSON(f, func(d []byte) error {
+			read := w.eachJSON
+			if w.format == "parquet" {
+				read = w.eachParquet
+			}
+			err = read(f, func(d []byte) error {
 				limit := budget()
 				if limit == 0 {
 					w.cut = true // documents are left
@@ -404,8 +425,8 @@ var MaxLineBytes = 64 << 20
 const MaxZstdWindow = 128 << 20
 
 // eachJSON opens path, decompresses it if it starts with the gzip or zstd magic number
-// (whatever its name), and calls fn with the "text" field of the JSON object on each line
-// that is not blank. Errors from fn come back unchanged.
+// (whatever its name), and calls fn with the field Source.TextKey names ("text" by
+// default) of the JSON object on each line that is not blank. Errors from fn come back unchanged.
 func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -473,7 +494,7 @@ func (w *docWalk) eachJSON(path string, fn func(d []byte) error) error {
 		}
 		line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'})
 		if len(bytes.TrimSpace(line)) > 0 {
-			text, jerr := jsonText(line)
+			text, jerr := jsonText(line, w.key)
 			if jerr != nil {
 				return fmt.Errorf("data: %s:%d: %w", path, n, jerr)
 			}
@@ -513,15 +534,63 @@ func decompress(r io.Reader, path string) (*bufio.Reader, string, func(), error)
 	return br, "", func() {}, nil
 }
 
-// jsonText returns the "text" field of the JSON object in line, which must be a string;
-// when the object has several, the last counts (as when decoding into a map). The key must
-// be "text" exactly, not "Text". The result may share line's storage.
+// textKey is Source.TextKey prepared for reading: the field or column path ("text" for
+// ""), its dot-separated names, and each name quoted as it appears unescaped in JSON.
 //
-// A small scanner validates line and finds the field; only a string with escapes or
+// A dotted path reaches a nested field: "meta.body" is the member body of the object (or
+// struct column) meta. So a key whose name itself holds a dot cannot be named: no
+// escape is read.
+type textKey struct {
+	path   string
+	names  []string
+	quoted []string
+}
+
+// newTextKey returns key prepared for reading, or an error for a path with an empty name
+// ("a..b", ".text").
+func newTextKey(key string) (*textKey, error) {
+	if key == "" {
+		key = "text"
+	}
+	k := &textKey{path: key, names: strings.Split(key, ".")}
+	for _, n := range k.names {
+		if n == "" {
+			return nil, fmt.Errorf("data: data.text_key = %q: a dotted path of field names has an empty name (a field whose name holds a dot cannot be named)", key)
+		}
+		var q bytes.Buffer
+		enc := json.NewEncoder(&q)
+		enc.SetEscapeHTML(false) // a key "a<b" appears as it is
+		if err := enc.Encode(n); err != nil {
+			return nil, fmt.Errorf("data: data.text_key = %q: %w", key, err)
+		}
+		k.quoted = append(k.quoted, strings.TrimSuffix(q.String(), "\n"))
+	}
+	return k, nil
+}
+
+// example says what a document of key looks like, for error messages.
+func (k *textKey) example() string {
+	inner := `"..."`
+	for i := len(k.names) - 1; i >= 0; i-- {
+		inner = fmt.Sprintf("{%s: %s, ...}", k.quoted[i], inner)
+	}
+	if k.path == "text" {
+		return "C4 and jsonl documents are " + inner
+	}
+	return fmt.Sprintf("data.text_key = %q: each line is %s", k.path, inner)
+}
+
+// jsonText returns the field key names of the JSON object in line, which must be a
+// string; when an object has the member several times, the last counts (as when decoding
+// into a map). Each name must match exactly ("text", not "Text"). The result may share
+// line's storage.
+//
+// A small scanner validates line and finds the field (a dotted key: the first name in
+// line, the next in that member's object, and so on); only a string with escapes or
 // invalid UTF-8 is decoded by encoding/json (which also writes the error messages), so
 // reading C4 runs at the speed of the scan, not of the general decoder.
-func jsonText(line []byte) ([]byte, error) {
-	s := jsonScanner{b: line}
+func jsonText(line []byte, key *textKey) ([]byte, error) {
+	s := jsonScanner{b: line, key: key.quoted[0], name: key.names[0]}
 	raw, kind, ok := s.object()
 	if !ok {
 		var v any
@@ -530,15 +599,27 @@ func jsonText(line []byte) ([]byte, error) {
 		case err != nil:
 			return nil, fmt.Errorf("not valid JSON: %w", err)
 		case s.notObject:
-			return nil, fmt.Errorf("%s, not a JSON object (C4 and jsonl documents are {\"text\": \"...\", ...})", jsonKind(bytes.TrimSpace(line)))
+			return nil, fmt.Errorf("%s, not a JSON object (%s)", jsonKind(bytes.TrimSpace(line)), key.example())
 		}
 		return nil, errors.New("not valid JSON") // unreachable while the scanner agrees with encoding/json
 	}
+	for i := 1; i < len(key.names) && raw != nil; i++ {
+		if kind != '{' {
+			return nil, fmt.Errorf("%q is %s, want an object holding %q (%s)", strings.Join(key.names[:i], "."), jsonKind(raw), key.names[i], key.example())
+		}
+		s = jsonScanner{b: raw, key: key.quoted[i], name: key.names[i]}
+		if raw, kind, ok = s.object(); !ok {
+			return nil, errors.New("not valid JSON") // unreachable: the whole line was validated
+		}
+		if raw == nil {
+			return nil, fmt.Errorf("the object has no %q field: %q has no %q (%s)", key.path, strings.Join(key.names[:i], "."), key.names[i], key.example())
+		}
+	}
 	switch {
 	case raw == nil:
-		return nil, errors.New(`the object has no "text" field (C4 and jsonl documents are {"text": "...", ...})`)
+		return nil, fmt.Errorf("the object has no %q field (%s)", key.path, key.example())
 	case kind != '"':
-		return nil, fmt.Errorf(`"text" is %s, want a string`, jsonKind(raw))
+		return nil, fmt.Errorf(`%q is %s, want a string`, key.path, jsonKind(raw))
 	}
 	body := raw[1 : len(raw)-1]
 	if !s.escaped && utf8.Valid(body) {
@@ -657,17 +738,20 @@ func jsonKind(v []byte) string {
 const jsonMaxDepth = 10000
 
 // jsonScanner validates JSON text (RFC 8259, as encoding/json accepts it: any bytes but
-// control characters inside strings) and finds the top-level "text" member of an object.
+// control characters inside strings) and finds the top-level member of an object whose
+// name is name (key: quoted, as it appears unescaped).
 type jsonScanner struct {
 	b         []byte
+	key       string // `"text"`
+	name      string // text
 	i         int
 	depth     int
-	escaped   bool // the last top-level "text" string has a backslash escape
+	escaped   bool // the last top-level member named name is a string with a backslash escape
 	notObject bool // the text is valid JSON but not an object
 }
 
 // object scans b as one JSON object with optional surrounding whitespace. It returns the
-// raw value of the last top-level "text" member (nil if none) and its first byte, and
+// raw value of the last top-level member named s.name (nil if none) and its first byte, and
 // whether b is valid.
 func (s *jsonScanner) object() (raw []byte, kind byte, ok bool) {
 	s.ws()
@@ -706,7 +790,7 @@ func (s *jsonScanner) object() (raw []byte, kind byte, ok bool) {
 		if !okVal {
 			return nil, 0, false
 		}
-		if isTextKey(key, keyEscaped) {
+		if s.isKey(key, keyEscaped) {
 			raw, kind = s.b[valStart:s.i], s.b[valStart]
 			s.escaped = valEscaped
 		}
@@ -726,13 +810,13 @@ func (s *jsonScanner) object() (raw []byte, kind byte, ok bool) {
 	}
 }
 
-// isTextKey reports whether the raw (quoted) key is "text".
-func isTextKey(key []byte, escaped bool) bool {
+// isKey reports whether the raw (quoted) key is s.name.
+func (s *jsonScanner) isKey(key []byte, escaped bool) bool {
 	if !escaped {
-		return string(key) == `"text"`
+		return string(key) == s.key
 	}
 	var k string
-	return json.Unmarshal(key, &k) == nil && k == "text"
+	return json.Unmarshal(key, &k) == nil && k == s.name
 }
 
 // end reports whether only whitespace is left.
@@ -959,7 +1043,8 @@ var (
 
 // sniffError returns the error for a file of a text format (text, jsonl or c4) whose
 // first bytes are head, or nil when they may start text: for format text, a gzip or zstd
-// file; for any, an xz, bzip2 or zip file or a token shard.
+// file; for any, an xz, bzip2 or zip file, a Parquet file (naming data.format =
+// "parquet") or a token shard.
 func sniffError(path, format string, head []byte) error {
 	switch {
 	case format == "text" && (bytes.HasPrefix(head, gzipMagic) || bytes.HasPrefix(head, zstdMagic)):
@@ -983,6 +1068,8 @@ func sniffError(path, format string, head []byte) error {
 		}
 		return fmt.Errorf(`data: %s is %s, which data.format = %q does not read: the text formats read plain files, and jsonl and c4 also gzip- or zstd-compressed ones; %s`,
 			path, kind, format, fix)
+	case bytes.HasPrefix(head, parquetMagic):
+		return fmt.Errorf(`data: %s is a Parquet file (it starts with the PAR1 magic), and data.format = %q reads text: set data.format = "parquet" (data.text_key names its text column, "text" by default)`, path, format)
 	case bytes.HasPrefix(head, []byte(shardMagic)):
 		return fmt.Errorf(`data: %s is a token shard (written by distflash data tokenize), and data.format = %q reads text: set data.format = "tokens"`, path, format)
 	}

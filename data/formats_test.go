@@ -430,7 +430,7 @@ var jsonTextCases = []struct {
 
 func TestJSONText(t *testing.T) {
 	for _, tt := range jsonTextCases {
-		got, err := jsonText([]byte(tt.line))
+		got, err := jsonText([]byte(tt.line), testKey)
 		switch {
 		case tt.err == "" && err != nil:
 			t.Errorf("%s: %v", tt.line, err)
@@ -445,6 +445,49 @@ func TestJSONText(t *testing.T) {
 	}
 }
 
+// TestJSONTextKey reads other keys than "text" (data.text_key), nested ones through a
+// dotted path, and checks the errors name the key.
+func TestJSONTextKey(t *testing.T) {
+	for _, tt := range []struct {
+		key, line, want, err string
+	}{
+		{"content", `{"text": "no", "content": "The Stack"}`, "The Stack", ""},
+		{"content", `{"con\u0074ent": "escaped key"}`, "escaped key", ""},
+		{"content", `{"content": "first", "content": "last"}`, "last", ""},
+		{"a<b", `{"a<b": "html in the key"}`, "html in the key", ""},
+		{"a<b", `{"a\u003cb": "escaped html in the key"}`, "escaped html in the key", ""},
+		{"meta.body", `{"text": "no", "meta": {"lang": "en", "body": "nested \"body\""}}`, `nested "body"`, ""},
+		{"meta.body", `{"meta": {"body": "first"}, "meta": {"body": "last"}}`, "last", ""},
+		{"a.b.c", `{"a": {"b": {"c": "deep", "x": [1, {"c": "no"}]}}}`, "deep", ""},
+		{"meta.body", `{"body": "no", "meta": {"text": "no"}}`, "", `the object has no "meta.body" field: "meta" has no "body"`},
+		{"meta.body", `{"meta": "flat"}`, "", `"meta" is a string, want an object holding "body"`},
+		{"meta.body", `{"meta": {"body": 3}}`, "", `"meta.body" is a number, want a string`},
+		{"meta.body", `{"text": "x"}`, "", `the object has no "meta.body" field (data.text_key = "meta.body": each line is {"meta": {"body": "...", ...}, ...})`},
+		{"content", `{"text": "x"}`, "", `the object has no "content" field (data.text_key = "content": each line is {"content": "...", ...})`},
+		{"content", `[1]`, "", `an array, not a JSON object (data.text_key = "content"`},
+		{"content", `{"content": "x"`, "", "not valid JSON"},
+		{"meta.body", `{"meta": {"body": "x"}`, "", "not valid JSON"},
+	} {
+		got, err := jsonText([]byte(tt.line), mustTextKey(tt.key))
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("%s in %s: %v", tt.key, tt.line, err)
+		case tt.err == "" && string(got) != tt.want:
+			t.Errorf("%s in %s: got %q, want %q", tt.key, tt.line, got, tt.want)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("%s in %s: error %v, want one saying %q", tt.key, tt.line, err, tt.err)
+		}
+	}
+	for _, key := range []string{"a..b", ".text", "text.", "."} {
+		if _, err := newTextKey(key); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("data.text_key = %q", key)) {
+			t.Errorf("newTextKey(%q): error %v, want one naming the key", key, err)
+		}
+	}
+	if k, err := newTextKey(""); err != nil || k.path != "text" {
+		t.Errorf(`newTextKey("") = %+v, %v; want "text"`, k, err)
+	}
+}
+
 // FuzzJSONText checks the scanner against encoding/json: it accepts exactly the lines that
 // encoding/json decodes as an object with a string "text", and returns the same text. go test
 // runs the seeds; go test -fuzz FuzzJSONText ./data explores.
@@ -454,7 +497,7 @@ func FuzzJSONText(f *testing.F) {
 	}
 	f.Add(c4Lines(f, formatDocs...))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		got, err := jsonText(line)
+		got, err := jsonText(line, testKey)
 		want, ok := jsonTextOracle(line)
 		if ok != (err == nil) || ok && want != string(got) {
 			t.Errorf("%q: encoding/json gives %q (ok %v), jsonText %q (error %v)", line, want, ok, got, err)
@@ -502,7 +545,7 @@ func BenchmarkJSONText(b *testing.B) {
 		b.SetBytes(int64(size))
 		for b.Loop() {
 			for _, l := range lines {
-				if _, err := jsonText(l); err != nil {
+				if _, err := jsonText(l, testKey); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -720,4 +763,16 @@ func TestDecompressionBombStops(t *testing.T) {
 	if docs, err := ReadDocuments(Source{Path: path, Format: "jsonl"}, 30000); err != nil || len(docs) != 20000 {
 		t.Errorf("an ordinary gzip file: %d documents, %v", len(docs), err)
 	}
+}
+
+// testKey is the default text key, "text".
+var testKey = mustTextKey("text")
+
+// mustTextKey returns newTextKey(key) and panics on an error.
+func mustTextKey(key string) *textKey {
+	k, err := newTextKey(key)
+	if err != nil {
+		panic(err)
+	}
+	return k
 }

@@ -25,11 +25,15 @@ type Source struct {
 	// Format is how the files are read (Formats lists the names):
 	//
 	//   - "text" (also "", the default): each file's bytes are one document.
-	//   - "jsonl": one JSON object per line, its string field "text" one document; blank
-	//     lines are skipped, and a line that is not such an object is an error naming the
-	//     file and line.
+	//   - "jsonl": one JSON object per line, its string field "text" (or TextKey) one
+	//     document; blank lines are skipped, and a line that is not such an object is an
+	//     error naming the file and line.
 	//   - "c4": the same objects (C4's own files: "text", "timestamp", "url"), in files
 	//     named c4-*.json, c4-*.json.gz or c4-*.json.zst.
+	//   - "parquet": Parquet files (*.parquet, as the Hugging Face Hub publishes datasets),
+	//     one document per row, its string or binary column "text" (or TextKey); null rows
+	//     are skipped and counted. The package documentation says what is read and what
+	//     is refused.
 	//   - "tokens": token shards written by WriteShards (distflash data tokenize); see
 	//     LoadTokens.
 	//
@@ -41,7 +45,10 @@ type Source struct {
 	Format string
 	// TextKey names the field holding a document's text in formats jsonl, c4 and parquet:
 	// the member of each JSON line's object, the column of a Parquet file. A dotted path
-	// ("meta.body") reaches a nested field. "" means "text".
+	// ("meta.body") reaches a nested field: a member of an object, a field of a struct
+	// column; a name that itself holds a dot cannot be named. "" means "text". A line
+	// without the field, or whose field is not a string, is an error naming the file, the
+	// line and the key; a Parquet file without the column lists the columns it has.
 	TextKey string
 	// Include holds filename patterns (filepath.Match syntax) matched against the base name
 	// of each file found inside a directory; nil or empty means DefaultInclude(Format).

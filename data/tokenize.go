@@ -196,7 +196,7 @@ func WriteShards(ctx context.Context, src Source, tok Tokenizer, opt ShardOption
 		return st, err
 	}
 	if format == "tokens" {
-		return st, fmt.Errorf("data: write shards: the source %s is already token shards (format \"tokens\"); tokenize the text, jsonl or c4 files they came from", src.Path)
+		return st, fmt.Errorf("data: write shards: the source %s is already token shards (format \"tokens\"); tokenize the text, jsonl, c4 or parquet files they came from", src.Path)
 	}
 	if opt.ShardTokens < 0 {
 		return st, fmt.Errorf("data: WriteShards: ShardTokens = %d: must be >= 0 (0 = %d)", opt.ShardTokens, DefaultShardTokens)

@@ -132,7 +132,7 @@ func TestDataCommandErrors(t *testing.T) {
 		{[]string{"data", "tokenize", "--out", existing, "--set", "data.train=" + c4, "--set", "data.format=c4"}, []string{existing, "exists"}},
 		{[]string{"data", "tokenize", "--out", t.TempDir(), "--set", "data.train=" + c4, "--set", "data.format=tokens"}, []string{"already token shards"}},
 		{[]string{"data", "tokenize", "--out", t.TempDir(), "--set", "data.train=" + c4, "--set", "data.format=jsonl"}, []string{"data tokenize: data.train = ", "no file matches", `"*.jsonl"`}},
-		{[]string{"data", "tokenize", "--out", t.TempDir(), "--set", "data.format=parquet"}, []string{"data.format", "parquet"}},
+		{[]string{"data", "tokenize", "--out", t.TempDir(), "--set", "data.format=parquet"}, []string{"data tokenize: data.train = ", "no file matches", `"*.parquet"`}},
 		{[]string{"data", "fetch"}, []string{"name the dataset", "fetch c4"}},
 		{[]string{"data", "fetch", "pile"}, []string{`unknown dataset "pile"`}},
 		{[]string{"data", "fetch", "c4", "--split", "test"}, []string{`split "test"`}},
