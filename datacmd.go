@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -231,7 +232,7 @@ func runFetch(args []string, stdout, stderr io.Writer) error {
 // runPasskeyDocs is `distflash data passkey`.
 func runPasskeyDocs(args []string, stdout, stderr io.Writer) error {
 	fs := root.Flags("data passkey", stderr)
-	out := fs.String("out", "", "the .jsonl file to write, one {\"text\": ...} document a line (required; must not exist)")
+	out := fs.String("out", "", "the file to write (required; must not exist): FILE.jsonl, one {\"text\": ...} document a line, or FILE.parquet, a string column \"text\"")
 	docs := fs.Int("docs", 1000, "documents to write")
 	chars := fs.String("chars", "", "MIN..MAX: each document's length in characters, drawn uniformly (required; K = 1024)")
 	seed := fs.Uint64("seed", 1, "seed of the lengths, keys and depths")
@@ -244,8 +245,11 @@ func runPasskeyDocs(args []string, stdout, stderr io.Writer) error {
 	if !ok || err1 != nil || err2 != nil {
 		return fmt.Errorf("data passkey: --chars %q: want MIN..MAX, e.g. 400..2K", *chars)
 	}
-	if *out == "" || !strings.HasSuffix(*out, ".jsonl") || *docs < 1 {
-		return fmt.Errorf("data passkey: --out FILE.jsonl and --docs N >= 1 are required (got %q, %d)", *out, *docs)
+	if *out == "" || !strings.HasSuffix(*out, ".jsonl") && !strings.HasSuffix(*out, ".parquet") || *docs < 1 {
+		return fmt.Errorf("data passkey: --out FILE.jsonl (or FILE.parquet) and --docs N >= 1 are required (got %q, %d)", *out, *docs)
+	}
+	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+		return fmt.Errorf("data passkey: %w", err)
 	}
 	if err := evaluate.WritePasskeyDocuments(*out, *docs, minC, maxC, *seed); err != nil {
 		return fmt.Errorf("data passkey: %w", err)

@@ -30,6 +30,9 @@
 //   - A [Loader] packs the stream into windows of seqLen+1 tokens, visits them in a seeded
 //     permutation per epoch and yields [Batch] values of inputs and next-token targets. Its
 //     position is a small [LoaderState] that restores exactly, without replaying history.
+//   - A [Mixture] draws each sequence of a batch from one of several sources by weight
+//     (data.sources), each source a Loader of its own stream; the draws are a pure function
+//     of the seed and the sequence's index, so its [MixtureState] restores exactly too.
 //
 // [Split] holds the tail of a stream out for evaluation.
 //

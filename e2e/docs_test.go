@@ -395,8 +395,9 @@ type docRun struct {
 // line is the command as the reader types it, without `go run .`.
 func (r docRun) line() string { return strings.Join(append(slices.Clone(r.env), r.args...), " ") }
 
-// docRuns are the `go run . train` and `go run . export` commands of README.md and the guides,
-// in the order a reader who follows them meets them (codeLines' order).
+// docRuns are the `go run . train`, `go run . export` and `go run . data passkey` commands (the
+// last writes an input that a later train reads) of README.md and the guides, in the order a
+// reader who follows them meets them (codeLines' order).
 func docRuns(t *testing.T) []docRun {
 	t.Helper()
 	envVar := regexp.MustCompile(`^[A-Z_]+=`)
@@ -407,7 +408,8 @@ func docRuns(t *testing.T) []docRun {
 		for len(words) > 0 && envVar.MatchString(words[0]) {
 			env, words = append(env, words[0]), words[1:]
 		}
-		if len(words) < 4 || words[0] != "go" || words[1] != "run" || words[2] != "." || (words[3] != "train" && words[3] != "export") {
+		passkey := len(words) >= 5 && words[3] == "data" && words[4] == "passkey"
+		if len(words) < 4 || words[0] != "go" || words[1] != "run" || words[2] != "." || (words[3] != "train" && words[3] != "export" && !passkey) {
 			continue
 		}
 		args := words[3:]
@@ -439,10 +441,10 @@ func TestDocsNoRepeatedRun(t *testing.T) {
 	}
 }
 
-// TestDocsRunInOrder: the `go run . train` and `go run . export` commands of README.md and the
-// guides, as written, run one after another in a fresh tree (a temporary directory with
-// configs/, runs/ empty), as a reader who follows them does: the README's, then each guide's
-// (docs/*.md by name), in order. None is refused for a run directory an earlier one holds
+// TestDocsRunInOrder: the `go run . train`, `go run . export` and `go run . data passkey`
+// commands of README.md and the guides, as written, run one after another in a fresh tree (a
+// temporary directory with configs/, runs/ empty), as a reader who follows them does: the
+// README's, then each guide's (docs/*.md by name), in order. None is refused for a run directory an earlier one holds
 // (each names its own run, and none repeats an earlier one: TestDocsNoRepeatedRun), and each
 // checkpoint or export a command names exists when it runs. To keep it short, each run's
 // steps (its own, its config's or the default) and the step directories named (step-000600)

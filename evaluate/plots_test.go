@@ -5,8 +5,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"distflash/data"
 )
 
 // TestPlotReports: reports with the loss by position read back and draw; one without it is
@@ -81,5 +84,25 @@ func TestWritePasskeyDocuments(t *testing.T) {
 	}
 	if err := WritePasskeyDocuments(path, 3, 400, 800, 1); err == nil || !strings.Contains(err.Error(), "exists") {
 		t.Errorf("over an existing file: %v", err)
+	}
+	// As Parquet (more rows than a row group): the same documents, read back by data.format
+	// "parquet" as by "jsonl".
+	const n = data.ParquetRowGroup + 7
+	pq, js := filepath.Join(t.TempDir(), "pk.parquet"), filepath.Join(t.TempDir(), "pk.jsonl")
+	for _, p := range []string{pq, js} {
+		if err := WritePasskeyDocuments(p, n, 300, 400, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := data.ReadDocuments(data.Source{Path: pq, Format: "parquet"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := data.ReadDocuments(data.Source{Path: js, Format: "jsonl"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != n || !reflect.DeepEqual(a, b) {
+		t.Errorf("Parquet gives %d documents, jsonl %d; equal: %v", len(a), len(b), reflect.DeepEqual(a, b))
 	}
 }
