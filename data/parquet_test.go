@@ -14,6 +14,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
+
+	"distflash/data/datatest"
 )
 
 // pqDoc is one row of a test file: its text, or a null.
@@ -276,7 +278,9 @@ func TestParquetMatchesJSONL(t *testing.T) {
 				}
 				out[src.Format] = dir
 			}
-			compareDirs(t, out["parquet"], out["jsonl"])
+			if n := datatest.SameFiles(t, out["parquet"], out["jsonl"]); n < 3 {
+				t.Errorf("%d files written, want several shards and shards.json", n)
+			}
 		})
 	}
 }
@@ -290,39 +294,6 @@ func countEmpty(docs []pqDoc) int {
 		}
 	}
 	return n
-}
-
-// compareDirs fails unless directories got and want hold the same files, byte for byte.
-func compareDirs(t *testing.T, got, want string) {
-	t.Helper()
-	list := func(dir string) []string {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, e := range ents {
-			names = append(names, e.Name())
-		}
-		return names
-	}
-	g, w := list(got), list(want)
-	if !slices.Equal(g, w) || len(w) < 3 {
-		t.Fatalf("files %q, want %q (and several shards)", g, w)
-	}
-	for _, name := range w {
-		a, err := os.ReadFile(filepath.Join(got, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(want, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs (%d bytes, want %d)", name, len(a), len(b))
-		}
-	}
 }
 
 // pqFixture is the directory of the files scripts/make_parquet_fixture.py writes with

@@ -188,13 +188,7 @@ func TestMixtureEvalAndShards(t *testing.T) {
 		}
 	}
 	var rep evaluate.Report
-	raw, err := os.ReadFile(res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatal(err)
-	}
+	readJSON(t, res, &rep)
 	if len(rep.Sources) != 2 || rep.Sources[0].Name != "web" || rep.Sources[1].Name != "code" {
 		t.Fatalf("report's sources: %+v", rep.Sources)
 	}
@@ -202,13 +196,7 @@ func TestMixtureEvalAndShards(t *testing.T) {
 		one := filepath.Join(dir, s.Name+".json")
 		succeed(t, "eval", "--model", ckptDir, "--samples", "3", "--data", s.Data, "--set", "data.format=jsonl", "--out", one)
 		var alone evaluate.Result
-		raw, err := os.ReadFile(one)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(raw, &alone); err != nil {
-			t.Fatal(err)
-		}
+		readJSON(t, one, &alone)
 		if s.Loss != alone.Loss || s.Tokens != alone.Tokens || s.Samples != 3 {
 			t.Errorf("source %s: loss %v over %d tokens of %d samples in the mixture's eval, %v over %d alone", s.Name, s.Loss, s.Tokens, s.Samples, alone.Loss, alone.Tokens)
 		}

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+
+	"distflash/data/datatest"
 )
 
 // The tests of this file check data.format = "parquet" and data.text_key through the
@@ -74,41 +76,6 @@ func writeParquetAndJSONL(t *testing.T, files, docs int) (parquetDir, jsonlDir s
 	return parquetDir, jsonlDir
 }
 
-// sameFiles fails unless directories a and b hold the same files, byte for byte, and
-// returns how many.
-func sameFiles(t *testing.T, a, b string) int {
-	t.Helper()
-	names := func(dir string) []string {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range ents {
-			out = append(out, e.Name())
-		}
-		return out
-	}
-	na, nb := names(a), names(b)
-	if !slices.Equal(na, nb) {
-		t.Fatalf("%s holds %q, %s %q", a, na, b, nb)
-	}
-	for _, n := range na {
-		x, err := os.ReadFile(filepath.Join(a, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		y, err := os.ReadFile(filepath.Join(b, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(x, y) {
-			t.Errorf("%s differs between %s and %s", n, a, b)
-		}
-	}
-	return len(na)
-}
-
 // TestDataTokenizeParquet: data tokenize of Parquet files writes the shards, byte for
 // byte, that it writes for the same documents as JSON lines, and says how many null texts
 // it skipped.
@@ -127,7 +94,7 @@ func TestDataTokenizeParquet(t *testing.T) {
 			t.Errorf("stderr %q does not count the 15 null texts", stderr)
 		}
 	}
-	if n := sameFiles(t, out["parquet"], out["jsonl"]); n < 4 {
+	if n := datatest.SameFiles(t, out["parquet"], out["jsonl"]); n < 4 {
 		t.Errorf("%d files: want several shards and shards.json", n)
 	}
 }
@@ -245,7 +212,7 @@ func TestTextKeyNested(t *testing.T) {
 		succeed(t, "data", "tokenize", "--progress=false", "--set", "data.format=jsonl", "--set", "data.max_bytes=0",
 			"--set", "data.train="+tt.dir, "--set", "data.text_key="+tt.key, "--out", out[tt.name], "--shard-tokens", "2000")
 	}
-	if n := sameFiles(t, out["meta.body"], out["text"]); n < 3 {
+	if n := datatest.SameFiles(t, out["meta.body"], out["text"]); n < 3 {
 		t.Errorf("%d files: want several shards and shards.json", n)
 	}
 	for _, tt := range []struct{ key, want string }{
