@@ -1047,11 +1047,8 @@ var (
 // "parquet") or a token shard.
 func sniffError(path, format string, head []byte) error {
 	switch {
-	case format == "text" && (bytes.HasPrefix(head, gzipMagic) || bytes.HasPrefix(head, zstdMagic)):
-		kind := "gzip"
-		if bytes.HasPrefix(head, zstdMagic) {
-			kind = "zstd"
-		}
+	case format == "text" && compression(head) != "":
+		kind := compression(head)
 		return fmt.Errorf(`data: %s is %s-compressed, and data.format = "text" reads files as they are: %s-compressed JSON lines ({"text": "..."} per line) are data.format = "jsonl" (or "c4" for allenai/c4's c4-*.json.gz files); compressed plain text is not read: decompress it first`,
 			path, kind, kind)
 	case bytes.HasPrefix(head, xzMagic), isBzip2(head), bytes.HasPrefix(head, zipMagic):
@@ -1074,6 +1071,35 @@ func sniffError(path, format string, head []byte) error {
 		return fmt.Errorf(`data: %s is a token shard (written by distflash data tokenize), and data.format = %q reads text: set data.format = "tokens"`, path, format)
 	}
 	return nil
+}
+
+// invalidUTF8 counts the bytes of b that are not part of a valid UTF-8 sequence (each one
+// U+FFFD when repaired) and returns the offset of the first (-1 for none).
+func invalidUTF8(b []byte) (bad, first int) {
+	first = -1
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			bad++
+			if first < 0 {
+				first = i
+			}
+		}
+		i += n
+	}
+	return bad, first
+}
+
+// compression names the compression whose magic number starts head: "gzip", "zstd" or ""
+// for neither.
+func compression(head []byte) string {
+	switch {
+	case bytes.HasPrefix(head, gzipMagic):
+		return "gzip"
+	case bytes.HasPrefix(head, zstdMagic):
+		return "zstd"
+	}
+	return ""
 }
 
 // isBzip2 reports whether head starts a bzip2 file: "BZh", the block size '1' to '9', and
@@ -1113,17 +1139,7 @@ func checkText(path, format string, b []byte, more bool) (warning string, err er
 		end-- // do not cut a rune at the end of the sample
 	}
 	head := b[:end]
-	bad, first := 0, -1
-	for i := 0; i < len(head); {
-		r, n := utf8.DecodeRune(head[i:])
-		if r == utf8.RuneError && n == 1 {
-			bad++
-			if first < 0 {
-				first = i
-			}
-		}
-		i += n
-	}
+	bad, first := invalidUTF8(head)
 	span := "the first 64 KiB"
 	if len(head) == len(b) && !more {
 		span = fmt.Sprintf("its %d bytes", len(head))

@@ -92,9 +92,8 @@ func (w *docWalk) eachParquet(path string, fn func(d []byte) error) error {
 		return fmt.Errorf("data: %s: %w", path, err)
 	}
 	check := textSample{}
-	var buf []byte // a value with invalid UTF-8, repaired
-	groups := pf.RowGroups()
 	vals := make([]parquet.Value, parquetValueBatch)
+	groups := pf.RowGroups()
 	for gi, rg := range groups {
 		where := func() string {
 			return fmt.Sprintf("%s: row group %d (of %d), column %q", path, gi, len(groups), key)
@@ -103,83 +102,107 @@ func (w *docWalk) eachParquet(path string, fn func(d []byte) error) error {
 		if col.Index() >= len(chunks) {
 			return fmt.Errorf("data: %s: corrupt page: the row group has %d column chunks, and the column is number %d", where(), len(chunks), col.Index())
 		}
-		pages := chunks[col.Index()].Pages()
-		row, nulls := int64(0), int64(0)
-		err := func() error {
-			defer safely(pages.Close)
-			for {
-				var page parquet.Page
-				err := safely(func() error {
-					var err error
-					page, err = pages.ReadPage()
-					return err
-				})
-				if err == io.EOF {
-					return nil
-				}
-				if err != nil {
-					return fmt.Errorf("data: %s: corrupt page: %w", where(), err)
-				}
-				err = func() error {
-					defer parquet.Release(page)
-					values := page.Values()
-					for {
-						var n int
-						rerr := safely(func() error {
-							var err error
-							n, err = values.ReadValues(vals)
-							return err
-						})
-						if rerr != nil && rerr != io.EOF {
-							return fmt.Errorf("data: %s: corrupt page: %w", where(), rerr)
-						}
-						if n == 0 && rerr == nil {
-							return fmt.Errorf("data: %s: corrupt page: the reader gives no values and no end", where())
-						}
-						for _, v := range vals[:n] {
-							r := row
-							row++
-							if v.IsNull() {
-								nulls++
-								continue
-							}
-							d := v.ByteArray()
-							if !utf8.Valid(d) {
-								buf = appendValidUTF8(buf[:0], d)
-								w.warn(fmt.Sprintf("%s, row %d: invalid UTF-8 (read as U+FFFD)", where(), r))
-								if err := check.add(d, true); err != nil {
-									return fmt.Errorf("data: %s: %w", where(), err)
-								}
-								d = buf
-							} else if err := check.add(d, false); err != nil {
-								return fmt.Errorf("data: %s: %w", where(), err)
-							}
-							if err := fn(d); err != nil {
-								return err
-							}
-						}
-						if rerr == io.EOF {
-							return nil
-						}
-					}
-				}()
-				if err != nil {
-					return err
-				}
-			}
-		}()
-		w.parquetNulls += nulls
-		if nulls > 0 && !lastIs(w.parquetNullFiles, path) {
+		g := parquetGroup{w: w, where: where, check: &check, fn: fn, vals: vals}
+		err := g.read(chunks[col.Index()].Pages())
+		w.parquetNulls += g.nulls
+		if g.nulls > 0 && !lastIs(w.parquetNullFiles, path) {
 			w.parquetNullFiles = append(w.parquetNullFiles, path)
 		}
 		if err != nil {
 			return err
 		}
-		if row != rg.NumRows() {
-			return fmt.Errorf("data: %s: corrupt page: %d values for the row group's %d rows", where(), row, rg.NumRows())
+		if g.row != rg.NumRows() {
+			return fmt.Errorf("data: %s: corrupt page: %d values for the row group's %d rows", where(), g.row, rg.NumRows())
 		}
 	}
 	return nil
+}
+
+// parquetGroup reads the text column of one row group, page by page, calling fn with each
+// row's text.
+type parquetGroup struct {
+	w          *docWalk
+	where      func() string // the file, row group and column, for messages
+	check      *textSample   // the file's first values, checked for binary data
+	fn         func(d []byte) error
+	row, nulls int64           // rows read so far, and of them null
+	vals       []parquet.Value // a batch of values, shared by the file's row groups
+	buf        []byte          // a value with invalid UTF-8, repaired
+}
+
+// read reads every page of pages (and closes them).
+func (g *parquetGroup) read(pages parquet.Pages) error {
+	defer safely(pages.Close)
+	for {
+		var page parquet.Page
+		err := safely(func() error {
+			var err error
+			page, err = pages.ReadPage()
+			return err
+		})
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("data: %s: corrupt page: %w", g.where(), err)
+		}
+		err = g.page(page)
+		parquet.Release(page)
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// page reads the values of one page.
+func (g *parquetGroup) page(page parquet.Page) error {
+	values := page.Values()
+	for {
+		var n int
+		rerr := safely(func() error {
+			var err error
+			n, err = values.ReadValues(g.vals)
+			return err
+		})
+		if rerr != nil && rerr != io.EOF {
+			return fmt.Errorf("data: %s: corrupt page: %w", g.where(), rerr)
+		}
+		if n == 0 && rerr == nil {
+			return fmt.Errorf("data: %s: corrupt page: the reader gives no values and no end", g.where())
+		}
+		for _, v := range g.vals[:n] {
+			if err := g.value(v); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			return nil
+		}
+	}
+}
+
+// value passes one row's value to fn: nulls counted and skipped, invalid UTF-8 repaired
+// with a warning.
+func (g *parquetGroup) value(v parquet.Value) error {
+	r := g.row
+	g.row++
+	if v.IsNull() {
+		g.nulls++
+		return nil
+	}
+	d := v.ByteArray()
+	valid := utf8.Valid(d)
+	if !valid {
+		g.w.warn(fmt.Sprintf("%s, row %d: invalid UTF-8 (read as U+FFFD)", g.where(), r))
+	}
+	if err := g.check.add(d, !valid); err != nil {
+		return fmt.Errorf("data: %s: %w", g.where(), err)
+	}
+	if !valid {
+		g.buf = appendValidUTF8(g.buf[:0], d)
+		d = g.buf
+	}
+	return g.fn(d)
 }
 
 // lastIs reports whether the last element of s is v.
@@ -203,13 +226,8 @@ func (s *textSample) add(d []byte, invalid bool) error {
 	d = d[:min(len(d), textCheckLen-s.n)]
 	s.n += len(d)
 	if invalid {
-		for i := 0; i < len(d); {
-			r, n := utf8.DecodeRune(d[i:])
-			if r == utf8.RuneError && n == 1 {
-				s.bad++
-			}
-			i += n
-		}
+		bad, _ := invalidUTF8(d)
+		s.bad += bad
 	}
 	if s.n >= textCheckLen && s.bad*100 > maxInvalidPercent*s.n {
 		return fmt.Errorf("%d%% of the first 64 KiB of the column's values is not UTF-8 (more than %d%% is refused): it holds binary data, not text; name the text column with data.text_key",
@@ -270,12 +288,8 @@ func checkParquetEnds(f io.ReaderAt, path string, size int64) error {
 func describeHead(h []byte) string {
 	t := bytes.TrimLeft(h, " \t\r\n")
 	switch {
-	case bytes.HasPrefix(h, gzipMagic), bytes.HasPrefix(h, zstdMagic):
-		kind := "gzip"
-		if bytes.HasPrefix(h, zstdMagic) {
-			kind = "zstd"
-		}
-		return fmt.Sprintf(`with the %s magic: compressed JSON lines are data.format = "jsonl" (or "c4")`, kind)
+	case compression(h) != "":
+		return fmt.Sprintf(`with the %s magic: compressed JSON lines are data.format = "jsonl" (or "c4")`, compression(h))
 	case bytes.HasPrefix(h, []byte(shardMagic)):
 		return `as a token shard: set data.format = "tokens"`
 	case bytes.HasPrefix(t, []byte("{")):
