@@ -58,12 +58,12 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	}
 	var written []config.SourceConfig
 	for i, s := range cfg.Data.TrainSources() {
-		o, key := *out, "data.train"
+		o, key, origin := *out, "data.train", cfg.Origin("data.train")
 		if mixed {
-			o, key = filepath.Join(*out, s.Name), fmt.Sprintf("data.sources[%d] (%q).path", i+1, s.Name)
+			o, key, origin = filepath.Join(*out, s.Name), fmt.Sprintf("data.sources[%d] (%q).path", i+1, s.Name), cfg.Origin("data.sources")
 			fmt.Fprintf(stderr, "tokenize: source %s (%s) into %s\n", s.Name, s.Path, o)
 		}
-		if err := tokenizeSource(ctx, cfg, s, key, o, tok, *shardTokens, *workers, *progress, *configPath != "", stdout, stderr); err != nil {
+		if err := tokenizeSource(ctx, cfg, s, key, origin, o, tok, *shardTokens, *workers, *progress, *configPath != "", stdout, stderr); err != nil {
 			if mixed && len(written) > 0 {
 				err = fmt.Errorf("%w\n  (the sources before it are written whole: %s)", err, sourceNames(written))
 			}
@@ -77,12 +77,13 @@ func runTokenize(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// tokenizeSource is data tokenize of one source s (key names it for errors) into out.
-func tokenizeSource(ctx context.Context, cfg config.Config, s config.SourceConfig, key, out string, tok data.Tokenizer,
+// tokenizeSource is data tokenize of one source s (key names it for errors, origin says
+// where it was set) into out.
+func tokenizeSource(ctx context.Context, cfg config.Config, s config.SourceConfig, key, origin, out string, tok data.Tokenizer,
 	shardTokens int64, workers int, progress, fromFile bool, stdout, stderr io.Writer) error {
 	path, err := data.ExpandPath(s.Path)
 	if err != nil {
-		return fmt.Errorf("%s: %s = %q: %w", cfg.Origin(strings.SplitN(key, "[", 2)[0]), key, s.Path, err)
+		return fmt.Errorf("%s: %s = %q: %w", origin, key, s.Path, err)
 	}
 	src := data.Source{Path: path, Format: s.Format, TextKey: s.TextKey, Include: s.Include, MaxBytes: cfg.Data.MaxBytes, Seed: cfg.Run.Seed, Log: stderr}
 	var (

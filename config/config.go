@@ -804,12 +804,15 @@ func (c *Config) validate(forEval bool) error {
 	if d.Train == "" {
 		fail("data.train is empty: it names the training data (file, directory or glob)")
 	}
-	oneOf("data.format", d.Format, dataFormats)
-	for _, p := range d.Include {
-		if _, err := filepath.Match(p, ""); err != nil {
-			fail("data.include pattern %q: %v", p, err)
+	patterns := func(what string, ps []string) {
+		for _, p := range ps {
+			if _, err := filepath.Match(p, ""); err != nil {
+				fail("%s pattern %q: %v", what, p, err)
+			}
 		}
 	}
+	oneOf("data.format", d.Format, dataFormats)
+	patterns("data.include", d.Include)
 	if d.MaxBytes < 0 {
 		fail("data.max_bytes = %d: must be >= 0 (0 = no limit)", d.MaxBytes)
 	}
@@ -844,11 +847,7 @@ func (c *Config) validate(forEval bool) error {
 				fail("%s: weight = %v: must be a finite number > 0 (weights are relative shares of the sequences)", key, s.Weight)
 			}
 			oneOf(key+".format", s.Format, dataFormats)
-			for _, p := range s.Include {
-				if _, err := filepath.Match(p, ""); err != nil {
-					fail("%s: include pattern %q: %v", key, p, err)
-				}
-			}
+			patterns(key+": include", s.Include)
 			if s.Eval != "" && s.EvalFormat == "tokens" {
 				fail(`%s: eval = %q is read as format "tokens", but a hold-out is read as text: set eval_format to the format of its text (text, jsonl, c4 or parquet)`, key, s.Eval)
 			} else if s.Eval != "" {

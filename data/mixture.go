@@ -26,7 +26,6 @@ import (
 // any weight.
 type Mixture struct {
 	names   []string
-	weights []float64
 	cum     []float64 // cumulative normalized weights; the last is exactly 1
 	loaders []*Loader
 	drawn   []int64 // sequences drawn from each source
@@ -77,17 +76,14 @@ func NewMixture(sources []MixSource, seqLen, batchSize int, seed uint64) (*Mixtu
 			return nil, fmt.Errorf("data: source %q: weight %v: must be a finite number > 0", s.Name, s.Weight)
 		}
 		m.names = append(m.names, s.Name)
-		m.weights = append(m.weights, s.Weight)
 		total += s.Weight
 	}
 	acc := 0.0
-	for i, w := range m.weights {
-		acc += w
+	for _, s := range sources {
+		acc += s.Weight
 		m.cum = append(m.cum, acc/total)
-		if i == len(m.weights)-1 {
-			m.cum[i] = 1
-		}
 	}
+	m.cum[len(m.cum)-1] = 1
 	if len(sources) == 1 {
 		l, err := NewLoader(sources[0].Tokens, seqLen, batchSize, seed)
 		if err != nil {

@@ -202,7 +202,7 @@ func Prepare(req Request, stderr io.Writer) (*Job, error) {
 	perSource := false
 	if req.Data == "" {
 		req.Data = cfg.Data.HeldOut()
-		perSource = cfg.Data.HasHeldOut() && len(cfg.Data.Sources) > 0 && slices.ContainsFunc(cfg.Data.Sources, func(s config.SourceConfig) bool { return s.Eval != "" })
+		perSource = slices.ContainsFunc(cfg.Data.Sources, func(s config.SourceConfig) bool { return s.Eval != "" })
 	}
 	if req.Data == "" && !perSource {
 		return nil, errors.New("eval: no evaluation data: pass --data FILE or set data.eval (or a [[data.sources]] table's eval) in the config")

@@ -51,11 +51,11 @@ func NewLoader(cfg config.Config, stderr io.Writer) (*data.Mixture, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %s = %q: %w", origin, key, s.Path, err)
 		}
+		which := ""
 		if mixed {
-			fmt.Fprintf(stderr, "data: source %s: %d tokens from %s (%s tokenizer) in %.1fs\n", s.Name, len(tokens), path, tok.Name(), time.Since(start).Seconds())
-		} else {
-			fmt.Fprintf(stderr, "data: %d tokens from %s (%s tokenizer) in %.1fs\n", len(tokens), path, tok.Name(), time.Since(start).Seconds())
+			which = "source " + s.Name + ": "
 		}
+		fmt.Fprintf(stderr, "data: %s%d tokens from %s (%s tokenizer) in %.1fs\n", which, len(tokens), path, tok.Name(), time.Since(start).Seconds())
 		sources = append(sources, data.MixSource{Name: s.Name, Weight: s.Weight, Tokens: tokens})
 	}
 	mix, err := data.NewMixture(sources, cfg.Data.SeqLen, cfg.Data.BatchSize, cfg.Run.Seed)
