@@ -76,12 +76,13 @@ attention and model phases of the time took 7 minutes together (bench/results/h2
                fp32, each rank's exchanges staged through host copies: the losses within 1e-5
                relative of one GPU rank's at every step. --dry runs the same with
                device.kind = cpu-device (the CPU posing as a device) against one CPU rank.
-               Then NCCL (parallelism.backend = nccl): the libnccl.so.2 of the nvidia-nccl
-               wheel PyTorch brings, its version, scripts/check_nccl_abi.sh against the wheel's
-               nccl.h; one NCCL rank against one GPU rank; and, where NCCL ≥ 2.30 allows
-               several ranks on one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1), the 4-rank cases over
-               NCCL against one rank (sums in NCCL's order: 1e-5 relative still). A dry run
-               skips NCCL (it needs a GPU).
+               Then NCCL (parallelism.backend = nccl): the pack's libnccl.so.2 (NCCL 2.30
+               built for sm_90 by scripts/build_nccl.sh), else that of the nvidia-nccl wheel
+               PyTorch brings; its version, scripts/check_nccl_abi.sh against its nccl.h; one
+               NCCL rank against one GPU rank; and, where NCCL ≥ 2.30 allows several ranks on
+               one GPU (NCCL_MULTI_RANK_GPU_ENABLE=1), the 4-rank cases over NCCL against one
+               rank (sums in NCCL's order: 1e-5 relative still). A dry run loads the library,
+               reads its version and checks its header; the NCCL runs need a GPU.
 
   commands     every command where train runs (issue "one world", part 4): a tiny checkpoint
                trained on the CPU here, then `eval` (loss and --positions), `eval --task
@@ -137,8 +138,8 @@ and ncu_attn.txt from the attention phase: few files, since a device command ret
 
 import argparse
 import glob
-import gzip
 import json
+import lzma
 import math
 import os
 import re
@@ -484,9 +485,11 @@ def parse_tests(text):
 
 def kernels_tests(r, limit):
     run = "TestCUDAHost" if r.dry else "CUDA"
+    nccl = os.path.join(r.pack, "nccl", "libnccl.so.2")  # TestCUDAHostNCCLLibrary loads it
     code, text = r.sh("kernels_test", [r.bin("kernels.test"), "-test.v", "-test.run", run,
                                         "-test.timeout", f"{int(limit) - 10}s"],
-                      limit, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1))
+                      limit, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1),
+                      env={"DISTFLASH_LIBNCCL": nccl} if os.path.exists(nccl) else None)
     t = parse_tests(text)
     cuda = [n for n in t["PASS"] + t["FAIL"] if n.startswith("TestCUDA")]
     res = {"passed": len(t["PASS"]), "failed_tests": t["FAIL"], "skipped_tests": t["SKIP"], "cuda_tests": len(cuda),
@@ -1733,6 +1736,46 @@ def summary(rep):
         for key in ("curve", "ops", "gemm", "budget_8k"):
             if isinstance(res, dict) and key in res:
                 out[key] = res[key]
+    recs = {s["name"]: s for s in rep["steps"]}
+    cmds = {}
+    for name in (STEP_CMD_WORLDS, STEP_CMD_NCCL):
+        if name in recs:
+            rec = recs[name]
+            cmds.update({tag: v for tag, v in (rec.get("result") or {}).items() if isinstance(v, dict)})
+            cmds.setdefault("steps", {})[name] = {"status": rec["status"], **({"note": rec["note"]} if rec.get("note") else {})}
+    if cmds:
+        out["commands"] = cmds
+    nccl = nccl_summary(recs)
+    if nccl:
+        out["nccl"] = nccl
+    return out
+
+
+def nccl_summary(recs):
+    """summary.json's nccl: the library the NCCL cases ran on (version, pack or wheel, its build,
+    the ABI check), the ranks that ran (1, 4), each training case's largest relative loss
+    difference from one rank, and the steps' statuses."""
+    found = next((recs[n] for n in (STEP_NCCL_FIND, STEP_NCCL_FIND + " (commands)") if n in recs), None)
+    if found is None:
+        return None
+    lib = found.get("result") or {}
+    out = {k: lib[k] for k in ("version", "from", "lib", "abi") if k in lib}
+    if isinstance(lib.get("build"), dict):
+        out["build"] = {k: lib["build"].get(k) for k in ("tag", "commit", "arch", "only_funcs", "bytes")}
+    if "wheel" in lib:
+        out["wheel_version"] = lib["wheel"].get("version")
+    ranks, train, steps = set(), {}, {}
+    for name in (STEP_NCCL_FIND, STEP_NCCL_FIND + " (commands)", STEP_NCCL_TRAIN, STEP_CMD_NCCL):
+        if name in recs:
+            steps[name] = {"status": recs[name]["status"], **({"note": recs[name]["note"]} if recs[name].get("note") else {})}
+    for case, v in ((recs.get(STEP_NCCL_TRAIN) or {}).get("result") or {}).items():
+        if isinstance(v, dict) and "max_rel" in v:
+            train[case] = v["max_rel"]
+            ranks.add(1 if case == "one_rank" else 4)
+    for tag, v in ((recs.get(STEP_CMD_NCCL) or {}).get("result") or {}).items():
+        if isinstance(v, dict):
+            ranks.add(1 if tag == "nccl-1" else 4)
+    out.update(ranks_run=sorted(ranks), train_max_rel=train, steps=steps)
     return out
 
 
@@ -1763,17 +1806,19 @@ MPI_CASES = [("distflash", ()), ("ring", ()), ("zigzag", ()), ("burst", ()), ("u
              ("fsdp", ("--set", "parallelism.attention=distflash", "--set", "parallelism.fsdp=true"))]
 
 
+# The steps summary() reads the commands and NCCL results of.
+STEP_NCCL_FIND = "NCCL library, version, ABI against its header"
+STEP_NCCL_TRAIN = "NCCL: one rank; 4 ranks on one GPU (NCCL >= 2.30) vs 1 rank"
+STEP_CMD_WORLDS = "eval, positions, passkey, generate: 1 GPU rank, 4 MPI ranks on the GPU vs 1 CPU rank"
+STEP_CMD_NCCL = "the same over NCCL: 1 rank; 4 ranks on one GPU (NCCL >= 2.30)"
+
+
 def unpack_mpi(r, limit):
-    """Unpacks the pack's Open MPI .debs into work/ompi and sets r.mpi_env to run it from there;
-    the MPI build of distflash (bin/distflash-mpi.gz) into work/bin."""
-    gz = r.bin("distflash-mpi") + ".gz"
-    if not os.path.exists(gz):
-        raise Fail("the pack has no bin/distflash-mpi.gz: make it with scripts/gpu_check.sh pack")
-    os.makedirs(os.path.join(r.work, "bin"), exist_ok=True)
-    r.mpi_bin = os.path.join(r.work, "bin", "distflash-mpi")
-    with gzip.open(gz, "rb") as src, open(r.mpi_bin, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    os.chmod(r.mpi_bin, 0o755)
+    """Unpacks the pack's Open MPI .debs into work/ompi and sets r.mpi_env to run it from there,
+    and r.mpi_bin to the MPI build of distflash (bin/distflash-mpi, unpacked from its .xz)."""
+    if not os.path.exists(r.bin("distflash-mpi")):
+        raise Fail("the pack has no bin/distflash-mpi(.xz): make it with scripts/gpu_check.sh pack")
+    r.mpi_bin = r.bin("distflash-mpi")
     debs = sorted(glob.glob(os.path.join(r.pack, "ompi", "*.deb")))
     if not debs:
         raise Fail("the pack has no ompi/*.deb: scripts/gpu_check.sh pack downloads them with apt-get (Debian)")
@@ -1848,40 +1893,70 @@ def mpi_cases(r, prefix, device, extra, env, deadline, res):
     return bad
 
 
+def nccl_version(lib):
+    """ncclGetVersion of the library file lib (loading it and asking needs no GPU)."""
+    import ctypes
+    v = ctypes.c_int()
+    try:
+        if ctypes.CDLL(lib).ncclGetVersion(ctypes.byref(v)) != 0:
+            raise Fail(f"{lib}: ncclGetVersion failed")
+    except OSError as e:
+        raise Fail(f"{lib} does not load: {e}")
+    return v.value
+
+
 def find_nccl(r, limit):
-    """Finds the libnccl.so.2 (and include/nccl.h) of the nvidia-nccl wheel on this Python's path,
-    reads its version with ncclGetVersion, and checks kernels/cuda/nccl_abi.h against the header."""
-    if r.dry:
-        raise Skip("NCCL needs a GPU")
+    """The NCCL the NCCL cases run on: the pack's (nccl/libnccl.so.2, NCCL >= 2.30 built for sm_90
+    by scripts/build_nccl.sh, which allows several ranks on one GPU), else the nvidia-nccl wheel's
+    on this Python's path; its version by ncclGetVersion, and kernels/cuda/nccl_abi.h checked
+    against its nccl.h. None of it needs a GPU, so a dry run does it too."""
     lib = inc = None
+    res = {}
     for base in sys.path:
         d = os.path.join(base, "nvidia", "nccl")
         if os.path.exists(os.path.join(d, "lib", "libnccl.so.2")):
             lib, inc = os.path.join(d, "lib", "libnccl.so.2"), os.path.join(d, "include")
+            res["wheel"] = {"lib": lib, "version": nccl_version(lib)}
             break
+    packed = os.path.join(r.pack, "nccl", "libnccl.so.2")
+    if os.path.exists(packed):
+        lib, inc = packed, os.path.join(r.pack, "nccl", "include")
+        try:
+            with open(os.path.join(r.pack, "nccl", "BUILD.json")) as f:
+                res["build"] = json.load(f)
+        except (OSError, ValueError) as e:
+            res["build"] = f"no BUILD.json: {e}"
     if lib is None:
-        raise Fail("no nvidia/nccl/lib/libnccl.so.2 on the Python path (pip install nvidia-nccl-cu12 or -cu13)")
-    import ctypes
-    v = ctypes.c_int()
-    if ctypes.CDLL(lib).ncclGetVersion(ctypes.byref(v)) != 0:
-        raise Fail(f"{lib}: ncclGetVersion failed")
-    r.nccl = {"lib": lib, "version": v.value}
-    res = dict(r.nccl)
+        raise Skip("no NCCL: the pack has no nccl/libnccl.so.2 (scripts/build_nccl.sh, then pack) and this "
+                   "Python has no nvidia/nccl/lib/libnccl.so.2") if r.dry else \
+            Fail("no NCCL: the pack has no nccl/libnccl.so.2 (scripts/build_nccl.sh, then pack) and this Python "
+                 "has no nvidia/nccl/lib/libnccl.so.2 (pip install nvidia-nccl-cu12 or -cu13)")
+    r.nccl = {"lib": lib, "version": nccl_version(lib), "from": "pack" if lib == packed else "wheel"}
+    res.update(r.nccl)
     if os.path.exists(os.path.join(inc, "nccl.h")):
         env = {**r.env, "NCCL_INCLUDE": inc}
-        for d in ("/usr/local/cuda/include", "/usr/include"):  # nccl.h includes cuda_runtime.h
-            if os.path.exists(os.path.join(d, "cuda_runtime.h")):
-                env["CUDA_INCLUDE"] = d
-                break
+        # nccl.h includes cuda_runtime.h: $CUDA_INCLUDE, the machine's CUDA, else the toolkit of
+        # the nvcc on PATH
+        nvcc = shutil.which("nvcc")
+        dirs = [r.env.get("CUDA_INCLUDE", ""), "/usr/local/cuda/include", "/usr/include",
+                *([os.path.join(os.path.dirname(nvcc), "..", "include")] if nvcc else [])]
+        found = [d for d in dirs if d and os.path.exists(os.path.join(d, "cuda_runtime.h"))]
+        if found:
+            env["CUDA_INCLUDE"] = found[0]
+        elif r.dry:
+            res["abi"] = "not checked: no cuda_runtime.h here, which nccl.h includes (set CUDA_INCLUDE)"
+            return res
         _, out = r.sh("nccl-abi", ["bash", os.path.join(r.pack, "scripts", "check_nccl_abi.sh")], limit, env=env)
         res["abi"] = out.strip().splitlines()[-1] if out.strip() else ""
     else:
-        res["abi"] = f"not checked: the wheel has no {inc}/nccl.h"
+        res["abi"] = f"not checked: no {inc}/nccl.h"
     return res
 
 
 def nccl_runs(r, limit):
     """One NCCL rank against one GPU rank; 4 NCCL ranks on the one GPU where NCCL allows it."""
+    if r.dry:
+        raise Skip("NCCL runs on a GPU only")
     if not getattr(r, "nccl", None) or not getattr(r, "mpi_one", None):
         raise Skip("no NCCL library, or no one-rank run to compare with")
     env = {"DISTFLASH_LIBNCCL": r.nccl["lib"]}
@@ -1905,8 +1980,8 @@ def nccl_runs(r, limit):
 def phase_multigpu(r):
     r.step("multigpu", "Open MPI unpacked and relocated", lambda t: unpack_mpi(r, t), 60)
     r.step("multigpu", "mpirun -np 4 on one device: every schedule, hybrid, FSDP vs 1 rank", lambda t: mpi_schedules(r, t), 200)
-    r.step("multigpu", "NCCL library, version, ABI against its header", lambda t: find_nccl(r, t), 30)
-    r.step("multigpu", "NCCL: one rank; 4 ranks on one GPU (NCCL >= 2.30) vs 1 rank", lambda t: nccl_runs(r, t), 200)
+    r.step("multigpu", STEP_NCCL_FIND, lambda t: find_nccl(r, t), 30)
+    r.step("multigpu", STEP_NCCL_TRAIN, lambda t: nccl_runs(r, t), 200)
 
 
 CMD_CASES = [("mpi4-ring", 4, ("--set", "parallelism.world_size=4", "--set", "parallelism.sequence_parallel_degree=4",
@@ -1975,6 +2050,14 @@ def cmd_compare(got, want):
     return bad
 
 
+def cmd_row(got):
+    """A world's figures of a cmd_all result, as the report and summary.json keep them."""
+    return {"eval_loss": got["eval"]["loss"], "eval_tokens": got["eval"]["tokens"],
+            "passkey": got["passkey"]["passkey"]["generated"]["accuracy"],
+            "passkey_teacher_forced": got["passkey"]["passkey"]["teacher_forced"]["accuracy"],
+            "tokens": got["generate"]["samples"][0]["tokens"][:8]}
+
+
 def cmd_worlds(r, limit):
     """The commands on one CPU rank, one GPU rank and 4 MPI processes on the GPU."""
     if not getattr(r, "cmd_src", None):
@@ -1982,7 +2065,7 @@ def cmd_worlds(r, limit):
     device = "cpu-device" if r.dry else "cuda"
     deadline = time.monotonic() + limit
     r.cmd_cpu = cmd_all(r, "cpu-1", r.bin("distflash"), "cpu", 1, (), limit / 6)
-    res, bad = {"cpu": {"eval_loss": r.cmd_cpu["eval"]["loss"]}}, []
+    res, bad = {"cpu": cmd_row(r.cmd_cpu)}, []
     cases = [(f"{device}-1", r.bin("distflash"), 1, ())]
     if getattr(r, "mpi_env", None):
         cases += [(f"{device}-{name}", r.mpi_bin, np, extra) for name, np, extra in CMD_CASES]
@@ -1994,8 +2077,7 @@ def cmd_worlds(r, limit):
         except (Fail, Timeout) as e:
             bad.append(f"{tag}: {e}")
             continue
-        res[tag] = {"eval_loss": got["eval"]["loss"], "passkey": got["passkey"]["passkey"]["generated"]["accuracy"],
-                    "tokens": got["generate"]["samples"][0]["tokens"][:8]}
+        res[tag] = cmd_row(got)
         bad += [f"{tag}: {b}" for b in cmd_compare(got, r.cmd_cpu)]
     if bad:
         res["failed"] = "; ".join(bad)
@@ -2004,6 +2086,8 @@ def cmd_worlds(r, limit):
 
 def cmd_nccl(r, limit):
     """The commands over NCCL: one rank; 4 ranks on the GPU where NCCL >= 2.30 allows it."""
+    if r.dry:
+        raise Skip("NCCL runs on a GPU only")
     if not getattr(r, "nccl", None) or not getattr(r, "cmd_cpu", None) or not getattr(r, "mpi_env", None):
         raise Skip("no NCCL library (the multigpu phase finds it), or no CPU run to compare with")
     env = {"DISTFLASH_LIBNCCL": r.nccl["lib"]}
@@ -2020,7 +2104,7 @@ def cmd_nccl(r, limit):
         except (Fail, Timeout) as e:
             bad.append(f"{tag}: {e}")
             continue
-        res[tag] = {"eval_loss": got["eval"]["loss"]}
+        res[tag] = cmd_row(got)
         bad += [f"{tag}: {b}" for b in cmd_compare(got, r.cmd_cpu)]
     if r.nccl["version"] < 23000:
         res["several_ranks"] = f"skipped: NCCL {r.nccl['version']} refuses several ranks on one GPU (2.30 adds NCCL_MULTI_RANK_GPU_ENABLE)"
@@ -2034,12 +2118,12 @@ def phase_commands(r):
     # report keeps both
     if not getattr(r, "mpi_env", None):
         r.step("commands", "Open MPI unpacked and relocated (commands)", lambda t: unpack_mpi(r, t), 60)
-    if not getattr(r, "nccl", None) and not r.dry:
-        r.step("commands", "NCCL library, version, ABI against its header (commands)", lambda t: find_nccl(r, t), 30)
+    if not getattr(r, "nccl", None):
+        r.step("commands", STEP_NCCL_FIND + " (commands)", lambda t: find_nccl(r, t), 30)
     r.step("commands", "a tiny checkpoint trained on the CPU", lambda t: cmd_source(r, t), 60)
-    r.step("commands", "eval, positions, passkey, generate: 1 GPU rank, 4 MPI ranks on the GPU vs 1 CPU rank",
+    r.step("commands", STEP_CMD_WORLDS,
            lambda t: cmd_worlds(r, t), 150)
-    r.step("commands", "the same over NCCL: 1 rank; 4 ranks on one GPU (NCCL >= 2.30)", lambda t: cmd_nccl(r, t), 90)
+    r.step("commands", STEP_CMD_NCCL, lambda t: cmd_nccl(r, t), 90)
 
 
 def cudnn_find(r, limit):
@@ -2322,9 +2406,31 @@ def print_plan(r, phases, budget):
     print(f"planned total: {min(total, budget):.0f} s (phase budgets {total} s, --budget {budget:.0f} s); {exp}", flush=True)
 
 
+def unpack(pack):
+    """Decompresses every FILE.xz of the pack (the binaries, the token data, the NCCL library:
+    scripts/gpu_check.sh pack compresses them so that the tree and the pack fit a device call's
+    64 MiB) into FILE beside it, keeping its mode, unless FILE is already newer. Returns
+    {FILE: bytes} of what it wrote."""
+    done = {}
+    for xz in sorted(glob.glob(os.path.join(pack, "**", "*.xz"), recursive=True)):
+        dst = xz[:-3]
+        if os.path.exists(dst) and os.path.getmtime(dst) >= os.path.getmtime(xz):
+            continue
+        with lzma.open(xz, "rb") as src, open(dst + ".tmp", "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.chmod(dst + ".tmp", os.stat(xz).st_mode & 0o777)
+        os.replace(dst + ".tmp", dst)
+        done[os.path.relpath(dst, pack)] = os.path.getsize(dst)
+    if done:
+        print(f"unpacked {len(done)} file(s) of the pack: "
+              + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in done.items()), flush=True)
+    return done
+
+
 def cmd_run(a):
     phases = phase_list(a.phase)
     r = Runner(a.pack, a.out, a.budget, a.dry, a.steps)
+    r.meta["unpacked"] = unpack(r.pack)
     r.meta["env"] = setup_env(r)
     print(json.dumps(r.meta["env"]), flush=True)
     print_plan(r, phases, a.budget)

@@ -344,6 +344,10 @@ func NCCLVersion() (int, error) {
 	return int(v), nil
 }
 
+// NCCLHasSplit reports whether the loaded NCCL has ncclCommSplit (NCCL 2.18 on); false before
+// a library is loaded.
+func NCCLHasSplit() bool { return ncclLib.loaded.Load() && C.dfn_has_split() != 0 }
+
 // ncclVersionString writes an ncclGetVersion code as major.minor.patch.
 func ncclVersionString(v int) string {
 	if v < 20900 { // before 2.9: major·1000 + minor·100 + patch
