@@ -485,7 +485,7 @@ def parse_tests(text):
 
 def kernels_tests(r, limit):
     run = "TestCUDAHost" if r.dry else "CUDA"
-    nccl = os.path.join(r.pack, "nccl", "libnccl.so.2")  # TestCUDAHostNCCLLibrary loads it
+    nccl = packed_nccl(r)  # TestCUDAHostNCCLLibrary loads it
     code, text = r.sh("kernels_test", [r.bin("kernels.test"), "-test.v", "-test.run", run,
                                         "-test.timeout", f"{int(limit) - 10}s"],
                       limit, cwd=os.path.join(r.pack, "kernels"), ok_codes=(0, 1),
@@ -1742,7 +1742,7 @@ def summary(rep):
         if name in recs:
             rec = recs[name]
             cmds.update({tag: v for tag, v in (rec.get("result") or {}).items() if isinstance(v, dict)})
-            cmds.setdefault("steps", {})[name] = {"status": rec["status"], **({"note": rec["note"]} if rec.get("note") else {})}
+            cmds.setdefault("steps", {})[name] = step_status(rec)
     if cmds:
         out["commands"] = cmds
     nccl = nccl_summary(recs)
@@ -1751,11 +1751,16 @@ def summary(rep):
     return out
 
 
+def step_status(rec):
+    """A step's status and note, as summary.json lists them."""
+    return {"status": rec["status"], **({"note": rec["note"]} if rec.get("note") else {})}
+
+
 def nccl_summary(recs):
     """summary.json's nccl: the library the NCCL cases ran on (version, pack or wheel, its build,
     the ABI check), the ranks that ran (1, 4), each training case's largest relative loss
     difference from one rank, and the steps' statuses."""
-    found = next((recs[n] for n in (STEP_NCCL_FIND, STEP_NCCL_FIND + " (commands)") if n in recs), None)
+    found = next((recs[n] for n in (STEP_NCCL_FIND, STEP_NCCL_FIND_CMD) if n in recs), None)
     if found is None:
         return None
     lib = found.get("result") or {}
@@ -1764,10 +1769,8 @@ def nccl_summary(recs):
         out["build"] = {k: lib["build"].get(k) for k in ("tag", "commit", "arch", "only_funcs", "bytes")}
     if "wheel" in lib:
         out["wheel_version"] = lib["wheel"].get("version")
-    ranks, train, steps = set(), {}, {}
-    for name in (STEP_NCCL_FIND, STEP_NCCL_FIND + " (commands)", STEP_NCCL_TRAIN, STEP_CMD_NCCL):
-        if name in recs:
-            steps[name] = {"status": recs[name]["status"], **({"note": recs[name]["note"]} if recs[name].get("note") else {})}
+    ranks, train = set(), {}
+    steps = {n: step_status(recs[n]) for n in (STEP_NCCL_FIND, STEP_NCCL_FIND_CMD, STEP_NCCL_TRAIN, STEP_CMD_NCCL) if n in recs}
     for case, v in ((recs.get(STEP_NCCL_TRAIN) or {}).get("result") or {}).items():
         if isinstance(v, dict) and "max_rel" in v:
             train[case] = v["max_rel"]
@@ -1808,6 +1811,7 @@ MPI_CASES = [("distflash", ()), ("ring", ()), ("zigzag", ()), ("burst", ()), ("u
 
 # The steps summary() reads the commands and NCCL results of.
 STEP_NCCL_FIND = "NCCL library, version, ABI against its header"
+STEP_NCCL_FIND_CMD = STEP_NCCL_FIND + " (commands)"  # the commands phase's, where it runs first
 STEP_NCCL_TRAIN = "NCCL: one rank; 4 ranks on one GPU (NCCL >= 2.30) vs 1 rank"
 STEP_CMD_WORLDS = "eval, positions, passkey, generate: 1 GPU rank, 4 MPI ranks on the GPU vs 1 CPU rank"
 STEP_CMD_NCCL = "the same over NCCL: 1 rank; 4 ranks on one GPU (NCCL >= 2.30)"
@@ -1893,6 +1897,11 @@ def mpi_cases(r, prefix, device, extra, env, deadline, res):
     return bad
 
 
+def packed_nccl(r):
+    """The pack's NCCL library (scripts/build_nccl.sh's, which gpu_check.sh pack carries)."""
+    return os.path.join(r.pack, "nccl", "libnccl.so.2")
+
+
 def nccl_version(lib):
     """ncclGetVersion of the library file lib (loading it and asking needs no GPU)."""
     import ctypes
@@ -1918,7 +1927,7 @@ def find_nccl(r, limit):
             lib, inc = os.path.join(d, "lib", "libnccl.so.2"), os.path.join(d, "include")
             res["wheel"] = {"lib": lib, "version": nccl_version(lib)}
             break
-    packed = os.path.join(r.pack, "nccl", "libnccl.so.2")
+    packed = packed_nccl(r)
     if os.path.exists(packed):
         lib, inc = packed, os.path.join(r.pack, "nccl", "include")
         try:
@@ -1935,11 +1944,9 @@ def find_nccl(r, limit):
     res.update(r.nccl)
     if os.path.exists(os.path.join(inc, "nccl.h")):
         env = {**r.env, "NCCL_INCLUDE": inc}
-        # nccl.h includes cuda_runtime.h: $CUDA_INCLUDE, the machine's CUDA, else the toolkit of
-        # the nvcc on PATH
-        nvcc = shutil.which("nvcc")
-        dirs = [r.env.get("CUDA_INCLUDE", ""), "/usr/local/cuda/include", "/usr/include",
-                *([os.path.join(os.path.dirname(nvcc), "..", "include")] if nvcc else [])]
+        # nccl.h includes cuda_runtime.h: $CUDA_INCLUDE (gpu_check.sh dry-run sets it to the
+        # CUDA wheels' headers), else the machine's CUDA
+        dirs = [r.env.get("CUDA_INCLUDE", ""), "/usr/local/cuda/include", "/usr/include"]
         found = [d for d in dirs if d and os.path.exists(os.path.join(d, "cuda_runtime.h"))]
         if found:
             env["CUDA_INCLUDE"] = found[0]
@@ -2119,10 +2126,9 @@ def phase_commands(r):
     if not getattr(r, "mpi_env", None):
         r.step("commands", "Open MPI unpacked and relocated (commands)", lambda t: unpack_mpi(r, t), 60)
     if not getattr(r, "nccl", None):
-        r.step("commands", STEP_NCCL_FIND + " (commands)", lambda t: find_nccl(r, t), 30)
+        r.step("commands", STEP_NCCL_FIND_CMD, lambda t: find_nccl(r, t), 30)
     r.step("commands", "a tiny checkpoint trained on the CPU", lambda t: cmd_source(r, t), 60)
-    r.step("commands", STEP_CMD_WORLDS,
-           lambda t: cmd_worlds(r, t), 150)
+    r.step("commands", STEP_CMD_WORLDS, lambda t: cmd_worlds(r, t), 150)
     r.step("commands", STEP_CMD_NCCL, lambda t: cmd_nccl(r, t), 90)
 
 

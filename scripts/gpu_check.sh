@@ -12,12 +12,13 @@
 #       carries, the repository's tree and DIR, and fails when that is over the call's 64 MiB.
 #   scripts/gpu_check.sh run DIR OUT [--phase all|PHASE[,PHASE...]] [--budget SECONDS] [--steps REGEX]
 #       On a machine with an NVIDIA GPU, python3 with PyTorch and optionally ncu; no Go needed.
-#       Unpacks DIR's .xz files in place, then runs the phases (bench/gpu_check.py says what each checks and measures), in the order
-#       given (all: by value, correctness gemm cudnn-first commands model curve multigpu
-#       attention cudnn), each step with its own time limit, after printing the plan (every
-#       step's limit, each phase's budget, the planned total), and writes OUT/report.md,
-#       OUT/report.json, OUT/summary.json and OUT/logs.tar.gz (attention also
-#       OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1 when a step failed. Phase budgets:
+#       Unpacks DIR's .xz files in place, then runs the phases (bench/gpu_check.py says what
+#       each checks and measures), in the order given (all: by value, correctness gemm
+#       cudnn-first commands model curve multigpu attention cudnn), each step with its own
+#       time limit, after printing the plan (every step's limit, each phase's budget, the
+#       planned total), and writes OUT/report.md, OUT/report.json, OUT/summary.json and
+#       OUT/logs.tar.gz (attention also OUT/ncu_attn.ncu-rep and ncu_attn.txt). Exit status 1
+#       when a step failed. Phase budgets:
 #       correctness 6 min, gemm 2, cudnn-first 5, commands 4, model 7, curve 5, multigpu 8,
 #       attention 7, cudnn 7 (BUDGET in bench/gpu_check.py); with --budget each phase in turn
 #       gets the smaller of its budget and what is left.
@@ -32,7 +33,7 @@
 set -euo pipefail
 
 usage() {
-	sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 
