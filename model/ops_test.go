@@ -8,6 +8,21 @@ import (
 	"distflash/kernels"
 )
 
+// opTable is the per-op table wantOps builds: its rows by "op phase".
+type opTable map[string]opWant
+
+// add puts calls more calls of op in phase, each costing each, into their row; 0 calls add no row.
+func (w opTable) add(op, phase string, calls int, each kernels.OpCost) {
+	if calls == 0 {
+		return
+	}
+	k := op + " " + phase
+	x := w[k]
+	x.calls += calls
+	x.cost = x.cost.Plus(kernels.OpCost{Bytes: int64(calls) * each.Bytes, FLOPs: int64(calls) * each.FLOPs})
+	w[k] = x
+}
+
 // opWant is what one row of the per-op table must hold for one step: its calls and their
 // summed cost.
 type opWant struct {
@@ -137,17 +152,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(math.Abs(b)
 func wantOps(c Config, policy Checkpoint, B, T, tile, chunk int, half bool) map[string]opWant {
 	L, D, Q, KV, F, V, H, hd := c.NLayers, c.Dim, c.QDim(), c.KVDim(), c.FFNDim, c.VocabSize, c.NHeads, c.HeadDim
 	n := B * T
-	w := map[string]opWant{}
-	add := func(op, phase string, calls int, each kernels.OpCost) {
-		if calls == 0 {
-			return
-		}
-		k := op + " " + phase
-		x := w[k]
-		x.calls += calls
-		x.cost = x.cost.Plus(kernels.OpCost{Bytes: int64(calls) * each.Bytes, FLOPs: int64(calls) * each.FLOPs})
-		w[k] = x
-	}
+	w := opTable{}
 	mm := kernels.MatMulCost
 	re := 0 // the forward again in the backward
 	if policy != CheckpointNone {
@@ -156,10 +161,10 @@ func wantOps(c Config, policy Checkpoint, B, T, tile, chunk int, half bool) map[
 	// a projection of rows tokens: forward, recomputed, and its two backward GEMMs (dW, then
 	// dx set or added)
 	proj := func(op string, rows, out, in, fwd, rec, bwd int, beta float32) {
-		add(op, "fwd", fwd, mm(rows, out, in, 0))
-		add(op, "recompute", rec, mm(rows, out, in, 0))
-		add(op, "bwd", bwd, mm(out, in, rows, 1))
-		add(op, "bwd", bwd, mm(rows, in, out, beta))
+		w.add(op, "fwd", fwd, mm(rows, out, in, 0))
+		w.add(op, "recompute", rec, mm(rows, out, in, 0))
+		w.add(op, "bwd", bwd, mm(out, in, rows, 1))
+		w.add(op, "bwd", bwd, mm(rows, in, out, beta))
 	}
 	proj("gemm.q", n, Q, D, L, re*L, L, 0)
 	proj("gemm.k", n, KV, D, L, re*L, L, 1)
@@ -182,9 +187,9 @@ func wantOps(c Config, policy Checkpoint, B, T, tile, chunk int, half bool) map[
 		proj("gemm.gate", rows, F, D, L, rec*L, L, 0)
 		proj("gemm.up", rows, F, D, L, rec*L, L, 1)
 		proj("gemm.down", rows, D, F, L, 0, L, 0)
-		add("swiglu", "fwd", L, kernels.SwiGLUCost(rows*F))
-		add("swiglu", "bwd", L, sw(rows*F))
-		add("residual", "fwd", L, kernels.AddCost(rows*D))
+		w.add("swiglu", "fwd", L, kernels.SwiGLUCost(rows*F))
+		w.add("swiglu", "bwd", L, sw(rows*F))
+		w.add("residual", "fwd", L, kernels.AddCost(rows*D))
 	}
 	step = n
 	if chunk > 0 {
@@ -193,47 +198,47 @@ func wantOps(c Config, policy Checkpoint, B, T, tile, chunk int, half bool) map[
 	for i0 := 0; i0 < n; i0 += step {
 		rows := min(step, n-i0)
 		proj("gemm.head", rows, V, D, 1, 0, 1, 0)
-		add("loss", "fwd", 1, kernels.CrossEntropyCost(rows, V, true))
+		w.add("loss", "fwd", 1, kernels.CrossEntropyCost(rows, V, true))
 	}
 	shape := kernels.AttnShape{NQ: T, NK: T, Heads: H, KVHeads: c.NKVHeads, HeadDim: hd}
-	add("attention", "fwd", B*L, kernels.AttnCost(shape, false, 0))
+	w.add("attention", "fwd", B*L, kernels.AttnCost(shape, false, 0))
 	if policy == CheckpointLayer {
-		add("attention", "recompute", B*L, kernels.AttnCost(shape, false, 0))
+		w.add("attention", "recompute", B*L, kernels.AttnCost(shape, false, 0))
 	}
-	add("attention", "bwd", B*L, kernels.AttnCost(shape, true, 0))
-	add("rmsnorm", "fwd", L+1, kernels.RMSNormCost(n, D))
-	add("rmsnorm", "recompute", re*L, kernels.RMSNormCost(n, D))
-	add("rmsnorm", "bwd", 2*L+1, kernels.RMSNormBackwardCost(n, D))
-	add("add+rmsnorm", "fwd", L, kernels.AddRMSNormCost(n, D))
-	add("add+rmsnorm", "recompute", re*L, kernels.AddRMSNormCost(n, D))
+	w.add("attention", "bwd", B*L, kernels.AttnCost(shape, true, 0))
+	w.add("rmsnorm", "fwd", L+1, kernels.RMSNormCost(n, D))
+	w.add("rmsnorm", "recompute", re*L, kernels.RMSNormCost(n, D))
+	w.add("rmsnorm", "bwd", 2*L+1, kernels.RMSNormBackwardCost(n, D))
+	w.add("add+rmsnorm", "fwd", L, kernels.AddRMSNormCost(n, D))
+	w.add("add+rmsnorm", "recompute", re*L, kernels.AddRMSNormCost(n, D))
 	for _, ph := range []string{"fwd", "recompute", "bwd"} {
 		k := 1
 		if ph == "recompute" {
 			k = re
 		}
-		add("rope", ph, k*B*L, kernels.RoPECost(T, H, hd))
-		add("rope", ph, k*B*L, kernels.RoPECost(T, c.NKVHeads, hd))
+		w.add("rope", ph, k*B*L, kernels.RoPECost(T, H, hd))
+		w.add("rope", ph, k*B*L, kernels.RoPECost(T, c.NKVHeads, hd))
 	}
-	add("embedding", "fwd", 1, kernels.EmbeddingCost(n, D, false))
-	add("embedding", "bwd", 1, kernels.EmbeddingCost(n, D, true))
-	add("zero", "bwd", 1, kernels.ZeroCost(n*D))
-	add("zero", "bwd", L, kernels.ZeroCost(n*Q))
-	add("zero", "bwd", 2*L, kernels.ZeroCost(n*KV))
+	w.add("embedding", "fwd", 1, kernels.EmbeddingCost(n, D, false))
+	w.add("embedding", "bwd", 1, kernels.EmbeddingCost(n, D, true))
+	w.add("zero", "bwd", 1, kernels.ZeroCost(n*D))
+	w.add("zero", "bwd", L, kernels.ZeroCost(n*Q))
+	w.add("zero", "bwd", 2*L, kernels.ZeroCost(n*KV))
 	if half {
 		// the weights widened unit by unit: all in the forward, the head and the blocks in
 		// the backward; each block's input and attention output kept in 16 bits in the
 		// forward and widened in the recomputation
 		units := NewLayout(c).Units()
 		for i, u := range units {
-			add("cast", "fwd", 1, kernels.HalfCost(u.N))
+			w.add("cast", "fwd", 1, kernels.HalfCost(u.N))
 			if i > 0 {
-				add("cast", "bwd", 1, kernels.HalfCost(u.N))
+				w.add("cast", "bwd", 1, kernels.HalfCost(u.N))
 			}
 		}
-		add("cast", "fwd", L, kernels.HalfCost(n*D))
-		add("cast", "fwd", L, kernels.HalfCost(n*Q))
-		add("cast", "recompute", L, kernels.HalfCost(n*D))
-		add("cast", "recompute", L, kernels.HalfCost(n*Q))
+		w.add("cast", "fwd", L, kernels.HalfCost(n*D))
+		w.add("cast", "fwd", L, kernels.HalfCost(n*Q))
+		w.add("cast", "recompute", L, kernels.HalfCost(n*D))
+		w.add("cast", "recompute", L, kernels.HalfCost(n*Q))
 	}
 	return w
 }
@@ -244,49 +249,39 @@ func wantOps(c Config, policy Checkpoint, B, T, tile, chunk int, half bool) map[
 func wantOpsHalf(c Config, policy Checkpoint, B, T, tile, chunk int) map[string]opWant {
 	L, D, Q, KV, F, V, H, hd := c.NLayers, c.Dim, c.QDim(), c.KVDim(), c.FFNDim, c.VocabSize, c.NHeads, c.HeadDim
 	n, QKV := B*T, Q+2*KV
-	w := map[string]opWant{}
-	add := func(op, phase string, calls int, each kernels.OpCost) {
-		if calls == 0 {
-			return
-		}
-		k := op + " " + phase
-		x := w[k]
-		x.calls += calls
-		x.cost = x.cost.Plus(kernels.OpCost{Bytes: int64(calls) * each.Bytes, FLOPs: int64(calls) * each.FLOPs})
-		w[k] = x
-	}
+	w := opTable{}
 	mm := halfMatMulCost
 	re := 0
 	if policy != CheckpointNone {
 		re = 1
 	}
-	add("embedding", "fwd", 1, halfEmbeddingCost(n, D))
-	add("embedding", "bwd", 1, kernels.EmbeddingCost(n, D, true))
-	add("cast", "fwd", L-1, kernels.OpCost{Bytes: 8 * int64(n*D), FLOPs: int64(n * D)})
-	add("cast", "recompute", re*L, kernels.HalfCost(n*D))
-	add("zero", "bwd", 1, kernels.ZeroCost(n*D))
+	w.add("embedding", "fwd", 1, halfEmbeddingCost(n, D))
+	w.add("embedding", "bwd", 1, kernels.EmbeddingCost(n, D, true))
+	w.add("cast", "fwd", L-1, kernels.OpCost{Bytes: 8 * int64(n*D), FLOPs: int64(n * D)})
+	w.add("cast", "recompute", re*L, kernels.HalfCost(n*D))
+	w.add("zero", "bwd", 1, kernels.ZeroCost(n*D))
 	// norms: the attention norm keeps X in the forward; the FFN norm keeps H under none in
 	// the forward and in the recomputation
-	add("rmsnorm", "fwd", L+1, halfRMSNormCost(n, D, true))
-	add("rmsnorm", "fwd", L, halfRMSNormCost(n, D, policy == CheckpointNone))
-	add("rmsnorm", "recompute", re*L, halfRMSNormCost(n, D, false))
-	add("rmsnorm", "recompute", re*L, halfRMSNormCost(n, D, true))
-	add("rmsnorm", "bwd", 2*L, halfRMSNormBackwardCost(n, D, true))
-	add("rmsnorm", "bwd", 1, halfRMSNormBackwardCost(n, D, false))
+	w.add("rmsnorm", "fwd", L+1, halfRMSNormCost(n, D, true))
+	w.add("rmsnorm", "fwd", L, halfRMSNormCost(n, D, policy == CheckpointNone))
+	w.add("rmsnorm", "recompute", re*L, halfRMSNormCost(n, D, false))
+	w.add("rmsnorm", "recompute", re*L, halfRMSNormCost(n, D, true))
+	w.add("rmsnorm", "bwd", 2*L, halfRMSNormBackwardCost(n, D, true))
+	w.add("rmsnorm", "bwd", 1, halfRMSNormBackwardCost(n, D, false))
 	for _, ph := range []string{"fwd", "recompute"} {
 		k := 1
 		if ph == "recompute" {
 			k = re
 		}
-		add("gemm.qkv", ph, k*L, mm(n, QKV, D, 0, true))
-		add("gemm.o", ph, k*L, mm(n, D, Q, 1, false))
-		add("rope", ph, k*B*L, halfRoPEQKVCost(T, Q, KV))
+		w.add("gemm.qkv", ph, k*L, mm(n, QKV, D, 0, true))
+		w.add("gemm.o", ph, k*L, mm(n, D, Q, 1, false))
+		w.add("rope", ph, k*B*L, halfRoPEQKVCost(T, Q, KV))
 	}
-	add("rope", "bwd", B*L, halfRoPEQKVCost(T, Q, KV))
-	add("gemm.qkv", "bwd", L, mm(n, D, QKV, 0, true))
-	add("gemm.qkv", "bwd", L, mm(QKV, D, n, 1, false))
-	add("gemm.o", "bwd", L, mm(n, Q, D, 0, true))
-	add("gemm.o", "bwd", L, mm(D, Q, n, 1, false))
+	w.add("rope", "bwd", B*L, halfRoPEQKVCost(T, Q, KV))
+	w.add("gemm.qkv", "bwd", L, mm(n, D, QKV, 0, true))
+	w.add("gemm.qkv", "bwd", L, mm(QKV, D, n, 1, false))
+	w.add("gemm.o", "bwd", L, mm(n, Q, D, 0, true))
+	w.add("gemm.o", "bwd", L, mm(D, Q, n, 1, false))
 	step := n
 	if tile > 0 {
 		step = tile
@@ -297,15 +292,15 @@ func wantOpsHalf(c Config, policy Checkpoint, B, T, tile, chunk int) map[string]
 		if tile > 0 {
 			rec = 1
 		}
-		add("gemm.gate+up", "fwd", L, mm(rows, 2*F, D, 0, true))
-		add("gemm.gate+up", "recompute", rec*L, mm(rows, 2*F, D, 0, true))
-		add("swiglu", "fwd", L, halfSwiGLUCost(rows*F))
-		add("gemm.down", "fwd", L, mm(rows, D, F, 1, false))
-		add("gemm.down", "bwd", L, mm(rows, F, D, 0, true))
-		add("gemm.down", "bwd", L, mm(D, F, rows, 1, false))
-		add("swiglu", "bwd", L, halfSwiGLUBackwardCost(rows*F, policy != CheckpointNone || tile > 0))
-		add("gemm.gate+up", "bwd", L, mm(rows, D, 2*F, 0, true))
-		add("gemm.gate+up", "bwd", L, mm(2*F, D, rows, 1, false))
+		w.add("gemm.gate+up", "fwd", L, mm(rows, 2*F, D, 0, true))
+		w.add("gemm.gate+up", "recompute", rec*L, mm(rows, 2*F, D, 0, true))
+		w.add("swiglu", "fwd", L, halfSwiGLUCost(rows*F))
+		w.add("gemm.down", "fwd", L, mm(rows, D, F, 1, false))
+		w.add("gemm.down", "bwd", L, mm(rows, F, D, 0, true))
+		w.add("gemm.down", "bwd", L, mm(D, F, rows, 1, false))
+		w.add("swiglu", "bwd", L, halfSwiGLUBackwardCost(rows*F, policy != CheckpointNone || tile > 0))
+		w.add("gemm.gate+up", "bwd", L, mm(rows, D, 2*F, 0, true))
+		w.add("gemm.gate+up", "bwd", L, mm(2*F, D, rows, 1, false))
 	}
 	step = n
 	if chunk > 0 {
@@ -313,16 +308,16 @@ func wantOpsHalf(c Config, policy Checkpoint, B, T, tile, chunk int) map[string]
 	}
 	for i0 := 0; i0 < n; i0 += step {
 		rows := min(step, n-i0)
-		add("gemm.head", "fwd", 1, mm(rows, V, D, 0, false))
-		add("loss", "fwd", 1, halfCrossEntropyCost(rows, V))
-		add("gemm.head", "bwd", 1, mm(rows, D, V, 0, true))
-		add("gemm.head", "bwd", 1, mm(V, D, rows, 1, false))
+		w.add("gemm.head", "fwd", 1, mm(rows, V, D, 0, false))
+		w.add("loss", "fwd", 1, halfCrossEntropyCost(rows, V))
+		w.add("gemm.head", "bwd", 1, mm(rows, D, V, 0, true))
+		w.add("gemm.head", "bwd", 1, mm(V, D, rows, 1, false))
 	}
 	shape := kernels.AttnShape{NQ: T, NK: T, Heads: H, KVHeads: c.NKVHeads, HeadDim: hd}
-	add("attention", "fwd", B*L, halfAttnCost(shape, false, 0))
+	w.add("attention", "fwd", B*L, halfAttnCost(shape, false, 0))
 	if policy == CheckpointLayer {
-		add("attention", "recompute", B*L, halfAttnCost(shape, false, 0))
+		w.add("attention", "recompute", B*L, halfAttnCost(shape, false, 0))
 	}
-	add("attention", "bwd", B*L, halfAttnCost(shape, true, 0))
+	w.add("attention", "bwd", B*L, halfAttnCost(shape, true, 0))
 	return w
 }
