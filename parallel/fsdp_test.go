@@ -105,11 +105,7 @@ func runFSDP(t *testing.T, world func(func(transport.Comm) error) error, cfg mod
 		st.Load(params)
 		m := model.NewWithStore(cfg, policy, be, st)
 		r := c.Rank()
-		// two micro-batches of half the loss each: gradients accumulate in the chunks
-		for range 2 {
-			l, _ := m.ForwardBackward(model.Batch{IDs: ids[r*T : (r+1)*T], Targets: targets[r*T : (r+1)*T], B: 1, Pos: model.Positions(T)}, dscale/2)
-			losses[r] += l / 2
-		}
+		losses[r] = twoMicroBatches(m, ids, targets, r, T, dscale) // gradients accumulate in the chunks
 		grads[r] = append([]float32(nil), kernels.Host(st.MasterGrads)...)
 		return nil
 	})
@@ -121,6 +117,22 @@ func runFSDP(t *testing.T, world func(func(transport.Comm) error) error, cfg mod
 		sum += l
 	}
 	return grads, sum
+}
+
+// rankBatch is rank r's sequence of T tokens of a batch that holds every rank's in order.
+func rankBatch(ids, targets []int32, r, T int) model.Batch {
+	return model.Batch{IDs: ids[r*T : (r+1)*T], Targets: targets[r*T : (r+1)*T], B: 1, Pos: model.Positions(T)}
+}
+
+// twoMicroBatches runs rank r's sequence through m as two micro-batches of half the loss each,
+// so that the gradients accumulate, and returns the loss.
+func twoMicroBatches(m *model.Model, ids, targets []int32, r, T int, dscale float32) float64 {
+	var loss float64
+	for range 2 {
+		l, _ := m.ForwardBackward(rankBatch(ids, targets, r, T), dscale/2)
+		loss += l / 2
+	}
+	return loss
 }
 
 func maxAbs(x []float32) float64 {
@@ -222,7 +234,7 @@ func BenchmarkFSDPPrefetch(b *testing.B) {
 			for range b.N {
 				if err := w.Run(func(c transport.Comm) error {
 					r := c.Rank()
-					models[r].ForwardBackward(model.Batch{IDs: ids[r*T : (r+1)*T], Targets: targets[r*T : (r+1)*T], B: 1, Pos: model.Positions(T)}, 1)
+					models[r].ForwardBackward(rankBatch(ids, targets, r, T), 1)
 					return nil
 				}); err != nil {
 					b.Fatal(err)

@@ -58,10 +58,7 @@ func TestFSDP16BitStep(t *testing.T) {
 					m := model.NewWithStore(cfg, model.CheckpointAttnOutput, be, st)
 					m.Precision, m.FreshGrads = kernels.BF16, fresh
 					r := c.Rank()
-					for range 2 { // two micro-batches of half the loss each
-						l, _ := m.ForwardBackward(model.Batch{IDs: ids[r*T : (r+1)*T], Targets: targets[r*T : (r+1)*T], B: 1, Pos: model.Positions(T)}, dscale/2)
-						losses[r] += l / 2
-					}
+					losses[r] = twoMicroBatches(m, ids, targets, r, T, dscale)
 					grads[r] = slices.Clone(kernels.Host(st.MasterGrads))
 					return nil
 				})
