@@ -170,6 +170,19 @@ func (c *CPU) AllFinite(b Buf) bool {
 	return bad == 0
 }
 
+// leadingDims is the row strides of MatMul's row-major operands: A is [m, k] (lda k) or,
+// transposed, [k, m] (lda m); B is [k, n] (ldb n) or [n, k] (ldb k).
+func leadingDims(m, n, k int, transA, transB bool) (lda, ldb int) {
+	lda, ldb = k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	return lda, ldb
+}
+
 // MatMul implements Backend.
 func (c *CPU) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta float32) {
 	C, A, B := f(cb), f(ab), f(bb)
@@ -188,13 +201,7 @@ func (c *CPU) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta floa
 		}
 		return
 	}
-	lda, ldb := k, n
-	if transA {
-		lda = m
-	}
-	if transB {
-		ldb = k
-	}
+	lda, ldb := leadingDims(m, n, k, transA, transB)
 	sgemmPrec(c.MatMulPrecision(), transA, transB, m, n, k, 1, A, lda, B, ldb, beta, C, n)
 }
 

@@ -120,13 +120,7 @@ func (c *CPU) matmul(C, A, B []float32, m, n, k int, transA, transB bool, beta f
 		}
 		return
 	}
-	lda, ldb := k, n
-	if transA {
-		lda = m
-	}
-	if transB {
-		ldb = k
-	}
+	lda, ldb := leadingDims(m, n, k, transA, transB)
 	sgemmPrec(FP32, transA, transB, m, n, k, 1, A, lda, B, ldb, beta, C, n)
 }
 

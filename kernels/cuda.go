@@ -471,11 +471,6 @@ func (c *CUDA) MatMul(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta flo
 		}
 		return
 	}
-	for _, d := range []int{m, n, k} {
-		if d > math.MaxInt32 {
-			panic(fmt.Sprintf("kernels: matmul dimension %d exceeds cuBLAS's 32-bit range", d))
-		}
-	}
 	g := cublasPlan(m, n, k, transA, transB)
 	must(c.dev.Gemm(g, B.ptr(), A.ptr(), C.ptr(), 1, beta, cuda.Compute(c.precision())))
 	runtime.KeepAlive([]cudaBuf{A, B, C})
@@ -515,11 +510,6 @@ func (c *CUDA) MatMulHalf(cb, ab, bb Buf, m, n, k int, transA, transB bool, beta
 			c.Scale(cb, beta)
 		}
 		return
-	}
-	for _, d := range []int{m, n, k} {
-		if d > math.MaxInt32 {
-			panic(fmt.Sprintf("kernels: matmul dimension %d exceeds cuBLAS's 32-bit range", d))
-		}
 	}
 	g := cublasPlan(m, n, k, transA, transB)
 	g.AType, g.BType, g.CType = halfType(p), halfType(p), ct

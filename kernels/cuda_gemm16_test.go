@@ -54,14 +54,7 @@ func TestCUDAHostMatMulHalf(t *testing.T) {
 					t.Fatalf("%s: %d GEMMs, want 1", name, len(f.gemms)-before)
 				}
 				g, op, comp := f.gemms[before], f.gemmOps[before], f.computes[before]
-				// row-major A is [m, k] (ld k) or, transposed, [k, m] (ld m); B [k, n] (ld n) or [n, k] (ld k)
-				lda, ldb := k, n
-				if tr[0] {
-					lda = m
-				}
-				if tr[1] {
-					ldb = k
-				}
+				lda, ldb := leadingDims(m, n, k, tr[0], tr[1])
 				ht, ctype := cuda.BFloat16, cuda.Float32
 				if p == FP16 {
 					ht = cuda.Half

@@ -71,15 +71,14 @@ func rmsParts(rows int) int { return min(max(rows, 1), 64) }
 // cublasPlan maps the row-major product of MatMul, C[m,n] = op(A)·op(B), onto column-major
 // cuBLAS: a row-major X with row stride ld is the column-major Xᵀ with leading dimension ld, so
 // the call computes Cᵀ = op(B)ᵀ·op(A)ᵀ. The returned Gemm's A operand is therefore MatMul's B
-// and its B operand MatMul's A.
+// and its B operand MatMul's A. A dimension past cuBLAS's 32-bit int panics.
 func cublasPlan(m, n, k int, transA, transB bool) cuda.Gemm {
-	lda, ldb := k, n
-	if transA {
-		lda = m
+	for _, d := range []int{m, n, k} {
+		if d > math.MaxInt32 {
+			panic(fmt.Sprintf("kernels: matmul dimension %d exceeds cuBLAS's 32-bit range", d))
+		}
 	}
-	if transB {
-		ldb = k
-	}
+	lda, ldb := leadingDims(m, n, k, transA, transB)
 	return cuda.Gemm{TransA: transB, TransB: transA, M: n, N: m, K: k, LDA: ldb, LDB: lda, LDC: n}
 }
 
