@@ -466,7 +466,7 @@ func (m *Model) restoreHalf(l int, w halfBlock) *halfActs {
 // backwardHalf is ForwardBackward's backward in the 16-bit step, after forwardHalf (whose
 // loss chunks left dnormF in dn and took the head's gradient).
 func (m *Model) backwardHalf(bt Batch) {
-	be, c, hs := m.be, m.Cfg, &m.hs
+	c, hs := m.Cfg, &m.hs
 	n, L, D := m.batch*m.seq, c.NLayers, c.Dim
 	m.phase = kernels.PhaseBackward
 	normW, _ := m.headViews(m.acquireHalf(L+1), 2)
@@ -483,14 +483,7 @@ func (m *Model) backwardHalf(bt Batch) {
 		m.release(1 + l)
 		m.gradDone(1 + l)
 	}
-	dtable := m.gradOf(0)[0]
-	if m.fresh { // a scatter-add: the rows no token hit are not written
-		m.zero(dtable)
-	}
-	m.Ops.Begin(kernels.OpEmbedding, m.phase)
-	be.EmbeddingBackward(dtable, hs.dx, bt.IDs, D)
-	m.Ops.End(kernels.EmbeddingCost(n, D, true))
-	m.gradDone(0)
+	m.embeddingBackward(hs.dx, bt.IDs, n, D)
 }
 
 // blockBackwardHalf turns the residual gradient dx (float32, and its packed copy dx16: the

@@ -748,7 +748,7 @@ func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count
 		return lossSum, count
 	}
 	ids := b.IDs
-	be, c, s := m.be, m.Cfg, &m.grad
+	c, s := m.Cfg, &m.grad
 	n := b.B * len(b.Pos)
 	// the head's backward ran in the forward, chunk by chunk; s.dnorm holds dnormF
 	L := c.NLayers
@@ -767,14 +767,21 @@ func (m *Model) ForwardBackward(b Batch, dscale float32) (lossSum float64, count
 		m.release(1 + l)
 		m.gradDone(1 + l)
 	}
+	m.embeddingBackward(s.dx, ids, n, c.Dim)
+	m.Stats.Steps++
+	return lossSum, count
+}
+
+// embeddingBackward ends a backward pass: dx, the gradient at the embedding's output for the n
+// tokens ids, scatter-added into the table's gradient (unit 0; zeroed first under FreshGrads,
+// since the rows no token hit are not written), which is then done.
+func (m *Model) embeddingBackward(dx kernels.Buf, ids []int32, n, dim int) {
 	dtable := m.gradOf(0)[0]
-	if m.fresh { // a scatter-add: the rows no token hit are not written
+	if m.fresh {
 		m.zero(dtable)
 	}
 	m.Ops.Begin(kernels.OpEmbedding, m.phase)
-	be.EmbeddingBackward(dtable, s.dx, ids, c.Dim)
-	m.Ops.End(kernels.EmbeddingCost(n, c.Dim, true))
+	m.be.EmbeddingBackward(dtable, dx, ids, dim)
+	m.Ops.End(kernels.EmbeddingCost(n, dim, true))
 	m.gradDone(0)
-	m.Stats.Steps++
-	return lossSum, count
 }
